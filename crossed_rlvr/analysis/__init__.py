@@ -1,0 +1,1 @@
+"""analysis stage of crossed-rlvr (built in later issues)."""

@@ -1,0 +1,144 @@
+"""Score responses with the whole reader panel and the payload detector.
+
+``score_response`` scores one response in-process. ``score_many`` scores many in worker processes
+with a hard per-response time limit: chunks go to a process pool; a chunk that overruns is killed
+and its responses are re-scored one by one, each under the limit; a response that still runs out
+of time is scored without the slow (Math-Verify) readers, and if even that overruns it is
+unreadable for every reader. Nothing hangs and nothing crashes the run.
+
+We use pebble's ProcessPool because the standard library's pools cannot kill one hung task.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+from crossed_rlvr.eval import mathverify  # noqa: F401  (registers the Math-Verify readers)
+from crossed_rlvr.eval.payload import COUNTERS, detect
+from crossed_rlvr.eval.readers import READERS, REQUESTED_READER
+
+PER_RESPONSE_LIMIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Item:
+    """One response to score: its text, the reference answer and the request it was made under."""
+
+    response: str
+    reference: str
+    request: str = "hash"
+
+
+def reader_names(slow: bool = True) -> list[str]:
+    return [n for n, r in READERS.items() if slow or not r.slow]
+
+
+def columns(slow: bool = True) -> list[str]:
+    """Column names of one scored row, in a fixed order."""
+    cols: list[str] = []
+    for name in reader_names(slow):
+        cols += [f"{name}.answer", f"{name}.correct"]
+    cols += [f"payload.{c}" for c in COUNTERS] + ["category", "requested_payload", "extractable", "timed_out"]
+    return cols
+
+
+def score_response(response: str, reference: str, request: str = "hash", slow: bool = True) -> dict[str, Any]:
+    """Every reader and the payload detector on one response (paper 001 §2.1-2.2, App. B.2).
+
+    ``requested_payload`` is d_r(y); ``extractable`` says whether the frozen requested-convention
+    reader returns a value (the q_c indicator); ``category`` is the Table 11 category.
+    """
+    row: dict[str, Any] = {}
+    for name in reader_names(slow):
+        reading = READERS[name](response, reference, request)
+        row[f"{name}.answer"] = reading.answer
+        row[f"{name}.correct"] = reading.correct
+    if not slow:
+        for name in reader_names(True):
+            if READERS[name].slow:
+                row[f"{name}.answer"], row[f"{name}.correct"] = None, False
+    report = detect(response)
+    for conv, n in report.counts.items():
+        row[f"payload.{conv}"] = n > 0
+    row["category"] = report.category(request)
+    row["requested_payload"] = report.present(request)
+    requested_reader = REQUESTED_READER[request]
+    row["extractable"] = row[f"{requested_reader}.answer"] is not None
+    row["timed_out"] = False
+    return row
+
+
+def unreadable_row(request: str) -> dict[str, Any]:
+    """The row of a response that ran out of time: every reader returns nothing."""
+    row: dict[str, Any] = {}
+    for name in reader_names(True):
+        row[f"{name}.answer"], row[f"{name}.correct"] = None, False
+    for conv in COUNTERS:
+        row[f"payload.{conv}"] = False
+    row.update(category="neither", requested_payload=False, extractable=False, timed_out=True)
+    return row
+
+
+def _score_chunk(items: Sequence[Item], slow: bool = True) -> list[dict[str, Any]]:
+    return [score_response(it.response, it.reference, it.request, slow) for it in items]
+
+
+def _warm() -> None:
+    # Import sympy/antlr once per worker rather than inside the first timed response.
+    mathverify.verify_text("$1$", "1")
+
+
+def score_many(
+    items: Iterable[Item],
+    workers: int | None = None,
+    chunk_size: int = 64,
+    limit_s: float = PER_RESPONSE_LIMIT_S,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Score items with the whole panel in worker processes; rows come back in input order.
+
+    ``workers=0`` scores in this process (Math-Verify then relies on its own signal timeouts).
+    """
+    items = list(items)
+    if workers == 0:
+        return _score_chunk(items)
+    from pebble import ProcessExpired, ProcessPool
+    from tqdm import tqdm
+
+    workers = workers or os.cpu_count() or 1
+    rows: list[dict[str, Any] | None] = [None] * len(items)
+    bar = tqdm(total=len(items), desc="scoring", unit="resp", disable=not progress)
+    with ProcessPool(max_workers=workers, initializer=_warm) as pool:
+        chunks = [range(i, min(i + chunk_size, len(items))) for i in range(0, len(items), chunk_size)]
+        futures = [
+            (idx, pool.schedule(_score_chunk, args=([items[i] for i in idx],), timeout=limit_s * 2 + 0.5 * len(idx)))
+            for idx in chunks
+        ]
+        retry: list[int] = []
+        for idx, fut in futures:
+            try:
+                for i, row in zip(idx, fut.result(), strict=True):
+                    rows[i] = row
+                bar.update(len(idx))
+            except (FutureTimeout, ProcessExpired):
+                retry.extend(idx)
+        # One by one under the hard limit, then without the slow readers, then unreadable.
+        for slow in (True, False):
+            pending = [(i, pool.schedule(_score_chunk, args=([items[i]], slow), timeout=limit_s)) for i in retry]
+            retry = []
+            for i, fut in pending:
+                try:
+                    rows[i] = fut.result()[0]
+                    rows[i]["timed_out"] = not slow
+                    bar.update(1)
+                except (FutureTimeout, ProcessExpired):
+                    retry.append(i)
+        for i in retry:
+            rows[i] = unreadable_row(items[i].request)
+        bar.update(len(retry))
+    bar.close()
+    return rows  # type: ignore[return-value]

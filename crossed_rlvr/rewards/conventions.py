@@ -1,0 +1,99 @@
+"""Reporting conventions: what a prompt asks for and how a payload in that convention looks.
+
+Paper 001 §2.1 crosses the *training convention* t (what the reward wanted) with the *request* r
+(what the evaluation prompt asks for). The wordings follow paper 001 App. B.3: the question, chat
+template and system message stay fixed and only the final request suffix changes. The hash and
+boxed wordings are the paper's; JSON and XML wordings swap the marker phrase in the same way.
+
+This module is pure Python with no project imports so that verl and TRL can load it alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+TEMPLATES: tuple[str, ...] = ("original", "para_a", "para_b")
+
+# Sentence frames of App. B.3; {marker} is replaced by each request's marker phrase.
+_FRAMES: dict[str, str] = {
+    "original": "Let's think step by step and output the final answer {marker}.",
+    "para_a": "Think through the problem step by step. Give the final answer {marker}.",
+    "para_b": "Work out the solution step by step and present the final answer {marker}.",
+}
+
+_MARKER_PHRASES: dict[str, str] = {
+    "hash": 'after "####"',
+    "boxed": "within \\boxed{}",
+    "json": 'as JSON in the form {"answer": <number>}',
+    "xml": "inside <answer></answer> tags",
+}
+
+
+@dataclass(frozen=True)
+class Convention:
+    """One reporting convention.
+
+    name: vocabulary name (``hash``, ``boxed``, ``json``, ``xml``, ``answer_only``).
+    request: the request whose suffix the training prompt carries. For ``answer_only`` (the I1
+        reward-requirement control of paper 001 §2.4) the prompt still asks for ``####`` and only
+        the reward drops the marker requirement.
+    payload_syntax: a human-readable description of a payload, for docs and reports.
+    final_marker: how a worked solution ends in this convention (``{answer}`` is substituted);
+        used by the content-matched SFT builder (App. D.2.1).
+    """
+
+    name: str
+    request: str
+    payload_syntax: str
+    final_marker: str
+    suffixes: dict[str, str] = field(default_factory=dict)
+
+    def suffix(self, template: str = "original") -> str:
+        """The request suffix in one of the three wordings."""
+        try:
+            return self.suffixes[template]
+        except KeyError:
+            raise KeyError(f"unknown template {template!r}; expected one of {', '.join(TEMPLATES)}") from None
+
+    def mark(self, answer: str) -> str:
+        """The final line that reports ``answer`` in this convention."""
+        return self.final_marker.format(answer=answer)
+
+
+def _suffixes(request: str) -> dict[str, str]:
+    return {t: frame.format(marker=_MARKER_PHRASES[request]) for t, frame in _FRAMES.items()}
+
+
+CONVENTIONS: dict[str, Convention] = {
+    "hash": Convention("hash", "hash", "#### <signed number> on one line", "#### {answer}", _suffixes("hash")),
+    "boxed": Convention(
+        "boxed", "boxed", "\\boxed{<nonempty content>} with balanced braces", "\\boxed{{{answer}}}", _suffixes("boxed")
+    ),
+    "json": Convention("json", "json", '{"answer": <number>}', '{{"answer": {answer}}}', _suffixes("json")),
+    "xml": Convention("xml", "xml", "<answer>content</answer>", "<answer>{answer}</answer>", _suffixes("xml")),
+    "answer_only": Convention(
+        "answer_only", "hash", "the right value anywhere in the final 300 characters", "#### {answer}",
+        _suffixes("hash"),
+    ),
+}
+
+# Requests an evaluation prompt can make (answer_only is a reward, not a request).
+REQUESTS: tuple[str, ...] = ("hash", "boxed", "json", "xml")
+
+# The crossed partner of each request: its "other" convention in the payload categories (Table 11).
+PARTNER: dict[str, str] = {"hash": "boxed", "boxed": "hash", "json": "xml", "xml": "json"}
+
+
+def get_convention(name: str) -> Convention:
+    """Look up a convention by name with an error that lists the valid names."""
+    try:
+        return CONVENTIONS[name]
+    except KeyError:
+        raise KeyError(f"unknown convention {name!r}; expected one of {', '.join(CONVENTIONS)}") from None
+
+
+def request_suffix(request: str, template: str = "original") -> str:
+    """The suffix an evaluation prompt appends for ``request`` in wording ``template``."""
+    if request not in REQUESTS:
+        raise KeyError(f"unknown request {request!r}; expected one of {', '.join(REQUESTS)}")
+    return CONVENTIONS[request].suffix(template)

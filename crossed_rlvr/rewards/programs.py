@@ -1,0 +1,87 @@
+"""Training reward programs (paper 001 App. D.1).
+
+Each program looks only at the final 300 characters of a response, takes the *last* match of its
+convention, removes commas and dollar signs, and compares the payload with the reference as an
+exact string: 1.0 on a match, else 0.0. The convention-specific syntax is part of the training
+intervention, which is why these differ from the evaluation readers in ``crossed_rlvr.eval``
+(e.g. ``#### 12.0`` against ``12`` earns no training reward but strict evaluation credit).
+
+- hash: a signed number after ``#### `` (the verl GSM8K reward's pattern).
+- boxed: ``\\boxed{...}`` with a closing brace and no nested braces; payload trimmed.
+- json / xml: ``{"answer": ...}`` / ``<answer>...</answer>``, same window and normalisation.
+- answer_only (the I1 control, §2.4): the right value anywhere in the window, no marker.
+
+Pure functions over strings; no project or framework imports, nothing evaluated as code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+WINDOW_CHARS = 300
+
+_HASH = re.compile(r"#### (-?[0-9.,]+)")
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_JSON = re.compile(r'\{\s*"answer"\s*:\s*"?([^"{}\n]*?)"?\s*\}')
+_XML = re.compile(r"<answer>([^<>]*)</answer>")
+# A number token for the answer-only program: optional sign, digits with commas, optional decimals.
+_NUMBER = re.compile(r"-?\$?[0-9][0-9,]*(?:\.[0-9]+)?")
+
+
+def _normalise(payload: str) -> str:
+    return payload.replace(",", "").replace("$", "").strip()
+
+
+def _window(response: str) -> str:
+    return response[-WINDOW_CHARS:]
+
+
+@dataclass(frozen=True)
+class RewardProgram:
+    """A training reward program: ``extract`` gives the payload it would compare, ``score`` the reward."""
+
+    name: str
+    pattern: re.Pattern[str]
+    # answer_only credits any candidate in the window; the marker programs credit the last one.
+    any_match: bool = False
+
+    def candidates(self, response: str) -> list[str]:
+        return [_normalise(m) for m in self.pattern.findall(_window(response))]
+
+    def extract(self, response: str) -> str | None:
+        found = self.candidates(response)
+        return found[-1] if found else None
+
+    def score(self, response: str, reference: str) -> float:
+        target = str(reference).strip()
+        if self.any_match:
+            return 1.0 if target in self.candidates(response) else 0.0
+        return 1.0 if self.extract(response) == target else 0.0
+
+
+REWARD_PROGRAMS: dict[str, RewardProgram] = {
+    "hash": RewardProgram("hash", _HASH),
+    "boxed": RewardProgram("boxed", _BOXED),
+    "json": RewardProgram("json", _JSON),
+    "xml": RewardProgram("xml", _XML),
+    "answer_only": RewardProgram("answer_only", _NUMBER, any_match=True),
+}
+
+
+def get_program(convention: str) -> RewardProgram:
+    try:
+        return REWARD_PROGRAMS[convention]
+    except KeyError:
+        raise KeyError(
+            f"no training reward program for convention {convention!r}; expected one of {', '.join(REWARD_PROGRAMS)}"
+        ) from None
+
+
+def reward(convention: str, response: str, reference: str) -> float:
+    """The training reward of ``response`` under ``convention`` (1.0 or 0.0)."""
+    return get_program(convention).score(response, reference)
+
+
+RewardFn = Callable[[str, str], float]

@@ -1,0 +1,1 @@
+"""sft stage of crossed-rlvr (built in later issues)."""

@@ -1,0 +1,1 @@
+"""tasks stage of crossed-rlvr (built in later issues)."""

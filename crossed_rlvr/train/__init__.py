@@ -1,0 +1,1 @@
+"""train stage of crossed-rlvr (built in later issues)."""

@@ -1,0 +1,66 @@
+"""Whole-panel scoring in worker processes with a hard per-response time limit."""
+
+import time
+
+import pytest
+
+from crossed_rlvr.eval import Item, columns, score_many, score_response
+from crossed_rlvr.eval import mathverify, readers
+
+
+def test_score_many_matches_in_process_and_keeps_order():
+    items = [Item(f"step {i}\n#### {i}", str(i), "hash") for i in range(150)]
+    items += [Item(f"so \\boxed{{{i}}}", str(i + (i % 2)), "boxed") for i in range(50)]
+    rows = score_many(items, workers=2, chunk_size=16)
+    assert rows == [score_response(it.response, it.reference, it.request) for it in items]
+    assert all(list(r) == columns() for r in rows)
+    assert [r["strict_first_hash.answer"] for r in rows[:150]] == [str(i) for i in range(150)]
+    assert sum(r["boxed_first.correct"] for r in rows[150:]) == 25
+
+
+def _hanging_verify(text, reference):
+    if text and "HANG" in text:
+        time.sleep(60)
+    return _real_verify(text, reference)
+
+
+_real_verify = mathverify.verify_text
+
+
+def test_slow_reader_over_limit_is_unreadable_not_a_hang(monkeypatch):
+    # Workers are forked, so they inherit the patched Math-Verify call.
+    monkeypatch.setattr(mathverify, "verify_text", _hanging_verify)
+    items = [Item("#### 18", "18"), Item("HANG #### 18", "18"), Item("\\boxed{7}", "7", "boxed")]
+    start = time.monotonic()
+    rows = score_many(items, workers=2, chunk_size=8, limit_s=1.0)
+    assert time.monotonic() - start < 20
+    assert rows[0]["math_verify.correct"] and not rows[0]["timed_out"]
+    assert rows[2]["math_verify.correct"] and rows[2]["boxed_first.correct"]
+    hung = rows[1]
+    assert hung["timed_out"] is True
+    assert hung["math_verify.answer"] is None and hung["math_verify.correct"] is False
+    # The fast readers still read the response.
+    assert hung["strict_first_hash.correct"] is True and hung["requested_payload"] is True
+
+
+def test_every_reader_over_limit_gives_unreadable_row(monkeypatch):
+    monkeypatch.setattr(mathverify, "verify_text", _hanging_verify)
+    real = readers.StrictFirstHash.extract
+
+    def hanging_extract(self, response, request=None):
+        if "HANG" in response:
+            time.sleep(60)
+        return real(self, response, request)
+
+    monkeypatch.setattr(readers.StrictFirstHash, "extract", hanging_extract)
+    rows = score_many([Item("HANG #### 18", "18"), Item("#### 5", "5")], workers=1, limit_s=1.0)
+    assert rows[0]["timed_out"] is True
+    assert not any(v for k, v in rows[0].items() if k != "timed_out" and k != "category")
+    assert rows[0]["category"] == "neither"
+    assert rows[1]["strict_first_hash.correct"] is True
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_in_process_and_pool_agree_on_math_verify(workers):
+    rows = score_many([Item("The answer is $\\frac{3}{4}$.", "0.75")], workers=workers)
+    assert rows[0]["math_verify.correct"] is True

@@ -1,0 +1,86 @@
+"""Training reward programs (paper 001 App. D.1) and their verl / TRL entries."""
+
+import pytest
+
+from crossed_rlvr.rewards import REWARD_PROGRAMS, reward
+from crossed_rlvr.rewards.trl_entry import make_trl_reward
+from crossed_rlvr.rewards.verl_entry import compute_score
+
+FILLER = " and that is the end of the explanation." * 10  # 400 characters
+
+CASES = [
+    # convention, response, reference, expected reward
+    ("hash", "9*2 = 18\n#### 18", "18", 1.0),
+    ("hash", "#### 1,234", "1234", 1.0),  # commas removed
+    ("hash", "#### $1,234.50", "1234.50", 0.0),  # a signed number must follow the space
+    ("hash", "#### **18**", "18", 0.0),
+    ("hash", "#### 12.0", "12", 0.0),  # exact string, unlike the strict evaluation reader
+    ("hash", "#### -5", "-5", 1.0),
+    ("hash", "####18", "18", 0.0),  # the space is part of the pattern
+    ("hash", "#### 17\n#### 18", "18", 1.0),  # last match
+    ("hash", "#### 18\n#### 17", "18", 0.0),
+    ("hash", "#### 18" + FILLER, "18", 0.0),  # outside the final 300 characters
+    ("hash", FILLER + "#### 18", "18", 1.0),
+    ("hash", "\\boxed{18}", "18", 0.0),
+    ("boxed", "so \\boxed{18}.", "18", 1.0),
+    ("boxed", "\\boxed{ 18 }", "18", 1.0),  # trimmed
+    ("boxed", "\\boxed{$1,234}", "1234", 1.0),
+    ("boxed", "\\boxed{\\frac{1}{2}}", "\\frac{1}{2}", 0.0),  # nested braces are refused
+    ("boxed", "\\boxed{3} then \\boxed{18}", "18", 1.0),
+    ("boxed", "\\boxed{18} then \\boxed{3}", "18", 0.0),
+    ("boxed", "\\boxed{18", "18", 0.0),  # needs the closing brace
+    ("boxed", "\\boxed{}\\boxed{18}", "18", 1.0),
+    ("boxed", "\\boxed{18}" + FILLER, "18", 0.0),
+    ("boxed", "#### 18", "18", 0.0),
+    ("json", 'Done. {"answer": 18}', "18", 1.0),
+    ("json", '{"answer": "1,234"}', "1234", 1.0),
+    ("json", "#### 18", "18", 0.0),
+    ("xml", "<answer>18</answer>", "18", 1.0),
+    ("xml", "<answer> 18 </answer>", "18", 1.0),
+    ("xml", "<answer></answer>", "18", 0.0),
+    ("answer_only", "the total is 18 eggs", "18", 1.0),
+    ("answer_only", "18 eggs, 3 left", "18", 1.0),  # the right value anywhere in the window
+    ("answer_only", "#### 1,234", "1234", 1.0),
+    ("answer_only", "18" + FILLER, "18", 0.0),
+    ("answer_only", "the total is 181", "18", 0.0),
+]
+
+
+@pytest.mark.parametrize(("convention", "response", "reference", "expected"), CASES)
+def test_program(convention, response, reference, expected):
+    assert reward(convention, response, reference) == expected
+
+
+@pytest.mark.parametrize(("convention", "response", "reference", "expected"), CASES)
+def test_verl_entry_matches_program(convention, response, reference, expected):
+    score = compute_score(
+        data_source="gsm8k", solution_str=response, ground_truth=reference, extra_info={"convention": convention}
+    )
+    assert score == expected
+
+
+def test_verl_entry_refuses_row_without_convention():
+    with pytest.raises(ValueError, match="extra_info\\['convention'\\]"):
+        compute_score("gsm8k", "#### 18", "18", {})
+
+
+def test_trl_reward_fixed_convention_and_messages():
+    fn = make_trl_reward("boxed")
+    assert fn.__name__ == "boxed_reward"
+    completions = ["\\boxed{18}", [{"role": "assistant", "content": "#### 18"}], "\\boxed{7}"]
+    assert fn(prompts=["p"] * 3, completions=completions, reference=["18", "18", "18"]) == [1.0, 0.0, 0.0]
+
+
+def test_trl_reward_reads_convention_column():
+    fn = make_trl_reward()
+    out = fn(prompts=["p", "p"], completions=["#### 18", "#### 18"], reference=["18", "18"], convention=["hash", "boxed"])
+    assert out == [1.0, 0.0]
+
+
+def test_trl_reward_unknown_convention_fails_early():
+    with pytest.raises(KeyError, match="unknown|no training reward"):
+        make_trl_reward("latex")
+
+
+def test_every_convention_has_a_program():
+    assert set(REWARD_PROGRAMS) == {"hash", "boxed", "json", "xml", "answer_only"}
