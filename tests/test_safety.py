@@ -69,3 +69,16 @@ def test_multi_megabyte_and_deeply_nested_responses_are_fast():
     assert time.monotonic() - start < 40
     assert rows[0]["strict_first_hash.correct"] is True
     assert rows[1]["boxed_first.answer"] == "7"
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.lists(st.sampled_from(["1", "23", ",", ".", "-", "x", " ", "4,567", "$", "\n", "a.5"]), max_size=80)
+       .map("".join))
+def test_fast_last_number_equals_full_scan(text):
+    from crossed_rlvr.eval import text as tx
+
+    full = tx.numbers(text)
+    assert tx.last_number(text) == (full[-1] if full else None)
+    long = "0 " * 400 + text  # past the tail window
+    full = tx.numbers(long)
+    assert tx.last_number(long) == full[-1]

@@ -37,6 +37,17 @@ def reader_names(slow: bool = True) -> list[str]:
     return [n for n, r in READERS.items() if slow or not r.slow]
 
 
+def _readers(slow: bool) -> list[tuple[str, str, str, Any]]:
+    # (name, answer column, correct column, reader), rebuilt only when the registry grows.
+    key = (slow, len(READERS))
+    if key not in _READER_CACHE:
+        _READER_CACHE[key] = [(n, f"{n}.answer", f"{n}.correct", READERS[n]) for n in reader_names(slow)]
+    return _READER_CACHE[key]
+
+
+_READER_CACHE: dict[tuple[bool, int], list[tuple[str, str, str, Any]]] = {}
+
+
 def columns(slow: bool = True) -> list[str]:
     """Column names of one scored row, in a fixed order."""
     cols: list[str] = []
@@ -53,14 +64,12 @@ def score_response(response: str, reference: str, request: str = "hash", slow: b
     reader returns a value (the q_c indicator); ``category`` is the Table 11 category.
     """
     row: dict[str, Any] = {}
-    for name in reader_names(slow):
-        reading = READERS[name](response, reference, request)
-        row[f"{name}.answer"] = reading.answer
-        row[f"{name}.correct"] = reading.correct
-    if not slow:
-        for name in reader_names(True):
-            if READERS[name].slow:
-                row[f"{name}.answer"], row[f"{name}.correct"] = None, False
+    for _, answer_col, correct_col, read in _readers(True):
+        if slow or not read.slow:
+            reading = read(response, reference, request)
+            row[answer_col], row[correct_col] = reading.answer, reading.correct
+        else:
+            row[answer_col], row[correct_col] = None, False
     report = detect(response)
     for conv, n in report.counts.items():
         row[f"payload.{conv}"] = n > 0

@@ -18,12 +18,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from crossed_rlvr.eval.text import box_is_nonempty, box_spans
+from crossed_rlvr.eval.text import box_is_nonempty, box_spans, exact_markers
 from crossed_rlvr.rewards.conventions import PARTNER
 
 # Delimiters allowed between the marker and the number: spaces, Markdown emphasis/code, currency,
 # math openers (``$``, ``\\(``, ``\\[``) and escaped dollars. A possessive class keeps it linear.
-_HASH_PAYLOAD = re.compile(r"(?<!#)####(?!#)[ \t*_~`$\\(\[{€£¥]*+[-+−]?\.?\d")
+_HASH_PAYLOAD = re.compile(r"[ \t*_~`$\\(\[{€£¥]*+[-+−]?\.?\d")
 _JSON_PAYLOAD = re.compile(r'\{\s*+"answer"\s*+:\s*+"?\s*+\$?[-+]?\.?\d[^{}\n]*+\}')
 _XML_PAYLOAD = re.compile(r"<answer>\s*+[^<\s][^<]*+</answer>")
 
@@ -31,9 +31,7 @@ CATEGORIES: tuple[str, ...] = ("requested_only", "other_only", "both", "neither"
 
 
 def hash_payloads(text: str) -> int:
-    if "####" not in text:
-        return 0
-    return sum(1 for _ in _HASH_PAYLOAD.finditer(text))
+    return sum(1 for end in exact_markers(text) if _HASH_PAYLOAD.match(text, end))
 
 
 def boxed_payloads(text: str) -> int:
@@ -80,7 +78,7 @@ def detect(text: str) -> PayloadReport:
     return PayloadReport({name: count(text) for name, count in COUNTERS.items()})
 
 
-_HASH_PAYLOAD_LINE = re.compile(r"(?<!#)####(?!#)([ \t*_~`$\\(\[{€£¥]*+[-+−]?\.?\d[^\n]*+)")
+_HASH_PAYLOAD_LINE = re.compile(r"[ \t*_~`$\\(\[{€£¥]*+[-+−]?\.?\d[^\n]*+")
 _JSON_PAYLOAD_BODY = re.compile(r'\{\s*+"answer"\s*+:\s*+("?\s*+\$?[-+]?\.?\d[^{}\n]*+)\}')
 _XML_PAYLOAD_BODY = re.compile(r"<answer>(\s*+[^<\s][^<]*+)</answer>")
 
@@ -94,7 +92,10 @@ def last_payload(text: str, convention: str) -> str | None:
     if convention == "boxed":
         found = [span for span in box_spans(text) if box_is_nonempty(text, span)]
         return f"\\boxed{{{text[found[-1][0] : found[-1][1]]}}}" if found else None
-    pattern = {"hash": _HASH_PAYLOAD_LINE, "json": _JSON_PAYLOAD_BODY, "xml": _XML_PAYLOAD_BODY}.get(convention)
+    if convention == "hash":
+        lines = [m.group() for m in map(lambda end: _HASH_PAYLOAD_LINE.match(text, end), exact_markers(text)) if m]
+        return lines[-1].strip().strip("*_`").strip() if lines else None
+    pattern = {"json": _JSON_PAYLOAD_BODY, "xml": _XML_PAYLOAD_BODY}.get(convention)
     if pattern is None:
         raise KeyError(f"no payload syntax for convention {convention!r}")
     last = None

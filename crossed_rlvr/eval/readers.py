@@ -146,7 +146,8 @@ class RewardReader(Reader):
         return self.program.extract(response)
 
     def __call__(self, response: str, reference: str, request: str | None = None) -> Reading:
-        return Reading(self.program.extract(response), self.program.score(response, reference) == 1.0)
+        answer, score = self.program.read(response, reference)
+        return Reading(answer, score == 1.0)
 
 
 for _program in REWARD_PROGRAMS.values():

@@ -14,12 +14,12 @@ from functools import lru_cache
 
 # GSM8K-style number: sign, digits with optional thousands separators, optional decimals.
 NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})++|\d++)(?:\.\d++)?+|(?<![\w.])-?\.\d++")
-NUMBER_AT_START = re.compile(r"-?(?:\d{1,3}(?:,\d{3})++|\d++)(?:\.\d++)?+|-?\.\d++")
-# An exact four-hash marker (not part of a longer run of #).
-HASH_MARKER = re.compile(r"(?<!#)####(?!#)")
 # Strict hash reading: the marker, spaces, then a number immediately (App. C.1 / B.2: the frozen
 # numeric reader misses a currency-prefixed payload such as "#### $18").
-HASH_NUMBER = re.compile(r"(?<!#)####(?!#)[ \t]*+(-?(?:\d{1,3}(?:,\d{3})++|\d++)(?:\.\d++)?+|-?\.\d++)")
+_AFTER_HASH = re.compile(r"[ \t]*+(-?(?:\d{1,3}(?:,\d{3})++|\d++)(?:\.\d++)?+|-?\.\d++)")
+_DIGIT = re.compile(r"\d")
+_HASH_RUN = re.compile(r"#++")
+_NUMBER_RUN = re.compile(r"[0-9,.\-]*+")
 BOXED_OPEN = re.compile(r"\\boxed\s*+\{")
 _BRACE = re.compile(r"(?<!\\)[{}]")
 _NONSPACE = re.compile(r"\S")
@@ -62,23 +62,42 @@ def numbers(text: str) -> tuple[str, ...]:
 
 
 def last_number(text: str) -> str | None:
-    """The last number token anywhere in the text."""
-    # Look in the tail first; a tail token that is not the tail's first is whole (only the first
-    # can be cut by the window edge), so the full scan is needed only for short or sparse tails.
-    if len(text) > 512:
-        found = NUMBER.findall(text, len(text) - 512)
-        if len(found) > 1:
-            return found[-1]
-    all_found = numbers(text)
+    """The last number token anywhere in the text (same result as ``numbers(text)[-1]``)."""
+    # Find the last digit from the end, then tokenise only the run of number characters around it:
+    # tokens never cross a character outside [0-9,.-], so the run tokenises as in a full scan.
+    rev = text[::-1]
+    m = _DIGIT.search(rev)
+    if m is None:
+        return None
+    end = len(text) - m.start()
+    start = end - _NUMBER_RUN.match(rev, m.start()).end() + m.start()
+    found = NUMBER.findall(text, start, end)
+    if found:
+        return found[-1]
+    all_found = numbers(text)  # the last digit was not a token (e.g. "x2"): full scan
     return all_found[-1] if all_found else None
+
+
+def exact_markers(text: str, marker: str = "####") -> list[int]:
+    """End positions of every exact four-hash marker (not part of a longer run of #)."""
+    ends, at, n = [], text.find(marker), len(marker)
+    while at != -1:
+        run_end = _HASH_RUN.match(text, at).end()
+        if run_end - at == n and (at == 0 or text[at - 1] != "#"):
+            ends.append(run_end)
+        at = text.find(marker, run_end)
+    return ends
 
 
 @lru_cache(maxsize=8)  # only shared between readers of the same response
 def hash_numbers(text: str) -> tuple[str, ...]:
     """Numbers read by the strict hash readers: each ``####`` immediately followed by a number."""
-    if "####" not in text:
-        return ()
-    return tuple(HASH_NUMBER.findall(text))
+    found = []
+    for end in exact_markers(text):
+        m = _AFTER_HASH.match(text, end)
+        if m:
+            found.append(m.group(1))
+    return tuple(found)
 
 
 @lru_cache(maxsize=8)  # only shared between readers of the same response

@@ -44,28 +44,37 @@ class RewardProgram:
 
     name: str
     pattern: re.Pattern[str]
+    # A substring every match contains: a cheap test before the regex runs.
+    anchor: str = ""
     # answer_only credits any candidate in the window; the marker programs credit the last one.
     any_match: bool = False
 
     def candidates(self, response: str) -> list[str]:
-        return [_normalise(m) for m in self.pattern.findall(_window(response))]
+        window = _window(response)
+        if self.anchor and self.anchor not in window:
+            return []
+        return [_normalise(m) for m in self.pattern.findall(window)]
+
+    def read(self, response: str, reference: str) -> tuple[str | None, float]:
+        """The payload this program compares (its last match) and the reward, in one pass."""
+        found = self.candidates(response)
+        answer = found[-1] if found else None
+        target = str(reference).strip()
+        hit = target in found if self.any_match else answer == target
+        return answer, 1.0 if hit else 0.0
 
     def extract(self, response: str) -> str | None:
-        found = self.candidates(response)
-        return found[-1] if found else None
+        return self.read(response, "")[0]
 
     def score(self, response: str, reference: str) -> float:
-        target = str(reference).strip()
-        if self.any_match:
-            return 1.0 if target in self.candidates(response) else 0.0
-        return 1.0 if self.extract(response) == target else 0.0
+        return self.read(response, reference)[1]
 
 
 REWARD_PROGRAMS: dict[str, RewardProgram] = {
-    "hash": RewardProgram("hash", _HASH),
-    "boxed": RewardProgram("boxed", _BOXED),
-    "json": RewardProgram("json", _JSON),
-    "xml": RewardProgram("xml", _XML),
+    "hash": RewardProgram("hash", _HASH, anchor="#### "),
+    "boxed": RewardProgram("boxed", _BOXED, anchor="\\boxed{"),
+    "json": RewardProgram("json", _JSON, anchor='"answer"'),
+    "xml": RewardProgram("xml", _XML, anchor="<answer>"),
     "answer_only": RewardProgram("answer_only", _NUMBER, any_match=True),
 }
 
