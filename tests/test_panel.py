@@ -4,8 +4,7 @@ import time
 
 import pytest
 
-from crossed_rlvr.eval import Item, columns, score_many, score_response
-from crossed_rlvr.eval import mathverify, readers
+from crossed_rlvr.eval import Item, columns, mathverify, readers, score_many, score_response
 
 
 def test_score_many_matches_in_process_and_keeps_order():

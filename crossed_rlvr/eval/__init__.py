@@ -5,6 +5,16 @@ from crossed_rlvr.eval.payload import CATEGORIES, PayloadReport, detect
 from crossed_rlvr.eval.readers import READERS, REQUESTED_READER, Reader, Reading, get_reader
 
 __all__ = [
-    "Item", "columns", "score_many", "score_response", "CATEGORIES", "PayloadReport", "detect",
-    "READERS", "REQUESTED_READER", "Reader", "Reading", "get_reader",
+    "CATEGORIES",
+    "READERS",
+    "REQUESTED_READER",
+    "Item",
+    "PayloadReport",
+    "Reader",
+    "Reading",
+    "columns",
+    "detect",
+    "get_reader",
+    "score_many",
+    "score_response",
 ]

@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
-from crossed_rlvr.eval import mathverify  # noqa: F401  (registers the Math-Verify readers)
+from crossed_rlvr.eval import mathverify
 from crossed_rlvr.eval.payload import COUNTERS, detect
 from crossed_rlvr.eval.readers import READERS, REQUESTED_READER
 

@@ -93,7 +93,7 @@ def last_payload(text: str, convention: str) -> str | None:
         found = [span for span in box_spans(text) if box_is_nonempty(text, span)]
         return f"\\boxed{{{text[found[-1][0] : found[-1][1]]}}}" if found else None
     if convention == "hash":
-        lines = [m.group() for m in map(lambda end: _HASH_PAYLOAD_LINE.match(text, end), exact_markers(text)) if m]
+        lines = [m.group() for m in (_HASH_PAYLOAD_LINE.match(text, end) for end in exact_markers(text)) if m]
         return lines[-1].strip().strip("*_`").strip() if lines else None
     pattern = {"json": _JSON_PAYLOAD_BODY, "xml": _XML_PAYLOAD_BODY}.get(convention)
     if pattern is None:

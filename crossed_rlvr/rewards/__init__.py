@@ -15,6 +15,15 @@ from crossed_rlvr.rewards.conventions import (
 from crossed_rlvr.rewards.programs import REWARD_PROGRAMS, RewardProgram, get_program, reward
 
 __all__ = [
-    "CONVENTIONS", "PARTNER", "REQUESTS", "TEMPLATES", "Convention", "get_convention", "request_suffix",
-    "REWARD_PROGRAMS", "RewardProgram", "get_program", "reward",
+    "CONVENTIONS",
+    "PARTNER",
+    "REQUESTS",
+    "REWARD_PROGRAMS",
+    "TEMPLATES",
+    "Convention",
+    "RewardProgram",
+    "get_convention",
+    "get_program",
+    "request_suffix",
+    "reward",
 ]
