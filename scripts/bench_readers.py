@@ -44,7 +44,7 @@ def make_responses(n: int, seed: int = 20260908) -> list[Item]:
     for k in range(n):
         a, b, c = rng.randint(10, 99), rng.randint(1, 9), rng.randint(1, 9)
         d, e = a - b - c, rng.randint(2, 9)
-        v = dict(a=a, b=b, c=c, d=d, e=e, f=d * e, g=rng.randint(1, 5), h=rng.randint(100, 999), i=0)
+        v = {"a": a, "b": b, "c": c, "d": d, "e": e, "f": d * e, "g": rng.randint(1, 5), "h": rng.randint(100, 999), "i": 0}
         target = rng.randint(1000, 3000)
         parts: list[str] = []
         while sum(map(len, parts)) < target:

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from crossed_rlvr.eval import mathverify
 from crossed_rlvr.eval.payload import COUNTERS, detect
@@ -101,6 +101,66 @@ def _warm() -> None:
     mathverify.verify_text("$1$", "1")
 
 
+class Scorer:
+    """A pool of scoring workers kept alive across calls (one fork and Math-Verify import per worker)."""
+
+    def __init__(self, workers: int | None = None, chunk_size: int = 64, limit_s: float = PER_RESPONSE_LIMIT_S):
+        from pebble import ProcessPool
+
+        self.workers = workers or os.cpu_count() or 1
+        self.chunk_size, self.limit_s = chunk_size, limit_s
+        self.pool = ProcessPool(max_workers=self.workers, initializer=_warm)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.pool.stop()
+        self.pool.join()
+
+    def score(self, items: Sequence[Item], progress: Any = None) -> list[dict[str, Any]]:
+        """Rows for ``items`` in input order; ``progress`` (a tqdm bar) advances per finished row."""
+        from pebble import ProcessExpired
+
+        pool, limit_s = self.pool, self.limit_s
+        rows: list[dict[str, Any] | None] = [None] * len(items)
+        size = self.chunk_size
+        chunks = [range(i, min(i + size, len(items))) for i in range(0, len(items), size)]
+        futures = [
+            (idx, pool.schedule(_score_chunk, args=([items[i] for i in idx],), timeout=limit_s * 2 + 0.5 * len(idx)))
+            for idx in chunks
+        ]
+        retry: list[int] = []
+        for idx, fut in futures:
+            try:
+                for i, row in zip(idx, fut.result(), strict=True):
+                    rows[i] = row
+                if progress is not None:
+                    progress.update(len(idx))
+            except (FutureTimeout, ProcessExpired):
+                retry.extend(idx)
+        # One by one under the hard limit, then without the slow readers, then unreadable.
+        for slow in (True, False):
+            pending = [(i, pool.schedule(_score_chunk, args=([items[i]], slow), timeout=limit_s)) for i in retry]
+            retry = []
+            for i, fut in pending:
+                try:
+                    rows[i] = fut.result()[0]
+                    rows[i]["timed_out"] = not slow
+                    if progress is not None:
+                        progress.update(1)
+                except (FutureTimeout, ProcessExpired):
+                    retry.append(i)
+        for i in retry:
+            rows[i] = unreadable_row(items[i].request)
+        if progress is not None:
+            progress.update(len(retry))
+        return rows  # type: ignore[return-value]
+
+
 def score_many(
     items: Iterable[Item],
     workers: int | None = None,
@@ -115,39 +175,8 @@ def score_many(
     items = list(items)
     if workers == 0:
         return _score_chunk(items)
-    from pebble import ProcessExpired, ProcessPool
     from tqdm import tqdm
 
-    workers = workers or os.cpu_count() or 1
-    rows: list[dict[str, Any] | None] = [None] * len(items)
-    bar = tqdm(total=len(items), desc="scoring", unit="resp", disable=not progress)
-    with ProcessPool(max_workers=workers, initializer=_warm) as pool:
-        chunks = [range(i, min(i + chunk_size, len(items))) for i in range(0, len(items), chunk_size)]
-        futures = [
-            (idx, pool.schedule(_score_chunk, args=([items[i] for i in idx],), timeout=limit_s * 2 + 0.5 * len(idx)))
-            for idx in chunks
-        ]
-        retry: list[int] = []
-        for idx, fut in futures:
-            try:
-                for i, row in zip(idx, fut.result(), strict=True):
-                    rows[i] = row
-                bar.update(len(idx))
-            except (FutureTimeout, ProcessExpired):
-                retry.extend(idx)
-        # One by one under the hard limit, then without the slow readers, then unreadable.
-        for slow in (True, False):
-            pending = [(i, pool.schedule(_score_chunk, args=([items[i]], slow), timeout=limit_s)) for i in retry]
-            retry = []
-            for i, fut in pending:
-                try:
-                    rows[i] = fut.result()[0]
-                    rows[i]["timed_out"] = not slow
-                    bar.update(1)
-                except (FutureTimeout, ProcessExpired):
-                    retry.append(i)
-        for i in retry:
-            rows[i] = unreadable_row(items[i].request)
-        bar.update(len(retry))
-    bar.close()
-    return rows  # type: ignore[return-value]
+    with tqdm(total=len(items), desc="scoring", unit="resp", disable=not progress) as bar:
+        with Scorer(workers, chunk_size, limit_s) as scorer:
+            return scorer.score(items, bar)

@@ -10,6 +10,7 @@ Evaluation readers (App. C.1, B.2):
 - ``lenient_hash_fallback``: the strict answer, else the last number (satisfies A1 by construction).
 - ``last_number``: the last number anywhere.
 - ``boxed_first`` / ``boxed_last``: the first / last balanced box, then its last numeric token.
+- ``lenient_boxed_fallback``: the ``boxed_first`` answer, else the last number (A1 by construction).
 - ``json_first`` / ``xml_first``: the first JSON / XML answer payload, numeric (boundary study).
 - ``math_verify`` / ``math_verify_payload``: see :mod:`crossed_rlvr.eval.mathverify`.
 - ``reward_<convention>``: each training reward program read as a reader (App. D.1 re-scoring).
@@ -119,6 +120,16 @@ class BoxedLast(Reader):
 
 _JSON_ANSWER = re.compile(r'\{\s*+"answer"\s*+:\s*+"?\s*+([^"{}\n]*+)')
 _XML_ANSWER = re.compile(r"<answer>([^<]*+)</answer>")
+
+
+@reader("lenient_boxed_fallback")
+class LenientBoxedFallback(Reader):
+    """The boxed analogue of the hash-first/fallback reader: A1 holds by construction (§2.2)."""
+
+    def extract(self, response: str, request: str | None = None) -> str | None:
+        spans = tx.box_spans(response)
+        answer = tx.box_number(response, spans[0] if spans else None)
+        return answer if answer is not None else tx.last_number(response)
 
 
 @reader("json_first")

@@ -1,0 +1,280 @@
+"""``crossed-analyze``: scores table -> cells, contrasts, coverage, paired tests, report, figures.
+
+Outputs (a folder, DESIGN.md "Contracts"): ``cells.csv`` (one row per cell and measure, with n),
+``contrasts.csv`` (one row per contrast with its paired-bootstrap interval), ``report.md``,
+``figures/*.png`` and ``manifest.json`` with the sha256 of every input. The folder is written
+whole into a temporary sibling and then moved into place, and an existing folder is never
+replaced unless ``--overwrite`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crossed_rlvr import __version__
+from crossed_rlvr.analysis.bootstrap import resample_stats
+from crossed_rlvr.analysis.cells import Group, build_groups, derive_measures, policy_table
+from crossed_rlvr.analysis.contrasts import Contrast, arms_by_seed, build_contrasts, evaluate
+from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k
+from crossed_rlvr.analysis.paired import paired_tests
+from crossed_rlvr.eval.scoring import sha256_file
+
+REQUIRED = ["task", "policy", "training_convention", "train_seed", "request", "template", "item_id", "sample_idx",
+            "finish_reason", "requested_payload", "extractable", "category"]
+DEFAULT_RESAMPLES = 2000
+DEFAULT_RNG_SEED = 20260910
+
+
+class AnalysisError(ValueError):
+    pass
+
+
+def load_scores(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        raise AnalysisError(f"{path}: no such scores table")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as err:  # pyarrow raises several types for a file that is not Parquet
+        raise AnalysisError(f"{path}: not a readable Parquet scores table ({err})") from None
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise AnalysisError(f"{path}: scores table lacks column '{missing[0]}' (made by crossed-score?)")
+    if df.empty:
+        raise AnalysisError(f"{path}: scores table has no rows")
+    return df
+
+
+def cell_rows(df: pd.DataFrame, groups: list[Group]) -> pd.DataFrame:
+    """cells.csv: one row per cell and measure (paper Tables 8, 11, 12)."""
+    rows: list[dict[str, Any]] = []
+    meta = df.groupby(["task", "template", "policy", "request"]).agg(
+        n=("item_id", "size"), training_convention=("training_convention", "first"), train_seed=("train_seed", "first")
+    )
+    for g in groups:
+        acc_idx = [i for i, m in enumerate(g.measures) if m.startswith("acc.")]
+        for c, (policy, request) in enumerate(g.cells):
+            info = meta.loc[(g.task, g.template, policy, request)]
+            base = {"task": g.task, "template": g.template, "policy": policy,
+                    "training_convention": info["training_convention"], "train_seed": info["train_seed"],
+                    "request": request, "n": int(info["n"]), "n_items": len(g.items)}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                values = np.nanmean(g.X[c], axis=1)
+            for m, v in zip(g.measures, values):
+                if m.startswith("cat."):
+                    rows.append({**base, "measure": f"count.{m[4:]}", "value": round(float(v) * base["n"])})
+                elif not np.isnan(v):
+                    rows.append({**base, "measure": m, "value": float(v)})
+            if g.n_samples > 1:
+                counts = np.rint(g.X[c][acc_idx] * g.n_samples)
+                curve = pass_at_k(counts, g.n_samples)
+                for j, i in enumerate(acc_idx):
+                    for k in range(1, g.n_samples + 1):
+                        rows.append({**base, "measure": f"pass@{k}.{g.measures[i][4:]}", "value": float(curve[j, k - 1])})
+    cells = pd.DataFrame(rows)
+    # Same-item payload changes against the initial policy (Table 12), paired by (item, sample).
+    key = ["task", "template", "request", "item_id", "sample_idx"]
+    init = df[df["policy"] == "initial"][key + ["requested_payload"]].rename(columns={"requested_payload": "p0"})
+    extra = []
+    if not init.empty:
+        merged = df[df["policy"] != "initial"].merge(init, on=key, how="inner")
+        for (task, template, policy, request), part in merged.groupby(["task", "template", "policy", "request"]):
+            lost = int((part["p0"] & ~part["requested_payload"]).sum())
+            gained = int((~part["p0"] & part["requested_payload"]).sum())
+            info = {"task": task, "template": template, "policy": policy, "request": request}
+            base = cells[(cells.task == task) & (cells.template == template) & (cells.policy == policy)
+                         & (cells.request == request)].iloc[0]
+            info.update(training_convention=base["training_convention"], train_seed=base["train_seed"],
+                        n=int(base["n"]), n_items=int(base["n_items"]))
+            extra += [{**info, "measure": "lost", "value": lost}, {**info, "measure": "gained", "value": gained},
+                      {**info, "measure": "delta_P", "value": 100.0 * (gained - lost) / len(part)}]
+    return pd.concat([cells, pd.DataFrame(extra)], ignore_index=True) if extra else cells
+
+
+def contrast_rows(groups: list[Group], policies: pd.DataFrame, n_resamples: int, rng_seed: int
+                  ) -> tuple[pd.DataFrame, dict[str, float]]:
+    """contrasts.csv rows with paired-bootstrap percentile intervals, and the eq. 5 identity check."""
+    rows, identity_err = [], 0.0
+    for g in groups:
+        contrasts = build_contrasts(g, policies)
+        if not contrasts:
+            continue
+        flat = g.flat()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            point = np.nanmean(flat, axis=1)
+        est = evaluate(contrasts, point)
+        draws = evaluate(contrasts, resample_stats(flat, n_resamples, rng_seed)) if n_resamples else None
+        identity_err = max(identity_err, _identity_error(contrasts, est))
+        for j, c in enumerate(contrasts):
+            lo = hi = np.nan
+            if draws is not None and not c.members:
+                col = draws[:, j]
+                col = col[np.isfinite(col)]
+                if len(col):
+                    lo, hi = np.quantile(col, [0.025, 0.975])
+            rows.append({
+                "task": g.task, "template": g.template, "name": c.name, "measure": c.measure, "policy": c.policy,
+                "request": c.request, "unit": c.unit, "estimate": float(est[j]), "ci_low": float(lo),
+                "ci_high": float(hi), "n_resamples": 0 if c.members else n_resamples, "rng_seed": rng_seed,
+                "n_items": len(g.items),
+            })
+    return pd.DataFrame(rows), {"max_abs_identity_error": identity_err}
+
+
+def _identity_error(contrasts: list[Contrast], est: np.ndarray) -> float:
+    """Largest |Δ_S - (F + Δ_len)| over policies (eq. 5); zero up to rounding by construction."""
+    val = {(c.name, c.measure, c.policy, c.request): est[j] for j, c in enumerate(contrasts)}
+    err = 0.0
+    for (name, _, policy, request), f in val.items():
+        if name == "reader_gap_reduction":
+            ds = val[("gain", "acc.strict", policy, request)]
+            dl = val[("gain", "acc.lenient", policy, request)]
+            err = max(err, abs(ds - (f + dl)))
+    return float(err)
+
+
+def coverage_rows(groups: list[Group]) -> pd.DataFrame:
+    """Item coverage at k = N against the initial policy, with exact McNemar tests (App. C.3)."""
+    rows = []
+    for g in groups:
+        for policy, request in g.cells:
+            if policy == "initial" or not g.has("initial", request):
+                continue
+            c0, c1 = g.cells.index(("initial", request)), g.cells.index((policy, request))
+            for i, m in enumerate(g.measures):
+                if not m.startswith("acc.") or np.isnan(g.X[c1, i]).any() or np.isnan(g.X[c0, i]).any():
+                    continue
+                n0, n1 = np.rint(g.X[c0, i] * g.n_samples), np.rint(g.X[c1, i] * g.n_samples)
+                lost, gained, p = coverage_change(n0, n1)
+                rows.append({"task": g.task, "template": g.template, "name": "coverage", "measure": m,
+                             "policy": policy, "request": request, "unit": "pp", "k": g.n_samples,
+                             "initial": 100 * float((n0 > 0).mean()), "trained": 100 * float((n1 > 0).mean()),
+                             "estimate": 100.0 * (gained - lost) / len(g.items), "lost": lost, "gained": gained,
+                             "p_value": p, "n_items": len(g.items)})
+    return pd.DataFrame(rows)
+
+
+def paired_test_rows(groups: list[Group], policies: pd.DataFrame) -> pd.DataFrame:
+    """Per arm (method and convention, pooled over seeds): one-sided paired t and Wilcoxon (paper 002 §4.2)."""
+    rows = []
+    arms = arms_by_seed(policies)
+    by_arm: dict[str, list[str]] = {}
+    for (method, _seed), convs in sorted(arms.items()):
+        for conv, policy in convs.items():
+            by_arm.setdefault(f"{method}-{conv}", []).append(policy)
+    for g in groups:
+        for arm, members in by_arm.items():
+            for request in sorted({r for _, r in g.cells}):
+                present = [p for p in members if g.has(p, request)]
+                if not present or not g.has("initial", request):
+                    continue
+                for i, m in enumerate(g.measures):
+                    if not m.startswith("acc."):
+                        continue
+                    trained = np.mean([g.X[g.cells.index((p, request)), i] for p in present], axis=0)
+                    initial = g.X[g.cells.index(("initial", request)), i]
+                    if np.isnan(trained).any() or np.isnan(initial).any():
+                        continue
+                    res = paired_tests(trained, initial)
+                    rows.append({"task": g.task, "template": g.template, "name": "paired_tests", "measure": m,
+                                 "policy": arm, "request": request, "unit": "pp", "n_seeds": len(present),
+                                 "estimate": 100 * res["mean_diff"], "t_statistic": res["t"], "t_p_value": res["t_p"],
+                                 "wilcoxon_statistic": res["w"], "wilcoxon_p_value": res["w_p"],
+                                 "n_items": len(g.items)})
+    return pd.DataFrame(rows)
+
+
+def analyze(
+    scores_path: str | Path,
+    out_dir: str | Path,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    rng_seed: int = DEFAULT_RNG_SEED,
+    overwrite: bool = False,
+    figures: bool = True,
+    tracking: str = "off",
+) -> Path:
+    """Run the whole analysis of one scores table into ``out_dir``."""
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it or choose another folder")
+    start = time.perf_counter()
+    scores = load_scores(scores_path)
+    df, measures = derive_measures(scores)
+    groups = build_groups(df, measures)
+    policies = policy_table(df)
+
+    cells = cell_rows(df, groups)
+    contrasts, checks = contrast_rows(groups, policies, n_resamples, rng_seed)
+    coverage = coverage_rows(groups)
+    paired = paired_test_rows(groups, policies)
+    a1 = cells[cells.measure == "a1_violation"]
+    checks["a1_max_violation_rate"] = float(a1["value"].max()) if len(a1) else 0.0
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        cells.to_csv(tmp / "cells.csv", index=False, float_format="%.10g")
+        contrasts.to_csv(tmp / "contrasts.csv", index=False, float_format="%.10g")
+        coverage.to_csv(tmp / "coverage.csv", index=False, float_format="%.10g")
+        paired.to_csv(tmp / "paired_tests.csv", index=False, float_format="%.10g")
+        from crossed_rlvr.analysis.report import write_figures, write_report
+
+        figs = write_figures(cells, contrasts, tmp / "figures") if figures else []
+        write_report(tmp / "report.md", cells, contrasts, coverage, paired, checks, figs,
+                     n_resamples=n_resamples, rng_seed=rng_seed)
+        manifest = {
+            "kind": "crossed-rlvr analysis", "crossed_rlvr_version": __version__,
+            "inputs": [{"path": str(scores_path), "sha256": sha256_file(Path(scores_path))}],
+            "n_resamples": n_resamples, "rng_seed": rng_seed, "checks": checks,
+            "outputs": sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()),
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if tracking != "off":
+        from crossed_rlvr.analysis.tracking import log_analysis
+
+        log_analysis(out, mode=tracking)
+    print(f"analysis of {len(scores):,} responses in {time.perf_counter() - start:.1f} s -> {out}", file=sys.stderr)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="crossed-analyze", description="Crossed analysis of a scores table.")
+    parser.add_argument("scores", help="scores table (Parquet) from crossed-score")
+    parser.add_argument("-o", "--out", required=True, help="output folder")
+    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="paired bootstrap resamples")
+    parser.add_argument("--rng-seed", type=int, default=DEFAULT_RNG_SEED)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    parser.add_argument("--no-figures", action="store_true")
+    parser.add_argument("--tracking", choices=["off", "offline", "online"], default="off",
+                        help="log to wandb (offline writes a local run folder to sync later)")
+    args = parser.parse_args(argv)
+    try:
+        analyze(args.scores, args.out, args.resamples, args.rng_seed, args.overwrite, not args.no_figures, args.tracking)
+    except (AnalysisError, FileExistsError) as err:
+        print(f"crossed-analyze: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""Cells: all responses of one (policy, request, template) over one frozen item set (paper 001 §2).
+
+From a scores table this module derives the per-response measures the analysis uses and turns
+each (task, template) group into an array ``X[cell, measure, item]`` of per-item means over
+samples. Every cell statistic is an item mean of that array, which is what lets the paired item
+bootstrap resample items once for all cells and seeds.
+
+Request-matched measures (§2.2): the *strict* reader follows the requested convention
+(``strict_first_hash`` for hash, ``boxed_first`` for boxed, ``json_first``/``xml_first``), the
+*lenient* reader keeps the strict answer and otherwise falls back to the last number
+(``lenient_hash_fallback`` / ``lenient_boxed_fallback``), and *reward* is the requested
+convention's training reward program (App. D.1 re-scoring).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from crossed_rlvr.eval.payload import CATEGORIES
+
+STRICT = {"hash": "strict_first_hash", "boxed": "boxed_first", "json": "json_first", "xml": "xml_first"}
+LENIENT = {"hash": "lenient_hash_fallback", "boxed": "lenient_boxed_fallback"}
+CELL_KEYS = ["task", "template", "policy", "request"]
+
+
+def item_order(item_id: str) -> tuple[int, int, str]:
+    return (0, int(item_id), "") if item_id.isdigit() else (1, 0, item_id)
+
+
+def reader_names(scores: pd.DataFrame) -> list[str]:
+    return [c[: -len(".correct")] for c in scores.columns if c.endswith(".correct")]
+
+
+def _pick(scores: pd.DataFrame, mapping: dict[str, str], suffix: str) -> pd.Series:
+    out = pd.Series(np.nan, index=scores.index, dtype=object)
+    for request, reader in mapping.items():
+        mask = scores["request"] == request
+        if mask.any() and f"{reader}.{suffix}" in scores:
+            out[mask] = scores.loc[mask, f"{reader}.{suffix}"]
+    return out
+
+
+def derive_measures(scores: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Add the per-response 0/1 measures; returns the frame and the measure column names."""
+    df = scores.copy()
+    readers = reader_names(scores)
+    measures: dict[str, pd.Series] = {
+        "payload": df["requested_payload"].astype(float),
+        "extractable": df["extractable"].astype(float),
+    }
+    strict_ok = _pick(df, STRICT, "correct")
+    measures["acc.strict"] = strict_ok.astype(float)
+    lenient_ok = _pick(df, LENIENT, "correct")
+    measures["acc.lenient"] = lenient_ok.astype(float)
+    reward_map = {r: f"reward_{r}" for r in STRICT}
+    measures["acc.reward"] = _pick(df, reward_map, "correct").astype(float)
+    for name in readers:
+        measures[f"acc.{name}"] = df[f"{name}.correct"].astype(float)
+    measures["truncated"] = (df["finish_reason"] == "length").astype(float)
+    for cat in CATEGORIES:
+        measures[f"cat.{cat}"] = (df["category"] == cat).astype(float)
+    # Fidelity condition A1 (§2.2): the lenient reader returns the strict answer whenever there is one.
+    strict_ans, lenient_ans = _pick(df, STRICT, "answer"), _pick(df, LENIENT, "answer")
+    has_pair = df["request"].isin(list(LENIENT))
+    violation = has_pair & strict_ans.notna() & (lenient_ans != strict_ans)
+    measures["a1_violation"] = violation.astype(float).where(has_pair)
+    for name, series in measures.items():
+        df[name] = series.values
+    return df, list(measures)
+
+
+@dataclass
+class Group:
+    """One (task, template): its items, its cells and per-item means ``X[cell, measure, item]``."""
+
+    task: str
+    template: str
+    items: list[str]
+    cells: list[tuple[str, str]]  # (policy, request)
+    measures: list[str]
+    X: np.ndarray
+    n_samples: int
+
+    def index(self, policy: str, request: str, measure: str) -> int:
+        """Flat column index of a cell statistic in ``X.reshape(n_cells * n_measures, n_items)``."""
+        return self.cells.index((policy, request)) * len(self.measures) + self.measures.index(measure)
+
+    def has(self, policy: str, request: str) -> bool:
+        return (policy, request) in self.cells
+
+    def flat(self) -> np.ndarray:
+        return self.X.reshape(len(self.cells) * len(self.measures), len(self.items))
+
+
+def build_groups(df: pd.DataFrame, measures: list[str]) -> list[Group]:
+    """Per-item means of every measure for every cell, grouped by (task, template)."""
+    groups = []
+    for (task, template), part in df.groupby(["task", "template"], sort=True):
+        items = sorted(part["item_id"].unique(), key=item_order)
+        cells = sorted({(p, r) for p, r in zip(part["policy"], part["request"])}, key=_cell_order)
+        means = part.groupby(["policy", "request", "item_id"])[measures].mean()
+        X = np.full((len(cells), len(measures), len(items)), np.nan)
+        for c, (policy, request) in enumerate(cells):
+            block = means.loc[(policy, request)].reindex(items)
+            X[c] = block.to_numpy(dtype=float).T
+        n_samples = int(part.groupby(["policy", "request", "item_id"]).size().max())
+        groups.append(Group(task, template, items, cells, measures, X, n_samples))
+    return groups
+
+
+def _cell_order(cell: tuple[str, str]) -> tuple:
+    policy, request = cell
+    return (policy != "initial", policy, request)
+
+
+def policy_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per policy: training convention, seed and method (the arm family, e.g. grpo, sft)."""
+    pol = df.groupby("policy", sort=True)[["training_convention", "train_seed"]].first().reset_index()
+    pol["method"] = [method_of(p, c) for p, c in zip(pol["policy"], pol["training_convention"])]
+    return pol
+
+
+def method_of(policy: str, convention: str) -> str:
+    """``grpo-hash/s83`` -> ``grpo``; the arm family that pairs conventions within a seed."""
+    if convention == "initial":
+        return "initial"
+    arm = policy.split("/")[0]
+    for sep in ("-", "_"):
+        suffix = f"{sep}{convention}"
+        if arm.endswith(suffix):
+            return arm[: -len(suffix)] or "arm"
+    return arm.replace(convention, "").strip("-_") or "arm"

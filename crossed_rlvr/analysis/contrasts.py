@@ -1,0 +1,186 @@
+"""Contrasts: differences of cell statistics (paper 001 §2.1-2.4, App. B.2, D.2).
+
+Each contrast is a linear combination of cell statistics (percentage points), or one minus a
+ratio of two such combinations (attenuation ρ). Linear contrasts get their bootstrap draws from
+one product with the shared draws of the cell statistics.
+
+- ``interaction`` (eq. 1, 4): 100[(A_Hh - A_Bh) - (A_Hb - A_Bb)] per measure: I_P (payload),
+  I_q (extractable), I_R for every reader (acc.*), per training seed; ``<method>/mean`` weights
+  seeds equally and ``<method>/sd`` is the sample SD across seeds (descriptive, no interval).
+- ``delta_P`` / ``delta_q`` / ``gain`` (Tables 8, 9, 12): trained minus initial, same request.
+- ``reader_gap_reduction`` F (eq. 5): (γ0 - γRL) with γ = Acc_lenient - Acc_strict, so that
+  Δ_S = F + Δ_len holds exactly.
+- ``attenuation_reward`` ρ (eq. 7, I1): 1 - Δ_S(answer_only arm) / Δ_S(hash arm), hash request.
+- ``attenuation_convention`` ρ (eq. 7, I2): 1 - Δ_S(boxed arm, boxed request) / Δ_S(hash arm, hash request).
+- ``preference_D`` (eq. 8): Acc(π, hash request, strict) - Acc(π, boxed request, strict).
+- ``arm_to_arm_D`` (§2.4, I4): [D(H) - D(0)] - [D(B) - D(0)] within a method and seed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from crossed_rlvr.analysis.cells import LENIENT, Group
+
+PAIRS = (("hash", "boxed"), ("json", "xml"))  # (convention H, convention B) crossed with requests h, b
+
+
+@dataclass
+class Contrast:
+    name: str
+    measure: str
+    policy: str
+    request: str
+    terms: dict[int, float]
+    denom: dict[int, float] | None = None  # present for ratios: estimate = 1 - terms/denom
+    unit: str = "pp"
+    members: list[dict[int, float]] = field(default_factory=list)  # per-seed terms, for SD rows
+
+
+def _lin(*parts: tuple[float, int]) -> dict[int, float]:
+    out: dict[int, float] = defaultdict(float)
+    for coef, idx in parts:
+        out[idx] += coef
+    return dict(out)
+
+
+def _scale(terms: dict[int, float], k: float) -> dict[int, float]:
+    return {i: c * k for i, c in terms.items()}
+
+
+def _mean(terms_list: list[dict[int, float]]) -> dict[int, float]:
+    out: dict[int, float] = defaultdict(float)
+    for terms in terms_list:
+        for i, c in terms.items():
+            out[i] += c / len(terms_list)
+    return dict(out)
+
+
+def arms_by_seed(policies: pd.DataFrame) -> dict[tuple[str, int], dict[str, str]]:
+    """{(method, seed): {convention: policy}} for trained policies."""
+    out: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
+    for row in policies.itertuples():
+        if row.training_convention != "initial":
+            out[(row.method, int(row.train_seed))][row.training_convention] = row.policy
+    return dict(out)
+
+
+def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
+    g, out = group, []
+    acc_measures = [m for m in g.measures if m.startswith("acc.")]
+    cross_measures = ["payload", "extractable", *acc_measures]
+    arms = arms_by_seed(policies[policies["policy"].isin({p for p, _ in g.cells})])
+
+    def A(policy: str, request: str, measure: str) -> int:
+        return g.index(policy, request, measure)
+
+    # Crossed interactions per seed, then seed mean and SD.
+    per_method: dict[tuple[str, str, str], list[tuple[int, dict[int, float]]]] = defaultdict(list)
+    for (method, seed), convs in sorted(arms.items()):
+        for ch, cb in PAIRS:
+            if ch not in convs or cb not in convs:
+                continue
+            H, B = convs[ch], convs[cb]
+            if not all(g.has(p, r) for p in (H, B) for r in (ch, cb)):
+                continue
+            for m in cross_measures:
+                terms = _scale(_lin((1, A(H, ch, m)), (-1, A(B, ch, m)), (-1, A(H, cb, m)), (1, A(B, cb, m))), 100)
+                out.append(Contrast("interaction", m, f"{method}/s{seed}", f"{ch}x{cb}", terms))
+                per_method[(method, f"{ch}x{cb}", m)].append((seed, terms))
+    for (method, req, m), seeds in per_method.items():
+        members = [t for _, t in seeds]
+        out.append(Contrast("interaction", m, f"{method}/mean", req, _mean(members)))
+        if len(members) > 1:
+            out.append(Contrast("interaction_sd", m, f"{method}/sd", req, {}, members=members))
+
+    # Changes against the initial policy, same request.
+    if any(p == "initial" for p, _ in g.cells):
+        for policy, request in g.cells:
+            if policy == "initial" or not g.has("initial", request):
+                continue
+            for m in cross_measures:
+                name = {"payload": "delta_P", "extractable": "delta_q"}.get(m, "gain")
+                terms = _scale(_lin((1, A(policy, request, m)), (-1, A("initial", request, m))), 100)
+                out.append(Contrast(name, m, policy, request, terms))
+            if request in LENIENT:
+                # F = γ0 - γRL with γ = Acc_len - Acc_str (eq. 5).
+                terms = _scale(_lin(
+                    (1, A("initial", request, "acc.lenient")), (-1, A("initial", request, "acc.strict")),
+                    (-1, A(policy, request, "acc.lenient")), (1, A(policy, request, "acc.strict")),
+                ), 100)
+                out.append(Contrast("reader_gap_reduction", "acc.strict|acc.lenient", policy, request, terms))
+
+    # Attenuation ρ (eq. 7) and preference D (eq. 8).
+    if g.has("initial", "hash"):
+        def gain(policy: str, request: str) -> dict[int, float]:
+            return _lin((1, A(policy, request, "acc.strict")), (-1, A("initial", request, "acc.strict")))
+
+        by_method: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        for (method, seed), convs in sorted(arms.items()):
+            h = convs.get("hash")
+            if h is None or not g.has(h, "hash"):
+                continue
+            ctrl = gain(h, "hash")
+            treat = convs.get("answer_only")
+            if treat is not None and g.has(treat, "hash"):
+                t = gain(treat, "hash")
+                out.append(Contrast("attenuation_reward", "acc.strict", f"{method}/s{seed}", "hash", t, ctrl, "ratio"))
+                by_method[method]["reward"].append((t, ctrl))
+            b = convs.get("boxed")
+            if b is not None and g.has(b, "boxed") and g.has("initial", "boxed"):
+                t = gain(b, "boxed")
+                out.append(Contrast("attenuation_convention", "acc.strict", f"{method}/s{seed}", "own", t, ctrl, "ratio"))
+                by_method[method]["convention"].append((t, ctrl))
+        for method, kinds in by_method.items():
+            for kind, pairs in kinds.items():
+                t, c = _mean([p[0] for p in pairs]), _mean([p[1] for p in pairs])
+                req = "hash" if kind == "reward" else "own"
+                out.append(Contrast(f"attenuation_{kind}", "acc.strict", f"{method}/mean", req, t, c, "ratio"))
+
+    def D(policy: str) -> dict[int, float]:
+        return _scale(_lin((1, A(policy, "hash", "acc.strict")), (-1, A(policy, "boxed", "acc.strict"))), 100)
+
+    with_both = [p for p in dict.fromkeys(p for p, _ in g.cells) if g.has(p, "hash") and g.has(p, "boxed")]
+    for policy in with_both:
+        out.append(Contrast("preference_D", "acc.strict", policy, "hash-boxed", D(policy)))
+    for (method, seed), convs in sorted(arms.items()):
+        H, B = convs.get("hash"), convs.get("boxed")
+        if H in with_both and B in with_both:
+            terms = _lin(*[(c, i) for i, c in D(H).items()], *[(-c, i) for i, c in D(B).items()])
+            out.append(Contrast("arm_to_arm_D", "acc.strict", f"{method}/s{seed}", "hash-boxed", terms))
+    return out
+
+
+def evaluate(contrasts: list[Contrast], stats: np.ndarray) -> np.ndarray:
+    """Contrast values for stat vectors ``stats`` of shape (..., n_stats) -> (..., n_contrasts)."""
+    n_stats = stats.shape[-1]
+    lin = [c for c in contrasts]
+    coef = np.zeros((n_stats, len(lin)))
+    den = np.zeros((n_stats, len(lin)))
+    for j, c in enumerate(lin):
+        for i, v in c.terms.items():
+            coef[i, j] += v
+        for i, v in (c.denom or {}).items():
+            den[i, j] += v
+    values = stats @ coef
+    is_ratio = np.array([c.denom is not None for c in lin])
+    if is_ratio.any():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = 1.0 - values[..., is_ratio] / (stats @ den[:, is_ratio])
+        values[..., is_ratio] = np.where(np.isfinite(ratio), ratio, np.nan)
+    for j, c in enumerate(lin):
+        if c.members:
+            per_seed = np.stack([stats @ _vec(m, n_stats) for m in c.members], axis=-1)
+            values[..., j] = per_seed.std(axis=-1, ddof=1)
+    return values
+
+
+def _vec(terms: dict[int, float], n: int) -> np.ndarray:
+    v = np.zeros(n)
+    for i, c in terms.items():
+        v[i] += c
+    return v

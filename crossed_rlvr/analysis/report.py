@@ -1,0 +1,304 @@
+"""report.md and figures, laid out like paper 001 Tables 8-12 and Figures 1a, 1b, 2a."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2}
+REQUEST_ORDER = {"hash": 0, "boxed": 1, "json": 2, "xml": 3}
+
+
+def _requests(values) -> list[str]:
+    return sorted(set(values), key=lambda r: (REQUEST_ORDER.get(r, 9), r))
+
+
+def _fmt(v: float, digits: int = 2, sign: bool = True) -> str:
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return "—"
+    return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
+
+
+def _ci(row: pd.Series) -> str:
+    est = _fmt(row["estimate"])
+    if np.isnan(row.get("ci_low", np.nan)):
+        return est
+    return f"{est} [{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _templates(df: pd.DataFrame) -> list[tuple[str, str]]:
+    pairs = df[["task", "template"]].drop_duplicates().itertuples(index=False)
+    return sorted(pairs, key=lambda p: (p[0], TEMPLATE_ORDER.get(p[1], 9), p[1]))
+
+
+def _seed_label(row: pd.Series) -> str:
+    return "—" if row["training_convention"] == "initial" else str(int(row["train_seed"]))
+
+
+def _policy_order(cells: pd.DataFrame) -> list[str]:
+    pol = cells.drop_duplicates("policy")[["policy", "training_convention", "train_seed"]]
+    pol = pol.assign(seed=pol["train_seed"].fillna(-1), first=pol["policy"] != "initial")
+    return list(pol.sort_values(["first", "seed", "training_convention", "policy"])["policy"])
+
+
+def payload_table(cells: pd.DataFrame, task: str, template: str) -> str:
+    """Tables 11 and 12: payload categories, q_c, payload and q_c rates, lost/gained and ΔP."""
+    part = cells[(cells.task == task) & (cells.template == template)]
+    wide = part.pivot_table(index=["policy", "request"], columns="measure", values="value", aggfunc="first")
+    meta = part.drop_duplicates(["policy", "request"]).set_index(["policy", "request"])
+    rows = []
+    for policy in _policy_order(part):
+        for request in _requests(part[part.policy == policy]["request"]):
+            w, m = wide.loc[(policy, request)], meta.loc[(policy, request)]
+            n = int(m["n"])
+            get = lambda k: w.get(k, np.nan)
+            rows.append([
+                _seed_label(m), policy, request,
+                *[int(get(f"count.{c}")) for c in ("requested_only", "other_only", "both", "neither")],
+                round(get("extractable") * n), f"{100 * get('payload'):.2f}", f"{100 * get('extractable'):.2f}",
+                "—" if np.isnan(get("lost")) else int(get("lost")),
+                "—" if np.isnan(get("gained")) else int(get("gained")),
+                "—" if np.isnan(get("delta_P")) else _fmt(get("delta_P")),
+            ])
+    return _table(["Seed", "Policy", "Request", "Requested only", "Other only", "Both", "Neither", "q_c",
+                   "Payload (%)", "q_c (%)", "Lost", "Gained", "ΔP (pp)"], rows)
+
+
+def interaction_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
+    """Table 10: I_P, I_q, I_S (requested strict), I_MV per seed, with seed mean and SD."""
+    part = contrasts[(contrasts.task == task) & (contrasts.template == template)
+                     & contrasts.name.isin(["interaction", "interaction_sd"])]
+    if part.empty:
+        return "_No policy pair with both conventions under both requests._"
+    cols = [("payload", "I_P"), ("extractable", "I_q"), ("acc.strict", "I_S"), ("acc.math_verify", "I_MV"),
+            ("acc.reward", "I_reward"), ("acc.lenient", "I_lenient")]
+    rows = []
+    for (policy, request), grp in part.groupby(["policy", "request"], sort=False):
+        by = grp.set_index("measure")
+        cell = (lambda m: _fmt(by.loc[m]["estimate"], sign=False)) if policy.endswith("/sd") else (
+            lambda m: _ci(by.loc[m]))
+        rows.append([policy, request] + [cell(m) if m in by.index else "—" for m, _ in cols])
+    return _table(["Seed", "Pair"] + [c for _, c in cols], rows)
+
+
+def counts_table(cells: pd.DataFrame, task: str, template: str) -> str:
+    """Table 8: correct counts under each request (requested strict and Math-Verify) and truncations."""
+    part = cells[(cells.task == task) & (cells.template == template)]
+    wide = part.pivot_table(index=["policy", "request"], columns="measure", values="value", aggfunc="first")
+    meta = part.drop_duplicates(["policy", "request"]).set_index(["policy", "request"])
+    requests = _requests(part["request"])
+    rows = []
+    for policy in _policy_order(part):
+        row = [policy]
+        trunc = []
+        for r in requests:
+            if (policy, r) not in wide.index:
+                row += ["—", "—"]
+                trunc.append("—")
+                continue
+            n = meta.loc[(policy, r)]["n"]
+            w = wide.loc[(policy, r)]
+            row += [round(w.get("acc.strict", np.nan) * n), round(w.get("acc.math_verify", np.nan) * n)]
+            trunc.append(str(round(w.get("truncated", 0) * n)))
+        rows.append(row + ["/".join(trunc)])
+    header = ["Policy"] + [f"{r} {k}" for r in requests for k in ("S", "MV")] + ["Trunc. (" + "/".join(requests) + ")"]
+    return _table(header, rows)
+
+
+def gains_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
+    """Table 9 with eq. 5 accounting: strict, lenient and MV gains and the reader-gap reduction F."""
+    part = contrasts[(contrasts.task == task) & (contrasts.template == template)]
+    gains = part[part.name.isin(["gain", "reader_gap_reduction"])]
+    if gains.empty:
+        return "_No initial policy to compare with._"
+    rows = []
+    for (policy, request), grp in gains.groupby(["policy", "request"], sort=False):
+        by = grp.set_index("measure")
+        get = lambda m: _ci(by.loc[m]) if m in by.index else "—"
+        rows.append([policy, request, get("acc.strict"), get("acc.lenient"), get("acc.strict|acc.lenient"),
+                     get("acc.math_verify"), get("acc.reward")])
+    return _table(["Policy", "Request", "Strict gain Δ_S", "Lenient gain Δ_len", "F", "MV gain", "Reward-program gain"],
+                  rows)
+
+
+def other_contrasts(contrasts: pd.DataFrame) -> str:
+    part = contrasts[contrasts.name.isin(["attenuation_reward", "attenuation_convention", "preference_D", "arm_to_arm_D"])]
+    if part.empty:
+        return "_No intervention/control arms or D contrasts in this input._"
+    rows = []
+    for r in part.itertuples():
+        est = f"{100 * r.estimate:.1f}%" if r.unit == "ratio" else _fmt(r.estimate)
+        ci = "" if np.isnan(r.ci_low) else (
+            f"[{100 * r.ci_low:.1f}%, {100 * r.ci_high:.1f}%]" if r.unit == "ratio" else f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]")
+        rows.append([r.template, r.name, r.policy, r.request, est, ci])
+    return _table(["Template", "Contrast", "Policy", "Request", "Estimate", "95% CI"], rows)
+
+
+def coverage_table(coverage: pd.DataFrame) -> str:
+    if coverage.empty:
+        return "_No initial policy to compare coverage with._"
+    keep = coverage[coverage.measure.isin(["acc.strict", "acc.lenient", "acc.last_number", "acc.math_verify"])]
+    rows = [[r.template, r.policy, r.request, r.measure[4:], r.k, f"{r.initial:.2f}", f"{r.trained:.2f}", r.lost,
+             r.gained, f"{r.p_value:.3g}"] for r in keep.itertuples()]
+    return _table(["Template", "Policy", "Request", "Reader", "k", "Initial (%)", "Trained (%)", "Lost", "Gained",
+                   "McNemar p"], rows)
+
+
+def paired_table(paired: pd.DataFrame) -> str:
+    if paired.empty:
+        return "_No trained arm to test._"
+    keep = paired[paired.measure.isin(["acc.strict", "acc.math_verify"]) & (paired.template == "original")]
+    if keep.empty:
+        keep = paired[paired.measure.isin(["acc.strict", "acc.math_verify"])]
+    rows = [[r.template, r.policy, r.request, r.measure[4:], r.n_seeds, _fmt(r.estimate), f"{r.t_p_value:.3g}",
+             f"{r.wilcoxon_p_value:.3g}"] for r in keep.itertuples()]
+    return _table(["Template", "Arm", "Request", "Reader", "Seeds", "Mean diff (pp)", "paired t p (>)",
+                   "Wilcoxon p (>)"], rows)
+
+
+def template_summary(contrasts: pd.DataFrame) -> str:
+    """Table 13: per wording template, mean (SD) across seeds of ΔP_{B,h}, I_P, I_S, I_MV."""
+    rows = []
+    for (task, template), part in contrasts.groupby(["task", "template"]):
+        inter = part[(part.name == "interaction") & ~part.policy.str.endswith(("/mean", "/sd"))]
+        dpb = part[(part.name == "delta_P") & (part.request == "hash") & part.policy.str.contains("boxed")]
+
+        def summ(values: pd.Series) -> str:
+            if values.empty:
+                return "—"
+            sd = values.std(ddof=1) if len(values) > 1 else np.nan
+            return f"{values.mean():+.2f} ({'—' if np.isnan(sd) else f'{sd:.2f}'})"
+
+        rows.append([task, template, summ(dpb["estimate"])] + [
+            summ(inter[inter.measure == m]["estimate"]) for m in ("payload", "acc.strict", "acc.math_verify")])
+    rows.sort(key=lambda r: (r[0], TEMPLATE_ORDER.get(r[1], 9)))
+    return _table(["Task", "Template", "ΔP_{B,h}", "I_P", "I_S", "I_MV"], rows)
+
+
+def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, coverage: pd.DataFrame,
+                 paired: pd.DataFrame, checks: dict, figures: list[Path], n_resamples: int, rng_seed: int) -> None:
+    n_resp = int(cells.drop_duplicates(["task", "template", "policy", "request"])["n"].sum())
+    parts = [
+        "# Crossed study report",
+        "",
+        (f"{n_resp:,} responses in {cells[['task', 'template', 'policy', 'request']].drop_duplicates().shape[0]} cells. "
+        f"Intervals: paired item bootstrap, {n_resamples:,} resamples (RNG seed {rng_seed}), item indices shared "
+        "across all cells and seeds of a template; they condition on the fixed checkpoints and saved responses and "
+        "do not quantify training-seed uncertainty. Seed means weight seeds equally; SDs are sample SDs."),
+        "",
+        (f"Checks: accounting identity Δ_S = F + Δ_len holds to {checks['max_abs_identity_error']:.1e} pp; "
+        f"fidelity A1 (lenient keeps every strict answer) is violated in at most "
+        f"{100 * checks.get('a1_max_violation_rate', 0):.2f}% of a cell's responses."),
+    ]
+    for task, template in _templates(cells):
+        parts += [
+            f"\n## {task} · template `{template}`",
+            "\n### Requested reporting (Tables 11–12)\n",
+            ("Payload categories are independent of correctness; requested-payload presence is requested-only plus "
+            "both; q_c counts responses the frozen requested-convention reader can read. Lost/gained pair each "
+            "response with the initial policy's response to the same item and sample.\n"),
+            payload_table(cells, task, template),
+            "\n### Crossed interactions (Table 10), percentage points\n",
+            interaction_table(contrasts, task, template),
+            "\n### Correct counts per cell (Table 8)\n",
+            "S is the strict reader of the requested convention; MV is Math-Verify on the full response.\n",
+            counts_table(cells, task, template),
+            "\n### Gains against the initial policy (Table 9, eq. 5), percentage points\n",
+            gains_table(contrasts, task, template),
+        ]
+    parts += [
+        "\n## Wording templates (Table 13): mean (SD) across seeds\n", template_summary(contrasts),
+        "\n## Attenuation ρ (eq. 7) and prompted convention preference D (eq. 8)\n", other_contrasts(contrasts),
+        "\n## Finite-budget coverage (eq. 9, 11; Table 22)\n", coverage_table(coverage),
+        "\n## Paired tests across seeds (paper 002 §4.2)\n", paired_table(paired),
+    ]
+    if figures:
+        parts.append("\n## Figures\n")
+        parts += [f"![{f.stem}](figures/{f.name})\n" for f in figures]
+    path.write_text("\n".join(parts) + "\n")
+
+
+def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) -> list[Path]:
+    """Fig. 1a (payload per seed vs initial), Fig. 2a (strict vs MV interactions), Fig. 1b (per template)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    made: list[Path] = []
+    orig = cells[cells.template == "original"] if (cells.template == "original").any() else cells
+    pay = orig[orig.measure == "payload"]
+    requests = [r for r in ("hash", "boxed") if r in set(pay.request)]
+    trained = pay[pay.training_convention.isin(["hash", "boxed"])]
+    if requests and not trained.empty:
+        fig, axes = plt.subplots(1, len(requests), figsize=(5 * len(requests), 3.6), sharey=True, squeeze=False)
+        seeds = sorted(trained.train_seed.dropna().unique())
+        for ax, req in zip(axes[0], requests):
+            sub = pay[pay.request == req]
+            init = sub[sub.policy == "initial"]["value"]
+            for k, (conv, color) in enumerate([("hash", "tab:blue"), ("boxed", "tab:orange")]):
+                vals = [sub[(sub.training_convention == conv) & (sub.train_seed == s)]["value"] for s in seeds]
+                ys = [100 * v.iloc[0] if len(v) else np.nan for v in vals]
+                ax.bar(np.arange(len(seeds)) + (k - 0.5) * 0.38, ys, width=0.38, color=color, label=f"{conv}-trained")
+            if len(init):
+                ax.axhline(100 * init.iloc[0], color="black", ls="--", lw=1, label="initial")
+            ax.set_xticks(range(len(seeds)), [str(int(s)) for s in seeds])
+            ax.set_xlabel("training seed")
+            ax.set_title(f"{req} request")
+            ax.set_ylim(0, 105)
+        axes[0][0].set_ylabel("requested-payload presence (%)")
+        axes[0][-1].legend(loc="lower right", fontsize=8)
+        fig.suptitle("Requested-payload presence per seed against the initial policy (cf. Fig. 1a)")
+        fig.tight_layout()
+        made.append(folder / "fig1a_payload_by_seed.png")
+        fig.savefig(made[-1], dpi=120)
+        plt.close(fig)
+
+    inter = contrasts[(contrasts.name == "interaction") & contrasts.measure.isin(["acc.strict", "acc.math_verify"])
+                      & ~contrasts.policy.str.endswith(("/mean", "/sd")) & (contrasts.request == "hashxboxed")]
+    inter_o = inter[inter.template == "original"] if (inter.template == "original").any() else inter
+    if not inter_o.empty:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        labels = sorted(inter_o.policy.unique())
+        for k, (m, name, color) in enumerate([("acc.strict", "strict I_S", "tab:red"),
+                                              ("acc.math_verify", "Math-Verify I_MV", "tab:green")]):
+            sub = inter_o[inter_o.measure == m].set_index("policy").reindex(labels)
+            x = np.arange(len(labels)) + (k - 0.5) * 0.25
+            yerr = np.vstack([sub.estimate - sub.ci_low, sub.ci_high - sub.estimate])
+            ax.errorbar(x, sub.estimate, yerr=np.nan_to_num(yerr), fmt="o", color=color, capsize=3, label=name)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xticks(range(len(labels)), labels, rotation=20)
+        ax.set_ylabel("interaction (pp), 95% CI")
+        ax.set_title("Strict vs Math-Verify crossed interactions per seed (cf. Fig. 2a)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        made.append(folder / "fig2a_interactions.png")
+        fig.savefig(made[-1], dpi=120)
+        plt.close(fig)
+
+    dpb = contrasts[(contrasts.name == "delta_P") & (contrasts.request == "hash")
+                    & contrasts.policy.str.contains("boxed")]
+    if dpb.template.nunique() > 1:
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        order = sorted(dpb.template.unique(), key=lambda t: TEMPLATE_ORDER.get(t, 9))
+        for policy, sub in dpb.groupby("policy"):
+            sub = sub.set_index("template").reindex(order)
+            ax.plot(order, sub.estimate, marker="o", label=policy)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_ylabel("ΔP_{B,h}: boxed-trained − initial hash payload (pp)")
+        ax.set_title("Change per wording template (cf. Fig. 1b)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        made.append(folder / "fig1b_templates.png")
+        fig.savefig(made[-1], dpi=120)
+        plt.close(fig)
+    return made

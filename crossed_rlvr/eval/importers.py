@@ -1,0 +1,171 @@
+"""Import outputs made elsewhere as response records, so they can be re-scored (paper 000 §2).
+
+- lm-evaluation-harness ``--log_samples`` files (``samples_<task>_<time>.jsonl``): one line per
+  document and filter; the raw generations are ``resps`` (one list per request, one entry per
+  repeat). Lines repeated for each filter carry the same raw responses and are read once.
+- verl validation dumps (``trainer.validation_data_dir``): one ``{step}.jsonl`` per step with
+  ``input``, ``output``, ``gts``, ``score``, ``step``. Dumps carry no item id, so the item id is
+  the first 16 hex digits of the prompt's sha256, which pairs the same prompt across policies;
+  repeated prompts (``val_kwargs.n > 1``) become samples 0, 1, ...
+
+Neither source records finish reasons or token counts: imported records say ``finish_reason``
+"stop" with ``finish_reason_known: false`` and token counts of -1 (unknown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.eval.records import ResponseFileError, Source, check_record, write_responses
+
+_GSM8K_TARGET = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def reference_from_target(target: Any) -> str:
+    """A GSM8K-style target ('... #### 1,234') becomes '1234'; anything else is kept as text."""
+    text = str(target).strip()
+    m = _GSM8K_TARGET.search(text)
+    return m.group(1).replace(",", "").strip() if m else text
+
+
+def _policy_fields(policy: str, training_convention: str, train_seed: int | None) -> dict[str, Any]:
+    return {"policy": policy, "training_convention": training_convention, "train_seed": train_seed}
+
+
+def _lines(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if line.strip():
+                where = Source(str(path), n)
+                try:
+                    yield json.loads(line), where
+                except json.JSONDecodeError as err:
+                    raise ResponseFileError(f"{where}: not valid JSON ({err.msg})") from None
+
+
+def _lm_eval_prompt(sample: dict[str, Any], where: Source) -> str:
+    args = sample.get("arguments")
+    if isinstance(args, dict):  # lm-eval >= 0.4.3: {"gen_args_0": {"arg_0": prompt, "arg_1": kwargs}}
+        first = next(iter(args.values()), {})
+        if isinstance(first, dict) and "arg_0" in first:
+            return str(first["arg_0"])
+    if isinstance(args, list) and args and isinstance(args[0], list | tuple) and args[0]:
+        return str(args[0][0])  # older: [[prompt, gen_kwargs], ...]
+    raise ResponseFileError(f"{where}: field 'arguments' holds no prompt (lm-eval --log_samples format expected)")
+
+
+def import_lm_eval(
+    path: str | Path, policy: str, training_convention: str = "initial", train_seed: int | None = None,
+    request: str = "hash", template: str = "original", task: str | None = None,
+) -> list[dict[str, Any]]:
+    """Response records from one lm-eval ``--log_samples`` file."""
+    path = Path(path)
+    task = task or re.sub(r"^samples_(.+?)_\d{4}-\d{2}-\d{2}T.*$", r"\1", path.stem)
+    records, seen = [], set()
+    for sample, where in _lines(path):
+        for field in ("doc_id", "resps", "target"):
+            if field not in sample:
+                raise ResponseFileError(f"{where}: missing field '{field}' (lm-eval --log_samples format expected)")
+        if sample["doc_id"] in seen:  # the same document under another filter: same raw responses
+            continue
+        seen.add(sample["doc_id"])
+        prompt = _lm_eval_prompt(sample, where)
+        resps = sample["resps"]
+        if not (isinstance(resps, list) and resps and isinstance(resps[0], list)):
+            raise ResponseFileError(f"{where}: field 'resps' must be a list of lists of generations")
+        for k, text in enumerate(resps[0]):
+            rec = {
+                "item_id": str(sample["doc_id"]), "task": task, **_policy_fields(policy, training_convention, train_seed),
+                "request": request, "template": template, "sample_idx": k, "gen_seed": None,
+                "prompt_sha256": sha256_text(prompt), "response": str(text), "finish_reason": "stop",
+                "prompt_tokens": -1, "response_tokens": -1, "reference": reference_from_target(sample["target"]),
+                "finish_reason_known": False, "source": str(where),
+            }
+            records.append(check_record(rec, where))
+    return records
+
+
+def import_verl_dump(
+    path: str | Path, policy: str, training_convention: str, train_seed: int | None = None,
+    request: str = "hash", template: str = "original", task: str = "gsm8k",
+) -> list[dict[str, Any]]:
+    """Response records from one verl validation dump ``{step}.jsonl``."""
+    path = Path(path)
+    counts: dict[str, int] = defaultdict(int)
+    records = []
+    for row, where in _lines(path):
+        for field in ("input", "output", "gts"):
+            if field not in row:
+                hint = " (verl before 0.5 wrote no 'gts'; re-run validation with a newer verl)" if field == "gts" else ""
+                raise ResponseFileError(f"{where}: missing field '{field}'{hint}")
+        prompt = str(row["input"])
+        sha = sha256_text(prompt)
+        item = sha[:16]
+        rec = {
+            "item_id": item, "task": task, **_policy_fields(policy, training_convention, train_seed),
+            "request": request, "template": template, "sample_idx": counts[item], "gen_seed": None,
+            "prompt_sha256": sha, "response": str(row["output"]), "finish_reason": "stop",
+            "prompt_tokens": -1, "response_tokens": -1, "reference": reference_from_target(row["gts"]),
+            "finish_reason_known": False, "verl_step": row.get("step"), "verl_score": row.get("score"),
+            "source": str(where),
+        }
+        counts[item] += 1
+        records.append(check_record(rec, where))
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="crossed-import", description="Import outputs made elsewhere as response records.")
+    parser.add_argument("kind", choices=["lm-eval", "verl"], help="source format")
+    parser.add_argument("input", help="lm-eval samples_*.jsonl, or a verl validation_data_dir / {step}.jsonl")
+    parser.add_argument("-o", "--output", required=True, help="response file to write (JSON Lines)")
+    parser.add_argument("--policy", required=True, help="policy name, e.g. initial or grpo-hash/s83")
+    parser.add_argument("--training-convention", default="initial")
+    parser.add_argument("--train-seed", type=int, default=None)
+    parser.add_argument("--request", default="hash")
+    parser.add_argument("--template", default="original")
+    parser.add_argument("--task", default=None)
+    parser.add_argument("--step", type=int, default=None, help="verl: which {step}.jsonl (default: the last)")
+    args = parser.parse_args(argv)
+    out = Path(args.output)
+    if out.exists():
+        print(f"crossed-import: {out} exists; refusing to overwrite it", file=sys.stderr)
+        return 2
+    common = {"policy": args.policy, "training_convention": args.training_convention, "train_seed": args.train_seed,
+                  "request": args.request, "template": args.template}
+    try:
+        if args.kind == "lm-eval":
+            records = import_lm_eval(args.input, task=args.task, **common)
+        else:
+            src = Path(args.input)
+            if src.is_dir():
+                steps = sorted((int(p.stem), p) for p in src.glob("*.jsonl") if p.stem.isdigit())
+                if not steps:
+                    raise ResponseFileError(f"{src}: no {{step}}.jsonl files")
+                chosen = dict(steps).get(args.step) if args.step is not None else steps[-1][1]
+                if chosen is None:
+                    raise ResponseFileError(f"{src}: no {args.step}.jsonl")
+                src = chosen
+            records = import_verl_dump(src, task=args.task or "gsm8k", **common)
+    except ResponseFileError as err:
+        print(f"crossed-import: {err}", file=sys.stderr)
+        return 2
+    write_responses(out, records)
+    print(f"wrote {len(records)} records to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,200 @@
+"""Response records: one JSON Lines record per sampled response (DESIGN.md "Contracts").
+
+Reading validates as it goes and refuses bad input with one message naming the file, the line and
+the field or key at fault: malformed JSON, a missing field, a wrong type, a repeated
+(item, policy, request, template, sample) key, a cell whose item set (or samples per item)
+differs from the cells it is compared with, and different prompt hashes for the same item,
+request and template across policies (which would mean the policies did not see the same prompt).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
+
+# field -> allowed Python types (None allowed where listed).
+FIELDS: dict[str, tuple[type, ...]] = {
+    "item_id": (str, int),
+    "task": (str,),
+    "policy": (str,),
+    "training_convention": (str,),
+    "train_seed": (int, type(None)),
+    "request": (str,),
+    "template": (str,),
+    "sample_idx": (int,),
+    "gen_seed": (int, type(None)),
+    "prompt_sha256": (str,),
+    "response": (str,),
+    "finish_reason": (str,),
+    "prompt_tokens": (int,),
+    "response_tokens": (int,),
+    "reference": (str,),
+}
+KEY = ("item_id", "policy", "request", "template", "sample_idx")
+CELL = ("task", "policy", "request", "template")
+FINISH_REASONS = ("stop", "length")
+
+
+class ResponseFileError(ValueError):
+    """A response file that breaks the contract; the message names file, line and field or key."""
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def _type_name(types: tuple[type, ...]) -> str:
+    return " or ".join("null" if t is type(None) else t.__name__ for t in types)
+
+
+def check_record(rec: Any, where: Source) -> dict[str, Any]:
+    """Check one parsed record against the contract and return it with ``item_id`` as a string."""
+    if not isinstance(rec, dict):
+        raise ResponseFileError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
+    for name, types in FIELDS.items():
+        if name not in rec:
+            raise ResponseFileError(f"{where}: missing field '{name}'")
+        value = rec[name]
+        # bool is an int subclass in Python; a JSON true is never a valid count or seed.
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise ResponseFileError(
+                f"{where}: field '{name}' must be {_type_name(types)}, got {type(value).__name__} {value!r:.60}"
+            )
+    if rec["request"] not in REQUESTS:
+        raise ResponseFileError(f"{where}: field 'request' is {rec['request']!r}; expected one of {REQUESTS}")
+    if rec["template"] not in TEMPLATES:
+        raise ResponseFileError(f"{where}: field 'template' is {rec['template']!r}; expected one of {TEMPLATES}")
+    if rec["finish_reason"] not in FINISH_REASONS:
+        raise ResponseFileError(f"{where}: field 'finish_reason' is {rec['finish_reason']!r}; expected stop or length")
+    conv = rec["training_convention"]
+    if conv != "initial" and conv not in CONVENTIONS:
+        raise ResponseFileError(
+            f"{where}: field 'training_convention' is {conv!r}; expected 'initial' or one of {tuple(CONVENTIONS)}"
+        )
+    if (conv == "initial") != (rec["train_seed"] is None):
+        raise ResponseFileError(f"{where}: field 'train_seed' must be null exactly when training_convention is 'initial'")
+    if rec["sample_idx"] < 0:
+        raise ResponseFileError(f"{where}: field 'sample_idx' must be >= 0")
+    return {**rec, "item_id": str(rec["item_id"])}
+
+
+@dataclass
+class ResponseSet:
+    """Validated records from one or more files, with where each came from."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+
+def iter_file(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = Source(str(path), n)
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ResponseFileError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+            yield check_record(rec, where), where
+
+
+def find_response_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Expand files and directories (searched recursively for ``*.jsonl``) into a sorted file list."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files += sorted(q for q in p.rglob("*.jsonl") if q.is_file())
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise ResponseFileError(f"{p}: no such file or directory")
+    if not files:
+        raise ResponseFileError(f"no response files (*.jsonl) under {', '.join(map(str, paths))}")
+    return sorted(set(files))
+
+
+def read_responses(paths: Iterable[str | Path]) -> ResponseSet:
+    """Read and validate response files as one collection (all checks above)."""
+    out = ResponseSet(files=find_response_files(paths))
+    seen: dict[tuple, Source] = {}
+    for path in out.files:
+        for rec, where in iter_file(path):
+            key = tuple(rec[k] for k in KEY)
+            if key in seen:
+                names = ", ".join(f"{k}={v!r}" for k, v in zip(KEY, key))
+                raise ResponseFileError(f"{where}: duplicate key ({names}); first seen at {seen[key]}")
+            seen[key] = where
+            out.records.append(rec)
+            out.sources.append(where)
+    check_collection(out)
+    return out
+
+
+def check_collection(rs: ResponseSet) -> None:
+    """Cross-record checks: equal item sets and samples across compared cells; shared prompt hashes."""
+    cells: dict[tuple, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    first_line: dict[tuple, Source] = {}
+    prompts: dict[tuple, tuple[str, str, Source]] = {}
+    for rec, where in zip(rs.records, rs.sources):
+        cell = tuple(rec[k] for k in CELL)
+        cells[cell][rec["item_id"]].add(rec["sample_idx"])
+        first_line.setdefault(cell, where)
+        pkey = (rec["task"], rec["item_id"], rec["request"], rec["template"])
+        if pkey in prompts and prompts[pkey][0] != rec["prompt_sha256"]:
+            _sha, policy, other = prompts[pkey]
+            raise ResponseFileError(
+                f"{where}: field 'prompt_sha256' for item {rec['item_id']!r} under request {rec['request']!r}, "
+                f"template {rec['template']!r} differs between policy {rec['policy']!r} and policy {policy!r} "
+                f"({other}): the policies did not see the same prompt"
+            )
+        prompts.setdefault(pkey, (rec["prompt_sha256"], rec["policy"], where))
+    # Cells are compared within a task and template (across policies and requests).
+    reference: dict[tuple, tuple] = {}
+    for cell, items in cells.items():
+        sample_sets = {frozenset(v) for v in items.values()}
+        if len(sample_sets) > 1:
+            raise ResponseFileError(
+                f"{first_line[cell]}: cell (policy={cell[1]!r}, request={cell[2]!r}, template={cell[3]!r}) mixes "
+                f"items with different sample indices: every item of a cell needs the same samples"
+            )
+        group = (cell[0], cell[3])
+        if group not in reference:
+            reference[group] = (cell, items)
+            continue
+        ref_cell, ref_items = reference[group]
+        where = first_line[cell]
+        missing = sorted(set(ref_items) - set(items))
+        extra = sorted(set(items) - set(ref_items))
+        if missing or extra:
+            detail = f"lacks item {missing[0]!r}" if missing else f"has extra item {extra[0]!r}"
+            raise ResponseFileError(
+                f"{where}: cell (policy={cell[1]!r}, request={cell[2]!r}, template={cell[3]!r}) {detail} "
+                f"compared with cell (policy={ref_cell[1]!r}, request={ref_cell[2]!r}) from {first_line[ref_cell]} "
+                f"({len(items)} vs {len(ref_items)} items): compared cells must hold the same item set"
+            )
+        for item, samples in items.items():
+            if samples != ref_items[item]:
+                raise ResponseFileError(
+                    f"{where}: cell (policy={cell[1]!r}, request={cell[2]!r}, template={cell[3]!r}) item {item!r} "
+                    f"has samples {sorted(samples)[:5]} but cell (policy={ref_cell[1]!r}, request={ref_cell[2]!r}) "
+                    f"has {sorted(ref_items[item])[:5]}: compared cells must hold the same samples per item"
+                )
+
+
+def write_responses(path: str | Path, records: Iterable[dict[str, Any]]) -> None:
+    """Write records as JSON Lines with a stable key order (same records, same bytes)."""
+    with Path(path).open("w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(rec, ensure_ascii=False, sort_keys=False) + "\n" for rec in records)

@@ -1,0 +1,204 @@
+"""``crossed-score``: response files -> scores table (Parquet) + manifest (DESIGN.md "Contracts").
+
+Every reader of the panel and the payload detector is applied to every response, in worker
+processes with a progress bar. The output is deterministic: rows are sorted by their key and the
+same inputs give the same bytes. Scoring proceeds in shards written atomically into
+``<output>.partial/``; an interrupted run resumes from the finished shards, so no row is lost or
+duplicated. An existing output is never replaced silently: it is kept when its manifest matches
+the inputs, and a different one is refused unless ``--overwrite`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from crossed_rlvr import __version__
+from crossed_rlvr.eval.panel import Item, Scorer, columns, score_response
+from crossed_rlvr.eval.readers import READERS
+from crossed_rlvr.eval.records import ResponseFileError, read_responses
+
+KEY_COLUMNS = [
+    "task", "policy", "training_convention", "train_seed", "request", "template", "item_id", "sample_idx",
+    "gen_seed", "finish_reason", "prompt_tokens", "response_tokens", "reference",
+]
+SHARD_SIZE = 4096
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def item_order(item_id: str) -> tuple[int, int, str]:
+    return (0, int(item_id), "") if item_id.isdigit() else (1, 0, item_id)
+
+
+def schema() -> pa.Schema:
+    fields = [
+        pa.field("task", pa.string()), pa.field("policy", pa.string()), pa.field("training_convention", pa.string()),
+        pa.field("train_seed", pa.int64()), pa.field("request", pa.string()), pa.field("template", pa.string()),
+        pa.field("item_id", pa.string()), pa.field("sample_idx", pa.int64()), pa.field("gen_seed", pa.int64()),
+        pa.field("finish_reason", pa.string()), pa.field("prompt_tokens", pa.int64()),
+        pa.field("response_tokens", pa.int64()), pa.field("reference", pa.string()),
+    ]
+    for col in columns():
+        if col.endswith(".answer") or col == "category":
+            fields.append(pa.field(col, pa.string()))
+        else:
+            fields.append(pa.field(col, pa.bool_()))
+    return pa.schema(fields)
+
+
+def _manifest(files: list[Path], n_records: int) -> dict[str, Any]:
+    return {
+        "kind": "crossed-rlvr scores",
+        "crossed_rlvr_version": __version__,
+        "readers": list(READERS),
+        "columns": schema().names,
+        "n_records": n_records,
+        "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in files],
+    }
+
+
+def _same_inputs(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    keys = ("inputs", "readers", "columns", "n_records", "crossed_rlvr_version")
+    return all(a.get(k) == b.get(k) for k in keys)
+
+
+def _atomic_write_table(table: pa.Table, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    os.replace(tmp, path)
+
+
+def _atomic_write_json(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def manifest_path(output: Path) -> Path:
+    return output.with_name(output.stem + ".manifest.json")
+
+
+def score_files(
+    inputs: list[str | Path],
+    output: str | Path,
+    workers: int | None = None,
+    overwrite: bool = False,
+    shard_size: int = SHARD_SIZE,
+    progress: bool = True,
+    stop_after_shards: int | None = None,
+) -> Path:
+    """Validate and score response files into ``output`` (Parquet). Returns the output path.
+
+    ``stop_after_shards`` stops early (as an interruption would), for tests of resumption.
+    """
+    from tqdm import tqdm
+
+    output = Path(output)
+    rs = read_responses(inputs)  # validates everything before anything is written
+    manifest = _manifest(rs.files, len(rs.records))
+    mpath = manifest_path(output)
+    if output.exists():
+        old = json.loads(mpath.read_text()) if mpath.exists() else {}
+        if _same_inputs(old, manifest):
+            print(f"{output} is up to date with its inputs; nothing to do", file=sys.stderr)
+            return output
+        if not overwrite:
+            raise FileExistsError(
+                f"{output} exists and was scored from different inputs; pass --overwrite to replace it "
+                "or choose another --output"
+            )
+
+    order = sorted(
+        range(len(rs.records)),
+        key=lambda i: (
+            rs.records[i]["task"], rs.records[i]["policy"], rs.records[i]["request"], rs.records[i]["template"],
+            item_order(rs.records[i]["item_id"]), rs.records[i]["sample_idx"],
+        ),
+    )
+    records = [rs.records[i] for i in order]
+    partial = output.with_name(output.name + ".partial")
+    pmanifest = partial / "manifest.json"
+    if partial.exists() and (not pmanifest.exists() or not _same_inputs(json.loads(pmanifest.read_text()), manifest)):
+        shutil.rmtree(partial)  # shards of other inputs: our own stale cache, not user data
+    partial.mkdir(parents=True, exist_ok=True)
+    _atomic_write_json(manifest, pmanifest)
+
+    shards = [range(i, min(i + shard_size, len(records))) for i in range(0, len(records), shard_size)]
+    todo = [k for k in range(len(shards)) if not (partial / f"shard-{k:05d}.parquet").exists()]
+    sch = schema()
+    done_rows = sum(len(shards[k]) for k in range(len(shards)) if k not in todo)
+    with tqdm(total=len(records), initial=done_rows, desc="crossed-score", unit="resp", disable=not progress) as bar:
+        scorer = Scorer(workers) if todo and workers != 0 else None
+        try:
+            for n_done, k in enumerate(todo):
+                if stop_after_shards is not None and n_done >= stop_after_shards:
+                    return output
+                shard = [records[i] for i in shards[k]]
+                items = [Item(r["response"], r["reference"], r["request"]) for r in shard]
+                if scorer is None:
+                    rows = [score_response(it.response, it.reference, it.request) for it in items]
+                    bar.update(len(items))
+                else:
+                    rows = scorer.score(items, bar)
+                table = pa.Table.from_pylist(
+                    [{**{c: r[c] for c in KEY_COLUMNS}, **row} for r, row in zip(shard, rows, strict=True)], schema=sch
+                )
+                _atomic_write_table(table, partial / f"shard-{k:05d}.parquet")
+        finally:
+            if scorer is not None:
+                scorer.close()
+
+    tables = [pq.read_table(partial / f"shard-{k:05d}.parquet") for k in range(len(shards))]
+    full = pa.concat_tables(tables) if tables else sch.empty_table()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write_table(full, output)
+    _atomic_write_json(manifest, mpath)
+    shutil.rmtree(partial)
+    return output
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="crossed-score", description="Score response files with every reader and the payload detector."
+    )
+    parser.add_argument("inputs", nargs="+", help="response files (*.jsonl) or directories (a run directory)")
+    parser.add_argument("-o", "--output", help="scores table (default: <run dir>/scores.parquet for one directory)")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an output scored from other inputs")
+    args = parser.parse_args(argv)
+    output = args.output
+    if output is None:
+        if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():
+            output = Path(args.inputs[0]) / "scores.parquet"
+        else:
+            parser.error("--output is required unless the input is one run directory")
+    # A run directory's responses live in responses/; other *.jsonl there (metrics) are not responses.
+    inputs = [str(Path(p) / "responses") if Path(p).is_dir() and (Path(p) / "responses").is_dir() else p
+              for p in args.inputs]
+    try:
+        path = score_files(inputs, output, workers=args.workers, overwrite=args.overwrite)
+    except (ResponseFileError, FileExistsError) as err:
+        print(f"crossed-score: {err}", file=sys.stderr)
+        return 2
+    print(f"scores: {path}\nmanifest: {manifest_path(Path(path))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

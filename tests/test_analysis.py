@@ -1,0 +1,194 @@
+"""crossed-analyze on hand-built scores with known answers (paper 001 §2, App. B.2, C.3, D.2)."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crossed_rlvr.analysis.analyze import AnalysisError, analyze
+from crossed_rlvr.analysis.analyze import main as analyze_main
+from crossed_rlvr.analysis.bootstrap import resample_stats
+from crossed_rlvr.analysis.cells import build_groups, derive_measures, policy_table
+from crossed_rlvr.analysis.contrasts import build_contrasts, evaluate
+from crossed_rlvr.analysis.coverage import mcnemar_exact, pass_at_k
+from tests.analysis_fixtures import cell, write
+
+
+def study(tmp_path):
+    rows = [
+        cell("initial", "hash", [1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0], mv=[1, 1, 1, 0]),
+        cell("initial", "boxed", [1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]),
+        cell("grpo-hash/s1", "hash", [1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0], seed=1),
+        cell("grpo-hash/s1", "boxed", [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], seed=1),
+        cell("grpo-boxed/s1", "hash", [0, 0, 0, 1], [0, 0, 0, 0], [1, 1, 1, 1], seed=1),
+        cell("grpo-boxed/s1", "boxed", [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], seed=1),
+        cell("grpo-answer_only/s1", "hash", [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], seed=1),
+        cell("grpo-hash/s2", "hash", [1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0], seed=2),
+        cell("grpo-hash/s2", "boxed", [1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], seed=2),
+        cell("grpo-boxed/s2", "hash", [1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1], seed=2),
+        cell("grpo-boxed/s2", "boxed", [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1], seed=2),
+    ]
+    return write(tmp_path, rows)
+
+
+def get(contrasts, name, measure, policy, request=None):
+    sel = contrasts[(contrasts.name == name) & (contrasts.measure == measure) & (contrasts.policy == policy)]
+    if request is not None:
+        sel = sel[sel.request == request]
+    assert len(sel) == 1, (name, measure, policy, request, len(sel))
+    return sel.iloc[0]
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("study")
+    out = analyze(study(tmp), tmp / "out", n_resamples=500, rng_seed=7)
+    return out, pd.read_csv(out / "cells.csv"), pd.read_csv(out / "contrasts.csv")
+
+
+def test_interactions_per_seed_mean_and_sd(result):
+    _, _, con = result
+    assert get(con, "interaction", "payload", "grpo/s1").estimate == pytest.approx(75.0)
+    assert get(con, "interaction", "acc.strict", "grpo/s1").estimate == pytest.approx(125.0)
+    assert get(con, "interaction", "payload", "grpo/s2").estimate == pytest.approx(0.0)
+    assert get(con, "interaction", "payload", "grpo/mean").estimate == pytest.approx(37.5)
+    sd = get(con, "interaction_sd", "payload", "grpo/sd")
+    assert sd.estimate == pytest.approx(np.std([75.0, 0.0], ddof=1)) and np.isnan(sd.ci_low)
+    row = get(con, "interaction", "payload", "grpo/s1")
+    assert row.ci_low <= row.estimate <= row.ci_high and row.n_resamples == 500 and row.rng_seed == 7
+
+
+def test_gains_reader_gap_and_identity(result):
+    out, _, con = result
+    ds = get(con, "gain", "acc.strict", "grpo-hash/s1", "hash").estimate
+    dl = get(con, "gain", "acc.lenient", "grpo-hash/s1", "hash").estimate
+    f = get(con, "reader_gap_reduction", "acc.strict|acc.lenient", "grpo-hash/s1", "hash").estimate
+    assert (ds, dl, f) == pytest.approx((50.0, 0.0, 50.0))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["checks"]["max_abs_identity_error"] < 1e-12
+    assert manifest["checks"]["a1_max_violation_rate"] == 0.0
+
+
+def test_payload_change_lost_gained(result):
+    _, cells, con = result
+    sel = cells[(cells.policy == "grpo-boxed/s1") & (cells.request == "hash")].set_index("measure")["value"]
+    assert (sel["lost"], sel["gained"], sel["delta_P"]) == (2, 1, -25.0)
+    assert sel["payload"] == 0.25 and sel["count.requested_only"] == 1 and sel["count.neither"] == 3
+    assert get(con, "delta_P", "payload", "grpo-boxed/s1", "hash").estimate == pytest.approx(-25.0)
+
+
+def test_attenuation_and_preference(result):
+    _, _, con = result
+    assert get(con, "attenuation_reward", "acc.strict", "grpo/s1").estimate == pytest.approx(0.5)
+    assert get(con, "attenuation_convention", "acc.strict", "grpo/s1").estimate == pytest.approx(0.5)
+    assert get(con, "preference_D", "acc.strict", "initial").estimate == pytest.approx(-50.0)
+    assert get(con, "preference_D", "acc.strict", "grpo-hash/s1").estimate == pytest.approx(25.0)
+    assert get(con, "arm_to_arm_D", "acc.strict", "grpo/s1").estimate == pytest.approx(125.0)
+
+
+def test_outputs_and_report(result):
+    out, _, _ = result
+    report = (out / "report.md").read_text()
+    for heading in ("Requested reporting (Tables 11–12)", "Crossed interactions (Table 10)", "Table 8", "Table 9",
+                    "Attenuation", "coverage", "Paired tests"):
+        assert heading.lower() in report.lower()
+    assert (out / "figures" / "fig1a_payload_by_seed.png").stat().st_size > 1000
+    assert (out / "figures" / "fig2a_interactions.png").stat().st_size > 1000
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(manifest["inputs"][0]["sha256"]) == 64 and "report.md" in manifest["outputs"]
+
+
+def test_same_seed_same_files(tmp_path):
+    path = study(tmp_path)
+    a = analyze(path, tmp_path / "a", n_resamples=300, rng_seed=3, figures=False)
+    b = analyze(path, tmp_path / "b", n_resamples=300, rng_seed=3, figures=False)
+    for name in ("cells.csv", "contrasts.csv", "coverage.csv", "report.md"):
+        assert (a / name).read_bytes() == (b / name).read_bytes()
+
+
+def test_refuses_to_replace_output(tmp_path, capsys):
+    path = study(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert analyze_main([str(path), "-o", str(out), "--resamples", "10"]) == 2
+    assert "pass --overwrite" in capsys.readouterr().err and (out / "keep.txt").read_text() == "mine"
+    with pytest.raises(AnalysisError, match="no such scores table"):
+        analyze(tmp_path / "missing.parquet", tmp_path / "x")
+    bad = tmp_path / "bad.parquet"
+    pd.DataFrame({"policy": ["x"]}).to_parquet(bad)
+    with pytest.raises(AnalysisError, match="lacks column 'task'"):
+        analyze(bad, tmp_path / "y")
+
+
+def test_identity_holds_on_random_data(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = []
+    for policy, seed in (("initial", None), ("grpo-hash/s1", 1), ("grpo-boxed/s1", 1), ("grpo-hash/s2", 2)):
+        for request in ("hash", "boxed"):
+            strict = rng.random(200) < rng.random()
+            lenient = strict | (rng.random(200) < 0.5)
+            rows.append(cell(policy, request, rng.random(200) < 0.7, strict, lenient, seed=seed))
+    path = write(tmp_path, rows)
+    df, measures = derive_measures(pd.read_parquet(path))
+    (group,) = build_groups(df, measures)
+    contrasts = build_contrasts(group, policy_table(df))
+    draws = evaluate(contrasts, resample_stats(group.flat(), 200, 1))
+    index = {(c.name, c.measure, c.policy, c.request): j for j, c in enumerate(contrasts)}
+    checked = 0
+    for (name, _, policy, request), j in index.items():
+        if name == "reader_gap_reduction":
+            ds = draws[:, index[("gain", "acc.strict", policy, request)]]
+            dl = draws[:, index[("gain", "acc.lenient", policy, request)]]
+            assert np.max(np.abs(ds - (draws[:, j] + dl))) < 1e-12
+            checked += 1
+    assert checked == 6
+
+
+def test_bootstrap_matches_a_per_resample_loop():
+    rng = np.random.default_rng(1)
+    x = rng.random((5, 50))
+    fast = resample_stats(x, 300, 11)
+    # The same draws, one resample at a time.
+    gen = np.random.default_rng(11)
+    idx = gen.integers(0, 50, size=(300, 50))
+    slow = np.stack([x[:, i].mean(axis=1) for i in idx])
+    assert np.allclose(fast, slow, atol=1e-12)
+
+
+def test_pass_at_k_and_mcnemar():
+    curve = pass_at_k(np.array([0, 1, 4]), 4)
+    assert curve[0] == pytest.approx((0 + 0.25 + 1) / 3)
+    assert curve[1] == pytest.approx((0 + 0.5 + 1) / 3)
+    assert curve[3] == pytest.approx(2 / 3)
+    # Table 22 of paper 001: lost/gained counts and exact McNemar p-values.
+    assert mcnemar_exact(5, 49) == pytest.approx(3.89e-10, rel=1e-3)
+    assert mcnemar_exact(10, 5) == pytest.approx(0.302, abs=5e-4)
+    assert mcnemar_exact(10, 6) == pytest.approx(0.454, abs=5e-4)
+    assert mcnemar_exact(10, 3) == pytest.approx(0.092, abs=5e-4)
+
+
+def test_coverage_and_paired_tests_from_samples(tmp_path):
+    from scipy.stats import ttest_rel, wilcoxon
+
+    # 6 items x 4 samples; initial solves items 0-2 at least once, the trained arm items 1-5.
+    init = [1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1] + [0] * 12
+    trained = [0] * 4 + [1, 1, 0, 0] + [1, 0, 0, 0] + [1, 1, 1, 1] + [0, 0, 0, 1] + [1, 1, 0, 0]
+    rows = [cell("initial", "hash", init, init, samples=4), cell("grpo-hash/s1", "hash", trained, trained, seed=1,
+                                                                  samples=4)]
+    out = analyze(write(tmp_path, rows), tmp_path / "out", n_resamples=50, figures=False)
+    cov = pd.read_csv(out / "coverage.csv")
+    row = cov[(cov.measure == "acc.strict")].iloc[0]
+    assert (row.lost, row.gained, row.k) == (1, 3, 4)
+    assert row.p_value == pytest.approx(mcnemar_exact(1, 3))
+    cells = pd.read_csv(out / "cells.csv")
+    p4 = cells[(cells.measure == "pass@4.strict") & (cells.policy == "initial")].value.iloc[0]
+    assert p4 == pytest.approx(3 / 6)
+    paired = pd.read_csv(out / "paired_tests.csv")
+    prow = paired[(paired.measure == "acc.strict")].iloc[0]
+    a0 = np.array(init).reshape(6, 4).mean(1)
+    a1 = np.array(trained).reshape(6, 4).mean(1)
+    assert prow.t_p_value == pytest.approx(ttest_rel(a1, a0, alternative="greater").pvalue)
+    assert prow.wilcoxon_p_value == pytest.approx(wilcoxon(a1, a0, alternative="greater").pvalue)
+    assert prow.estimate == pytest.approx(100 * (a1 - a0).mean())
