@@ -1,1 +1,8 @@
-"""tasks stage of crossed-rlvr (built in later issues)."""
+"""Tasks: item generators and loaders, and frozen item files (paper 001 §3, App. C.1)."""
+
+from crossed_rlvr.tasks.arith import exact_value, generate, make_splits
+from crossed_rlvr.tasks.items import ItemFileError, file_sha256, read_items, write_items
+from crossed_rlvr.tasks.loaders import load_gsm8k, load_math500
+
+__all__ = ["exact_value", "generate", "make_splits", "ItemFileError", "file_sha256", "read_items", "write_items",
+           "load_gsm8k", "load_math500"]

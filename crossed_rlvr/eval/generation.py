@@ -1,0 +1,168 @@
+"""Generation backends behind one interface: transformers on CPU (batched), vLLM on GPU.
+
+Both take prompts that are already chat-formatted token ids, one seed per prompt (base + item id,
+paper 001 App. C.1), temperature, top-p, a max-new-token budget and a context limit. A length
+check before generation refuses any prompt that would need input truncation; nothing is cut
+silently. Each generation records its finish reason (``stop`` or ``length``) and token counts.
+
+The transformers backend samples with its own loop instead of ``generate``: ``generate`` draws one
+random stream per batch, so a response would depend on its batch-mates. Here every row has its
+own ``torch.Generator`` seeded with the item seed and draws exactly one uniform per step, so the
+same item seed gives the same response whatever batch it falls in. vLLM is imported only when
+chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class GenParams:
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 640
+    context_limit: int = 4096
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    finish_reason: str  # "stop" or "length"
+    prompt_tokens: int
+    response_tokens: int
+
+
+class ContextLengthError(ValueError):
+    """A prompt plus the output budget does not fit the context limit (no silent truncation)."""
+
+
+def check_lengths(prompt_ids: list[list[int]], params: GenParams, names: list[str] | None = None) -> None:
+    for k, ids in enumerate(prompt_ids):
+        if len(ids) + params.max_new_tokens > params.context_limit:
+            who = names[k] if names else f"prompt {k}"
+            raise ContextLengthError(
+                f"{who}: {len(ids)} prompt tokens + {params.max_new_tokens} new tokens exceed the context limit "
+                f"{params.context_limit}; raise the limit or shorten the prompt (inputs are never truncated)"
+            )
+
+
+class Backend(Protocol):
+    def generate(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams) -> list[Generation]: ...
+
+
+def stop_token_ids(tokenizer: Any, model: Any = None) -> set[int]:
+    ids = {tokenizer.eos_token_id}
+    im_end = tokenizer.get_vocab().get("<|im_end|>")
+    if im_end is not None:
+        ids.add(im_end)
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if gen_eos is not None:
+        ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    return {i for i in ids if i is not None}
+
+
+class HFBackend:
+    """transformers forward passes with a KV cache, left padding and per-row seeded sampling."""
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 16):
+        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        self.stop_ids = stop_token_ids(tokenizer, model)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.stop_ids))
+
+    def generate(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams) -> list[Generation]:
+        check_lengths(prompt_ids, params)
+        order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))  # less padding
+        out: list[Generation | None] = [None] * len(prompt_ids)
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            for i, gen in zip(idx, self._batch([prompt_ids[i] for i in idx], [seeds[i] for i in idx], params)):
+                out[i] = gen
+        return out  # type: ignore[return-value]
+
+    def _batch(self, prompts: list[list[int]], seeds: list[int], params: GenParams) -> list[Generation]:
+        import torch
+
+        n, width = len(prompts), max(map(len, prompts))
+        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for r, ids in enumerate(prompts):
+            input_ids[r, width - len(ids) :] = torch.tensor(ids)
+            mask[r, width - len(ids) :] = 1
+        gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        produced: list[list[int]] = [[] for _ in range(n)]
+        done = [False] * n
+        stopped = [False] * n
+        past = None
+        cur_ids = input_ids
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.inference_mode():
+            for _ in range(params.max_new_tokens):
+                out = self.model(input_ids=cur_ids, attention_mask=mask, position_ids=positions,
+                                 past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logits = out.logits[:, -1, :].double()
+                nxt = torch.full((n,), self.pad_id, dtype=torch.long)
+                for r in range(n):
+                    u = torch.rand((), generator=gens[r], dtype=torch.float64)  # one draw per step, always
+                    if done[r]:
+                        continue
+                    tok = self._sample(logits[r], float(u), params)
+                    nxt[r] = tok
+                    if tok in self.stop_ids:
+                        done[r] = stopped[r] = True
+                    else:
+                        produced[r].append(tok)
+                if all(done):
+                    break
+                cur_ids = nxt[:, None]
+                mask = torch.cat([mask, torch.ones((n, 1), dtype=torch.long)], dim=1)
+                positions = positions[:, -1:] + 1
+        return [
+            Generation(self.tokenizer.decode(produced[r], skip_special_tokens=True), "stop" if stopped[r] else "length",
+                       len(prompts[r]), len(produced[r]))
+            for r in range(n)
+        ]
+
+    @staticmethod
+    def _sample(logits, u: float, params: GenParams) -> int:
+        import torch
+
+        if params.temperature <= 0:
+            return int(torch.argmax(logits))
+        probs = torch.softmax(logits / params.temperature, dim=-1)
+        sorted_p, sorted_i = torch.sort(probs, descending=True, stable=True)
+        cum = torch.cumsum(sorted_p, dim=-1)
+        keep = (cum - sorted_p) < params.top_p  # nucleus: smallest prefix with mass >= top_p
+        kept = sorted_p[keep]
+        cdf = torch.cumsum(kept, dim=-1) / kept.sum()
+        pick = int(torch.searchsorted(cdf, torch.tensor([u], dtype=cdf.dtype)).clamp(max=len(kept) - 1))
+        return int(sorted_i[keep][pick])
+
+
+class VLLMBackend:
+    """vLLM on a GPU: one SamplingParams per prompt carries the item seed; exact token ids are passed."""
+
+    def __init__(self, model_path: str, dtype: str = "bfloat16", context_limit: int = 4096, **engine_kwargs: Any):
+        from vllm import LLM  # imported only when this backend is chosen
+
+        self.llm = LLM(model=model_path, dtype=dtype, max_model_len=context_limit, seed=0, **engine_kwargs)
+
+    def generate(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams) -> list[Generation]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        check_lengths(prompt_ids, params)
+        sampling = [
+            SamplingParams(temperature=params.temperature, top_p=params.top_p if params.temperature > 0 else 1.0,
+                           max_tokens=params.max_new_tokens, seed=int(s))
+            for s in seeds
+        ]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], sampling)
+        result = []
+        for ids, o in zip(prompt_ids, outs):
+            c = o.outputs[0]
+            result.append(Generation(c.text, "length" if c.finish_reason == "length" else "stop", len(ids),
+                                     len(c.token_ids)))
+        return result

@@ -1,0 +1,33 @@
+"""Load a policy (model + tokenizer) from a local directory, a hub name, or SmolLM2's GGUF file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def load_tokenizer(path: str | Path):
+    """The policy's tokenizer, left-padded for batched generation."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    cfg_path = Path(path) / "tokenizer_config.json"
+    is_char = cfg_path.exists() and json.loads(cfg_path.read_text()).get("crossed_rlvr_tokenizer") == "char"
+    tok = (PreTrainedTokenizerFast if is_char else AutoTokenizer).from_pretrained(str(path))
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
+    """(model, tokenizer) from a Hugging Face model directory or hub name, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    local = Path(path)
+    if not local.exists() and ("/" not in str(path) or str(path).startswith((".", "/"))):
+        raise FileNotFoundError(f"model {path}: no such directory (and not a hub name)")
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype)).to(device)
+    model.eval()
+    return model, load_tokenizer(path)

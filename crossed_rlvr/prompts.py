@@ -1,0 +1,30 @@
+"""Prompts: an item's question plus the request suffix in one wording, in the policy's chat format.
+
+The question, chat template and system message stay fixed and only the final request suffix
+changes (paper 001 App. B.3). SFT-arm training prompts carry no format instruction (App. D.2.1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from crossed_rlvr.rewards.conventions import request_suffix
+
+
+def user_content(question: str, request: str | None, template: str = "original") -> str:
+    """The user turn: the question, then the request suffix (none for format-free SFT prompts)."""
+    return question if request is None else f"{question}\n{request_suffix(request, template)}"
+
+
+def messages(question: str, request: str | None, template: str = "original", system: str | None = None
+             ) -> list[dict[str, str]]:
+    out = [{"role": "system", "content": system}] if system else []
+    return out + [{"role": "user", "content": user_content(question, request, template)}]
+
+
+def render(tokenizer: Any, msgs: list[dict[str, str]]) -> tuple[str, list[int], str]:
+    """(prompt text, token ids, sha256 of the text) with the generation prompt appended."""
+    text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return text, ids, hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -1,0 +1,70 @@
+"""Frozen item files (paper 001 §3: protocols frozen before generation).
+
+An item file is JSON Lines, one item per line with at least ``item_id``, ``question`` and
+``reference`` (and optionally ``solution`` for SFT targets). Its sha256 identifies the item set:
+every generation records it, and a run that finds a different hash for the same item file refuses
+to go on rather than mix item sets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+REQUIRED = ("item_id", "question", "reference")
+
+
+class ItemFileError(ValueError):
+    pass
+
+
+def write_items(path: str | Path, items: list[dict[str, Any]]) -> str:
+    """Write items (stable key order) atomically and return the file's sha256."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ids = [str(it["item_id"]) for it in items]
+    if len(set(ids)) != len(ids):
+        raise ItemFileError(f"{path}: duplicate item_id in the items to write")
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        for it in items:
+            fh.write(json.dumps({**it, "item_id": str(it["item_id"])}, ensure_ascii=False, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return file_sha256(path)
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def read_items(path: str | Path, expected_sha256: str | None = None) -> tuple[list[dict[str, Any]], str]:
+    """Read and check an item file; refuse it if its hash differs from ``expected_sha256``."""
+    path = Path(path)
+    if not path.exists():
+        raise ItemFileError(f"{path}: no such item file")
+    sha = file_sha256(path)
+    if expected_sha256 is not None and sha != expected_sha256:
+        raise ItemFileError(
+            f"{path}: item file changed (sha256 {sha[:12]}…, expected {expected_sha256[:12]}…); "
+            "a run must not mix item sets: restore the file or start a new run directory"
+        )
+    items, seen = [], set()
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            it = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ItemFileError(f"{path}:{n}: not valid JSON ({err.msg})") from None
+        for field in REQUIRED:
+            if field not in it:
+                raise ItemFileError(f"{path}:{n}: missing field '{field}'")
+        it["item_id"] = str(it["item_id"])
+        if it["item_id"] in seen:
+            raise ItemFileError(f"{path}:{n}: duplicate item_id {it['item_id']!r}")
+        seen.add(it["item_id"])
+        items.append(it)
+    return items, sha

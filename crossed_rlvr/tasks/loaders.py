@@ -1,0 +1,90 @@
+"""Item loaders for GSM8K and MATH-500: Hugging Face datasets when the network is there, or a local
+JSON Lines / Parquet file (the form used here, where no hub download works).
+
+GSM8K: the reference is the number after ``####`` with commas removed; the solution body drops the
+``<<...>>`` calculator annotations (paper 001 §3, App. D.2.1). MATH-500: ``problem``, ``answer``
+and ``solution``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.tasks.items import ItemFileError
+
+_CALC = re.compile(r"<<[^<>]*>>")
+_FINAL = re.compile(r"\n?####\s*(.+?)\s*$", re.S)
+
+
+def gsm8k_item(row: dict[str, Any], index: int) -> dict[str, Any]:
+    """One GSM8K row (``question``, ``answer``) as an item."""
+    answer = str(row["answer"])
+    m = _FINAL.search(answer)
+    if m is None:
+        raise ItemFileError(f"GSM8K row {index}: answer has no '####' line")
+    reference = m.group(1).replace(",", "").strip()
+    body = _CALC.sub("", answer[: m.start()]).strip()
+    return {"item_id": str(row.get("item_id", index)), "question": str(row["question"]).strip(),
+            "reference": reference, "solution": body, "task": "gsm8k"}
+
+
+def math500_item(row: dict[str, Any], index: int) -> dict[str, Any]:
+    return {"item_id": str(row.get("unique_id", row.get("item_id", index))), "question": str(row["problem"]).strip(),
+            "reference": str(row["answer"]).strip(), "solution": str(row.get("solution", "")).strip(),
+            "subject": row.get("subject"), "level": row.get("level"), "task": "math500"}
+
+
+def _read_local(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        raise ItemFileError(f"{path}: no such file")
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        return pd.read_parquet(path).to_dict("records")
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ItemFileError(f"{path}:{n}: not valid JSON ({err.msg})") from None
+    return rows
+
+
+def _read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
+    try:
+        from datasets import load_dataset
+    except ImportError as err:  # pragma: no cover - datasets is a dependency
+        raise ItemFileError("loading from the hub needs the 'datasets' package") from err
+    try:
+        return list(load_dataset(name, config, split=split))
+    except Exception as err:  # the hub client raises many types when offline
+        raise ItemFileError(
+            f"could not load {name} ({split}) from the Hugging Face hub ({type(err).__name__}); "
+            "without network access, pass a local JSON Lines or Parquet file as path="
+        ) from None
+
+
+def load_gsm8k(path: str | Path | None = None, split: str = "test") -> list[dict[str, Any]]:
+    rows = _read_local(Path(path)) if path else _read_hub("openai/gsm8k", "main", split)
+    items = []
+    for i, row in enumerate(rows):
+        for field in ("question", "answer"):
+            if field not in row:
+                raise ItemFileError(f"{path or 'openai/gsm8k'}: row {i + 1} lacks field '{field}'")
+        items.append(gsm8k_item(row, i))
+    return items
+
+
+def load_math500(path: str | Path | None = None, split: str = "test") -> list[dict[str, Any]]:
+    rows = _read_local(Path(path)) if path else _read_hub("HuggingFaceH4/MATH-500", None, split)
+    items = []
+    for i, row in enumerate(rows):
+        for field in ("problem", "answer"):
+            if field not in row:
+                raise ItemFileError(f"{path or 'HuggingFaceH4/MATH-500'}: row {i + 1} lacks field '{field}'")
+        items.append(math500_item(row, i))
+    return items
