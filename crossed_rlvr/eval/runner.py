@@ -1,0 +1,287 @@
+"""``crossed-eval``: policies x requests x templates x items x samples -> response files, one per cell.
+
+Paper 001 §3 "Matched evaluation": every policy sees identical prompts and per-item seeds. The
+item set is frozen into ``<run_dir>/items/<task>.jsonl`` and its sha256 is recorded in
+``<run_dir>/run.json``; a later run that finds a different item file refuses to go on. Every
+record carries that hash.
+
+Resumable: a cell's responses are appended batch by batch to ``responses/.partial/<cell>.jsonl``;
+a re-run reads back the complete lines, generates only what is missing and, when the cell is whole,
+writes the final file sorted by item and sample. Because each response depends only on its item
+seed, the files are identical to those of an uninterrupted run. Finished cells whose settings
+match are skipped; a finished cell made with other settings is refused unless ``overwrite=true``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.eval.generation import GenParams, HFBackend
+from crossed_rlvr.prompts import messages, render
+from crossed_rlvr.tasks.items import ItemFileError, read_items, write_items
+
+
+class RunError(ValueError):
+    pass
+
+
+@dataclass
+class PolicySpec:
+    name: str
+    path: str
+    training_convention: str = "initial"
+    train_seed: int | None = None
+
+
+def slug(name: str) -> str:
+    return name.replace("/", "_")
+
+
+def cell_name(policy: str, request: str, template: str) -> str:
+    return f"{slug(policy)}__{request}__{template}"
+
+
+def resolve_model_path(model_cfg: Any) -> str:
+    """Directory (or hub name) of a model config's weights."""
+    if model_cfg.source == "gguf-smollm2":
+        from crossed_rlvr.policies.smollm import smollm2_135m_dir
+
+        return str(smollm2_135m_dir(model_cfg.get("path")))
+    if not model_cfg.path:
+        raise RunError(f"model {model_cfg.name}: no path given (set model.path=...)")
+    if model_cfg.source == "local" and not Path(model_cfg.path).exists():
+        raise RunError(f"model {model_cfg.name}: {model_cfg.path} does not exist")
+    return str(model_cfg.path)
+
+
+def build_items(task_cfg: Any) -> list[dict[str, Any]]:
+    if task_cfg.source == "arith":
+        from crossed_rlvr.tasks.arith import make_splits
+
+        return make_splits(task_cfg.n_test, task_cfg.n_dev, task_cfg.seed)[task_cfg.split]
+    if task_cfg.source == "gsm8k":
+        from crossed_rlvr.tasks.loaders import load_gsm8k
+
+        return load_gsm8k(task_cfg.path, task_cfg.split)
+    if task_cfg.source == "math500":
+        from crossed_rlvr.tasks.loaders import load_math500
+
+        return load_math500(task_cfg.path, task_cfg.split)
+    raise RunError(f"unknown task source {task_cfg.source!r}")
+
+
+def frozen_items(run_dir: Path, task_cfg: Any) -> tuple[list[dict[str, Any]], str, Path]:
+    """The run's frozen item file: created on first use, then checked against run.json."""
+    path = run_dir / "items" / f"{task_cfg.name}-{task_cfg.split}.jsonl"
+    manifest_path = run_dir / "run.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    expected = manifest.get("items", {}).get(path.name)
+    if not path.exists():
+        if expected:
+            raise ItemFileError(f"{path}: item file recorded in {manifest_path} is missing; restore it or use a new run_dir")
+        expected = write_items(path, build_items(task_cfg))
+        manifest.setdefault("items", {})[path.name] = expected
+        tmp = manifest_path.with_name("run.json.tmp")
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, manifest_path)
+    items, sha = read_items(path, expected)
+    if task_cfg.get("n_items"):
+        items = items[: int(task_cfg.n_items)]
+    return items, sha, path
+
+
+def item_seed(base: int, item: dict[str, Any], index: int, sample: int) -> int:
+    """Per-item seed = base + item id (App. C.1); samples beyond the first are offset by 10^7 each."""
+    iid = str(item["item_id"])
+    return base + (int(iid) if iid.isdigit() else index) + sample * 10_000_000
+
+
+def template_items(items: list[dict[str, Any]], template: str, subset: int | None, seed: int) -> list[dict[str, Any]]:
+    """All items for the original wording; a fixed seeded subset for the paraphrases (App. B.3)."""
+    if template == "original" or not subset or subset >= len(items):
+        return items
+    chosen = set(random.Random(seed).sample(range(len(items)), subset))
+    return [it for k, it in enumerate(items) if k in chosen]
+
+
+def _read_partial(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a line cut by the interruption: regenerate from here
+        done[(rec["item_id"], rec["sample_idx"])] = rec
+    return done
+
+
+def run_eval(cfg: Any, progress: bool = True) -> dict[str, Any]:
+    """Generate every missing response of the crossed design; returns a summary per cell."""
+    from omegaconf import OmegaConf
+    from tqdm import tqdm
+
+    run_dir = Path(cfg.run_dir)
+    (run_dir / "responses" / ".partial").mkdir(parents=True, exist_ok=True)
+    items, items_sha, items_path = frozen_items(run_dir, cfg.task)
+    gen = cfg.eval
+    params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
+    policies = [PolicySpec(**p) for p in OmegaConf.to_container(cfg.policies, resolve=True)] if cfg.policies else [
+        PolicySpec("initial", resolve_model_path(cfg.model))]
+    system = cfg.model.get("system")
+    cells = []
+    for pol in policies:
+        for request in cfg.requests:
+            for template in cfg.templates:
+                cells.append((pol, request, template,
+                              template_items(items, template, cfg.template_subset, cfg.template_subset_seed)))
+    total = sum(len(c[3]) * cfg.samples for c in cells)
+    summary: dict[str, Any] = {}
+    tracker = _tracker(cfg)
+    loaded: dict[str, Any] = {}
+    bar = tqdm(total=total, desc="crossed-eval", unit="resp", disable=not progress)
+    try:
+        for pol, request, template, cell_items in cells:
+            name = cell_name(pol.name, request, template)
+            final = run_dir / "responses" / f"{name}.jsonl"
+            meta_path = run_dir / "responses" / f"{name}.meta.json"
+            meta = {"policy": pol.__dict__, "request": request, "template": template, "items_sha256": items_sha,
+                    "n_items": len(cell_items), "samples": cfg.samples, "system": system,
+                    "generation": OmegaConf.to_container(gen, resolve=True)}
+            meta["sha256"] = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+            if final.exists():
+                old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+                if old.get("sha256") == meta["sha256"]:
+                    bar.update(len(cell_items) * cfg.samples)
+                    summary[name] = {"skipped": True}
+                    continue
+                if not cfg.overwrite:
+                    raise RunError(f"{final} was generated with other settings; pass overwrite=true or use a new run_dir")
+            partial = run_dir / "responses" / ".partial" / f"{name}.jsonl"
+            partial_meta = partial.with_suffix(".meta.json")
+            if partial.exists() and (not partial_meta.exists()
+                                     or json.loads(partial_meta.read_text()).get("sha256") != meta["sha256"]):
+                partial.unlink()  # an interrupted cell of other settings: our own scratch, not results
+            partial_meta.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            done = _read_partial(partial)
+            bar.update(len(done))
+            todo = [(k, it, s) for k, it in enumerate(cell_items) for s in range(cfg.samples)
+                    if (str(it["item_id"]), s) not in done]
+            start = time.perf_counter()
+            if todo:
+                if pol.path not in loaded:
+                    loaded.clear()  # one policy in memory at a time
+                    loaded[pol.path] = _backend(pol.path, gen)
+                backend, tokenizer = loaded[pol.path]
+                with partial.open("a", encoding="utf-8") as fh:
+                    for b in range(0, len(todo), int(gen.batch_size)):
+                        batch = todo[b : b + int(gen.batch_size)]
+                        rendered = [render(tokenizer, messages(it["question"], request, template, system))
+                                    for _, it, _ in batch]
+                        seeds = [item_seed(int(gen.base_seed), it, k, s) for k, it, s in batch]
+                        outs = backend.generate([r[1] for r in rendered], seeds, params)
+                        for (k, it, s), (_, ids, sha), seed, out in zip(batch, rendered, seeds, outs):
+                            rec = {
+                                "item_id": str(it["item_id"]), "task": cfg.task.name, "policy": pol.name,
+                                "training_convention": pol.training_convention, "train_seed": pol.train_seed,
+                                "request": request, "template": template, "sample_idx": s, "gen_seed": seed,
+                                "prompt_sha256": sha, "response": out.text, "finish_reason": out.finish_reason,
+                                "prompt_tokens": out.prompt_tokens, "response_tokens": out.response_tokens,
+                                "reference": str(it["reference"]), "items_sha256": items_sha,
+                                "items_file": items_path.name, "model_path": pol.path,
+                            }
+                            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                            done[(rec["item_id"], s)] = rec
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                        bar.update(len(batch))
+            order = {str(it["item_id"]): k for k, it in enumerate(cell_items)}
+            records = sorted(done.values(), key=lambda r: (order[r["item_id"]], r["sample_idx"]))
+            tmp = final.with_name(final.name + ".tmp")
+            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+            os.replace(tmp, final)
+            meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+            partial.unlink(missing_ok=True)
+            partial_meta.unlink(missing_ok=True)
+            summary[name] = _cell_summary(records, request, time.perf_counter() - start)
+            if tracker is not None:
+                tracker.log({f"{name}/{k}": v for k, v in summary[name].items()})
+    finally:
+        bar.close()
+        if tracker is not None:
+            tracker.finish()
+    (run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def _backend(path: str, gen: Any) -> tuple[Any, Any]:
+    if gen.backend == "vllm":
+        from crossed_rlvr.eval.generation import VLLMBackend
+        from crossed_rlvr.policies.loading import load_tokenizer
+
+        backend = VLLMBackend(path, dtype=gen.dtype, context_limit=int(gen.context_limit),
+                              gpu_memory_utilization=gen.get("gpu_memory_utilization", 0.9),
+                              tensor_parallel_size=gen.get("tensor_parallel_size", 1))
+        return backend, load_tokenizer(path)
+    from crossed_rlvr.policies.loading import load_policy
+
+    model, tokenizer = load_policy(path, dtype=gen.dtype)
+    return HFBackend(model, tokenizer, batch_size=int(gen.batch_size)), tokenizer
+
+
+def _cell_summary(records: list[dict[str, Any]], request: str, seconds: float) -> dict[str, Any]:
+    from crossed_rlvr.eval.panel import score_response
+    from crossed_rlvr.eval.readers import REQUESTED_READER
+
+    rows = [score_response(r["response"], r["reference"], request, slow=False) for r in records]
+    n = max(1, len(rows))
+    return {
+        "n": len(rows),
+        "payload": sum(r["requested_payload"] for r in rows) / n,
+        "extractable": sum(r["extractable"] for r in rows) / n,
+        "strict_accuracy": sum(r[f"{REQUESTED_READER[request]}.correct"] for r in rows) / n,
+        "lenient_accuracy": sum(r["last_number.correct"] for r in rows) / n,
+        "truncated": sum(rec["finish_reason"] == "length" for rec in records) / n,
+        "seconds": round(seconds, 1),
+    }
+
+
+def _tracker(cfg: Any) -> Any:
+    mode = cfg.tracking.mode
+    if mode in ("off", False, None):  # YAML reads a bare `off` as false
+        return None
+    import wandb
+    from omegaconf import OmegaConf
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    return wandb.init(project=cfg.tracking.project, job_type="crossed-eval", mode=mode, dir=str(cfg.run_dir),
+                      config=OmegaConf.to_container(cfg, resolve=True))
+
+
+def main() -> None:
+    import hydra
+
+    @hydra.main(version_base="1.3", config_path="../conf", config_name="crossed_eval")
+    def _main(cfg: Any) -> None:
+        from crossed_rlvr.eval.generation import ContextLengthError
+
+        try:
+            summary = run_eval(cfg)
+        except (RunError, ItemFileError, ContextLengthError) as err:
+            raise SystemExit(f"crossed-eval: {err}") from None
+        for name, s in summary.items():
+            print(name, json.dumps(s))
+
+    _main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""``crossed-sft`` (Hydra): warm start of a tiny initial policy, or content-matched SFT arms.
+
+- ``mode=warmstart``: build a fresh tiny model (``model.tiny``) and fine-tune it on arithmetic
+  training items whose prompts carry the hash or boxed request (all three wordings) and whose targets
+  end in the requested marker, so that the initial policy follows both requests like an instruct
+  model. Written to ``model.path``.
+- ``mode=arms``: from the initial policy ``model.path``, the marker arm and the unchanged-marker
+  control for every seed (App. D.2.1); prompts carry no format instruction and the two target sets
+  are byte-identical except the final marker (checked row by row before anything is written).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.sft.pairs import target, write_pairs
+from crossed_rlvr.sft.trainer import SFTConfig, train_sft
+
+
+def train_items(cfg: Any) -> list[dict[str, Any]]:
+    from crossed_rlvr.tasks.arith import generate, make_splits
+
+    t = cfg.train_items
+    probe = make_splits(t.n_test, t.n_dev, t.probe_seed)
+    exclude = {it["expression"] for split in probe.values() for it in split}
+    items = generate({int(k): int(v) for k, v in t.per_stratum.items()}, int(t.seed), exclude)
+    for k, it in enumerate(items):
+        it["item_id"] = f"train-{k}"
+    return items
+
+
+def sft_config(cfg: Any, seed: int) -> SFTConfig:
+    s = cfg.sft
+    return SFTConfig(epochs=float(s.epochs), learning_rate=float(s.learning_rate), lr_scheduler=s.lr_scheduler,
+                     warmup_ratio=float(s.warmup_ratio), effective_batch=int(s.effective_batch),
+                     per_device_batch=int(s.per_device_batch), max_length=int(s.max_length),
+                     weight_decay=float(s.weight_decay), seed=seed, deepspeed=s.deepspeed, bf16=bool(s.bf16))
+
+
+def warmstart(cfg: Any) -> dict[str, Any]:
+    from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
+
+    out = Path(cfg.model.path)
+    if (out / "sft_summary.json").exists():
+        return {"skipped": str(out)}
+    base = build_tiny_model(Path(cfg.run_dir) / "models" / "fresh", TinyConfig(**cfg.model.tiny))
+    rng = random.Random(int(cfg.warmstart.seed))
+    rows = []
+    for k, it in enumerate(train_items(cfg)):
+        request = cfg.warmstart.requests[k % len(cfg.warmstart.requests)]
+        rows.append({"prompt": it["question"], "request": request, "template": rng.choice(list(cfg.warmstart.templates)),
+                     "completion": target(it, request)})
+    return train_sft(base, rows, out, sft_config(cfg, int(cfg.warmstart.seed)))
+
+
+def arms(cfg: Any) -> dict[str, Any]:
+    run = Path(cfg.run_dir)
+    items = train_items(cfg)
+    data_a, data_b = run / "data" / f"sft-{cfg.arm}.jsonl", run / "data" / f"sft-{cfg.control}.jsonl"
+    n = write_pairs(items, data_a, data_b, cfg.arm, cfg.control)
+    results: dict[str, Any] = {"pairs": n}
+    for seed in cfg.seeds:
+        for conv, data in ((cfg.arm, data_a), (cfg.control, data_b)):
+            out = run / "models" / f"sft-{conv}" / f"s{seed}"
+            if (out / "sft_summary.json").exists():
+                results[f"sft-{conv}/s{seed}"] = {"skipped": str(out)}
+                continue
+            rows = [json.loads(line) for line in data.read_text().splitlines()]
+            results[f"sft-{conv}/s{seed}"] = train_sft(cfg.model.path, rows, out, sft_config(cfg, int(seed)))
+    return results
+
+
+def main() -> None:
+    import hydra
+
+    @hydra.main(version_base="1.3", config_path="../conf", config_name="crossed_sft")
+    def _main(cfg: Any) -> None:
+        result = warmstart(cfg) if cfg.mode == "warmstart" else arms(cfg)
+        print(json.dumps({k: (v if not isinstance(v, dict) else {kk: vv for kk, vv in v.items() if kk != "config"})
+                          for k, v in (result.items() if isinstance(result, dict) else [])}, indent=2))
+
+    _main()
+
+
+if __name__ == "__main__":
+    main()

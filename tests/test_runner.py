@@ -1,0 +1,95 @@
+"""crossed-eval: crossed cells on disk, resumable after a kill, frozen items, refusal of changed settings."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from crossed_rlvr.eval.records import read_responses
+from crossed_rlvr.eval.runner import RunError, run_eval
+from crossed_rlvr.policies.tiny import build_tiny_model
+from crossed_rlvr.tasks.items import ItemFileError
+from tests.test_generation import SMALL
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", SMALL)
+
+
+def overrides(run_dir, tiny, n_items=6, extra=()):
+    return [f"run_dir={run_dir}", f"model.path={tiny}", f"task.n_items={n_items}", "task.n_test=30", "task.n_dev=3",
+            "eval.max_new_tokens=12", "eval.context_limit=512", "eval.batch_size=4", "tracking=off",
+            "templates=[original,para_a]", "template_subset=3", *extra]
+
+
+def cfg_for(*args):
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        return compose(config_name="crossed_eval", overrides=list(args))
+
+
+def test_crossed_cells_records_and_skip(tmp_path, tiny):
+    policies = (f"policies=[{{name: initial, path: {tiny}, training_convention: initial, train_seed: null}},"
+                f"{{name: grpo-hash/s1, path: {tiny}, training_convention: hash, train_seed: 1}}]")
+    cfg = cfg_for(*overrides(tmp_path / "run", tiny, extra=[policies]))
+    summary = run_eval(cfg, progress=False)
+    files = sorted(p.name for p in (tmp_path / "run" / "responses").glob("*.jsonl"))
+    assert len(files) == 8 and "grpo-hash_s1__boxed__para_a.jsonl" in files
+    rs = read_responses([tmp_path / "run" / "responses"])  # the contract of DESIGN.md holds
+    para = [r for r in rs.records if r["template"] == "para_a"]
+    assert len(rs.records) == 2 * 2 * 6 + 2 * 2 * 3 and len({r["item_id"] for r in para}) == 3
+    import json
+
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())["items"]["arith-test.jsonl"]
+    assert {r["items_sha256"] for r in rs.records} == {recorded} and len(summary) == 8
+    assert all(r["gen_seed"] == 20260908 + int(r["item_id"]) for r in rs.records)
+    again = run_eval(cfg, progress=False)
+    assert all(v == {"skipped": True} for v in again.values())
+
+
+def test_changed_settings_and_items_are_refused(tmp_path, tiny):
+    run = tmp_path / "run"
+    run_eval(cfg_for(*overrides(run, tiny)), progress=False)
+    with pytest.raises(RunError, match="generated with other settings; pass overwrite=true"):
+        run_eval(cfg_for(*overrides(run, tiny, extra=["eval.temperature=0.7"])), progress=False)
+    items = run / "items" / "arith-test.jsonl"
+    items.write_text(items.read_text().replace('"reference": "', '"reference": "1', 1))
+    with pytest.raises(ItemFileError, match="item file changed"):
+        run_eval(cfg_for(*overrides(run, tiny)), progress=False)
+
+
+def test_killed_run_resumes_to_identical_files(tmp_path, tiny):
+    args = overrides(tmp_path / "ref", tiny, n_items=24, extra=["eval.batch_size=2", "eval.max_new_tokens=40"])
+    run_eval(cfg_for(*args), progress=False)
+    killed = overrides(tmp_path / "killed", tiny, n_items=24, extra=["eval.batch_size=2", "eval.max_new_tokens=40"])
+    cmd = [sys.executable, "-m", "crossed_rlvr.eval.runner", *killed]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    partial = tmp_path / "killed" / "responses" / ".partial"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        lines = sum(p.read_text().count("\n") for p in partial.glob("*.jsonl")) if partial.exists() else 0
+        finished = list((tmp_path / "killed" / "responses").glob("*.jsonl"))
+        if lines >= 4 or finished:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    run_eval(cfg_for(*killed), progress=False)  # resume
+    ref = {p.name: p.read_bytes() for p in (tmp_path / "ref" / "responses").glob("*.jsonl")}
+    got = {p.name: p.read_bytes() for p in (tmp_path / "killed" / "responses").glob("*.jsonl")}
+    assert got == ref and len(ref) == 4
+    assert not list(partial.glob("*.jsonl"))
+
+
+def test_cli_error_is_one_clear_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.eval.runner", f"run_dir={tmp_path}",
+                           f"model.path={tmp_path / 'missing'}", "tracking=off"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert f"crossed-eval: model tiny: {tmp_path / 'missing'} does not exist" in proc.stderr
+    assert not (Path(tmp_path) / "responses" / "initial__hash__original.jsonl").exists()
