@@ -87,3 +87,24 @@ def test_pair_mismatch_writes_nothing(tmp_path, monkeypatch):
     with pytest.raises(pairs.PairMismatch, match=r"row 5 \(item '4'\): targets differ beyond the final marker"):
         pairs.write_pairs(items, tmp_path / "a.jsonl", tmp_path / "b.jsonl")
     assert not list(tmp_path.iterdir())
+
+
+def test_nucleus_sampler_matches_a_direct_implementation():
+    import torch
+
+    def direct(row, u, temperature, top_p):
+        probs = torch.softmax(row / temperature, dim=-1)
+        p, i = torch.sort(probs, descending=True, stable=True)
+        cum = torch.cumsum(p, 0)
+        keep = int(((cum - p) < top_p).sum().clamp(min=1))
+        cdf = cum[:keep] / cum[keep - 1]
+        return int(i[min(int(torch.searchsorted(cdf, torch.tensor([u], dtype=cdf.dtype))), keep - 1)])
+
+    gen = torch.Generator().manual_seed(0)
+    # Peaked rows (nucleus inside the top 512) and a flat row (nucleus beyond it: full-sort path).
+    logits = torch.cat([torch.randn(6, 5000, generator=gen, dtype=torch.float64) * 4,
+                        torch.randn(2, 5000, generator=gen, dtype=torch.float64) * 0.01])
+    for temperature, top_p in ((0.6, 0.95), (1.0, 1.0), (1.0, 0.5)):
+        u = torch.rand(8, generator=gen, dtype=torch.float64)
+        got = HFBackend._sample(logits, u, GenParams(temperature=temperature, top_p=top_p))
+        assert got.tolist() == [direct(logits[r], float(u[r]), temperature, top_p) for r in range(8)]

@@ -103,12 +103,15 @@ class HFBackend:
                                  past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 logits = out.logits[:, -1, :].double()
+                # One uniform per row per step, drawn even for finished rows, so a row's stream never
+                # depends on its batch-mates.
+                u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in gens])
+                picks = self._sample(logits, u, params)
                 nxt = torch.full((n,), self.pad_id, dtype=torch.long)
                 for r in range(n):
-                    u = torch.rand((), generator=gens[r], dtype=torch.float64)  # one draw per step, always
                     if done[r]:
                         continue
-                    tok = self._sample(logits[r], float(u), params)
+                    tok = int(picks[r])
                     nxt[r] = tok
                     if tok in self.stop_ids:
                         done[r] = stopped[r] = True
@@ -126,19 +129,36 @@ class HFBackend:
         ]
 
     @staticmethod
-    def _sample(logits, u: float, params: GenParams) -> int:
+    def _sample(logits, u, params: GenParams):
+        """Token per row: greedy at T=0, else nucleus sampling by inverse CDF at the row's uniform u."""
         import torch
 
         if params.temperature <= 0:
-            return int(torch.argmax(logits))
+            return torch.argmax(logits, dim=-1)
         probs = torch.softmax(logits / params.temperature, dim=-1)
-        sorted_p, sorted_i = torch.sort(probs, descending=True, stable=True)
+        # Fast path: the nucleus almost always lies within the top few hundred tokens; rows whose
+        # top-k mass falls short of top_p are redone with a full sort. Both paths are exact.
+        k = min(probs.shape[-1], 512)
+        sorted_p, sorted_i = torch.topk(probs, k, dim=-1, sorted=True)
+        short = sorted_p.sum(dim=-1) < params.top_p
+        if bool(short.any()):
+            full_p, full_i = torch.sort(probs[short], dim=-1, descending=True, stable=True)
+            picks = HFBackend._nucleus(sorted_p, sorted_i, u, params.top_p)
+            picks[short] = HFBackend._nucleus(full_p, full_i, u[short], params.top_p)
+            return picks
+        return HFBackend._nucleus(sorted_p, sorted_i, u, params.top_p)
+
+    @staticmethod
+    def _nucleus(sorted_p, sorted_i, u, top_p: float):
+        import torch
+
         cum = torch.cumsum(sorted_p, dim=-1)
-        keep = (cum - sorted_p) < params.top_p  # nucleus: smallest prefix with mass >= top_p
-        kept = sorted_p[keep]
-        cdf = torch.cumsum(kept, dim=-1) / kept.sum()
-        pick = int(torch.searchsorted(cdf, torch.tensor([u], dtype=cdf.dtype)).clamp(max=len(kept) - 1))
-        return int(sorted_i[keep][pick])
+        # Nucleus: the smallest prefix whose mass reaches top_p (always at least one token).
+        n_keep = ((cum - sorted_p) < top_p).sum(dim=-1).clamp(min=1)
+        mass = cum.gather(-1, (n_keep - 1)[:, None])
+        pick = torch.searchsorted(cum, u[:, None] * mass).squeeze(-1)
+        pick = torch.minimum(pick, n_keep - 1)
+        return sorted_i.gather(-1, pick[:, None]).squeeze(-1)
 
 
 class VLLMBackend:

@@ -78,9 +78,12 @@ def main() -> None:
 
     @hydra.main(version_base="1.3", config_path="../conf", config_name="crossed_sft")
     def _main(cfg: Any) -> None:
-        result = warmstart(cfg) if cfg.mode == "warmstart" else arms(cfg)
-        print(json.dumps({k: (v if not isinstance(v, dict) else {kk: vv for kk, vv in v.items() if kk != "config"})
-                          for k, v in (result.items() if isinstance(result, dict) else [])}, indent=2))
+        if cfg.mode not in ("warmstart", "arms"):
+            raise SystemExit(f"crossed-sft: mode must be warmstart or arms, not {cfg.mode!r}")
+        result = {"initial": warmstart(cfg)} if cfg.mode == "warmstart" else arms(cfg)
+        for name, res in result.items():
+            shown = {k: v for k, v in res.items() if k != "config"} if isinstance(res, dict) else res
+            print(name, json.dumps(shown))
 
     _main()
 
