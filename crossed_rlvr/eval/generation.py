@@ -49,7 +49,9 @@ def check_lengths(prompt_ids: list[list[int]], params: GenParams, names: list[st
 
 
 class Backend(Protocol):
-    def generate(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams) -> list[Generation]: ...
+    def generate(
+        self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams
+    ) -> list[Generation]: ...
 
 
 def stop_token_ids(tokenizer: Any, model: Any = None) -> set[int]:
@@ -69,7 +71,9 @@ class HFBackend:
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 16):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         self.stop_ids = stop_token_ids(tokenizer, model)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.stop_ids))
+        self.pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.stop_ids))
+        )
 
     def generate(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams) -> list[Generation]:
         check_lengths(prompt_ids, params)
@@ -77,7 +81,9 @@ class HFBackend:
         out: list[Generation | None] = [None] * len(prompt_ids)
         for start in range(0, len(order), self.batch_size):
             idx = order[start : start + self.batch_size]
-            for i, gen in zip(idx, self._batch([prompt_ids[i] for i in idx], [seeds[i] for i in idx], params)):
+            for i, gen in zip(
+                idx, self._batch([prompt_ids[i] for i in idx], [seeds[i] for i in idx], params)
+            ):
                 out[i] = gen
         return out  # type: ignore[return-value]
 
@@ -92,39 +98,51 @@ class HFBackend:
             mask[r, width - len(ids) :] = 1
         gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
         produced: list[list[int]] = [[] for _ in range(n)]
-        done = [False] * n
         stopped = [False] * n
+        active = list(range(n))  # rows still generating; finished rows leave the batch (and its cache)
         past = None
         cur_ids = input_ids
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():
             for _ in range(params.max_new_tokens):
-                out = self.model(input_ids=cur_ids, attention_mask=mask, position_ids=positions,
-                                 past_key_values=past, use_cache=True)
+                out = self.model(
+                    input_ids=cur_ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    past_key_values=past,
+                    use_cache=True,
+                )
                 past = out.past_key_values
                 logits = out.logits[:, -1, :].double()
-                # One uniform per row per step, drawn even for finished rows, so a row's stream never
-                # depends on its batch-mates.
-                u = torch.stack([torch.rand((), generator=g, dtype=torch.float64) for g in gens])
-                picks = self._sample(logits, u, params)
-                nxt = torch.full((n,), self.pad_id, dtype=torch.long)
-                for r in range(n):
-                    if done[r]:
-                        continue
-                    tok = int(picks[r])
-                    nxt[r] = tok
+                # One uniform per active row per step: a row's random stream never depends on its batch-mates.
+                u = torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in active])
+                picks = self._sample(logits, u, params).tolist()
+                keep = []
+                for j, (r, tok) in enumerate(zip(active, picks)):
                     if tok in self.stop_ids:
-                        done[r] = stopped[r] = True
+                        stopped[r] = True
                     else:
                         produced[r].append(tok)
-                if all(done):
+                        keep.append(j)
+                if not keep:
                     break
-                cur_ids = nxt[:, None]
-                mask = torch.cat([mask, torch.ones((n, 1), dtype=torch.long)], dim=1)
+                if len(keep) < len(active):
+                    sel = torch.tensor(keep)
+                    past.batch_select_indices(sel)
+                    mask, positions = mask[sel], positions[sel]
+                    active = [active[j] for j in keep]
+                cur_ids = torch.tensor([[produced[r][-1]] for r in active])
+                mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
                 positions = positions[:, -1:] + 1
         return [
-            Generation(self.tokenizer.decode(produced[r], skip_special_tokens=True), "stop" if stopped[r] else "length",
-                       len(prompts[r]), len(produced[r]))
+            Generation(
+                self.tokenizer.decode(
+                    produced[r], skip_special_tokens=True, clean_up_tokenization_spaces=False
+                ),
+                "stop" if stopped[r] else "length",
+                len(prompts[r]),
+                len(produced[r]),
+            )
             for r in range(n)
         ]
 
@@ -164,7 +182,9 @@ class HFBackend:
 class VLLMBackend:
     """vLLM on a GPU: one SamplingParams per prompt carries the item seed; exact token ids are passed."""
 
-    def __init__(self, model_path: str, dtype: str = "bfloat16", context_limit: int = 4096, **engine_kwargs: Any):
+    def __init__(
+        self, model_path: str, dtype: str = "bfloat16", context_limit: int = 4096, **engine_kwargs: Any
+    ):
         from vllm import LLM  # imported only when this backend is chosen
 
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=context_limit, seed=0, **engine_kwargs)
@@ -175,14 +195,21 @@ class VLLMBackend:
 
         check_lengths(prompt_ids, params)
         sampling = [
-            SamplingParams(temperature=params.temperature, top_p=params.top_p if params.temperature > 0 else 1.0,
-                           max_tokens=params.max_new_tokens, seed=int(s))
+            SamplingParams(
+                temperature=params.temperature,
+                top_p=params.top_p if params.temperature > 0 else 1.0,
+                max_tokens=params.max_new_tokens,
+                seed=int(s),
+            )
             for s in seeds
         ]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], sampling)
         result = []
         for ids, o in zip(prompt_ids, outs):
             c = o.outputs[0]
-            result.append(Generation(c.text, "length" if c.finish_reason == "length" else "stop", len(ids),
-                                     len(c.token_ids)))
+            result.append(
+                Generation(
+                    c.text, "length" if c.finish_reason == "length" else "stop", len(ids), len(c.token_ids)
+                )
+            )
         return result

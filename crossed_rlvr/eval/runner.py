@@ -65,7 +65,9 @@ def build_items(task_cfg: Any) -> list[dict[str, Any]]:
     if task_cfg.source == "arith":
         from crossed_rlvr.tasks.arith import make_splits
 
-        return make_splits(task_cfg.n_test, task_cfg.n_dev, task_cfg.seed)[task_cfg.split]
+        return make_splits(task_cfg.n_test, task_cfg.n_dev, task_cfg.seed, tuple(task_cfg.get("strata", (2, 3, 4))),
+                           int(task_cfg.get("max_operand", 30)), tuple(task_cfg.get("ops", ("+", "-", "*", "/"))))[
+            task_cfg.split]
     if task_cfg.source == "gsm8k":
         from crossed_rlvr.tasks.loaders import load_gsm8k
 

@@ -24,9 +24,12 @@ def train_items(cfg: Any) -> list[dict[str, Any]]:
     from crossed_rlvr.tasks.arith import generate, make_splits
 
     t = cfg.train_items
-    probe = make_splits(t.n_test, t.n_dev, t.probe_seed)
-    exclude = {it["expression"] for split in probe.values() for it in split}
-    items = generate({int(k): int(v) for k, v in t.per_stratum.items()}, int(t.seed), exclude)
+    ops = tuple(t.get("ops", ("+", "-", "*", "/")))
+    strata = tuple(int(k) for k in t.per_stratum)
+    probe = make_splits(t.n_test, t.n_dev, t.probe_seed, strata, int(t.get("max_operand", 30)), ops)
+    exclude = {it["expression"] for split in probe.values() for it in split}  # never train on probe items
+    items = generate({int(k): int(v) for k, v in t.per_stratum.items()}, int(t.seed), exclude,
+                     int(t.get("max_operand", 30)), ops)
     for k, it in enumerate(items):
         it["item_id"] = f"train-{k}"
     return items

@@ -82,12 +82,12 @@ def _value(node: Node) -> Fraction:
     return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else Fraction(10**9)}[node.op]
 
 
-def _random_tree(rng: random.Random, n_ops: int) -> Node:
+def _random_tree(rng: random.Random, n_ops: int, max_operand: int = 30, ops: tuple[str, ...] = OPS) -> Node:
     if n_ops == 0:
-        return Node(value=rng.randint(1, 30))
+        return Node(value=rng.randint(1, max_operand))
     left_ops = rng.randint(0, n_ops - 1)
-    op = rng.choice(OPS)
-    return Node(op, _random_tree(rng, left_ops), _random_tree(rng, n_ops - 1 - left_ops))
+    op = rng.choice(ops)
+    return Node(op, _random_tree(rng, left_ops, max_operand, ops), _random_tree(rng, n_ops - 1 - left_ops, max_operand, ops))
 
 
 def _ok(node: Node) -> bool:
@@ -117,14 +117,21 @@ def worked_solution(node: Node) -> tuple[list[str], int]:
     return steps, solve(node)
 
 
-def generate(n_per_stratum: dict[int, int], seed: int, exclude: set[str] = frozenset()) -> list[dict]:
-    """Items with unique expressions, ``n_per_stratum[ops]`` of each stratum, checked by ``exact_value``."""
+def generate(n_per_stratum: dict[int, int], seed: int, exclude: set[str] = frozenset(), max_operand: int = 30,
+             ops: tuple[str, ...] = OPS) -> list[dict]:
+    """Items with unique expressions, ``n_per_stratum[ops]`` of each stratum, checked by ``exact_value``.
+
+    ``max_operand`` and ``ops`` make easier variants (e.g. single digits, + and -) for tiny models.
+    """
     rng = random.Random(seed)
     items, seen = [], set(exclude)
     for n_ops, count in sorted(n_per_stratum.items()):
-        made = 0
+        made, tries = 0, 0
         while made < count:
-            tree = _random_tree(rng, n_ops)
+            tries += 1
+            if tries > 200 * count + 10_000:
+                raise ValueError(f"cannot find {count} distinct {n_ops}-operation expressions with these limits")
+            tree = _random_tree(rng, n_ops, max_operand, tuple(ops))
             if not _ok(tree):
                 continue
             expr = tree.text()
@@ -145,15 +152,17 @@ def generate(n_per_stratum: dict[int, int], seed: int, exclude: set[str] = froze
     return items
 
 
-def make_splits(n_test: int = 500, n_dev: int = 32, seed: int = 20260908) -> dict[str, list[dict]]:
+def make_splits(n_test: int = 500, n_dev: int = 32, seed: int = 20260908, strata_ops: tuple[int, ...] = (2, 3, 4),
+                max_operand: int = 30, ops: tuple[str, ...] = OPS) -> dict[str, list[dict]]:
     """Disjoint dev and test sets, strata as even as possible (500 -> 167/167/166, App. C.1)."""
 
     def strata(n: int) -> dict[int, int]:
-        base, extra = divmod(n, 3)
-        return {ops: base + (1 if k < extra else 0) for k, ops in enumerate((2, 3, 4))}
+        base, extra = divmod(n, len(strata_ops))
+        return {k_ops: base + (1 if k < extra else 0) for k, k_ops in enumerate(strata_ops)}
 
-    test = generate(strata(n_test), seed)
-    dev = generate(strata(n_dev), seed + 1, exclude={it["expression"] for it in test})
+    test = generate(strata(n_test), seed, max_operand=max_operand, ops=ops)
+    dev = generate(strata(n_dev), seed + 1, exclude={it["expression"] for it in test}, max_operand=max_operand,
+                   ops=ops)
     for split, items in (("test", test), ("dev", dev)):
         for k, it in enumerate(items):
             it["item_id"] = f"{split}-{k}" if split == "dev" else str(k)
