@@ -192,3 +192,23 @@ def test_coverage_and_paired_tests_from_samples(tmp_path):
     assert prow.t_p_value == pytest.approx(ttest_rel(a1, a0, alternative="greater").pvalue)
     assert prow.wilcoxon_p_value == pytest.approx(wilcoxon(a1, a0, alternative="greater").pvalue)
     assert prow.estimate == pytest.approx(100 * (a1 - a0).mean())
+
+
+def test_templates_figure_and_wandb_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    rows = []
+    for template, shift in (("original", 0), ("para_a", 1)):
+        rows += [
+            cell("initial", "hash", [1, 1, 1, 0], [1, 1, 0, 0], template=template),
+            cell("initial", "boxed", [1, 1, 1, 1], [1, 1, 1, 0], template=template),
+            cell("grpo-hash/s1", "hash", [1, 1, 1, 1], [1, 1, 1, 0], seed=1, template=template),
+            cell("grpo-hash/s1", "boxed", [1, 1, 1, 1], [1, 1, 0, 0], seed=1, template=template),
+            cell("grpo-boxed/s1", "hash", [0, 0, shift, 1], [0, 0, 0, 0], seed=1, template=template),
+            cell("grpo-boxed/s1", "boxed", [1, 1, 1, 1], [1, 1, 1, 1], seed=1, template=template),
+        ]
+    out = analyze(write(tmp_path, rows), tmp_path / "out", n_resamples=50, tracking="offline")
+    assert (out / "figures" / "fig1b_templates.png").exists()
+    report = (out / "report.md").read_text()
+    assert "| t | para_a | -25.00 (—)" in report and "| t | original | -50.00 (—)" in report
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))
