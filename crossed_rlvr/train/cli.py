@@ -1,0 +1,81 @@
+"""``crossed-train`` (Hydra): one GRPO arm; ``-m convention=hash,boxed seed=83,84`` sweeps a matched design.
+
+Every run directory holds the resolved config (``resolved_config.json`` and ``hydra/``), the
+training stream (``data/train.jsonl``), checkpoints and metrics. A finished run with the same
+resolved config is not trained again; a finished run with another config is refused unless
+``overwrite=true``. Bad configs fail before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.train.recipe import RecipeError, check_config, training_rows, write_rows
+
+
+def resolved(cfg: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True)
+    data.pop("hydra", None)
+    data.pop("overwrite", None)
+    return data
+
+
+def run_train(cfg: Any) -> dict[str, Any]:
+    check_config(cfg)
+    run_dir = Path(cfg.run_dir)
+    config = resolved(cfg)
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        old = json.loads(summary_path.read_text())
+        if old.get("config_sha256") == digest:
+            return {**old, "skipped": True}
+        if not cfg.get("overwrite", False):
+            raise RecipeError(f"{run_dir} holds a finished run of another config; pass overwrite=true or a new run_dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "resolved_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    rows = training_rows(cfg)
+    write_rows(run_dir / "data" / "train.jsonl", rows)
+    if cfg.engine.name == "trl":
+        from crossed_rlvr.train.trl_engine import train_trl
+
+        result = train_trl(cfg, rows, run_dir)
+        metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        reward_key = f"rewards/{cfg.convention.name}_reward/mean"
+        result["reward_first"] = metrics[0].get(reward_key)
+        result["reward_last"] = metrics[-1].get(reward_key)
+        result["payload_first"] = metrics[0].get("rewards/requested_payload/mean")
+        result["payload_last"] = metrics[-1].get("rewards/requested_payload/mean")
+    else:
+        from crossed_rlvr.train.verl_engine import prepare_verl
+
+        result = prepare_verl(cfg, rows, run_dir)
+    summary = {"arm": cfg.arm, "convention": cfg.convention.name, "seed": cfg.seed, "engine": cfg.engine.name,
+               "config_sha256": digest, **result}
+    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main() -> None:
+    import hydra
+
+    @hydra.main(version_base="1.3", config_path="../conf", config_name="crossed_train")
+    def _main(cfg: Any) -> None:
+        try:
+            summary = run_train(cfg)
+        except RecipeError as err:
+            print(f"crossed-train: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
+        print(json.dumps(summary, indent=2))
+
+    _main()
+
+
+if __name__ == "__main__":
+    main()

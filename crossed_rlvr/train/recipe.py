@@ -1,0 +1,124 @@
+"""The engine-neutral GRPO recipe and the training data of one arm (paper 001 §2.1, App. D.1).
+
+A config is checked before any model is loaded: an unknown convention, a batch that the group size
+does not divide, a missing model or an engine/algorithm pair that cannot run fail at once with a
+message that names the field.
+
+Training rows are the same for both arms of a pair (same items, same order, same proposal draws);
+only the request suffix of the prompt and the reward program follow the arm's convention.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.rewards.conventions import CONVENTIONS, TEMPLATES, get_convention
+from crossed_rlvr.train.proposal import frozen_proposal
+
+
+class RecipeError(ValueError):
+    pass
+
+
+def check_config(cfg: Any) -> None:
+    """Refuse a config that cannot train, before anything is loaded."""
+    conv = cfg.convention.name
+    if conv not in CONVENTIONS:
+        raise RecipeError(f"convention={conv!r} is unknown; expected one of {', '.join(CONVENTIONS)}")
+    r = cfg.recipe
+    batch = int(r.prompts_per_update) * int(r.group_size)
+    if int(r.group_size) < 2:
+        raise RecipeError(f"recipe.group_size={r.group_size}: GRPO needs at least 2 responses per prompt")
+    micro = int(cfg.engine.get("micro_batch", r.group_size))
+    if cfg.engine.name == "trl" and batch % micro:
+        raise RecipeError(f"engine.micro_batch={micro} does not divide the batch of {batch} completions "
+                          f"(recipe.prompts_per_update={r.prompts_per_update} x recipe.group_size={r.group_size})")
+    if cfg.engine.name == "trl" and micro % int(r.group_size) and int(r.group_size) % micro:
+        raise RecipeError(f"recipe.group_size={r.group_size} and engine.micro_batch={micro} must divide one another")
+    if int(r.policy_epochs) != 1:
+        raise RecipeError("recipe.policy_epochs must be 1 (one policy epoch per batch, App. D.1)")
+    if cfg.engine.name not in ("trl", "verl"):
+        raise RecipeError(f"engine={cfg.engine.name!r} is unknown; expected trl or verl")
+    if cfg.algorithm.name not in ("grpo", "reinforce_pp"):
+        raise RecipeError(f"algorithm={cfg.algorithm.name!r} is unknown; expected grpo or reinforce_pp")
+    if cfg.engine.name == "trl" and cfg.algorithm.name != "grpo":
+        raise RecipeError("algorithm=reinforce_pp runs only with engine=verl")
+    if cfg.template not in TEMPLATES:
+        raise RecipeError(f"template={cfg.template!r} is unknown; expected one of {', '.join(TEMPLATES)}")
+    if cfg.model.source == "local" and not (cfg.model.path and Path(cfg.model.path).exists()):
+        raise RecipeError(f"model.path={cfg.model.path!r} does not exist (model={cfg.model.name}); "
+                          "build the initial policy first (crossed-sft mode=warmstart) or point model.path at it")
+    if cfg.model.source == "hub" and not cfg.model.path:
+        raise RecipeError(f"model={cfg.model.name}: no hub name in model.path")
+
+
+def train_items(cfg: Any) -> list[dict[str, Any]]:
+    """Training items for the task, disjoint from its evaluation items."""
+    t = cfg.task
+    if t.source != "arith":
+        from crossed_rlvr.eval.runner import build_items
+
+        train = dict(t)
+        train["split"] = "train"
+        from omegaconf import OmegaConf
+
+        return build_items(OmegaConf.create(train))
+    from crossed_rlvr.tasks.arith import generate, make_splits
+
+    strata = tuple(int(s) for s in t.get("strata", (2, 3, 4)))
+    ops, max_operand = tuple(t.get("ops", ("+", "-", "*", "/"))), int(t.get("max_operand", 30))
+    probe = make_splits(t.n_test, t.n_dev, t.seed, strata, max_operand, ops)
+    exclude = {it["expression"] for split in probe.values() for it in split}  # never train on probe items
+    per = t.get("train_per_stratum")
+    if per is None:
+        n = int(cfg.train_items.n)
+        per = {s: n // len(strata) + (1 if k < n % len(strata) else 0) for k, s in enumerate(strata)}
+    try:
+        items = generate({int(k): int(v) for k, v in dict(per).items()}, int(t.seed) + 101, exclude, max_operand, ops)
+    except ValueError as err:
+        raise RecipeError(f"task={t.name}: {err}; set task.train_per_stratum to counts that exist") from None
+    for k, it in enumerate(items):
+        it["item_id"] = f"train-{k}"
+    return items
+
+
+def training_rows(cfg: Any) -> list[dict[str, Any]]:
+    """The arm's training stream: one row per sampled prompt, in update order.
+
+    Without the proposal, items are shuffled with ``data_seed`` and cycled; with it, prompts are drawn
+    with replacement from the frozen stratified proposal Q and carry the weight P_i/Q_i (App. D.1).
+    Both arms of a pair get the same stream: only ``prompt`` and ``convention`` differ.
+    """
+    import random
+
+    items = train_items(cfg)
+    r = cfg.recipe
+    n_rows = int(r.prompts_per_update) * int(r.updates)
+    if r.proposal.enabled:
+        draws = frozen_proposal(items, list(r.proposal.target), list(r.proposal.proposal), float(r.proposal.epsilon)
+                                ).sample(n_rows, int(cfg.data_seed))
+    else:
+        order = list(range(len(items)))
+        random.Random(int(cfg.data_seed)).shuffle(order)
+        draws = [(order[k % len(order)], 1.0) for k in range(n_rows)]
+    conv = get_convention(cfg.convention.name)
+    suffix = conv.suffix(cfg.template)
+    rows = []
+    for step, (i, weight) in enumerate(draws):
+        it = items[i]
+        rows.append({
+            "row": step, "item_id": it["item_id"], "question": it["question"], "prompt": f"{it['question']}\n{suffix}",
+            "reference": str(it["reference"]), "convention": conv.name, "request": conv.request,
+            "stratum": it.get("stratum"), "is_weight": float(weight),
+        })
+    return rows
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    os.replace(tmp, path)

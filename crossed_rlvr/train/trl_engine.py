@@ -1,0 +1,115 @@
+"""GRPO on one machine through TRL's GRPOTrainer (runs on the CPU with a tiny model).
+
+The rewarded convention's training reward program is the reward; the requested-payload detector
+is logged as a second reward function with weight 0 (a metric that never moves the policy).
+Importance weights of the frozen prompt proposal scale each sample's advantage. Checkpoints are
+Hugging Face directories at step 0 and at the final step; per-step metrics (reward, payload rate,
+response length, clip fraction, entropy) go to ``metrics.jsonl`` and to wandb.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.rewards.trl_entry import make_trl_reward
+from crossed_rlvr.train.translate import trl_args
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+
+
+def payload_metric(request: str):
+    """Requested-payload presence d_r(y) as a TRL 'reward' (logged with weight 0)."""
+    from crossed_rlvr.eval.payload import detect
+
+    def requested_payload(prompts=None, completions=(), **kwargs: Any) -> list[float]:
+        texts = [c if isinstance(c, str) else "".join(m.get("content", "") for m in c) for c in completions]
+        return [1.0 if detect(t).present(request) else 0.0 for t in texts]
+
+    return requested_payload
+
+
+def _copy_tokenizer(src: Path, dst: Path) -> None:
+    for name in TOKENIZER_FILES:
+        if (src / name).exists():
+            shutil.copy2(src / name, dst / name)
+
+
+def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from crossed_rlvr.policies.loading import load_tokenizer
+
+    class WeightedGRPOTrainer(GRPOTrainer):
+        """Scales each sample's advantage by its prompt's importance weight P_i/Q_i (App. D.1)."""
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            w = torch.tensor([float(x.get("is_weight", 1.0)) for x in inputs], dtype=out["advantages"].dtype,
+                             device=out["advantages"].device)
+            out["advantages"] = out["advantages"] * w
+            return out
+
+    metrics_path = run_dir / "metrics.jsonl"
+
+    class MetricsFile(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                entry = {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, int | float)}}
+                with metrics_path.open("a") as fh:
+                    fh.write(json.dumps(entry) + "\n")
+
+    model_path = Path(cfg.model.path)
+    tokenizer = load_tokenizer(model_path)
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+    ckpt = run_dir / "checkpoints"
+    step0 = ckpt / "step-0"
+    if not step0.exists():
+        model.save_pretrained(step0)
+        _copy_tokenizer(model_path, step0)
+    conv = cfg.convention.name
+    dataset = Dataset.from_list([
+        {"prompt": [{"role": "user", "content": r["prompt"]}], "reference": r["reference"], "convention": r["convention"],
+         "is_weight": r["is_weight"], "item_id": r["item_id"]}
+        for r in rows
+    ])
+    report = [] if cfg.tracking.mode in ("off", False) else ["wandb"]
+    if report:
+        os.environ["WANDB_MODE"] = str(cfg.tracking.mode)
+        os.environ.setdefault("WANDB_DIR", str(run_dir))
+        os.environ.setdefault("WANDB_PROJECT", cfg.tracking.project)
+    args = GRPOConfig(
+        output_dir=str(run_dir / "trl"), logging_steps=1, save_strategy="no", report_to=report,
+        run_name=cfg.arm, use_cpu=not torch.cuda.is_available(), bf16=False, reward_weights=[1.0, 0.0],
+        log_completions=False, disable_tqdm=False, **trl_args(cfg),
+    )
+    trainer = WeightedGRPOTrainer(
+        model=model, reward_funcs=[make_trl_reward(conv), payload_metric(_request_of(conv))],
+        args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=[MetricsFile()],
+    )
+    start = time.perf_counter()
+    metrics_path.unlink(missing_ok=True)
+    trainer.train()
+    seconds = time.perf_counter() - start
+    final = ckpt / f"step-{int(cfg.recipe.updates)}"
+    tmp = final.with_name(final.name + ".tmp")
+    trainer.save_model(str(tmp))
+    _copy_tokenizer(model_path, tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    shutil.rmtree(run_dir / "trl", ignore_errors=True)
+    return {"seconds": round(seconds, 1), "final_checkpoint": str(final), "metrics": str(metrics_path)}
+
+
+def _request_of(convention: str) -> str:
+    from crossed_rlvr.rewards.conventions import get_convention
+
+    return get_convention(convention).request

@@ -1,0 +1,100 @@
+"""GRPO recipe: config checks, one recipe translated to TRL and verl, proposal weights, matched arms."""
+
+import json
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_module
+
+from crossed_rlvr.train.cli import resolved
+from crossed_rlvr.train.matched import check_and_record
+from crossed_rlvr.train.proposal import frozen_proposal
+from crossed_rlvr.train.recipe import RecipeError, check_config, training_rows, write_rows
+from crossed_rlvr.train.translate import shared_knobs_trl, shared_knobs_verl, trl_args, verl_overrides
+
+
+def cfg_for(*overrides):
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        return compose(config_name="crossed_train", overrides=["tracking=off", *overrides])
+
+
+def test_trl_and_verl_translations_agree():
+    for recipe in ("paper", "tiny"):
+        cfg = cfg_for(f"recipe={recipe}", "model=qwen2.5-7b-instruct")
+        trl = shared_knobs_trl(trl_args(cfg))
+        verl = shared_knobs_verl(verl_overrides(cfg, "t.parquet", "v.parquet", "r.py", "out"))
+        assert trl == verl
+    cfg = cfg_for("recipe=paper", "model=qwen2.5-7b-instruct")
+    args = trl_args(cfg)
+    assert args["loss_type"] == "grpo" and args["beta"] == 0.0 and args["scale_rewards"] == "group"
+    assert args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] == 256
+    assert (args["learning_rate"], args["epsilon"], args["num_generations"], args["max_steps"]) == (1e-6, 0.2, 8, 100)
+    o = dict(x.split("=", 1) for x in verl_overrides(cfg, "t", "v", "r.py", "out"))
+    assert o["reward.custom_reward_function.path"] == "r.py"  # the 0.9.x key, not the ignored top-level one
+    assert o["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-mean"
+    assert o["algorithm.rollout_correction.rollout_is_threshold"] == "2.0"
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["model.path=/nonexistent"], r"model.path='/nonexistent' does not exist"),
+    (["engine.micro_batch=48", "model=qwen2.5-7b-instruct"], r"engine.micro_batch=48 does not divide the batch of 256"),
+    (["recipe.group_size=1", "model=qwen2.5-7b-instruct"], r"GRPO needs at least 2"),
+    (["algorithm=reinforce_pp", "model=qwen2.5-7b-instruct"], r"reinforce_pp runs only with engine=verl"),
+    (["template=para_c", "model=qwen2.5-7b-instruct"], r"template='para_c' is unknown"),
+])
+def test_bad_configs_fail_before_training(overrides, message):
+    with pytest.raises(RecipeError, match=message):
+        check_config(cfg_for(*overrides))
+
+
+def test_unknown_convention_is_refused_by_name():
+    from hydra.errors import MissingConfigException
+
+    with pytest.raises(MissingConfigException, match="convention/latex"):
+        cfg_for("convention=latex")
+    cfg = cfg_for("model=qwen2.5-7b-instruct")
+    cfg.convention.name = "latex"
+    with pytest.raises(RecipeError, match="convention='latex' is unknown"):
+        check_config(cfg)
+
+
+def test_proposal_weights():
+    items = [{"stratum": s} for s in ["a"] * 10 + ["b"] * 30 + ["c"] * 60]
+    prop = frozen_proposal(items, [1, 1, 2], [3, 1, 1], epsilon=1e-6)
+    assert prop.q.sum() == pytest.approx(1.0) and prop.p.sum() == pytest.approx(1.0)
+    draws = prop.sample(20000, seed=1)
+    # Importance weighting recovers target expectations: E_Q[w f] = E_P[f] for a stratum indicator.
+    w = np.array([wt for _, wt in draws])
+    in_c = np.array([items[i]["stratum"] == "c" for i, _ in draws])
+    assert np.mean(w * in_c) == pytest.approx(0.5, abs=0.02)
+    assert prop.sample(50, seed=3) == prop.sample(50, seed=3)
+
+
+def _arm(tmp_path, name, *overrides):
+    cfg = cfg_for("recipe=tiny", "recipe.updates=3", "train_items.n=200", "model=qwen2.5-7b-instruct", *overrides)
+    run = tmp_path / name
+    run.mkdir()
+    (run / "resolved_config.json").write_text(json.dumps(resolved(cfg)))
+    write_rows(run / "data" / "train.jsonl", training_rows(cfg))
+    return run
+
+
+def test_matched_pair_passes_and_mismatches_are_caught(tmp_path):
+    h = _arm(tmp_path, "h", "convention=hash")
+    b = _arm(tmp_path, "b", "convention=boxed")
+    verdict = check_and_record(h, b)
+    assert verdict["matched"], verdict
+    assert json.loads((h / "matched_check.json").read_text())["matched"] is True
+    rows_h = [json.loads(x) for x in (h / "data" / "train.jsonl").read_text().splitlines()]
+    rows_b = [json.loads(x) for x in (b / "data" / "train.jsonl").read_text().splitlines()]
+    assert [r["item_id"] for r in rows_h] == [r["item_id"] for r in rows_b]
+    assert rows_h[0]["prompt"].endswith('after "####".') and rows_b[0]["prompt"].endswith("within \\boxed{}.")
+    # A different learning rate, a different data order, or the same convention twice: refused.
+    lr = _arm(tmp_path, "lr", "convention=boxed", "recipe.lr=1e-3")
+    v = check_and_record(h, lr)
+    assert not v["matched"] and v["config_differences"][0]["key"] == "recipe.lr"
+    order = _arm(tmp_path, "order", "convention=boxed", "data_seed=5")
+    v = check_and_record(h, order)
+    assert not v["matched"] and v["data_differences"][0]["field"] in ("item_id", "question", "reference")
+    same = _arm(tmp_path, "same", "convention=hash", "seed=84", "data_seed=83")
+    assert not check_and_record(h, same)["matched"]
