@@ -18,11 +18,14 @@ def test_warm_start_follows_both_requests(tmp_path):
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_sft", overrides=[
             "mode=warmstart", "sft=warmstart_tiny", f"run_dir={tmp_path}", f"model.path={tmp_path}/initial",
-            "train_items.per_stratum={2: 500, 3: 500, 4: 200}", "sft.epochs=2", "tracking=off"])
+            "~train_items.per_stratum", "+train_items.per_stratum={1: 40, 2: 2360}", "train_items.max_operand=9",
+            "train_items.ops=[+,-]", "train_items.n_test=200", "train_items.n_dev=20", "sft.epochs=2",
+            "tracking=off"])
     summary = warmstart(cfg)
-    assert summary["examples"] == 1200 and summary["train_loss"] < 2.0
+    assert summary["examples"] == 2400 and summary["train_loss"] < 2.0
     model, tok = load_policy(tmp_path / "initial")
-    items = make_splits(500, 32)["test"][:40]  # held out: training items exclude every probe item
+    # Held out: the training items exclude every item of this probe (the arith_tiny task).
+    items = make_splits(200, 20, 20260908, (1, 2), 9, ("+", "-"))["test"][::5]
     backend = HFBackend(model, tok, batch_size=20)
     for request, reader in (("hash", "strict_first_hash"), ("boxed", "boxed_first")):
         ids = [render(tok, messages(it["question"], request))[1] for it in items]
