@@ -98,3 +98,14 @@ def test_matched_pair_passes_and_mismatches_are_caught(tmp_path):
     assert not v["matched"] and v["data_differences"][0]["field"] in ("item_id", "question", "reference")
     same = _arm(tmp_path, "same", "convention=hash", "seed=84", "data_seed=83")
     assert not check_and_record(h, same)["matched"]
+
+
+def test_proposal_strata_must_match_the_task():
+    cfg = cfg_for("recipe=tiny", "task=arith_tiny", "recipe.proposal.enabled=true", "model=qwen2.5-7b-instruct")
+    with pytest.raises(RecipeError, match=r"recipe.proposal: 2 strata \(1ops, 2ops\) but 3 target"):
+        training_rows(cfg)
+    cfg = cfg_for("recipe=tiny", "task=arith_tiny", "recipe.proposal.enabled=true", "recipe.proposal.target=[1,3]",
+                  "recipe.proposal.proposal=[3,1]", "model=qwen2.5-7b-instruct")
+    rows = training_rows(cfg)
+    weights = {r["stratum"]: r["is_weight"] for r in rows}
+    assert weights["1ops"] > 1 > weights["2ops"] or weights["1ops"] < 1 < weights["2ops"]

@@ -46,6 +46,9 @@ def check_config(cfg: Any) -> None:
         raise RecipeError(f"algorithm={cfg.algorithm.name!r} is unknown; expected grpo or reinforce_pp")
     if cfg.engine.name == "trl" and cfg.algorithm.name != "grpo":
         raise RecipeError("algorithm=reinforce_pp runs only with engine=verl")
+    if cfg.engine.name == "verl" and r.proposal.enabled:
+        raise RecipeError("recipe.proposal.enabled=true is not supported with engine=verl yet: verl 0.9 offers no "
+                          "hook to scale a sample's advantage by its importance weight (use engine=trl)")
     if cfg.template not in TEMPLATES:
         raise RecipeError(f"template={cfg.template!r} is unknown; expected one of {', '.join(TEMPLATES)}")
     if cfg.model.source == "local" and not (cfg.model.path and Path(cfg.model.path).exists()):
@@ -98,8 +101,12 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
     r = cfg.recipe
     n_rows = int(r.prompts_per_update) * int(r.updates)
     if r.proposal.enabled:
-        draws = frozen_proposal(items, list(r.proposal.target), list(r.proposal.proposal), float(r.proposal.epsilon)
-                                ).sample(n_rows, int(cfg.data_seed))
+        try:
+            proposal = frozen_proposal(items, list(r.proposal.target), list(r.proposal.proposal),
+                                       float(r.proposal.epsilon))
+        except ValueError as err:
+            raise RecipeError(f"recipe.proposal: {err} (task={cfg.task.name})") from None
+        draws = proposal.sample(n_rows, int(cfg.data_seed))
     else:
         order = list(range(len(items)))
         random.Random(int(cfg.data_seed)).shuffle(order)
