@@ -31,3 +31,15 @@ def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu") -
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype)).to(device)
     model.eval()
     return model, load_tokenizer(path)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
+
+
+def copy_tokenizer_files(src: str | Path, dst: str | Path) -> None:
+    """Copy a policy's tokenizer files next to new weights (keeps the char-tokenizer marker)."""
+    import shutil
+
+    for name in TOKENIZER_FILES:
+        if (Path(src) / name).exists():
+            shutil.copy2(Path(src) / name, Path(dst) / name)

@@ -78,7 +78,7 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
     import torch
     from transformers import AutoModelForCausalLM, Trainer, TrainingArguments, set_seed
 
-    from crossed_rlvr.policies.loading import load_tokenizer
+    from crossed_rlvr.policies.loading import copy_tokenizer_files, load_tokenizer
 
     set_seed(cfg.seed)
     tokenizer = load_tokenizer(base_dir)
@@ -102,10 +102,9 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
     result = trainer.train()
     tmp = out.with_name(out.name + ".tmp")
     trainer.save_model(str(tmp))
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                 "generation_config.json"):
-        if (Path(base_dir) / name).exists():
-            shutil.copy2(Path(base_dir) / name, tmp / name)
+    copy_tokenizer_files(base_dir, tmp)
+    if (Path(base_dir) / "generation_config.json").exists():
+        shutil.copy2(Path(base_dir) / "generation_config.json", tmp / "generation_config.json")
     summary = {"train_loss": float(result.training_loss), "examples": len(data), "dropped_overlong": data.dropped,
                "steps": int(result.global_step), "seconds": round(time.perf_counter() - start, 1),
                "config": asdict(cfg), "base": str(base_dir)}

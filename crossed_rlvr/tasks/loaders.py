@@ -68,23 +68,21 @@ def _read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]
         ) from None
 
 
-def load_gsm8k(path: str | Path | None = None, split: str = "test") -> list[dict[str, Any]]:
-    rows = _read_local(Path(path)) if path else _read_hub("openai/gsm8k", "main", split)
+def _load(path: str | Path | None, hub: tuple[str, str | None, str], required: tuple[str, ...], convert
+          ) -> list[dict[str, Any]]:
+    rows = _read_local(Path(path)) if path else _read_hub(*hub)
     items = []
     for i, row in enumerate(rows):
-        for field in ("question", "answer"):
+        for field in required:
             if field not in row:
-                raise ItemFileError(f"{path or 'openai/gsm8k'}: row {i + 1} lacks field '{field}'")
-        items.append(gsm8k_item(row, i))
+                raise ItemFileError(f"{path or hub[0]}: row {i + 1} lacks field '{field}'")
+        items.append(convert(row, i))
     return items
+
+
+def load_gsm8k(path: str | Path | None = None, split: str = "test") -> list[dict[str, Any]]:
+    return _load(path, ("openai/gsm8k", "main", split), ("question", "answer"), gsm8k_item)
 
 
 def load_math500(path: str | Path | None = None, split: str = "test") -> list[dict[str, Any]]:
-    rows = _read_local(Path(path)) if path else _read_hub("HuggingFaceH4/MATH-500", None, split)
-    items = []
-    for i, row in enumerate(rows):
-        for field in ("problem", "answer"):
-            if field not in row:
-                raise ItemFileError(f"{path or 'HuggingFaceH4/MATH-500'}: row {i + 1} lacks field '{field}'")
-        items.append(math500_item(row, i))
-    return items
+    return _load(path, ("HuggingFaceH4/MATH-500", None, split), ("problem", "answer"), math500_item)

@@ -16,11 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.policies.loading import copy_tokenizer_files
 from crossed_rlvr.rewards.trl_entry import make_trl_reward
 from crossed_rlvr.train.translate import trl_args
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja")
-
 
 def payload_metric(request: str):
     """Requested-payload presence d_r(y) as a TRL 'reward' (logged with weight 0)."""
@@ -31,12 +29,6 @@ def payload_metric(request: str):
         return [1.0 if detect(t).present(request) else 0.0 for t in texts]
 
     return requested_payload
-
-
-def _copy_tokenizer(src: Path, dst: Path) -> None:
-    for name in TOKENIZER_FILES:
-        if (src / name).exists():
-            shutil.copy2(src / name, dst / name)
 
 
 def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
@@ -73,7 +65,7 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     step0 = ckpt / "step-0"
     if not step0.exists():
         model.save_pretrained(step0)
-        _copy_tokenizer(model_path, step0)
+        copy_tokenizer_files(model_path, step0)
     conv = cfg.convention.name
     dataset = Dataset.from_list([
         {"prompt": [{"role": "user", "content": r["prompt"]}], "reference": r["reference"], "convention": r["convention"],
@@ -101,7 +93,7 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     final = ckpt / f"step-{int(cfg.recipe.updates)}"
     tmp = final.with_name(final.name + ".tmp")
     trainer.save_model(str(tmp))
-    _copy_tokenizer(model_path, tmp)
+    copy_tokenizer_files(model_path, tmp)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
