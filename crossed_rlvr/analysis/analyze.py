@@ -29,7 +29,7 @@ from crossed_rlvr.analysis.cells import Group, build_groups, derive_measures, po
 from crossed_rlvr.analysis.contrasts import Contrast, arms_by_seed, build_contrasts, evaluate
 from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k
 from crossed_rlvr.analysis.paired import paired_tests
-from crossed_rlvr.eval.scoring import sha256_file
+from crossed_rlvr.files import sha256_file
 
 REQUIRED = ["task", "policy", "training_convention", "train_seed", "request", "template", "item_id", "sample_idx",
             "finish_reason", "requested_payload", "extractable", "category"]

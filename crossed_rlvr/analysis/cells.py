@@ -20,14 +20,11 @@ import numpy as np
 import pandas as pd
 
 from crossed_rlvr.eval.payload import CATEGORIES
+from crossed_rlvr.tasks.items import item_order
 
 STRICT = {"hash": "strict_first_hash", "boxed": "boxed_first", "json": "json_first", "xml": "xml_first"}
 LENIENT = {"hash": "lenient_hash_fallback", "boxed": "lenient_boxed_fallback"}
 CELL_KEYS = ["task", "template", "policy", "request"]
-
-
-def item_order(item_id: str) -> tuple[int, int, str]:
-    return (0, int(item_id), "") if item_id.isdigit() else (1, 0, item_id)
 
 
 def reader_names(scores: pd.DataFrame) -> list[str]:

@@ -226,6 +226,15 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
     path.write_text("\n".join(parts) + "\n")
 
 
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) -> list[Path]:
     """Fig. 1a (payload per seed vs initial), Fig. 2a (strict vs MV interactions), Fig. 1b (per template)."""
     import matplotlib
@@ -258,10 +267,7 @@ def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) ->
         axes[0][0].set_ylabel("requested-payload presence (%)")
         axes[0][-1].legend(loc="lower right", fontsize=8)
         fig.suptitle("Requested-payload presence per seed against the initial policy (cf. Fig. 1a)")
-        fig.tight_layout()
-        made.append(folder / "fig1a_payload_by_seed.png")
-        fig.savefig(made[-1], dpi=120)
-        plt.close(fig)
+        made.append(_save(fig, folder / "fig1a_payload_by_seed.png"))
 
     inter = contrasts[(contrasts.name == "interaction") & contrasts.measure.isin(["acc.strict", "acc.math_verify"])
                       & ~contrasts.policy.str.endswith(("/mean", "/sd")) & (contrasts.request == "hashxboxed")]
@@ -280,10 +286,7 @@ def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) ->
         ax.set_ylabel("interaction (pp), 95% CI")
         ax.set_title("Strict vs Math-Verify crossed interactions per seed (cf. Fig. 2a)")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        made.append(folder / "fig2a_interactions.png")
-        fig.savefig(made[-1], dpi=120)
-        plt.close(fig)
+        made.append(_save(fig, folder / "fig2a_interactions.png"))
 
     dpb = contrasts[(contrasts.name == "delta_P") & (contrasts.request == "hash")
                     & contrasts.policy.str.contains("boxed")]
@@ -297,8 +300,5 @@ def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) ->
         ax.set_ylabel("ΔP_{B,h}: boxed-trained − initial hash payload (pp)")
         ax.set_title("Change per wording template (cf. Fig. 1b)")
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        made.append(folder / "fig1b_templates.png")
-        fig.savefig(made[-1], dpi=120)
-        plt.close(fig)
+        made.append(_save(fig, folder / "fig1b_templates.png"))
     return made

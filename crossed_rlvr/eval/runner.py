@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.eval.generation import GenParams, HFBackend
+from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.tasks.items import ItemFileError, read_items, write_items
 
@@ -90,9 +91,7 @@ def frozen_items(run_dir: Path, task_cfg: Any) -> tuple[list[dict[str, Any]], st
             raise ItemFileError(f"{path}: item file recorded in {manifest_path} is missing; restore it or use a new run_dir")
         expected = write_items(path, build_items(task_cfg))
         manifest.setdefault("items", {})[path.name] = expected
-        tmp = manifest_path.with_name("run.json.tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, manifest_path)
+        atomic_write_json(manifest_path, manifest)
     items, sha = read_items(path, expected)
     if task_cfg.get("n_items"):
         items = items[: int(task_cfg.n_items)]
@@ -207,9 +206,7 @@ def run_eval(cfg: Any, progress: bool = True) -> dict[str, Any]:
                         bar.update(len(batch))
             order = {str(it["item_id"]): k for k, it in enumerate(cell_items)}
             records = sorted(done.values(), key=lambda r: (order[r["item_id"]], r["sample_idx"]))
-            tmp = final.with_name(final.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-            os.replace(tmp, final)
+            atomic_write_jsonl(final, records)
             meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             partial.unlink(missing_ok=True)
             partial_meta.unlink(missing_ok=True)

@@ -11,7 +11,6 @@ the inputs, and a different one is refused unless ``--overwrite`` is given.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -26,24 +25,14 @@ from crossed_rlvr import __version__
 from crossed_rlvr.eval.panel import Item, Scorer, columns, score_response
 from crossed_rlvr.eval.readers import READERS
 from crossed_rlvr.eval.records import ResponseFileError, read_responses
+from crossed_rlvr.files import atomic_write_json, sha256_file
+from crossed_rlvr.tasks.items import item_order
 
 KEY_COLUMNS = [
     "task", "policy", "training_convention", "train_seed", "request", "template", "item_id", "sample_idx",
     "gen_seed", "finish_reason", "prompt_tokens", "response_tokens", "reference",
 ]
 SHARD_SIZE = 4096
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def item_order(item_id: str) -> tuple[int, int, str]:
-    return (0, int(item_id), "") if item_id.isdigit() else (1, 0, item_id)
 
 
 def schema() -> pa.Schema:
@@ -81,12 +70,6 @@ def _same_inputs(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def _atomic_write_table(table: pa.Table, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     pq.write_table(table, tmp, compression="zstd")
-    os.replace(tmp, path)
-
-
-def _atomic_write_json(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
 
 
@@ -137,7 +120,7 @@ def score_files(
     if partial.exists() and (not pmanifest.exists() or not _same_inputs(json.loads(pmanifest.read_text()), manifest)):
         shutil.rmtree(partial)  # shards of other inputs: our own stale cache, not user data
     partial.mkdir(parents=True, exist_ok=True)
-    _atomic_write_json(manifest, pmanifest)
+    atomic_write_json(pmanifest, manifest)
 
     shards = [range(i, min(i + shard_size, len(records))) for i in range(0, len(records), shard_size)]
     todo = [k for k in range(len(shards)) if not (partial / f"shard-{k:05d}.parquet").exists()]
@@ -168,7 +151,7 @@ def score_files(
     full = pa.concat_tables(tables) if tables else sch.empty_table()
     output.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write_table(full, output)
-    _atomic_write_json(manifest, mpath)
+    atomic_write_json(mpath, manifest)
     shutil.rmtree(partial)
     return output
 

@@ -7,11 +7,10 @@ to write anything if one differs. Training prompts carry no format instruction.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.files import atomic_write_jsonl
 from crossed_rlvr.rewards.conventions import get_convention
 
 
@@ -45,9 +44,6 @@ def write_pairs(items: list[dict[str, Any]], out_a: str | Path, out_b: str | Pat
                 control: str = "boxed") -> int:
     """Build, check and write both target files (atomically); nothing is written on a mismatch."""
     rows_a, rows_b = build_pairs(items, arm, control)
-    for rows, out in ((rows_a, Path(out_a)), (rows_b, Path(out_b))):
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        os.replace(tmp, out)
+    atomic_write_jsonl(out_a, rows_a)
+    atomic_write_jsonl(out_b, rows_b)
     return len(rows_a)

@@ -8,11 +8,12 @@ to go on rather than mix item sets.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from crossed_rlvr.files import atomic_write_jsonl
+from crossed_rlvr.files import sha256_file as file_sha256
 
 REQUIRED = ("item_id", "question", "reference")
 
@@ -28,16 +29,13 @@ def write_items(path: str | Path, items: list[dict[str, Any]]) -> str:
     ids = [str(it["item_id"]) for it in items]
     if len(set(ids)) != len(ids):
         raise ItemFileError(f"{path}: duplicate item_id in the items to write")
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for it in items:
-            fh.write(json.dumps({**it, "item_id": str(it["item_id"])}, ensure_ascii=False, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write_jsonl(path, [{**it, "item_id": str(it["item_id"])} for it in items], sort_keys=True)
     return file_sha256(path)
 
 
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def item_order(item_id: str) -> tuple[int, int, str]:
+    """Sort key for item ids: numeric ids in numeric order, then the others as strings."""
+    return (0, int(item_id), "") if item_id.isdigit() else (1, 0, item_id)
 
 
 def read_items(path: str | Path, expected_sha256: str | None = None) -> tuple[list[dict[str, Any]], str]:

@@ -10,11 +10,10 @@ only the request suffix of the prompt and the reward program follow the arm's co
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.files import atomic_write_jsonl
 from crossed_rlvr.rewards.conventions import CONVENTIONS, TEMPLATES, get_convention
 from crossed_rlvr.train.proposal import frozen_proposal
 
@@ -125,7 +124,4 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    os.replace(tmp, path)
+    atomic_write_jsonl(path, rows)

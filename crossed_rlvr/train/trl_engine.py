@@ -20,6 +20,7 @@ from crossed_rlvr.policies.loading import copy_tokenizer_files
 from crossed_rlvr.rewards.trl_entry import make_trl_reward
 from crossed_rlvr.train.translate import trl_args
 
+
 def payload_metric(request: str):
     """Requested-payload presence d_r(y) as a TRL 'reward' (logged with weight 0)."""
     from crossed_rlvr.eval.payload import detect
