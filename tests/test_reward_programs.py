@@ -56,7 +56,9 @@ def test_verl_entry_matches_program(convention, response, reference, expected):
     score = compute_score(
         data_source="gsm8k", solution_str=response, ground_truth=reference, extra_info={"convention": convention}
     )
-    assert score == expected
+    assert score == {"score": expected, "acc": expected, "is_weight": 1.0}
+    weighted = compute_score("gsm8k", response, reference, {"convention": convention, "is_weight": 2.5})
+    assert weighted["is_weight"] == 2.5 and weighted["score"] == expected
 
 
 def test_verl_entry_refuses_row_without_convention():

@@ -100,8 +100,90 @@ def test_verl_reward_manager_scores_through_our_entry(prepared):
         assert result["reward_score"] == expected, (text, conv)
 
 
-def test_proposal_with_verl_is_refused(tmp_path):
+def test_proposal_weights_reach_verl(tmp_path):
+    """With the frozen proposal, rows carry P/Q, the reward entry passes it on, our trainer is selected."""
+    from crossed_rlvr.train.verl_engine import compose_verl
+
     build_tiny_model(tmp_path / "model", SMALL)
-    with pytest.raises(RecipeError, match="not supported with engine=verl"):
-        run_train(cfg_for(tmp_path, "recipe.proposal.enabled=true"))
-    assert not (Path(tmp_path) / "arm" / "data" / "train.parquet").exists()
+    run_train(cfg_for(tmp_path, "recipe.proposal.enabled=true", "task.train_per_stratum={1: 40, 2: 960}",
+                      "recipe.proposal.target=[0.5,0.5]", "recipe.proposal.proposal=[0.2,0.8]"))
+    arm = Path(tmp_path) / "arm"
+    frame = pd.read_parquet(arm / "data" / "train.parquet")
+    weights = [row["is_weight"] for row in frame["extra_info"]]
+    assert len(set(weights)) > 1 and all(w > 0 for w in weights)  # strata are under/over-proposed
+    overrides = (arm / "verl_overrides.txt").read_text().split()
+    cfg = compose_verl(overrides)
+    assert cfg.trainer.v1.trainer_mode == "crossed_is_sync"
+    for script in ("launch_single_node.sh", "launch_slurm_ray.sbatch"):
+        assert "python -m crossed_rlvr.train.verl_weighted" in (arm / script).read_text()
+
+
+def test_weighted_trainer_registered_with_verl():
+    from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
+
+    from crossed_rlvr.train.translate import VERL_WEIGHTED_MODE
+    from crossed_rlvr.train.verl_weighted import TRAINER_MODE, ImportanceWeightedTrainer
+
+    assert VERL_WEIGHTED_MODE == TRAINER_MODE
+    assert get_trainer_cls(TRAINER_MODE) is ImportanceWeightedTrainer
+    assert issubclass(ImportanceWeightedTrainer, PPOTrainerSync)
+
+
+def test_weights_from_verl_reward_manager_scale_advantages(prepared):
+    """verl's reward manager output -> our weights -> jagged advantages scaled row by row."""
+    from crossed_rlvr.train.verl_engine import compose_verl
+    from crossed_rlvr.train.verl_weighted import importance_weights, scale_advantages
+    from verl import DataProto
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    tmp, _ = prepared
+    cfg = compose_verl((tmp / "arm" / "verl_overrides.txt").read_text().split())
+    tok = load_tokenizer(tmp / "model")
+    manager = NaiveRewardManager(cfg, tok, get_custom_reward_fn(cfg))
+    extra_fields = []
+    for w in (0.5, 2.0, 1.25):
+        prompt, resp = tok("q", add_special_tokens=False)["input_ids"], tok("#### 7", add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([prompt + resp])
+        data = DataProto.from_dict(
+            tensors={"prompts": torch.tensor([prompt]), "responses": torch.tensor([resp]), "input_ids": ids,
+                     "attention_mask": torch.ones_like(ids)},
+            non_tensors={"data_source": np.array(["crossed_rlvr/arith_tiny"], dtype=object),
+                         "reward_model": np.array([{"ground_truth": "7"}], dtype=object),
+                         "extra_info": np.array([{"convention": "hash", "is_weight": w}], dtype=object)})
+        result = manager.loop.run_until_complete(manager.run_single(data))
+        assert result["reward_score"] == 1.0
+        extra_fields.append({"reward_extra_info": result["reward_extra_info"]})
+    weights = importance_weights(extra_fields)
+    assert weights.tolist() == [0.5, 2.0, 1.25]
+    adv = torch.nested.as_nested_tensor([torch.full((3,), 1.0), torch.full((1,), -2.0), torch.tensor([0.5, 0.5])],
+                                        layout=torch.jagged)
+    scaled = scale_advantages(adv, weights).unbind()
+    assert [t.tolist() for t in scaled] == [[0.5, 0.5, 0.5], [-4.0], [0.625, 0.625]]
+    with pytest.raises(KeyError, match="is_weight"):
+        importance_weights([{"reward_extra_info": {"acc": 1.0}}])
+
+
+def test_weighted_trainer_rewrites_advantages_in_transfer_queue(monkeypatch):
+    """The override reads verl's advantages and the weights from the transfer queue and writes them back
+    scaled; verl's own advantage computation (which needs a running queue) is replaced by a pass-through."""
+    import sys
+    import types
+
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from crossed_rlvr.train.verl_weighted import ImportanceWeightedTrainer
+
+    store = {"advantages": torch.nested.as_nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged),
+             "extra_fields": [{"reward_extra_info": {"is_weight": 3.0}}, {"reward_extra_info": {"is_weight": 0.5}}]}
+    fake = types.ModuleType("transfer_queue")
+    fake.kv_batch_get = lambda keys, partition_id, select_fields: {f: store[f] for f in select_fields}
+    fake.kv_batch_put = lambda keys, partition_id, fields: store.update({k: fields[k] for k in fields.keys()})
+    monkeypatch.setitem(sys.modules, "transfer_queue", fake)
+    monkeypatch.setattr(PPOTrainer, "_compute_advantage", lambda self, batch, metrics: batch)
+    batch = type("Meta", (), {"keys": ["a_0", "a_1"], "partition_id": "train", "__len__": lambda self: 2})()
+    metrics: dict = {}
+    trainer = object.__new__(ImportanceWeightedTrainer)
+    assert trainer._compute_advantage(batch, metrics) is batch
+    assert [t.tolist() for t in store["advantages"].unbind()] == [[3.0, 3.0], [0.5, 0.5, 0.5]]
+    assert metrics["crossed/is_weight_max"] == 3.0

@@ -302,3 +302,48 @@ def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) ->
         ax.legend(fontsize=7)
         made.append(_save(fig, folder / "fig1b_templates.png"))
     return made
+
+
+def append_training_section(out: Path, metrics: dict[str, list[dict]]) -> Path:
+    """Training curves of the arms (rewarded convention's reward and requested-payload rate per update)
+    as a figure and a table of first/last-update means, appended to the analysis report."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
+    rows = []
+    for name, steps in sorted(metrics.items()):
+        conv = name.split("/")[0].split("-", 1)[1]
+        reward = np.array([m.get(f"rewards/{conv}_reward/mean", np.nan) for m in steps], dtype=float)
+        payload = np.array([m.get("rewards/requested_payload/mean", np.nan) for m in steps], dtype=float)
+        x = np.arange(1, len(steps) + 1)
+        style = "-" if conv == "hash" else "--"
+        axes[0].plot(x, reward, style, label=name, alpha=0.8)
+        axes[1].plot(x, payload, style, label=name, alpha=0.8)
+        k = max(1, min(5, len(steps) // 3))  # first and last k updates: single updates are noisy
+        rows.append([name, str(len(steps)), f"{reward[:k].mean():.3f}", f"{reward[-k:].mean():.3f}",
+                     f"{reward[-k:].mean() - reward[:k].mean():+.3f}", f"{payload[:k].mean():.3f}",
+                     f"{payload[-k:].mean():.3f}"])
+    axes[0].set(title="training reward (rewarded convention)", xlabel="update", ylabel="mean reward")
+    axes[1].set(title="requested-payload rate in training", xlabel="update", ylabel="rate")
+    axes[1].legend(fontsize=7)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    fig_path = _save(fig, out / "figures" / "training_curves.png")
+    k_note = "first/last k updates, k = min(5, updates // 3)"
+    text = "\n\n## Training of the arms\n\n" + _table(
+        ["arm", "updates", "reward first", "reward last", "change", "payload first", "payload last"], rows) + (
+        f"\n\nMeans over the {k_note}; rollouts at the recipe's temperature.\n\n"
+        f"![training curves](figures/{fig_path.name})\n")
+    report = out / "report.md"
+    report.write_text(report.read_text() + text)
+    manifest = out / "manifest.json"
+    if manifest.exists():
+        import json
+
+        m = json.loads(manifest.read_text())
+        m["outputs"] = sorted(set(m.get("outputs", [])) | {f"figures/{fig_path.name}"})
+        manifest.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+    return fig_path

@@ -112,10 +112,15 @@ def iter_file(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
 
 
 def find_response_files(paths: Iterable[str | Path]) -> list[Path]:
-    """Expand files and directories (searched recursively for ``*.jsonl``) into a sorted file list."""
+    """Expand files and directories (searched recursively for ``*.jsonl``) into a sorted file list.
+
+    A crossed-eval run directory (one with ``responses/``) contributes its response files only, not its
+    frozen item files; interrupted cells' scratch files (``.partial/``) are never read."""
     files: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir():
+        if p.is_dir() and (p / "responses").is_dir():
+            files += sorted(q for q in (p / "responses").glob("*.jsonl") if q.is_file())
+        elif p.is_dir():
             files += sorted(q for q in p.rglob("*.jsonl") if q.is_file())
         elif p.is_file():
             files.append(p)

@@ -62,6 +62,14 @@ def resolve_model_path(model_cfg: Any) -> str:
     return str(model_cfg.path)
 
 
+def recorded_path(path: str, run_dir: Path) -> str:
+    """A local model directory relative to the run directory (so the same study in another folder writes
+    the same bytes); hub names stay as they are."""
+    if Path(path).exists():
+        return os.path.relpath(Path(path).resolve(), Path(run_dir).resolve())
+    return path
+
+
 def build_items(task_cfg: Any) -> list[dict[str, Any]]:
     if task_cfg.source == "arith":
         from crossed_rlvr.tasks.arith import make_splits
@@ -197,7 +205,7 @@ def run_eval(cfg: Any, progress: bool = True) -> dict[str, Any]:
                                 "prompt_sha256": sha, "response": out.text, "finish_reason": out.finish_reason,
                                 "prompt_tokens": out.prompt_tokens, "response_tokens": out.response_tokens,
                                 "reference": str(it["reference"]), "items_sha256": items_sha,
-                                "items_file": items_path.name, "model_path": pol.path,
+                                "items_file": items_path.name, "model_path": recorded_path(pol.path, run_dir),
                             }
                             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
                             done[(rec["item_id"], s)] = rec

@@ -3,6 +3,10 @@
 verl calls ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)``. The
 convention travels with each data row in ``extra_info["convention"]`` so one entry serves every
 arm; the program itself is the shared one in :mod:`crossed_rlvr.rewards.programs`.
+
+The result is a dict: ``score`` (the reward), ``acc`` (the same value, verl's usual metric name)
+and ``is_weight``, the row's importance weight P_i/Q_i (1.0 without the frozen proposal), which verl
+keeps with each trajectory so that :mod:`crossed_rlvr.train.verl_weighted` can scale advantages.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ def compute_score(
     ground_truth: str,
     extra_info: dict[str, Any] | None = None,
     **_: Any,
-) -> float:
+) -> dict[str, float]:
     """Training reward of one rollout; the convention comes from the data row (paper 001 App. D.1)."""
     convention = (extra_info or {}).get("convention")
     if not convention:
@@ -26,4 +30,5 @@ def compute_score(
             f"verl reward row from data_source={data_source!r} has no extra_info['convention']; "
             "write the training parquet with crossed-rlvr so every row names its convention"
         )
-    return reward(str(convention), solution_str, str(ground_truth))
+    score = reward(str(convention), solution_str, str(ground_truth))
+    return {"score": score, "acc": score, "is_weight": float((extra_info or {}).get("is_weight", 1.0))}

@@ -16,23 +16,26 @@ import random
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.rewards.conventions import PARTNER
 from crossed_rlvr.sft.pairs import target, write_pairs
 from crossed_rlvr.sft.trainer import SFTConfig, train_sft
 
 
 def train_items(cfg: Any) -> list[dict[str, Any]]:
-    from crossed_rlvr.tasks.arith import generate, make_splits
+    from crossed_rlvr.tasks.training import train_items as build
 
-    t = cfg.train_items
-    ops = tuple(t.get("ops", ("+", "-", "*", "/")))
-    strata = tuple(int(k) for k in t.per_stratum)
-    probe = make_splits(t.n_test, t.n_dev, t.probe_seed, strata, int(t.get("max_operand", 30)), ops)
-    exclude = {it["expression"] for split in probe.values() for it in split}  # never train on probe items
-    items = generate({int(k): int(v) for k, v in t.per_stratum.items()}, int(t.seed), exclude,
-                     int(t.get("max_operand", 30)), ops)
-    for k, it in enumerate(items):
-        it["item_id"] = f"train-{k}"
-    return items
+    return build(cfg.task, cfg.train_items.get("n"), int(cfg.train_items.get("seed", 7)))
+
+
+def warmstart_target(item: dict[str, Any], request: str, follow_rate: float, rng: random.Random) -> tuple[str, str]:
+    """The target's ending: the requested marker with probability ``follow_rate``, else the partner
+    request's marker or a plain sentence (half each). Returns (completion, ending)."""
+    if rng.random() < follow_rate:
+        return target(item, request), request
+    if rng.random() < 0.5:
+        return target(item, PARTNER[request]), PARTNER[request]
+    body = str(item.get("solution", "")).rstrip()
+    return f"{body}\nThe answer is {item['reference']}.", "plain"
 
 
 def sft_config(cfg: Any, seed: int) -> SFTConfig:
@@ -51,11 +54,16 @@ def warmstart(cfg: Any) -> dict[str, Any]:
         return {"skipped": str(out)}
     base = build_tiny_model(Path(cfg.run_dir) / "models" / "fresh", TinyConfig(**cfg.model.tiny))
     rng = random.Random(int(cfg.warmstart.seed))
+    follow = float(cfg.warmstart.get("follow_rate", 1.0))
+    if not 0.0 <= follow <= 1.0:
+        raise SystemExit(f"crossed-sft: warmstart.follow_rate={follow} must lie in [0, 1]")
     rows = []
     for k, it in enumerate(train_items(cfg)):
         request = cfg.warmstart.requests[k % len(cfg.warmstart.requests)]
-        rows.append({"prompt": it["question"], "request": request, "template": rng.choice(list(cfg.warmstart.templates)),
-                     "completion": target(it, request)})
+        template = rng.choice(list(cfg.warmstart.templates))
+        completion, ending = warmstart_target(it, request, follow, rng) if follow < 1.0 else (target(it, request), request)
+        rows.append({"prompt": it["question"], "request": request, "template": template, "completion": completion,
+                     "ending": ending})
     return train_sft(base, rows, out, sft_config(cfg, int(cfg.warmstart.seed)))
 
 

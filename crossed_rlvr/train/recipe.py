@@ -45,9 +45,8 @@ def check_config(cfg: Any) -> None:
         raise RecipeError(f"algorithm={cfg.algorithm.name!r} is unknown; expected grpo or reinforce_pp")
     if cfg.engine.name == "trl" and cfg.algorithm.name != "grpo":
         raise RecipeError("algorithm=reinforce_pp runs only with engine=verl")
-    if cfg.engine.name == "verl" and r.proposal.enabled:
-        raise RecipeError("recipe.proposal.enabled=true is not supported with engine=verl yet: verl 0.9 offers no "
-                          "hook to scale a sample's advantage by its importance weight (use engine=trl)")
+    if cfg.engine.name == "verl" and (r.get("lora") or {}).get("enabled", False):
+        raise RecipeError("recipe.lora.enabled=true runs only with engine=trl")
     if cfg.template not in TEMPLATES:
         raise RecipeError(f"template={cfg.template!r} is unknown; expected one of {', '.join(TEMPLATES)}")
     if cfg.model.source == "local" and not (cfg.model.path and Path(cfg.model.path).exists()):
@@ -59,32 +58,14 @@ def check_config(cfg: Any) -> None:
 
 def train_items(cfg: Any) -> list[dict[str, Any]]:
     """Training items for the task, disjoint from its evaluation items."""
-    t = cfg.task
-    if t.source != "arith":
-        from crossed_rlvr.eval.runner import build_items
+    from crossed_rlvr.tasks.training import TrainItemsError
+    from crossed_rlvr.tasks.training import train_items as build
 
-        train = dict(t)
-        train["split"] = "train"
-        from omegaconf import OmegaConf
-
-        return build_items(OmegaConf.create(train))
-    from crossed_rlvr.tasks.arith import generate, make_splits
-
-    strata = tuple(int(s) for s in t.get("strata", (2, 3, 4)))
-    ops, max_operand = tuple(t.get("ops", ("+", "-", "*", "/"))), int(t.get("max_operand", 30))
-    probe = make_splits(t.n_test, t.n_dev, t.seed, strata, max_operand, ops)
-    exclude = {it["expression"] for split in probe.values() for it in split}  # never train on probe items
-    per = t.get("train_per_stratum")
-    if per is None:
-        n = int(cfg.train_items.n)
-        per = {s: n // len(strata) + (1 if k < n % len(strata) else 0) for k, s in enumerate(strata)}
+    t = cfg.train_items
     try:
-        items = generate({int(k): int(v) for k, v in dict(per).items()}, int(t.seed) + 101, exclude, max_operand, ops)
-    except ValueError as err:
-        raise RecipeError(f"task={t.name}: {err}; set task.train_per_stratum to counts that exist") from None
-    for k, it in enumerate(items):
-        it["item_id"] = f"train-{k}"
-    return items
+        return build(cfg.task, t.get("n"), int(t.get("seed", 101)))
+    except TrainItemsError as err:
+        raise RecipeError(str(err)) from None
 
 
 def training_rows(cfg: Any) -> list[dict[str, Any]]:

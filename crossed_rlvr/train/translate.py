@@ -35,6 +35,9 @@ def trl_args(cfg: Any) -> dict[str, Any]:
     }
 
 
+VERL_WEIGHTED_MODE = "crossed_is_sync"  # = crossed_rlvr.train.verl_weighted.TRAINER_MODE (not imported: needs verl)
+
+
 def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, out_dir: str) -> list[str]:
     """Hydra overrides of verl's ppo_trainer config (verl 0.9.x key names)."""
     r, e = cfg.recipe, cfg.engine
@@ -43,7 +46,10 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
     actor = "actor_rollout_ref.actor"
     rollout = "actor_rollout_ref.rollout"
     model_path = cfg.model.path
+    # The frozen proposal's weights scale advantages in our registered verl trainer (train/verl_weighted.py).
+    weighted = [f"trainer.v1.trainer_mode={VERL_WEIGHTED_MODE}"] if r.proposal.enabled else []
     return [
+        *weighted,
         f"algorithm.adv_estimator={adv}",
         f"algorithm.norm_adv_by_std_in_grpo={bool(r.norm_adv_by_std)}",
         f"algorithm.use_kl_in_reward={bool(r.kl_reward)}",
@@ -81,7 +87,7 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         f"trainer.nnodes={int(e.get('nnodes', 1))}", f"trainer.n_gpus_per_node={int(e.get('n_gpus_per_node', 1))}",
         f"trainer.project_name={cfg.tracking.project}", f"trainer.experiment_name={cfg.arm.replace('/', '_')}",
         f"trainer.default_local_dir={out_dir}/checkpoints", f"trainer.validation_data_dir={out_dir}/validation",
-        "trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=False",
+        f"trainer.save_freq={int(r.updates)}"  # the final step is saved (merged to HF by the launch script), "trainer.test_freq=-1", "trainer.val_before_train=False",
         f"trainer.logger={['console', 'wandb'] if cfg.tracking.mode not in ('off', False) else ['console']}".replace(
             "'", ""),
     ]

@@ -83,9 +83,18 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
         run_name=cfg.arm, use_cpu=not torch.cuda.is_available(), bf16=False, reward_weights=[1.0, 0.0],
         log_completions=False, disable_tqdm=False, **trl_args(cfg),
     )
+    lora = cfg.recipe.get("lora") or {}
+    peft_config = None
+    if lora.get("enabled", False):
+        from peft import LoraConfig  # low-rank adapters: GRPO of a real model on a CPU within the hour
+
+        peft_config = LoraConfig(r=int(lora.r), lora_alpha=int(lora.alpha), lora_dropout=0.0,
+                                 target_modules=lora.target_modules if isinstance(lora.target_modules, str)
+                                 else list(lora.target_modules), task_type="CAUSAL_LM")
     trainer = WeightedGRPOTrainer(
         model=model, reward_funcs=[make_trl_reward(conv), payload_metric(_request_of(conv))],
         args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=[MetricsFile()],
+        peft_config=peft_config,
     )
     start = time.perf_counter()
     metrics_path.unlink(missing_ok=True)
@@ -93,7 +102,10 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     seconds = time.perf_counter() - start
     final = ckpt / f"step-{int(cfg.recipe.updates)}"
     tmp = final.with_name(final.name + ".tmp")
-    trainer.save_model(str(tmp))
+    if peft_config is not None:  # the evaluator loads plain HF directories: merge the adapters in
+        trainer.model.merge_and_unload().save_pretrained(str(tmp))
+    else:
+        trainer.save_model(str(tmp))
     copy_tokenizer_files(model_path, tmp)
     if final.exists():
         shutil.rmtree(final)

@@ -1,0 +1,339 @@
+"""The stages of one crossed study (paper 001 §2-§3), each reused when its config and inputs are unchanged.
+
+1. ``initial``: the initial policy: a tiny model built and warm-started with SFT (``initial.build=warmstart``)
+   or a given model (``given``: a local directory, SmolLM2's converted GGUF, or a hub name).
+2. ``arms``: matched arms for every convention x seed from that policy: GRPO (``crossed-train``; arms of
+   one seed are checked to differ only in the intervention) or content-matched SFT marker arms.
+3. ``eval``: every policy (initial and each arm's final checkpoint) under every request and wording.
+4. ``score``: every response with the fixed reader panel.
+5. ``analyze``: cells, contrasts with paired-bootstrap intervals, coverage, report and figures, plus the
+   arms' training curves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from crossed_rlvr.study.stamps import Stamps, digest, tree_sha256
+
+STAGES = ("initial", "arms", "eval", "score", "analyze")
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+class Study:
+    def __init__(self, cfg: Any, console: Any = None) -> None:
+        self.cfg = cfg
+        self.run = Path(cfg.run_dir)
+        self.stamps = Stamps(self.run)
+        self.console = console
+        self.times: dict[str, dict[str, Any]] = {}
+
+    # ------------------------------------------------------------------ driver
+    def say(self, text: str) -> None:
+        if self.console is not None:
+            self.console.print(text)
+
+    def stage(self, name: str, inputs: dict[str, Any], outputs: list[Path], fn: Any) -> dict[str, Any]:
+        """Run ``fn`` unless a stamp with the same inputs (config and input hashes) and intact outputs exists."""
+        k = STAGES.index(name) + 1
+        fingerprint = digest(inputs)
+        stamp = self.stamps.fresh(name, fingerprint, outputs)
+        if stamp is not None:
+            self.say(f"[bold]\\[{k}/{len(STAGES)}] {name}[/bold]: reused (finished {stamp['finished']}, "
+                     f"{stamp['seconds']} s)")
+            self.times[name] = {"seconds": 0.0, "reused": True, "first_seconds": stamp["seconds"]}
+            return stamp["info"]
+        self.say(f"[bold]\\[{k}/{len(STAGES)}] {name}[/bold]: running")
+        start = time.perf_counter()
+        info = fn()
+        seconds = time.perf_counter() - start
+        self.stamps.write(name, fingerprint, outputs, seconds, info, inputs)
+        self.times[name] = {"seconds": round(seconds, 1), "reused": False}
+        self.say(f"    {name} done in {seconds:.1f} s")
+        return info
+
+    def run_all(self) -> dict[str, Any]:
+        self.run.mkdir(parents=True, exist_ok=True)
+        (self.run / "study_config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+        initial = self.initial()
+        arms = self.arms(initial)
+        self.evaluate(initial, arms)
+        self.score()
+        self.analyze(arms)
+        summary = {"run_dir": str(self.run), "stages": self.times,
+                   "report": str(self.run / "analysis" / "report.md")}
+        (self.run / "study_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    # ------------------------------------------------------------------ 1. initial policy
+    def initial_path(self) -> Path | str:
+        c = self.cfg
+        if c.initial.build == "warmstart":
+            return self.run / "models" / "initial"
+        from crossed_rlvr.eval.runner import resolve_model_path
+
+        return resolve_model_path(c.model)
+
+    def initial(self) -> dict[str, Any]:
+        c = self.cfg
+        path = self.initial_path()
+        if c.initial.build == "given":
+            fp = {"model": _plain(c.model), "path": str(path)}
+            outputs = [Path(path)] if Path(str(path)).exists() else []
+            return self.stage("initial", fp, outputs, lambda: {"path": str(path), "built": False})
+        if c.initial.build != "warmstart":
+            raise SystemExit(f"crossed-study: initial.build must be warmstart or given, not {c.initial.build!r}")
+        fp = {"model": _plain(c.model), "task": _plain(c.task), "sft": _plain(c.sft),
+                     "initial": _plain(c.initial)}
+
+        def build() -> dict[str, Any]:
+            import shutil
+
+            from crossed_rlvr.sft.cli import warmstart
+
+            shutil.rmtree(path, ignore_errors=True)  # a stale or half-written policy is rebuilt, never reused
+            sft_cfg = OmegaConf.create({
+                "model": {**_plain(c.model), "path": str(path)}, "task": _plain(c.task), "sft": _plain(c.sft),
+                "run_dir": str(self.run), "train_items": {"n": int(c.initial.train_items), "seed": 7},
+                "warmstart": {"requests": list(c.initial.requests), "templates": list(c.initial.templates),
+                              "seed": int(c.initial.seed), "follow_rate": float(c.initial.follow_rate)},
+            })
+            result = warmstart(sft_cfg)
+            shutil.rmtree(self.run / "models" / "fresh", ignore_errors=True)
+            return {"path": str(path), "built": True, **{k: v for k, v in result.items() if k != "config"}}
+
+        return self.stage("initial", fp, [Path(path)], build)
+
+    # ------------------------------------------------------------------ 2. matched arms
+    def arm_list(self) -> list[tuple[str, int]]:
+        return [(conv, int(seed)) for seed in self.cfg.arms.seeds for conv in self.cfg.arms.conventions]
+
+    def arm_dir(self, conv: str, seed: int) -> Path:
+        return self.run / "train" / conv / f"s{seed}"
+
+    def train_config(self, conv: str, seed: int, initial_path: str, weights: str) -> dict[str, Any]:
+        """The crossed-train config of one arm: the study's groups, the arm's convention and seed.
+
+        ``model.weights_sha256`` ties a finished arm to the initial weights it started from, so a
+        rebuilt initial policy retrains the arms while an interrupted stage reuses finished ones."""
+        c = self.cfg
+        return {
+            "model": {**_plain(c.model), "path": str(initial_path), "weights_sha256": weights}, "task": _plain(c.task),
+            "convention": {"name": conv}, "recipe": _plain(c.recipe), "algorithm": _plain(c.algorithm),
+            "engine": _plain(c.engine), "tracking": _plain(c.tracking),
+            "seed": seed, "data_seed": seed, "run_dir": str(self.arm_dir(conv, seed)), "arm": f"grpo-{conv}/s{seed}",
+            "overwrite": True, "template": "original",
+            "train_items": {"n": int(c.arms.train_items), "seed": 101},
+        }
+
+    def arms(self, initial: dict[str, Any]) -> dict[str, Any]:
+        c = self.cfg
+        ipath = str(initial["path"])
+        weights = tree_sha256(ipath) if Path(ipath).exists() else ipath
+        if c.arms.kind == "sft":
+            return self._sft_arms(ipath, weights)
+        if c.arms.kind != "grpo":
+            raise SystemExit(f"crossed-study: arms.kind must be grpo or sft, not {c.arms.kind!r}")
+        configs = {f"grpo-{conv}/s{seed}": self.train_config(conv, seed, ipath, weights) for conv, seed in self.arm_list()}
+        fp = {"configs": configs}
+        final = {name: Path(cfg["run_dir"]) / "checkpoints" / f"step-{int(c.recipe.updates)}"
+                 for name, cfg in configs.items()}
+
+        def train() -> dict[str, Any]:
+            from crossed_rlvr.train.recipe import check_config
+
+            for cfg in configs.values():
+                check_config(OmegaConf.create(cfg))  # every arm's config is checked before any trains
+            results = self._train_arms(configs)
+            verdicts = {}
+            from crossed_rlvr.train.matched import check_and_record
+
+            for seed in c.arms.seeds:
+                dirs = [self.arm_dir(conv, int(seed)) for conv in c.arms.conventions]
+                for other in dirs[1:]:
+                    verdict = check_and_record(dirs[0], other)
+                    verdicts[f"{dirs[0].name}:{dirs[0].parent.name}-{other.parent.name}"] = verdict["matched"]
+                    if not verdict["matched"]:
+                        raise SystemExit(f"crossed-study: arms {dirs[0]} and {other} are not matched: "
+                                         f"{verdict['config_differences'] or verdict['data_differences']}")
+            return {"arms": {name: {"path": str(final[name]), "convention": cfg["convention"]["name"],
+                                    "seed": cfg["seed"], **results[name]} for name, cfg in configs.items()},
+                    "matched": verdicts}
+
+        return self.stage("arms", fp, list(final.values()), train)
+
+    def _train_arms(self, configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Train every arm; with ``arms.parallel`` > 1, in worker processes of one CPU thread each
+        (a tiny model's small matrices gain little from threads, so two single-thread arms at once
+        finish in about the time of one two-thread arm)."""
+        from tqdm import tqdm
+
+        parallel = max(1, int(self.cfg.arms.parallel))
+        updates = int(self.cfg.recipe.updates)
+        bar = tqdm(total=updates * len(configs), desc="GRPO updates (all arms)", unit="update")
+        results: dict[str, dict[str, Any]] = {}
+        if parallel == 1:
+            from crossed_rlvr.train.cli import run_train
+
+            for name, cfg in configs.items():
+                summary = run_train(OmegaConf.create(cfg))
+                results[name] = _arm_result(summary)
+                bar.update(updates)
+            bar.close()
+            return results
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        seen = 0
+        with cf.ProcessPoolExecutor(max_workers=parallel, mp_context=mp.get_context("spawn"),
+                                    initializer=_one_thread) as pool:
+            futures = {pool.submit(_train_worker, cfg): name for name, cfg in configs.items()}
+            pending = set(futures)
+            while pending:
+                done, pending = cf.wait(pending, timeout=2.0)
+                for fut in done:
+                    results[futures[fut]] = _arm_result(fut.result())  # re-raises a worker's error
+                now = sum(_lines(Path(cfg["run_dir"]) / "metrics.jsonl") for cfg in configs.values())
+                now = max(now, seen)
+                bar.update(now - seen)
+                seen = now
+        bar.update(updates * len(configs) - seen)
+        bar.close()
+        return {name: results[name] for name in configs}
+
+    def _sft_arms(self, ipath: str, weights: str) -> dict[str, Any]:
+        c = self.cfg
+        spec = {"model": {**_plain(c.model), "path": ipath}, "task": _plain(c.task), "sft": _plain(c.sft),
+                "run_dir": str(self.run), "seeds": [int(s) for s in c.arms.seeds], "arm": c.arms.sft_arm,
+                "control": c.arms.sft_control, "train_items": {"n": int(c.arms.train_items), "seed": 7},
+                "tracking": _plain(c.tracking)}
+        fp = {"spec": spec, "initial_weights": weights}
+        final = {f"sft-{conv}/s{seed}": self.run / "models" / f"sft-{conv}" / f"s{seed}"
+                 for seed in c.arms.seeds for conv in (c.arms.sft_arm, c.arms.sft_control)}
+
+        def train() -> dict[str, Any]:
+            import shutil
+
+            from crossed_rlvr.sft.cli import arms
+
+            for p in final.values():
+                shutil.rmtree(p, ignore_errors=True)
+            arms(OmegaConf.create(spec))
+            return {"arms": {name: {"path": str(p), "convention": name.split("/")[0][4:],
+                                    "seed": int(name.split("/s")[1])} for name, p in final.items()}}
+
+        return self.stage("arms", fp, list(final.values()), train)
+
+    # ------------------------------------------------------------------ 3-5
+    def policies(self, initial: dict[str, Any], arms: dict[str, Any]) -> list[dict[str, Any]]:
+        pols = [{"name": "initial", "path": str(initial["path"]), "training_convention": "initial", "train_seed": None}]
+        for name, arm in sorted(arms["arms"].items()):  # stamps store dicts sorted: one order always
+            pols.append({"name": name, "path": arm["path"], "training_convention": arm["convention"],
+                         "train_seed": int(arm["seed"])})
+        return pols
+
+    def evaluate(self, initial: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
+        c, ev = self.cfg, self.cfg.evaluation
+        task = _plain(c.task)
+        if ev.n_items is not None:
+            task["n_items"] = int(ev.n_items)
+        eval_cfg = OmegaConf.create({
+            "model": _plain(c.model), "task": task, "eval": _plain(c.eval), "tracking": _plain(c.tracking),
+            "run_dir": str(self.run / "eval"), "policies": self.policies(initial, arms),
+            "requests": list(ev.requests), "templates": list(ev.templates), "template_subset": ev.template_subset,
+            "template_subset_seed": int(ev.template_subset_seed), "samples": int(ev.samples), "overwrite": True,
+        })
+        weights = {p["name"]: tree_sha256(p["path"]) if Path(p["path"]).exists() else p["path"]
+                   for p in eval_cfg.policies}
+        spec = {k: v for k, v in _plain(eval_cfg).items() if k not in ("policies", "tracking")}
+        fp = {"eval": spec, "weights": weights,
+                     "policies": [{k: v for k, v in p.items() if k != "path"} for p in _plain(eval_cfg.policies)]}
+
+        def run() -> dict[str, Any]:
+            from crossed_rlvr.eval.runner import run_eval
+
+            summary = run_eval(eval_cfg)
+            return {"cells": len(summary)}
+
+        return self.stage("eval", fp, [self.run / "eval" / "responses"], run)
+
+    def score(self) -> dict[str, Any]:
+        responses = self.run / "eval" / "responses"
+        out = self.run / "eval" / "scores.parquet"
+        fp = {"responses": tree_sha256(responses)}
+
+        def run() -> dict[str, Any]:
+            from crossed_rlvr.eval.scoring import score_files
+
+            out.unlink(missing_ok=True)  # the stage is stale or its output was changed: score again
+            score_files([self.run / "eval"], out, overwrite=True)
+            return {"scores": str(out)}
+
+        return self.stage("score", fp, [out], run)
+
+    def analyze(self, arms: dict[str, Any]) -> dict[str, Any]:
+        a = self.cfg.analysis
+        scores = self.run / "eval" / "scores.parquet"
+        out = self.run / "analysis"
+        metrics = {name: Path(arm["path"]).parent.parent / "metrics.jsonl" for name, arm in arms["arms"].items()}
+        metrics = {k: v for k, v in metrics.items() if v.exists()}
+        fp = {"scores": tree_sha256(scores), "analysis": _plain(a),
+                     "metrics": {k: tree_sha256(v) for k, v in metrics.items()}}
+        tracking = self.cfg.tracking.mode
+        tracking = "off" if tracking in ("off", False, None) else str(tracking)
+
+        def run() -> dict[str, Any]:
+            from crossed_rlvr.analysis.analyze import analyze
+            from crossed_rlvr.analysis.report import append_training_section
+
+            analyze(scores, out, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
+                    tracking=tracking)
+            if metrics:
+                append_training_section(out, {k: _read_metrics(v) for k, v in metrics.items()})
+            return {"report": str(out / "report.md")}
+
+        return self.stage("analyze", fp, [out], run)
+
+
+def _lines(path: Path) -> int:
+    try:
+        return sum(1 for _ in path.open())
+    except FileNotFoundError:
+        return 0
+
+
+def _read_metrics(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def _arm_result(summary: dict[str, Any]) -> dict[str, Any]:
+    keep = ("seconds", "reward_first", "reward_last", "payload_first", "payload_last", "skipped")
+    return {k: summary[k] for k in keep if k in summary}
+
+
+def _one_thread() -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _train_worker(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One GRPO arm in a worker process; its console output goes to ``<arm>/train.log``."""
+    import contextlib
+
+    from crossed_rlvr.train.cli import run_train
+
+    run_dir = Path(cfg["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / "train.log").open("w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        return run_train(OmegaConf.create(cfg))

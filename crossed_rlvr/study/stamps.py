@@ -1,0 +1,58 @@
+"""Stage stamps: a stage is reused when its config and input hashes match the stamp it left.
+
+A stamp (``<run_dir>/stages/<stage>.json``) is written only after the stage finished, so an
+interrupted stage has none and runs again (the stages themselves resume from their partial files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.files import atomic_write_json, sha256_file
+
+
+def digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def tree_sha256(path: str | Path) -> str:
+    """One hash over a directory's files (relative names and contents), or over one file."""
+    path = Path(path)
+    if path.is_file():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(path)).encode() + b"\0" + sha256_file(f).encode())
+    return h.hexdigest()
+
+
+class Stamps:
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = run_dir / "stages"
+
+    def path(self, stage: str) -> Path:
+        return self.dir / f"{stage}.json"
+
+    def fresh(self, stage: str, fingerprint: str, outputs: list[Path]) -> dict[str, Any] | None:
+        """The stamp if the stage finished with this fingerprint and its outputs are still there."""
+        p = self.path(stage)
+        if not p.exists():
+            return None
+        stamp = json.loads(p.read_text())
+        if stamp.get("fingerprint") != fingerprint or not all(o.exists() for o in outputs):
+            return None
+        if stamp.get("outputs_sha256") != {str(o): tree_sha256(o) for o in outputs}:
+            return None  # an output was changed by hand: redo the stage
+        return stamp
+
+    def write(self, stage: str, fingerprint: str, outputs: list[Path], seconds: float, info: dict[str, Any],
+              inputs: dict[str, Any]) -> None:
+        atomic_write_json(self.path(stage), {
+            "stage": stage, "fingerprint": fingerprint, "inputs": inputs, "seconds": round(seconds, 1),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "outputs_sha256": {str(o): tree_sha256(o) for o in outputs}, "info": info,
+        })

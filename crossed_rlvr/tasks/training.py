@@ -1,0 +1,56 @@
+"""Training items of a task, disjoint from its evaluation items (paper 001 App. C.1, D.1, D.2).
+
+One builder for every stage that trains (SFT warm start, SFT arms, GRPO arms). For the arithmetic
+probe, items are generated with their own seed and every expression of the probe's dev and test
+splits is excluded; for GSM8K/MATH-500 the task's train split is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TrainItemsError(ValueError):
+    pass
+
+
+def stratum_counts(strata: list[int], n: int | None, per_stratum: dict | None) -> dict[int, int]:
+    """Items per stratum: the task's own counts (scaled down to ``n`` if smaller), else ``n`` split evenly."""
+    if per_stratum:
+        per = {int(k): int(v) for k, v in dict(per_stratum).items()}
+        total = sum(per.values())
+        if n is None or n >= total:
+            return per
+        scaled = {k: v * n // total for k, v in per.items()}
+        largest = max(per, key=per.get)
+        scaled[largest] += n - sum(scaled.values())  # rounding goes to the largest stratum
+        return scaled
+    n = 4000 if n is None else n
+    return {s: n // len(strata) + (1 if k < n % len(strata) else 0) for k, s in enumerate(strata)}
+
+
+def train_items(task: Any, n: int | None = None, seed: int = 101) -> list[dict[str, Any]]:
+    """Items to train on, ids ``train-<k>``; ``seed`` is added to the task's seed for arithmetic items."""
+    if task.source != "arith":
+        from omegaconf import OmegaConf
+
+        from crossed_rlvr.eval.runner import build_items
+
+        spec = OmegaConf.to_container(task, resolve=True) if not isinstance(task, dict) else dict(task)
+        spec["split"] = "train"
+        items = build_items(OmegaConf.create(spec))
+        return items[:n] if n else items
+    from crossed_rlvr.tasks.arith import generate, make_splits
+
+    strata = [int(s) for s in task.get("strata", (2, 3, 4))]
+    ops, max_operand = tuple(task.get("ops", ("+", "-", "*", "/"))), int(task.get("max_operand", 30))
+    probe = make_splits(int(task.n_test), int(task.n_dev), int(task.seed), tuple(strata), max_operand, ops)
+    exclude = {it["expression"] for split in probe.values() for it in split}  # never train on probe items
+    counts = stratum_counts(strata, n, task.get("train_per_stratum"))
+    try:
+        items = generate(counts, int(task.seed) + int(seed), exclude, max_operand, ops)
+    except ValueError as err:
+        raise TrainItemsError(f"task={task.name}: {err}; set task.train_per_stratum to counts that exist") from None
+    for k, it in enumerate(items):
+        it["item_id"] = f"train-{k}"
+    return items
