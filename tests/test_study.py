@@ -8,7 +8,6 @@ smallest size.
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -104,3 +103,15 @@ def test_presets_compose(tmp_path):
     assert list(tiny.arms.conventions) == ["hash", "boxed"] and tiny.initial.build == "warmstart"
     paper = study_cfg(tmp_path, "experiment=qwen2.5-7b-gsm8k-crossed")
     assert paper.engine.name == "verl" and paper.eval.backend == "vllm" and paper.recipe.lr == 1e-6
+
+
+def test_output_hash_ignores_tracking_logs(tmp_path):
+    from crossed_rlvr.study.stamps import tree_sha256
+
+    (tmp_path / "report.md").write_text("r")
+    before = tree_sha256(tmp_path)
+    (tmp_path / "wandb" / "run-1").mkdir(parents=True)
+    (tmp_path / "wandb" / "run-1" / "log").write_text("changes later")
+    assert tree_sha256(tmp_path) == before
+    (tmp_path / "report.md").write_text("changed")
+    assert tree_sha256(tmp_path) != before

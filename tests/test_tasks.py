@@ -6,7 +6,15 @@ from fractions import Fraction
 
 import pytest
 
-from crossed_rlvr.tasks import ItemFileError, exact_value, load_gsm8k, load_math500, make_splits, read_items, write_items
+from crossed_rlvr.tasks import (
+    ItemFileError,
+    exact_value,
+    load_gsm8k,
+    load_math500,
+    make_splits,
+    read_items,
+    write_items,
+)
 from crossed_rlvr.tasks.arith import UnsafeExpression
 
 

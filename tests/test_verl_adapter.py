@@ -12,12 +12,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
-from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.policies.loading import load_tokenizer
+from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.train.cli import run_train
-from crossed_rlvr.train.recipe import RecipeError
 from tests.test_generation import SMALL
-
 
 
 def cfg_for(tmp_path, *overrides):
@@ -51,13 +49,16 @@ def test_overrides_compose_on_verl_config(prepared):
     for script in ("launch_single_node.sh", "launch_slurm_ray.sbatch"):
         text = (tmp / "arm" / script).read_text()
         assert "verl.trainer.main_ppo" in text and "reward.custom_reward_function.name=compute_score" in text
+        assert "verl.model_merger merge --backend fsdp" in text and "checkpoints/step-30" in text
+    assert cfg.trainer.save_freq == 30  # the final step is saved
     with pytest.raises(Exception):  # a key verl does not have is refused, not silently ignored
         compose_verl([*overrides, "actor_rollout_ref.actor.no_such_knob=1"])
 
 
 def test_verl_dataset_loads_our_parquet(prepared):
-    from crossed_rlvr.train.verl_engine import compose_verl
     from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from crossed_rlvr.train.verl_engine import compose_verl
 
     tmp, _ = prepared
     cfg = compose_verl((tmp / "arm" / "verl_overrides.txt").read_text().split())
@@ -73,10 +74,11 @@ def test_verl_dataset_loads_our_parquet(prepared):
 
 
 def test_verl_reward_manager_scores_through_our_entry(prepared):
-    from crossed_rlvr.train.verl_engine import compose_verl
     from verl import DataProto
     from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
     from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    from crossed_rlvr.train.verl_engine import compose_verl
 
     tmp, _ = prepared
     cfg = compose_verl((tmp / "arm" / "verl_overrides.txt").read_text().split())
@@ -131,11 +133,12 @@ def test_weighted_trainer_registered_with_verl():
 
 def test_weights_from_verl_reward_manager_scale_advantages(prepared):
     """verl's reward manager output -> our weights -> jagged advantages scaled row by row."""
-    from crossed_rlvr.train.verl_engine import compose_verl
-    from crossed_rlvr.train.verl_weighted import importance_weights, scale_advantages
     from verl import DataProto
     from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
     from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    from crossed_rlvr.train.verl_engine import compose_verl
+    from crossed_rlvr.train.verl_weighted import importance_weights, scale_advantages
 
     tmp, _ = prepared
     cfg = compose_verl((tmp / "arm" / "verl_overrides.txt").read_text().split())
@@ -178,7 +181,7 @@ def test_weighted_trainer_rewrites_advantages_in_transfer_queue(monkeypatch):
              "extra_fields": [{"reward_extra_info": {"is_weight": 3.0}}, {"reward_extra_info": {"is_weight": 0.5}}]}
     fake = types.ModuleType("transfer_queue")
     fake.kv_batch_get = lambda keys, partition_id, select_fields: {f: store[f] for f in select_fields}
-    fake.kv_batch_put = lambda keys, partition_id, fields: store.update({k: fields[k] for k in fields.keys()})
+    fake.kv_batch_put = lambda keys, partition_id, fields: store.update({k: fields[k] for k in fields.keys()})  # noqa: SIM118 (TensorDict iterates rows)
     monkeypatch.setitem(sys.modules, "transfer_queue", fake)
     monkeypatch.setattr(PPOTrainer, "_compute_advantage", lambda self, batch, metrics: batch)
     batch = type("Meta", (), {"keys": ["a_0", "a_1"], "partition_id": "train", "__len__": lambda self: 2})()

@@ -18,9 +18,7 @@ def test_warm_start_follows_both_requests(tmp_path):
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_sft", overrides=[
             "mode=warmstart", "sft=warmstart_tiny", f"run_dir={tmp_path}", f"model.path={tmp_path}/initial",
-            "~train_items.per_stratum", "+train_items.per_stratum={1: 40, 2: 2360}", "train_items.max_operand=9",
-            "train_items.ops=[+,-]", "train_items.n_test=200", "train_items.n_dev=20", "sft.epochs=2",
-            "tracking=off"])
+            "task=arith_tiny", "train_items.n=2400", "sft.epochs=2", "tracking=off"])
     summary = warmstart(cfg)
     assert summary["examples"] == 2400 and summary["train_loss"] < 2.0
     model, tok = load_policy(tmp_path / "initial")

@@ -20,12 +20,14 @@ def digest(obj: Any) -> str:
 
 
 def tree_sha256(path: str | Path) -> str:
-    """One hash over a directory's files (relative names and contents), or over one file."""
+    """One hash over a directory's files (relative names and contents), or over one file.
+
+    wandb's folders are left out: tracking logs keep changing after a stage and are not its results."""
     path = Path(path)
     if path.is_file():
         return sha256_file(path)
     h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and "wandb" not in p.relative_to(path).parts):
         h.update(str(f.relative_to(path)).encode() + b"\0" + sha256_file(f).encode())
     return h.hexdigest()
 

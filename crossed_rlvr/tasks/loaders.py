@@ -16,7 +16,7 @@ from typing import Any
 from crossed_rlvr.tasks.items import ItemFileError
 
 _CALC = re.compile(r"<<[^<>]*>>")
-_FINAL = re.compile(r"\n?####\s*(.+?)\s*$", re.S)
+_FINAL = re.compile(r"\n?####\s*(.+?)\s*$", re.DOTALL)
 
 
 def gsm8k_item(row: dict[str, Any], index: int) -> dict[str, Any]:

@@ -87,7 +87,8 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         f"trainer.nnodes={int(e.get('nnodes', 1))}", f"trainer.n_gpus_per_node={int(e.get('n_gpus_per_node', 1))}",
         f"trainer.project_name={cfg.tracking.project}", f"trainer.experiment_name={cfg.arm.replace('/', '_')}",
         f"trainer.default_local_dir={out_dir}/checkpoints", f"trainer.validation_data_dir={out_dir}/validation",
-        f"trainer.save_freq={int(r.updates)}"  # the final step is saved (merged to HF by the launch script), "trainer.test_freq=-1", "trainer.val_before_train=False",
+        # save_freq = updates: the final step is saved (and merged into a HF directory by the launch script)
+        f"trainer.save_freq={int(r.updates)}", "trainer.test_freq=-1", "trainer.val_before_train=False",
         f"trainer.logger={['console', 'wandb'] if cfg.tracking.mode not in ('off', False) else ['console']}".replace(
             "'", ""),
     ]
