@@ -88,7 +88,8 @@ def test_gpu_presets_stop_at_once_without_a_gpu(preset, tmp_path):
     with pytest.raises(NeedsGPU, match="needs a GPU"):
         check_device(cfg)
     proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.study.cli", f"experiment={preset}",
-                           f"run_dir={tmp_path / 'gpu'}"], capture_output=True, text=True, timeout=120)
+                           f"run_dir={tmp_path / 'gpu'}"], capture_output=True, text=True, timeout=120,
+                          check=False)
     assert proc.returncode != 0 and "needs a GPU" in proc.stderr
     made = {p.name for p in (tmp_path / "gpu").iterdir()} if (tmp_path / "gpu").exists() else set()
     assert made <= {"hydra", "cli.log"}  # only Hydra's record of the config and its log; no stage ran
@@ -115,3 +116,18 @@ def test_output_hash_ignores_tracking_logs(tmp_path):
     assert tree_sha256(tmp_path) == before
     (tmp_path / "report.md").write_text("changed")
     assert tree_sha256(tmp_path) != before
+
+
+def test_sft_marker_arms_study(tmp_path):
+    """arms.kind=sft (the qwen2.5-1.5b-sft-marker design) through the same stages, at the smoke size."""
+    run = tmp_path / "sft"
+    summary = Study(study_cfg(run, "experiment=smoke", "arms.kind=sft", "sft=arms_tiny", "evaluation.n_items=8",
+                              "evaluation.templates=[original]")).run_all()
+    assert summary["stages"]["arms"]["reused"] is False
+    names = sorted(p.name for p in (run / "eval" / "responses").glob("*.jsonl"))
+    assert "sft-hash_s83__boxed__original.jsonl" in names and len(names) == 10
+    pairs = [json.loads(x) for x in (run / "data" / "sft-hash.jsonl").read_text().splitlines()]
+    controls = [json.loads(x) for x in (run / "data" / "sft-boxed.jsonl").read_text().splitlines()]
+    assert pairs[0]["completion"].endswith("#### " + pairs[0]["completion"].rsplit(" ", 1)[1])
+    assert pairs[0]["completion"].rsplit("\n", 1)[0] == controls[0]["completion"].rsplit("\n", 1)[0]
+    assert "sft-hash/s84" in (run / "analysis" / "report.md").read_text()
