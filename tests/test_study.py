@@ -52,6 +52,7 @@ def test_second_run_reuses_every_stage_and_a_change_redoes_only_later_stages(smo
     assert all(t["reused"] for t in again["stages"].values())
     changed = Study(study_cfg(run, "experiment=smoke", "analysis.resamples=300")).run_all()
     assert [s for s, t in changed["stages"].items() if not t["reused"]] == ["analyze"]
+    assert changed["stages"]["analyze"]["changed"] == ["analysis.resamples"]  # said, not silent
     stamp = json.loads((run / "stages" / "analyze.json").read_text())
     assert stamp["inputs"]["analysis"]["resamples"] == 300
 

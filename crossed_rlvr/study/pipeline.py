@@ -52,12 +52,19 @@ class Study:
                      f"{stamp['seconds']} s)")
             self.times[name] = {"seconds": 0.0, "reused": True, "first_seconds": stamp["seconds"]}
             return stamp["info"]
-        self.say(f"[bold]\\[{k}/{len(STAGES)}] {name}[/bold]: running")
+        previous = self.stamps.read(name)
+        changed: list[str] = []
+        if previous is not None:  # finished before with other inputs, or its outputs changed: say what
+            changed = changed_inputs(previous.get("inputs", {}), inputs) or ["its outputs were changed or removed"]
+            self.say(f"[bold]\\[{k}/{len(STAGES)}] {name}[/bold]: redoing, replacing the earlier outputs "
+                     f"(changed: {', '.join(changed)})")
+        else:
+            self.say(f"[bold]\\[{k}/{len(STAGES)}] {name}[/bold]: running")
         start = time.perf_counter()
         info = fn()
         seconds = time.perf_counter() - start
         self.stamps.write(name, fingerprint, outputs, seconds, info, inputs)
-        self.times[name] = {"seconds": round(seconds, 1), "reused": False}
+        self.times[name] = {"seconds": round(seconds, 1), "reused": False, "changed": changed}
         self.say(f"    {name} done in {seconds:.1f} s")
         return info
 
@@ -302,6 +309,16 @@ class Study:
             return {"report": str(out / "report.md")}
 
         return self.stage("analyze", fp, [out], run)
+
+
+def changed_inputs(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the inputs that differ between two stamps (for the console, at most 6)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += changed_inputs(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out[:6]
+    return [] if old == new else [prefix[:-1] or "inputs"]
 
 
 def _lines(path: Path) -> int:

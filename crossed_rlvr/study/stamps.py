@@ -39,6 +39,10 @@ class Stamps:
     def path(self, stage: str) -> Path:
         return self.dir / f"{stage}.json"
 
+    def read(self, stage: str) -> dict[str, Any] | None:
+        p = self.path(stage)
+        return json.loads(p.read_text()) if p.exists() else None
+
     def fresh(self, stage: str, fingerprint: str, outputs: list[Path]) -> dict[str, Any] | None:
         """The stamp if the stage finished with this fingerprint and its outputs are still there."""
         p = self.path(stage)
