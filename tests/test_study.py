@@ -132,3 +132,22 @@ def test_sft_marker_arms_study(tmp_path):
     assert pairs[0]["completion"].endswith("#### " + pairs[0]["completion"].rsplit(" ", 1)[1])
     assert pairs[0]["completion"].rsplit("\n", 1)[0] == controls[0]["completion"].rsplit("\n", 1)[0]
     assert "sft-hash/s84" in (run / "analysis" / "report.md").read_text()
+
+
+def test_verl_arms_stop_until_their_launch_scripts_have_run(tmp_path):
+    """engine=verl without engine.launch: the study writes each arm's verl data and launch scripts, stops
+    with instructions, and after the scripts have produced the merged checkpoints it carries on."""
+    import shutil
+
+    run = tmp_path / "verl"
+    overrides = ["experiment=smoke", "engine=verl", "arms.seeds=[83]", "evaluation.n_items=4",
+                 "evaluation.templates=[original]"]
+    with pytest.raises(SystemExit, match="no final checkpoint"):
+        Study(study_cfg(run, *overrides)).run_all()
+    for conv in ("hash", "boxed"):
+        arm = run / "train" / conv / "s83"
+        assert "verl.model_merger merge" in (arm / "launch_slurm_ray.sbatch").read_text()
+        shutil.copytree(run / "models" / "initial", arm / "checkpoints" / "step-2")  # what the script leaves
+    summary = Study(study_cfg(run, *overrides)).run_all()
+    assert summary["stages"]["initial"]["reused"] and not summary["stages"]["arms"]["reused"]
+    assert (run / "eval" / "responses" / "grpo-hash_s83__boxed__original.jsonl").exists()

@@ -161,6 +161,11 @@ class Study:
             for cfg in configs.values():
                 check_config(OmegaConf.create(cfg))  # every arm's config is checked before any trains
             results = self._train_arms(configs)
+            missing = [str(p) for p in final.values() if not p.exists()]
+            if missing:  # e.g. engine=verl without engine.launch: the launch scripts are ready, not run
+                raise SystemExit("crossed-study: no final checkpoint at " + ", ".join(missing) + ". With engine=verl "
+                                 "and engine.launch=false, run each arm's launch script (launch_single_node.sh or "
+                                 "sbatch launch_slurm_ray.sbatch), then run the study again: finished arms are reused.")
             verdicts = {}
             from crossed_rlvr.train.matched import check_and_record
 
