@@ -118,6 +118,15 @@ def test_proposal_weights_reach_verl(tmp_path):
     assert cfg.trainer.v1.trainer_mode == "crossed_is_sync"
     for script in ("launch_single_node.sh", "launch_slurm_ray.sbatch"):
         assert "python -m crossed_rlvr.train.verl_weighted" in (arm / script).read_text()
+    # Our entry is verl's own Hydra app: it composes verl's config with the same overrides (--cfg job
+    # prints the composed config and stops before Ray starts).
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.train.verl_weighted", "--cfg", "job", *overrides],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "trainer_mode: crossed_is_sync" in proc.stdout and "adv_estimator: grpo" in proc.stdout
 
 
 def test_weighted_trainer_registered_with_verl():
