@@ -73,7 +73,8 @@ def test_verl_dataset_loads_our_parquet(prepared):
         0, "reward_model"]["ground_truth"]
 
 
-def test_verl_reward_manager_scores_through_our_entry(prepared):
+def verl_reward(prepared):
+    """verl's NaiveRewardManager built from the arm's overrides; returns score(text, ref, extra_info)."""
     from verl import DataProto
     from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
     from verl.trainer.ppo.reward import get_custom_reward_fn
@@ -83,23 +84,28 @@ def test_verl_reward_manager_scores_through_our_entry(prepared):
     tmp, _ = prepared
     cfg = compose_verl((tmp / "arm" / "verl_overrides.txt").read_text().split())
     tok = load_tokenizer(tmp / "model")
-    compute_score = get_custom_reward_fn(cfg)
-    manager = NaiveRewardManager(cfg, tok, compute_score)
-    cases = [("so \\boxed{7}", "7", "boxed", 1.0), ("#### 7", "7", "boxed", 0.0), ("#### 7", "7", "hash", 1.0),
-             ("\\boxed{ 1,234 }", "1234", "boxed", 1.0)]
-    for text, ref, conv, expected in cases:
-        prompt = tok("q", add_special_tokens=False)["input_ids"]
-        resp = tok(text, add_special_tokens=False)["input_ids"]
+    manager = NaiveRewardManager(cfg, tok, get_custom_reward_fn(cfg))
+
+    def score(text, ref, extra_info):
+        prompt, resp = tok("q", add_special_tokens=False)["input_ids"], tok(text, add_special_tokens=False)["input_ids"]
         ids = torch.tensor([prompt + resp])
         data = DataProto.from_dict(
             tensors={"prompts": torch.tensor([prompt]), "responses": torch.tensor([resp]), "input_ids": ids,
                      "attention_mask": torch.ones_like(ids)},
             non_tensors={"data_source": np.array(["crossed_rlvr/arith_tiny"], dtype=object),
                          "reward_model": np.array([{"ground_truth": ref}], dtype=object),
-                         "extra_info": np.array([{"convention": conv}], dtype=object)},
-        )
-        result = manager.loop.run_until_complete(manager.run_single(data))  # the manager's own event loop
-        assert result["reward_score"] == expected, (text, conv)
+                         "extra_info": np.array([extra_info], dtype=object)})
+        return manager.loop.run_until_complete(manager.run_single(data))  # the manager's own event loop
+
+    return score
+
+
+def test_verl_reward_manager_scores_through_our_entry(prepared):
+    score = verl_reward(prepared)
+    cases = [("so \\boxed{7}", "7", "boxed", 1.0), ("#### 7", "7", "boxed", 0.0), ("#### 7", "7", "hash", 1.0),
+             ("\\boxed{ 1,234 }", "1234", "boxed", 1.0)]
+    for text, ref, conv, expected in cases:
+        assert score(text, ref, {"convention": conv})["reward_score"] == expected, (text, conv)
 
 
 def test_proposal_weights_reach_verl(tmp_path):
@@ -142,28 +148,12 @@ def test_weighted_trainer_registered_with_verl():
 
 def test_weights_from_verl_reward_manager_scale_advantages(prepared):
     """verl's reward manager output -> our weights -> jagged advantages scaled row by row."""
-    from verl import DataProto
-    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
-    from verl.trainer.ppo.reward import get_custom_reward_fn
-
-    from crossed_rlvr.train.verl_engine import compose_verl
     from crossed_rlvr.train.verl_weighted import importance_weights, scale_advantages
 
-    tmp, _ = prepared
-    cfg = compose_verl((tmp / "arm" / "verl_overrides.txt").read_text().split())
-    tok = load_tokenizer(tmp / "model")
-    manager = NaiveRewardManager(cfg, tok, get_custom_reward_fn(cfg))
+    score = verl_reward(prepared)
     extra_fields = []
     for w in (0.5, 2.0, 1.25):
-        prompt, resp = tok("q", add_special_tokens=False)["input_ids"], tok("#### 7", add_special_tokens=False)["input_ids"]
-        ids = torch.tensor([prompt + resp])
-        data = DataProto.from_dict(
-            tensors={"prompts": torch.tensor([prompt]), "responses": torch.tensor([resp]), "input_ids": ids,
-                     "attention_mask": torch.ones_like(ids)},
-            non_tensors={"data_source": np.array(["crossed_rlvr/arith_tiny"], dtype=object),
-                         "reward_model": np.array([{"ground_truth": "7"}], dtype=object),
-                         "extra_info": np.array([{"convention": "hash", "is_weight": w}], dtype=object)})
-        result = manager.loop.run_until_complete(manager.run_single(data))
+        result = score("#### 7", "7", {"convention": "hash", "is_weight": w})
         assert result["reward_score"] == 1.0
         extra_fields.append({"reward_extra_info": result["reward_extra_info"]})
     weights = importance_weights(extra_fields)

@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from crossed_rlvr.study.stamps import Stamps, digest, tree_sha256
+from crossed_rlvr.study.stamps import Stamps, digest
 
 STAGES = ("initial", "arms", "eval", "score", "analyze")
 
@@ -145,7 +145,7 @@ class Study:
     def arms(self, initial: dict[str, Any]) -> dict[str, Any]:
         c = self.cfg
         ipath = str(initial["path"])
-        weights = tree_sha256(ipath) if Path(ipath).exists() else ipath
+        weights = self.stamps.hash(ipath) if Path(ipath).exists() else ipath
         if c.arms.kind == "sft":
             return self._sft_arms(ipath, weights)
         if c.arms.kind != "grpo":
@@ -264,7 +264,7 @@ class Study:
             "requests": list(ev.requests), "templates": list(ev.templates), "template_subset": ev.template_subset,
             "template_subset_seed": int(ev.template_subset_seed), "samples": int(ev.samples), "overwrite": True,
         })
-        weights = {p["name"]: tree_sha256(p["path"]) if Path(p["path"]).exists() else p["path"]
+        weights = {p["name"]: self.stamps.hash(p["path"]) if Path(p["path"]).exists() else p["path"]
                    for p in eval_cfg.policies}
         spec = {k: v for k, v in _plain(eval_cfg).items() if k not in ("policies", "tracking")}
         fp = {"eval": spec, "weights": weights,
@@ -281,7 +281,7 @@ class Study:
     def score(self) -> dict[str, Any]:
         responses = self.run / "eval" / "responses"
         out = self.run / "eval" / "scores.parquet"
-        fp = {"responses": tree_sha256(responses)}
+        fp = {"responses": self.stamps.hash(responses)}
 
         def run() -> dict[str, Any]:
             from crossed_rlvr.eval.scoring import score_files
@@ -298,8 +298,8 @@ class Study:
         out = self.run / "analysis"
         metrics = {name: Path(arm["path"]).parent.parent / "metrics.jsonl" for name, arm in arms["arms"].items()}
         metrics = {k: v for k, v in metrics.items() if v.exists()}
-        fp = {"scores": tree_sha256(scores), "analysis": _plain(a),
-                     "metrics": {k: tree_sha256(v) for k, v in metrics.items()}}
+        fp = {"scores": self.stamps.hash(scores), "analysis": _plain(a),
+                     "metrics": {k: self.stamps.hash(v) for k, v in metrics.items()}}
         tracking = self.cfg.tracking.mode
         tracking = "off" if tracking in ("off", False, None) else str(tracking)
 

@@ -35,6 +35,15 @@ def tree_sha256(path: str | Path) -> str:
 class Stamps:
     def __init__(self, run_dir: Path) -> None:
         self.dir = run_dir / "stages"
+        # Hashes of stage outputs taken this invocation: the next stage's inputs are the same files,
+        # and a later stage never writes an earlier one's outputs, so each tree is read once.
+        self.hashes: dict[str, str] = {}
+
+    def hash(self, path: str | Path, fresh: bool = False) -> str:
+        key = str(path)
+        if fresh or key not in self.hashes:
+            self.hashes[key] = tree_sha256(path)
+        return self.hashes[key]
 
     def path(self, stage: str) -> Path:
         return self.dir / f"{stage}.json"
@@ -51,7 +60,7 @@ class Stamps:
         stamp = json.loads(p.read_text())
         if stamp.get("fingerprint") != fingerprint or not all(o.exists() for o in outputs):
             return None
-        if stamp.get("outputs_sha256") != {str(o): tree_sha256(o) for o in outputs}:
+        if stamp.get("outputs_sha256") != {str(o): self.hash(o, fresh=True) for o in outputs}:
             return None  # an output was changed by hand: redo the stage
         return stamp
 
@@ -60,5 +69,5 @@ class Stamps:
         atomic_write_json(self.path(stage), {
             "stage": stage, "fingerprint": fingerprint, "inputs": inputs, "seconds": round(seconds, 1),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "outputs_sha256": {str(o): tree_sha256(o) for o in outputs}, "info": info,
+            "outputs_sha256": {str(o): self.hash(o, fresh=True) for o in outputs}, "info": info,
         })
