@@ -180,7 +180,10 @@ class HFBackend:
 
 
 class VLLMBackend:
-    """vLLM on a GPU: one SamplingParams per prompt carries the item seed; exact token ids are passed."""
+    """vLLM on a GPU: one SamplingParams per prompt carries the item seed; exact token ids are passed.
+
+    ``close`` shuts the engine down explicitly (the runner calls it before the next policy loads):
+    leaving it to garbage collection keeps the first policy's weights and KV cache on the GPU."""
 
     def __init__(
         self, model_path: str, dtype: str = "bfloat16", context_limit: int = 4096, **engine_kwargs: Any
@@ -213,3 +216,30 @@ class VLLMBackend:
                 )
             )
         return result
+
+    def close(self) -> None:
+        import contextlib
+        import gc
+
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        shutdown = getattr(llm, "shutdown", None)  # LLM.shutdown() where vLLM has it
+        if callable(shutdown):
+            shutdown()
+        else:  # the V1 engine core process otherwise
+            core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+            if core is not None and callable(getattr(core, "shutdown", None)):
+                core.shutdown()
+        del llm
+        with contextlib.suppress(Exception):
+            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+            destroy_model_parallel()
+            destroy_distributed_environment()
+        gc.collect()
+        with contextlib.suppress(Exception):
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()

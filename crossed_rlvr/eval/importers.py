@@ -4,9 +4,10 @@
   document and filter; the raw generations are ``resps`` (one list per request, one entry per
   repeat). Lines repeated for each filter carry the same raw responses and are read once.
 - verl validation dumps (``trainer.validation_data_dir``): one ``{step}.jsonl`` per step with
-  ``input``, ``output``, ``gts``, ``score``, ``step``. Dumps carry no item id, so the item id is
-  the first 16 hex digits of the prompt's sha256, which pairs the same prompt across policies;
-  repeated prompts (``val_kwargs.n > 1``) become samples 0, 1, ...
+  ``input``, ``output``, ``gts``, ``score``, ``step``. The request (and wording) of each response is
+  the request suffix found in its prompt; dumps carry no item id, so the item id is the first 16 hex
+  digits of the sha256 of the prompt without that suffix, which pairs the same item across requests
+  and policies; repeated prompts (``val_kwargs.n > 1``) become samples 0, 1, ...
 
 Neither source records finish reasons or token counts: imported records say ``finish_reason``
 "stop" with ``finish_reason_known: false`` and token counts of -1 (unknown).
@@ -97,13 +98,39 @@ def import_lm_eval(
     return records
 
 
+def find_request(prompt: str) -> tuple[str, str, int] | None:
+    """(request, template, position) of the last request suffix in a rendered prompt, if any."""
+    from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES, request_suffix
+
+    best = None
+    for req in REQUESTS:
+        for tmpl in TEMPLATES:
+            at = prompt.rfind(request_suffix(req, tmpl))
+            if at >= 0 and (best is None or at > best[2]):
+                best = (req, tmpl, at)
+    return best
+
+
+def strip_request(prompt: str, found: tuple[str, str, int] | None) -> str:
+    if found is None:
+        return prompt
+    from crossed_rlvr.rewards.conventions import request_suffix
+
+    req, tmpl, at = found
+    return prompt[:at] + prompt[at + len(request_suffix(req, tmpl)):]
+
+
 def import_verl_dump(
     path: str | Path, policy: str, training_convention: str, train_seed: int | None = None,
-    request: str = "hash", template: str = "original", task: str = "gsm8k",
+    request: str | None = None, template: str = "original", task: str = "gsm8k",
 ) -> list[dict[str, Any]]:
-    """Response records from one verl validation dump ``{step}.jsonl``."""
+    """Response records from one verl validation dump ``{step}.jsonl``.
+
+    A dump of validation under several requests (crossed-rlvr's val.parquet) is split by the request
+    suffix found in each prompt; the item id is the hash of the prompt without that suffix, so the same
+    item pairs across requests and policies."""
     path = Path(path)
-    counts: dict[str, int] = defaultdict(int)
+    counts: dict[tuple[str, str, str], int] = defaultdict(int)
     records = []
     for row, where in _lines(path):
         for field in ("input", "output", "gts"):
@@ -112,16 +139,25 @@ def import_verl_dump(
                 raise ResponseFileError(f"{where}: missing field '{field}'{hint}")
         prompt = str(row["input"])
         sha = sha256_text(prompt)
-        item = sha[:16]
+        found = find_request(prompt)
+        if found is None and request is None:
+            raise ResponseFileError(f"{where}: the prompt carries no known request suffix; pass --request")
+        if found is not None and request is not None and found[0] != request:
+            raise ResponseFileError(f"{where}: the prompt asks for {found[0]!r} but --request says {request!r}")
+        req, tmpl = (found[0], found[1]) if found else (request, template)
+        # The item id hashes the prompt without its request suffix: one item, one id under every request.
+        item = sha256_text(strip_request(prompt, found))[:16]
+        key = (item, req, tmpl)
         rec = {
             "item_id": item, "task": task, **_policy_fields(policy, training_convention, train_seed),
-            "request": request, "template": template, "sample_idx": counts[item], "gen_seed": None,
+            "request": req, "template": tmpl, "sample_idx": 0, "gen_seed": None,
             "prompt_sha256": sha, "response": str(row["output"]), "finish_reason": "stop",
             "prompt_tokens": -1, "response_tokens": -1, "reference": reference_from_target(row["gts"]),
             "finish_reason_known": False, "verl_step": row.get("step"), "verl_score": row.get("score"),
             "source": str(where),
         }
-        counts[item] += 1
+        rec["sample_idx"] = counts[key]
+        counts[key] += 1
         records.append(check_record(rec, where))
     return records
 
@@ -134,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", required=True, help="policy name, e.g. initial or grpo-hash/s83")
     parser.add_argument("--training-convention", default="initial")
     parser.add_argument("--train-seed", type=int, default=None)
-    parser.add_argument("--request", default="hash")
+    parser.add_argument("--request", default=None,
+                        help="the request of every response (lm-eval default: hash; verl: read from each prompt)")
     parser.add_argument("--template", default="original")
     parser.add_argument("--task", default=None)
     parser.add_argument("--step", type=int, default=None, help="verl: which {step}.jsonl (default: the last)")
@@ -147,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                   "request": args.request, "template": args.template}
     try:
         if args.kind == "lm-eval":
-            records = import_lm_eval(args.input, task=args.task, **common)
+            records = import_lm_eval(args.input, task=args.task, **{**common, "request": args.request or "hash"})
         else:
             src = Path(args.input)
             if src.is_dir():

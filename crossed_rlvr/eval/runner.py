@@ -77,14 +77,10 @@ def build_items(task_cfg: Any) -> list[dict[str, Any]]:
         return make_splits(task_cfg.n_test, task_cfg.n_dev, task_cfg.seed, tuple(task_cfg.get("strata", (2, 3, 4))),
                            int(task_cfg.get("max_operand", 30)), tuple(task_cfg.get("ops", ("+", "-", "*", "/"))))[
             task_cfg.split]
-    if task_cfg.source == "gsm8k":
-        from crossed_rlvr.tasks.loaders import load_gsm8k
+    if task_cfg.source in ("gsm8k", "math500"):
+        from crossed_rlvr.tasks.splits import load_split
 
-        return load_gsm8k(task_cfg.path, task_cfg.split)
-    if task_cfg.source == "math500":
-        from crossed_rlvr.tasks.loaders import load_math500
-
-        return load_math500(task_cfg.path, task_cfg.split)
+        return load_split(task_cfg)
     raise RunError(f"unknown task source {task_cfg.source!r}")
 
 
@@ -99,6 +95,10 @@ def frozen_items(run_dir: Path, task_cfg: Any) -> tuple[list[dict[str, Any]], st
             raise ItemFileError(f"{path}: item file recorded in {manifest_path} is missing; restore it or use a new run_dir")
         expected = write_items(path, build_items(task_cfg))
         manifest.setdefault("items", {})[path.name] = expected
+        if task_cfg.source in ("gsm8k", "math500"):  # how train/dev/test were cut, beside the hash
+            from crossed_rlvr.tasks.splits import split_record
+
+            manifest.setdefault("splits", {})[path.name] = split_record(task_cfg)
         atomic_write_json(manifest_path, manifest)
     items, sha = read_items(path, expected)
     if task_cfg.get("n_items"):
@@ -187,7 +187,7 @@ def run_eval(cfg: Any, progress: bool = True) -> dict[str, Any]:
             start = time.perf_counter()
             if todo:
                 if pol.path not in loaded:
-                    loaded.clear()  # one policy in memory at a time
+                    _release(loaded)  # one policy in memory at a time, its engine shut down first
                     loaded[pol.path] = _backend(pol.path, gen)
                 backend, tokenizer = loaded[pol.path]
                 with partial.open("a", encoding="utf-8") as fh:
@@ -223,10 +223,19 @@ def run_eval(cfg: Any, progress: bool = True) -> dict[str, Any]:
                 tracker.log({f"{name}/{k}": v for k, v in summary[name].items()})
     finally:
         bar.close()
+        _release(loaded)
         if tracker is not None:
             tracker.finish()
     (run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+def _release(loaded: dict[str, Any]) -> None:
+    for backend, _ in loaded.values():
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
+    loaded.clear()
 
 
 def _backend(path: str, gen: Any) -> tuple[Any, Any]:

@@ -3,6 +3,7 @@
     crossed-study                                   # the tiny default (about 12 minutes on 2 CPU cores)
     crossed-study experiment=smoke run_dir=/tmp/s   # every stage at the smallest size
     crossed-study experiment=qwen2.5-7b-gsm8k-crossed   # the paper's setting (GPU cluster)
+    crossed-study experiment=qwen2.5-7b-gsm8k-crossed stages=prepare   # dress rehearsal, any machine
 
 Re-running with the same config reuses every finished stage; a changed setting redoes the stages
 from the first one it affects.
@@ -20,8 +21,8 @@ class NeedsGPU(SystemExit):
 
 
 def check_device(cfg: Any) -> None:
-    """A GPU preset stops before any stage on a machine without a GPU."""
-    if not cfg.get("requires_gpu", False):
+    """A GPU preset stops before any stage on a machine without a GPU (``stages=prepare`` needs none)."""
+    if not cfg.get("requires_gpu", False) or cfg.get("stages", "all") == "prepare":
         return
     import torch
 
@@ -30,7 +31,8 @@ def check_device(cfg: Any) -> None:
         raise NeedsGPU(f"crossed-study: {name} needs a GPU (engine={cfg.engine.name}, eval backend="
                        f"{cfg.eval.backend}, model={cfg.model.name}) and none is visible (torch.cuda.is_available() "
                        "is False). Nothing was run. On a GPU node install the extra: pip install -e '.[gpu]'. "
-                       "For a CPU study use experiment=tiny, smoke or real-cpu.")
+                       "For a CPU study use experiment=tiny, smoke or real-cpu; to rehearse this preset up to "
+                       "the launch here, add stages=prepare.")
 
 
 def main() -> None:
@@ -47,9 +49,19 @@ def main() -> None:
         check_device(cfg)
         console = Console(stderr=True)
         console.rule(f"crossed-study {cfg.get('experiment_name', '')} -> {cfg.run_dir}")
+        from crossed_rlvr.tasks.items import ItemFileError
+
+        stages = cfg.get("stages", "all")
+        if stages not in ("all", "prepare"):
+            raise SystemExit(f"crossed-study: stages={stages!r}: expected all or prepare")
         try:
+            if stages == "prepare":
+                summary = Study(cfg, console).prepare()
+                console.print(f"prepared (nothing trained or generated): {cfg.run_dir}/prepare_summary.json")
+                print(json.dumps(summary))
+                return
             summary = Study(cfg, console).run_all()
-        except RecipeError as err:
+        except (RecipeError, ItemFileError) as err:
             raise SystemExit(f"crossed-study: {err}") from None
         table = Table(title="stages")
         for col in ("stage", "seconds", "reused"):

@@ -138,6 +138,7 @@ class Study:
             "convention": {"name": conv}, "recipe": _plain(c.recipe), "algorithm": _plain(c.algorithm),
             "engine": _plain(c.engine), "tracking": _plain(c.tracking),
             "seed": seed, "data_seed": seed, "run_dir": str(self.arm_dir(conv, seed)), "arm": f"grpo-{conv}/s{seed}",
+            "study": self.run.resolve().name,
             "overwrite": True, "template": "original",
             "train_items": {"n": int(c.arms.train_items), "seed": 101},
         }
@@ -245,6 +246,88 @@ class Study:
 
         return self.stage("arms", fp, list(final.values()), train)
 
+    # ------------------------------------------------------------------ prepare (dress rehearsal)
+    def prepare(self) -> dict[str, Any]:
+        """Everything up to the launch, on any machine (``stages=prepare``): every arm's training data
+        (verl: train and validation parquet, overrides checked by verl's own validation, launch
+        scripts), and the evaluation plan with the frozen test items. Nothing is trained or generated."""
+        c = self.cfg
+        self.run.mkdir(parents=True, exist_ok=True)
+        (self.run / "study_config.yaml").write_text(OmegaConf.to_yaml(c, resolve=True))
+        ipath = str(self.initial_path())
+        initial = {"path": ipath, "built": False}
+        arms = self._prepare_sft_arms(ipath) if c.arms.kind == "sft" else self._prepare_grpo_arms(ipath)
+        plan = self.eval_plan(initial, arms)
+        summary = {"initial": ipath, "arms": arms["arms"], "eval_plan": str(self.run / "eval_plan.json"),
+                   "responses_planned": plan["responses"]}
+        (self.run / "prepare_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def _prepare_grpo_arms(self, ipath: str) -> dict[str, Any]:
+        from crossed_rlvr.train.cli import run_train
+        from crossed_rlvr.train.recipe import check_config, training_rows, write_rows
+
+        c = self.cfg
+        out: dict[str, Any] = {}
+        for conv, seed in self.arm_list():
+            cfg = self.train_config(conv, seed, ipath, "not hashed (stages=prepare)")
+            cfg["engine"] = {**cfg["engine"], "launch": False}
+            name, run_dir = cfg["arm"], Path(cfg["run_dir"])
+            node = OmegaConf.create(cfg)
+            check_config(node)
+            if c.engine.name == "verl":
+                info = run_train(node)
+                files = ["data/train.parquet", "data/val.parquet", "verl_overrides.txt", "launch_single_node.sh",
+                         "launch_slurm_ray.sbatch"]
+            else:  # TRL trains in-process: its data is the whole preparation
+                run_dir.mkdir(parents=True, exist_ok=True)
+                rows = training_rows(node)
+                write_rows(run_dir / "data" / "train.jsonl", rows)
+                info, files = {"rows": len(rows)}, ["data/train.jsonl"]
+            self.say(f"    prepared {name}: {', '.join(files)}")
+            out[name] = {"path": str(run_dir / "checkpoints" / f"step-{int(c.recipe.updates)}"), "convention": conv,
+                         "seed": seed, "run_dir": str(run_dir), "files": files,
+                         **{k: info[k] for k in ("val_rows", "overrides") if k in info}}
+        return {"arms": out}
+
+    def _prepare_sft_arms(self, ipath: str) -> dict[str, Any]:
+        from crossed_rlvr.sft.pairs import write_pairs
+        from crossed_rlvr.tasks.training import train_items
+
+        c = self.cfg
+        arm, control = c.arms.sft_arm, c.arms.sft_control
+        data = {conv: self.run / "data" / f"sft-{conv}.jsonl" for conv in (arm, control)}
+        n = write_pairs(train_items(c.task, int(c.arms.train_items), 7), data[arm], data[control], arm, control)
+        self.say(f"    prepared {n} content-matched SFT pairs: {data[arm]}, {data[control]}")
+        return {"arms": {f"sft-{conv}/s{seed}": {"path": str(self.run / "models" / f"sft-{conv}" / f"s{seed}"),
+                                                 "convention": conv, "seed": int(seed), "pairs": n,
+                                                 "files": [str(data[conv].relative_to(self.run))]}
+                         for seed in c.arms.seeds for conv in (arm, control)}}
+
+    def eval_plan(self, initial: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
+        """Policies x requests x wordings with item counts and seeds; freezes the test items now."""
+        from crossed_rlvr.eval.runner import frozen_items, item_seed, template_items
+
+        cfg = self.eval_config(initial, arms)
+        items, sha, path = frozen_items(Path(cfg.run_dir), cfg.task)
+        base = int(cfg.eval.base_seed)
+        per_template = {}
+        for t in cfg.templates:
+            chosen = template_items(items, t, cfg.template_subset, cfg.template_subset_seed)
+            per_template[t] = {"items": len(chosen), "first_item_seed": item_seed(base, chosen[0], 0, 0) if chosen else None}
+        cells = [{"policy": p["name"], "path": p["path"], "request": r, "template": t,
+                  "items": per_template[t]["items"], "samples": int(cfg.samples)}
+                 for p in _plain(cfg.policies) for r in cfg.requests for t in cfg.templates]
+        plan = {"task": cfg.task.name, "split": cfg.task.split, "items_file": str(path), "items_sha256": sha,
+                "n_items": len(items), "templates": per_template, "requests": list(cfg.requests),
+                "generation": _plain(cfg.eval), "seeds": "item seed = base_seed + item id (row index for "
+                "non-numeric ids) + 10^7 x sample", "policies": _plain(cfg.policies), "cells": cells,
+                "responses": sum(x["items"] * x["samples"] for x in cells)}
+        (self.run / "eval_plan.json").write_text(json.dumps(plan, indent=2) + "\n")
+        self.say(f"    evaluation plan: {len(plan['policies'])} policies x {len(cfg.requests)} requests x "
+                 f"{len(cfg.templates)} wordings, {plan['responses']} responses ({path.name}, {len(items)} items)")
+        return plan
+
     # ------------------------------------------------------------------ 3-5
     def policies(self, initial: dict[str, Any], arms: dict[str, Any]) -> list[dict[str, Any]]:
         pols = [{"name": "initial", "path": str(initial["path"]), "training_convention": "initial", "train_seed": None}]
@@ -253,17 +336,20 @@ class Study:
                          "train_seed": int(arm["seed"])})
         return pols
 
-    def evaluate(self, initial: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
+    def eval_config(self, initial: dict[str, Any], arms: dict[str, Any]) -> Any:
         c, ev = self.cfg, self.cfg.evaluation
         task = _plain(c.task)
         if ev.n_items is not None:
             task["n_items"] = int(ev.n_items)
-        eval_cfg = OmegaConf.create({
+        return OmegaConf.create({
             "model": _plain(c.model), "task": task, "eval": _plain(c.eval), "tracking": _plain(c.tracking),
             "run_dir": str(self.run / "eval"), "policies": self.policies(initial, arms),
             "requests": list(ev.requests), "templates": list(ev.templates), "template_subset": ev.template_subset,
             "template_subset_seed": int(ev.template_subset_seed), "samples": int(ev.samples), "overwrite": True,
         })
+
+    def evaluate(self, initial: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
+        eval_cfg = self.eval_config(initial, arms)
         weights = {p["name"]: self.stamps.hash(p["path"]) if Path(p["path"]).exists() else p["path"]
                    for p in eval_cfg.policies}
         spec = {k: v for k, v in _plain(eval_cfg).items() if k not in ("policies", "tracking")}

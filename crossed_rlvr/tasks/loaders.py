@@ -31,10 +31,25 @@ def gsm8k_item(row: dict[str, Any], index: int) -> dict[str, Any]:
             "reference": reference, "solution": body, "task": "gsm8k"}
 
 
+def last_box(text: str) -> str | None:
+    """Content of the last balanced ``\\boxed{}`` (MATH train rows carry their answer only there)."""
+    from crossed_rlvr.eval.text import box_spans
+
+    spans = box_spans(text)
+    return text[spans[-1][0]:spans[-1][1]].strip() if spans else None
+
+
 def math500_item(row: dict[str, Any], index: int) -> dict[str, Any]:
+    """One MATH row (``problem``, ``answer``; MATH's train split has no ``answer``: the solution's last box)."""
+    solution = str(row.get("solution", "") or "").strip()
+    answer = row.get("answer")
+    if answer is None:
+        answer = last_box(solution)
+        if answer is None:
+            raise ItemFileError(f"MATH row {index}: no 'answer' field and no \\boxed{{}} in its solution")
     return {"item_id": str(row.get("unique_id", row.get("item_id", index))), "question": str(row["problem"]).strip(),
-            "reference": str(row["answer"]).strip(), "solution": str(row.get("solution", "")).strip(),
-            "subject": row.get("subject"), "level": row.get("level"), "task": "math500"}
+            "reference": str(answer).strip(), "solution": solution,
+            "subject": row.get("subject", row.get("type")), "level": row.get("level"), "task": "math500"}
 
 
 def _read_local(path: Path) -> list[dict[str, Any]]:
@@ -63,8 +78,9 @@ def _read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]
         return list(load_dataset(name, config, split=split))
     except Exception as err:  # the hub client raises many types when offline
         raise ItemFileError(
-            f"could not load {name} ({split}) from the Hugging Face hub ({type(err).__name__}); "
-            "without network access, pass a local JSON Lines or Parquet file as path="
+            f"could not load {name} ({split}) from the Hugging Face hub: {type(err).__name__}: {str(err)[:200]}; "
+            "without network access, pass local JSON Lines or Parquet files as task.path= (test) and "
+            "task.train_path= (train and dev)"
         ) from None
 
 
@@ -80,9 +96,9 @@ def _load(path: str | Path | None, hub: tuple[str, str | None, str], required: t
     return items
 
 
-def load_gsm8k(path: str | Path | None = None, split: str = "test") -> list[dict[str, Any]]:
-    return _load(path, ("openai/gsm8k", "main", split), ("question", "answer"), gsm8k_item)
+def load_gsm8k(path: str | Path | None = None, split: str = "test", hub: tuple | None = None) -> list[dict[str, Any]]:
+    return _load(path, hub or ("openai/gsm8k", "main", split), ("question", "answer"), gsm8k_item)
 
 
-def load_math500(path: str | Path | None = None, split: str = "test") -> list[dict[str, Any]]:
-    return _load(path, ("HuggingFaceH4/MATH-500", None, split), ("problem", "answer"), math500_item)
+def load_math500(path: str | Path | None = None, split: str = "test", hub: tuple | None = None) -> list[dict[str, Any]]:
+    return _load(path, hub or ("HuggingFaceH4/MATH-500", None, split), ("problem",), math500_item)

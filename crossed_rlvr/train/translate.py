@@ -35,21 +35,38 @@ def trl_args(cfg: Any) -> dict[str, Any]:
     }
 
 
-VERL_WEIGHTED_MODE = "crossed_is_sync"  # = crossed_rlvr.train.verl_weighted.TRAINER_MODE (not imported: needs verl)
+# Every seed in verl 0.9.1's ppo_trainer config (a test walks the composed config for keys named
+# *seed): the arm seed must reach all of them, or every arm shares verl's default 42.
+VERL_SEED_KEYS: tuple[str, ...] = (
+    "actor_rollout_ref.actor.fsdp_config.seed",      # model init / FSDP RNG
+    "actor_rollout_ref.actor.data_loader_seed",      # mini-batch construction
+    "actor_rollout_ref.ref.fsdp_config.seed",
+    "actor_rollout_ref.rollout.seed",                # vLLM sampling of rollouts and validation
+    "critic.fsdp.seed", "critic.data_loader_seed",   # unused by GRPO, set so no default survives
+    "reward.reward_model.rollout.seed",
+)
 
 
 def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, out_dir: str) -> list[str]:
-    """Hydra overrides of verl's ppo_trainer config (verl 0.9.x key names)."""
+    """Hydra overrides of verl's ppo_trainer config (verl 0.9.x key names).
+
+    The launch hygiene lives here: verl's synchronous trainer mode (the importance-weighted trainer
+    replaces ``sync`` in its own process, train/verl_weighted.py), the arm seed in every seed, model-only
+    checkpoints unless ``engine.save_optimizer``, and validation before training and at the end
+    (``engine.val_every`` updates) dumped to ``validation_data_dir`` for ``crossed-import verl``.
+    """
     r, e = cfg.recipe, cfg.engine
     batch_prompts = int(r.prompts_per_update)
     adv = {"grpo": "grpo", "reinforce_pp": "reinforce_plus_plus"}[cfg.algorithm.name]
     actor = "actor_rollout_ref.actor"
     rollout = "actor_rollout_ref.rollout"
     model_path = cfg.model.path
-    # The frozen proposal's weights scale advantages in our registered verl trainer (train/verl_weighted.py).
-    weighted = [f"trainer.v1.trainer_mode={VERL_WEIGHTED_MODE}"] if r.proposal.enabled else []
+    seed = int(cfg.seed)
+    contents = "[model,optimizer,extra]" if e.get("save_optimizer", False) else "[model]"
+    val_every = int(e.get("val_every") or r.updates)
+    tracked = cfg.tracking.mode not in ("off", False, None)
     return [
-        *weighted,
+        "trainer.v1.trainer_mode=sync",
         f"algorithm.adv_estimator={adv}",
         f"algorithm.norm_adv_by_std_in_grpo={bool(r.norm_adv_by_std)}",
         f"algorithm.use_kl_in_reward={bool(r.kl_reward)}",
@@ -59,6 +76,7 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         f"data.max_response_length={int(r.max_response_tokens)}",
         "data.filter_overlong_prompts=True", "data.truncation=error", "data.shuffle=False",
         f"data.seed={int(cfg.data_seed)}",
+        *(f"{key}={seed}" for key in VERL_SEED_KEYS),
         f"actor_rollout_ref.model.path={model_path}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={bool(e.get('gradient_checkpointing', True))}",
         f"{actor}.optim.lr={float(r.lr)}", f"{actor}.optim.weight_decay={float(r.weight_decay)}",
@@ -72,6 +90,7 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         f"{actor}.use_kl_loss={bool(r.kl_loss)}", f"{actor}.entropy_coeff={float(r.entropy_coeff)}",
         f"{actor}.fsdp_config.param_offload={bool(e.get('param_offload', True))}",
         f"{actor}.fsdp_config.optimizer_offload={bool(e.get('optimizer_offload', True))}",
+        f"{actor}.checkpoint.save_contents={contents}",
         f"{rollout}.name=vllm", f"{rollout}.n={int(r.group_size)}",
         f"{rollout}.temperature={float(r.temperature)}", f"{rollout}.top_p={float(r.top_p)}",
         f"{rollout}.response_length={int(r.max_response_tokens)}",
@@ -85,12 +104,12 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         f"reward.custom_reward_function.path={reward_path}", "reward.custom_reward_function.name=compute_score",
         f"trainer.total_training_steps={int(r.updates)}", "trainer.total_epochs=1000",
         f"trainer.nnodes={int(e.get('nnodes', 1))}", f"trainer.n_gpus_per_node={int(e.get('n_gpus_per_node', 1))}",
-        f"trainer.project_name={cfg.tracking.project}", f"trainer.experiment_name={cfg.arm.replace('/', '_')}",
+        f"trainer.project_name={cfg.tracking.project}", f"trainer.experiment_name={cfg.arm}",
         f"trainer.default_local_dir={out_dir}/checkpoints", f"trainer.validation_data_dir={out_dir}/validation",
         # save_freq = updates: the final step is saved (and merged into a HF directory by the launch script)
-        f"trainer.save_freq={int(r.updates)}", "trainer.test_freq=-1", "trainer.val_before_train=False",
-        f"trainer.logger={['console', 'wandb'] if cfg.tracking.mode not in ('off', False) else ['console']}".replace(
-            "'", ""),
+        f"trainer.save_freq={int(r.updates)}", "trainer.max_actor_ckpt_to_keep=1",
+        "trainer.val_before_train=True", f"trainer.test_freq={val_every}",
+        f"trainer.logger={'[console,wandb]' if tracked else '[console]'}",
     ]
 
 

@@ -27,12 +27,14 @@ def reward_entry_path() -> str:
 def verl_rows(rows: list[dict[str, Any]], data_source: str) -> list[dict[str, Any]]:
     return [
         {
-            "data_source": data_source,
+            # validation rows name their request, so verl's val-core metrics come per request
+            "data_source": f"{data_source}/{r['request']}" if "request" in r else data_source,
             "prompt": [{"role": "user", "content": r["prompt"]}],
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": str(r["reference"])},
             "extra_info": {"convention": r["convention"], "item_id": str(r["item_id"]), "index": int(r.get("row", k)),
-                           "is_weight": float(r.get("is_weight", 1.0))},
+                           "is_weight": float(r.get("is_weight", 1.0)),
+                           **({"request": r["request"]} if "request" in r else {})},
         }
         for k, r in enumerate(rows)
     ]
@@ -58,27 +60,89 @@ def compose_verl(overrides: list[str]) -> Any:
         GlobalHydra.instance().clear()
 
 
+def validate_verl(overrides: list[str]) -> Any:
+    """Compose verl's config with ``overrides`` and run verl's own ``validate_config`` on it (the check
+    verl's ``main_ppo`` makes before Ray starts: batch divisibility, micro-batch settings, ...)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    composed = compose_verl(overrides)
+    validate_config(config=composed, use_reference_policy=need_reference_policy(composed),
+                    use_critic=need_critic(composed))
+    return composed
+
+
 def validation_rows(cfg: Any) -> list[dict[str, Any]]:
-    """The task's dev items under the arm's convention (greedy validation, App. D.1)."""
+    """The task's dev items under every validation request (App. D.1 greedy validation, crossed).
+
+    Every row keeps the arm's convention (its score is the arm's training reward); the request is in
+    the prompt, which ``crossed-import verl`` reads back to file each response under its request."""
     from omegaconf import OmegaConf
 
     from crossed_rlvr.eval.runner import build_items
-    from crossed_rlvr.rewards.conventions import get_convention
+    from crossed_rlvr.prompts import user_content
 
     task = OmegaConf.create({**OmegaConf.to_container(cfg.task, resolve=True), "split": "dev"})
-    conv = get_convention(cfg.convention.name)
+    items = build_items(task)
+    n = (cfg.get("validation") or {}).get("n_items")
+    items = items[: int(n)] if n else items
+    requests = list((cfg.get("validation") or {}).get("requests") or ("hash", "boxed"))
     return [
-        {"row": k, "item_id": it["item_id"], "prompt": f"{it['question']}\n{conv.suffix(cfg.template)}",
-         "reference": it["reference"], "convention": conv.name}
-        for k, it in enumerate(build_items(task))
+        {"row": k * len(items) + j, "item_id": it["item_id"], "request": request,
+         "prompt": user_content(it["question"], request, cfg.template), "reference": it["reference"],
+         "convention": cfg.convention.name}
+        for k, request in enumerate(requests) for j, it in enumerate(items)
     ]
 
 
+def launch_env(cfg: Any) -> dict[str, str]:
+    """The study's tracking block as wandb's environment: exported by the launch scripts and passed to
+    every Ray actor (verl calls ``wandb.init`` inside one)."""
+    t = cfg.tracking
+    mode = "disabled" if t.mode in ("off", False, None) else str(t.mode)
+    env = {"WANDB_MODE": mode, "WANDB_PROJECT": str(t.project), "WANDB_NAME": str(cfg.arm),
+           "WANDB_RUN_GROUP": str(t.get("group") or cfg.get("study") or "crossed-train"),
+           "WANDB_JOB_TYPE": "train", "WANDB_DIR": str(Path(str(cfg.run_dir)).resolve())}
+    if t.get("entity"):
+        env["WANDB_ENTITY"] = str(t.entity)
+    if t.get("tags"):
+        env["WANDB_TAGS"] = ",".join(str(x) for x in t.tags)
+    return env
+
+
+def env_overrides(env: dict[str, str]) -> list[str]:
+    """verl starts Ray with ``ray_kwargs.ray_init.runtime_env``: its env_vars reach every actor."""
+    return [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={v}" for k, v in env.items()]
+
+
+# flash-attn is a separate install (a source build against the installed torch); verl asks for it by
+# default. Without it the launch falls back to SDPA, which cannot run packed (padding-free) batches.
+SDPA = ["+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=False"]
+
+
+def attention_block(python: str, choice: str) -> str:
+    """Bash that sets ATTN to the attention overrides: fixed, or decided on the GPU node (``auto``)."""
+    if choice == "flash_attention_2":
+        return "ATTN=()"
+    if choice == "sdpa":
+        return "ATTN=(" + " ".join(shlex.quote(o) for o in SDPA) + ")"
+    if choice != "auto":
+        raise ValueError(f"engine.attention={choice!r}: expected auto, flash_attention_2 or sdpa")
+    sdpa = " ".join(shlex.quote(o) for o in SDPA)
+    return "\n".join([f"if {shlex.quote(python)} -c 'import flash_attn' 2>/dev/null; then ATTN=(); else",
+                      "  echo 'flash-attn is not installed: attention falls back to SDPA' >&2",
+                      f"  ATTN=({sdpa})", "fi"])
+
+
 SINGLE_NODE = """#!/usr/bin/env bash
-# One node, {gpus} GPUs: GRPO arm {arm} through verl (generated by crossed-train engine=verl).
+# One node, {gpus} GPUs: GRPO arm {arm} through verl (generated by crossed-rlvr; rerun to regenerate).
 set -euo pipefail
-python -m {entry} \\
-{args}
+{exports}
+{attention}
+{python} -m {entry} \\
+{args} \\
+  ray_kwargs.ray_init.num_cpus={cpus} "${{ATTN[@]}}"
 {merge}
 """
 
@@ -87,54 +151,71 @@ SLURM = """#!/usr/bin/env bash
 #SBATCH --nodes={nodes}
 #SBATCH --ntasks-per-node=1
 #SBATCH --gpus-per-node={gpus}
+#SBATCH --cpus-per-task={cpus}
 #SBATCH --exclusive
 # A Ray cluster across the allocated nodes, then GRPO arm {arm} through verl on its head.
 set -euo pipefail
+{exports}
+{attention}
+cpus=${{SLURM_CPUS_PER_TASK:-{cpus}}}
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 head=${{nodes[0]}}
 head_ip=$(srun --nodes=1 --ntasks=1 -w "$head" hostname --ip-address | awk '{{print $1}}')
 port=6379
-srun --nodes=1 --ntasks=1 -w "$head" ray start --head --node-ip-address="$head_ip" --port=$port \\
-  --num-gpus={gpus} --block &
+srun --nodes=1 --ntasks=1 -w "$head" {ray} start --head --node-ip-address="$head_ip" --port=$port \\
+  --num-cpus="$cpus" --num-gpus={gpus} --block &
 sleep 10
 for node in "${{nodes[@]:1}}"; do
-  srun --nodes=1 --ntasks=1 -w "$node" ray start --address="$head_ip:$port" --num-gpus={gpus} --block &
+  srun --nodes=1 --ntasks=1 -w "$node" {ray} start --address="$head_ip:$port" --num-cpus="$cpus" \\
+    --num-gpus={gpus} --block &
 done
 sleep 10
-RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" python -m {entry} \\
-{args}
+RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" {python} -m {entry} \\
+{args} "${{ATTN[@]}}"
 {merge}
 """
 
 
 def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+    import sys
+
     data_dir = run_dir / "data"
     source = f"crossed_rlvr/{cfg.task.name}"
     train_file, val_file = data_dir / "train.parquet", data_dir / "val.parquet"
     write_parquet(verl_rows(rows, source), train_file)
-    write_parquet(verl_rows(validation_rows(cfg), source), val_file)
+    val_rows = validation_rows(cfg)
+    write_parquet(verl_rows(val_rows, source), val_file)
+    env = launch_env(cfg)
     overrides = verl_overrides(cfg, str(train_file.resolve()), str(val_file.resolve()), reward_entry_path(),
-                               str(run_dir.resolve()))
-    composed = compose_verl(overrides)  # verl's own config must accept every key
+                               str(run_dir.resolve())) + env_overrides(env)
+    composed = validate_verl(overrides)  # verl's own config and checks must accept every key
+    validate_verl(overrides + SDPA)  # and so must the SDPA fallback the launch may add
     (run_dir / "verl_overrides.txt").write_text("\n".join(overrides) + "\n")
     args = " \\\n".join(f"  {shlex.quote(o)}" for o in overrides)
     e = cfg.engine
-    # With the frozen proposal, our entry runs verl's main with the importance-weighted trainer registered.
+    # The interpreter that runs crossed-rlvr runs verl too (a bare `python` is whatever is on PATH).
+    python = str(Path(sys.executable).absolute())
+    ray = str(Path(sys.executable).absolute().parent / "ray")
+    # With the frozen proposal, our entry runs verl's main with the importance-weighted trainer.
     entry = "crossed_rlvr.train.verl_weighted" if cfg.recipe.proposal.enabled else "verl.trainer.main_ppo"
     # verl saves FSDP shards; the evaluator reads a Hugging Face directory like the TRL engine's.
     step = int(cfg.recipe.updates)
     ckpt = run_dir.resolve() / "checkpoints"
-    merge = (f"python -m verl.model_merger merge --backend fsdp --local_dir {ckpt}/global_step_{step}/actor "
-             f"--target_dir {ckpt}/step-{step}")
+    merge = (f"{shlex.quote(python)} -m verl.model_merger merge --backend fsdp "
+             f"--local_dir {ckpt}/global_step_{step}/actor --target_dir {ckpt}/step-{step}")
+    exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
+    fields = {"entry": entry, "merge": merge, "gpus": int(e.n_gpus_per_node), "arm": cfg.arm, "args": args,
+              "python": shlex.quote(python), "ray": shlex.quote(ray), "exports": exports,
+              "cpus": int(e.get("cpus_per_node", 32)),
+              "attention": attention_block(python, str(e.get("attention", "auto")))}
     single = run_dir / "launch_single_node.sh"
-    single.write_text(SINGLE_NODE.format(entry=entry, merge=merge, gpus=int(e.n_gpus_per_node), arm=cfg.arm, args=args))
+    single.write_text(SINGLE_NODE.format(**fields))
     slurm = run_dir / "launch_slurm_ray.sbatch"
-    slurm.write_text(SLURM.format(entry=entry, merge=merge, job=cfg.arm.replace("/", "_"), nodes=int(e.nnodes), gpus=int(e.n_gpus_per_node),
-                                  arm=cfg.arm, args=args))
+    slurm.write_text(SLURM.format(job=cfg.arm.replace("/", "_"), nodes=int(e.nnodes), **fields))
     single.chmod(0o755)
     slurm.chmod(0o755)
     result = {"train_parquet": str(train_file), "val_parquet": str(val_file), "overrides": len(overrides),
-              "launch_single_node": str(single), "launch_slurm": str(slurm),
+              "val_rows": len(val_rows), "launch_single_node": str(single), "launch_slurm": str(slurm),
               "composed_adv_estimator": str(composed.algorithm.adv_estimator)}
     if e.get("launch"):
         import subprocess

@@ -8,8 +8,10 @@ as usual and then scales each trajectory's advantages by its weight, exactly as 
 does (for a positive weight this is a per-sample loss weight).
 
 Launch with ``python -m crossed_rlvr.train.verl_weighted <verl overrides>``: the same Hydra entry as
-``verl.trainer.main_ppo`` with ``trainer.v1.trainer_mode=crossed_is_sync``; the Ray task runner is
-defined in this module, so the trainer is registered in the process that builds it.
+``verl.trainer.main_ppo`` with ``trainer.v1.trainer_mode=sync``. verl treats every mode other than
+``sync`` as asynchronous (replay buffer, ``gen_batch_size`` 1, transfer-queue checkpoints), so the
+trainer keeps that name: the Ray task runner defined here puts ``ImportanceWeightedTrainer`` in
+verl's registry under ``sync`` inside its own actor process, where verl then builds it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import torch
 
-TRAINER_MODE = "crossed_is_sync"
+TRAINER_NAME = "crossed_is_sync"  # its own registry entry, for lookups; it runs as verl's "sync" mode
 
 
 def importance_weights(extra_fields: Any) -> torch.Tensor:
@@ -50,10 +52,10 @@ def _register() -> type:
     from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
-    if TRAINER_MODE in TRAINER_REGISTRY:
-        return TRAINER_REGISTRY[TRAINER_MODE]
+    if TRAINER_NAME in TRAINER_REGISTRY:
+        return TRAINER_REGISTRY[TRAINER_NAME]
 
-    @register_trainer(TRAINER_MODE)
+    @register_trainer(TRAINER_NAME)
     class ImportanceWeightedTrainer(PPOTrainerSync):
         """verl's synchronous PPO trainer with advantages scaled by P_i/Q_i after they are computed."""
 
@@ -77,6 +79,13 @@ def _register() -> type:
 ImportanceWeightedTrainer = _register()
 
 
+def install_as_sync() -> None:
+    """Make verl's ``sync`` mode build ``ImportanceWeightedTrainer`` (in this process only)."""
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
+
+    TRAINER_REGISTRY["sync"] = _register()
+
+
 def _task_runner() -> Any:
     import ray
     from verl.trainer.main_ppo import TaskRunnerV1
@@ -87,9 +96,10 @@ def _task_runner() -> Any:
         """verl's v1 task runner; defined here so the actor imports (and registers) our trainer."""
 
         def run(self, config: Any) -> None:
-            _register()
-            if config.trainer.v1.trainer_mode != TRAINER_MODE:
-                raise ValueError(f"trainer.v1.trainer_mode must be {TRAINER_MODE} for importance-weighted GRPO")
+            if config.trainer.v1.trainer_mode != "sync":
+                raise ValueError("trainer.v1.trainer_mode must be sync for importance-weighted GRPO "
+                                 f"(got {config.trainer.v1.trainer_mode!r}); verl runs other modes asynchronously")
+            install_as_sync()
             super().run(config)
 
     return ray.remote(num_cpus=1)(CrossedTaskRunner)
