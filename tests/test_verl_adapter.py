@@ -48,7 +48,7 @@ def test_overrides_compose_on_verl_config(prepared):
     assert cfg.data.filter_overlong_prompts is True
     for script in ("launch_single_node.sh", "launch_slurm_ray.sbatch"):
         text = (tmp / "arm" / script).read_text()
-        assert "verl.trainer.main_ppo" in text and "reward.custom_reward_function.name=compute_score" in text
+        assert " -m verl.trainer.main_ppo" in text and "reward.custom_reward_function.name=compute_score" in text
         assert "verl.model_merger merge --backend fsdp" in text and "checkpoints/step-30" in text
     assert cfg.trainer.save_freq == 30  # the final step is saved
     with pytest.raises(Exception):  # a key verl does not have is refused, not silently ignored
@@ -121,9 +121,9 @@ def test_proposal_weights_reach_verl(tmp_path):
     assert len(set(weights)) > 1 and all(w > 0 for w in weights)  # strata are under/over-proposed
     overrides = (arm / "verl_overrides.txt").read_text().split()
     cfg = compose_verl(overrides)
-    assert cfg.trainer.v1.trainer_mode == "crossed_is_sync"
+    assert cfg.trainer.v1.trainer_mode == "sync"  # verl's synchronous mode; our entry installs the trainer
     for script in ("launch_single_node.sh", "launch_slurm_ray.sbatch"):
-        assert "python -m crossed_rlvr.train.verl_weighted" in (arm / script).read_text()
+        assert " -m crossed_rlvr.train.verl_weighted" in (arm / script).read_text()
     # Our entry is verl's own Hydra app: it composes verl's config with the same overrides (--cfg job
     # prints the composed config and stops before Ray starts).
     import subprocess
@@ -132,17 +132,15 @@ def test_proposal_weights_reach_verl(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.train.verl_weighted", "--cfg", "job", *overrides],
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "trainer_mode: crossed_is_sync" in proc.stdout and "adv_estimator: grpo" in proc.stdout
+    assert "trainer_mode: sync" in proc.stdout and "adv_estimator: grpo" in proc.stdout
 
 
 def test_weighted_trainer_registered_with_verl():
     from verl.trainer.ppo.v1 import PPOTrainerSync, get_trainer_cls
 
-    from crossed_rlvr.train.translate import VERL_WEIGHTED_MODE
-    from crossed_rlvr.train.verl_weighted import TRAINER_MODE, ImportanceWeightedTrainer
+    from crossed_rlvr.train.verl_weighted import TRAINER_NAME, ImportanceWeightedTrainer
 
-    assert VERL_WEIGHTED_MODE == TRAINER_MODE
-    assert get_trainer_cls(TRAINER_MODE) is ImportanceWeightedTrainer
+    assert get_trainer_cls(TRAINER_NAME) is ImportanceWeightedTrainer
     assert issubclass(ImportanceWeightedTrainer, PPOTrainerSync)
 
 

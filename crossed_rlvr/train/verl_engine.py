@@ -10,7 +10,10 @@ machine everything up to the launch is real and checked.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shlex
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +27,18 @@ def reward_entry_path() -> str:
     return str(Path(entry.__file__).resolve())
 
 
-def verl_rows(rows: list[dict[str, Any]], data_source: str) -> list[dict[str, Any]]:
+def verl_rows(rows: list[dict[str, Any]], data_source: str, per_request: bool = False) -> list[dict[str, Any]]:
+    """Rows in verl's layout; ``per_request`` (validation) names the request in ``data_source`` so that
+    verl's val-core metrics come per request."""
     return [
         {
-            # validation rows name their request, so verl's val-core metrics come per request
-            "data_source": f"{data_source}/{r['request']}" if "request" in r else data_source,
+            "data_source": f"{data_source}/{r['request']}" if per_request else data_source,
             "prompt": [{"role": "user", "content": r["prompt"]}],
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": str(r["reference"])},
             "extra_info": {"convention": r["convention"], "item_id": str(r["item_id"]), "index": int(r.get("row", k)),
                            "is_weight": float(r.get("is_weight", 1.0)),
-                           **({"request": r["request"]} if "request" in r else {})},
+                           **({"request": r["request"]} if per_request else {})},
         }
         for k, r in enumerate(rows)
     ]
@@ -67,8 +71,11 @@ def validate_verl(overrides: list[str]) -> Any:
     from verl.utils.config import validate_config
 
     composed = compose_verl(overrides)
-    validate_config(config=composed, use_reference_policy=need_reference_policy(composed),
-                    use_critic=need_critic(composed))
+    # verl prints a success line per call and warns that GRPO disables the critic: noise here
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        validate_config(config=composed, use_reference_policy=need_reference_policy(composed),
+                        use_critic=need_critic(composed))
     return composed
 
 
@@ -184,7 +191,7 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
     train_file, val_file = data_dir / "train.parquet", data_dir / "val.parquet"
     write_parquet(verl_rows(rows, source), train_file)
     val_rows = validation_rows(cfg)
-    write_parquet(verl_rows(val_rows, source), val_file)
+    write_parquet(verl_rows(val_rows, source, per_request=True), val_file)
     env = launch_env(cfg)
     overrides = verl_overrides(cfg, str(train_file.resolve()), str(val_file.resolve()), reward_entry_path(),
                                str(run_dir.resolve())) + env_overrides(env)

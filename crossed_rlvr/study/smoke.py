@@ -1,0 +1,102 @@
+"""One-GPU smoke test of the whole GPU path (``scripts/gpu_smoke.sh``), for the first hour on a cluster.
+
+    scripts/gpu_smoke.sh MODEL_DIR DATA_DIR [RUN_DIR] [hydra overrides ...]
+
+``MODEL_DIR`` is a small instruct model in Hugging Face layout; ``DATA_DIR`` holds GSM8K's
+``train.jsonl`` and ``test.jsonl`` (JSON Lines or Parquet with ``question`` and ``answer``). It runs
+``experiment=gpu-smoke``: the dress rehearsal (data, verl overrides checked by verl, launch scripts,
+evaluation plan), 2 GRPO updates per arm through verl, the FSDP->HF merge, crossed evaluation with
+vLLM, scoring and analysis. One PASS/FAIL line per stage; the first failure exits non-zero.
+Nothing needs the network when the model and data are local. ``--dry-run`` stops after the rehearsal
+(it runs on a machine without a GPU; the test suite runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+def smoke_config(model: str, data: str, run_dir: str, overrides: list[str]) -> Any:
+    from hydra import compose, initialize_config_module
+
+    data_dir = Path(data)
+    files = {split: next((p for p in (data_dir / f"{split}.jsonl", data_dir / f"{split}.parquet") if p.exists()),
+                         None) for split in ("train", "test")}
+    missing = [s for s, p in files.items() if p is None]
+    if missing:
+        raise SystemExit(f"gpu_smoke: {data_dir} has no {' or '.join(missing)}.jsonl/.parquet (GSM8K rows with "
+                         "question and answer)")
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        return compose(config_name="crossed_study", overrides=[
+            "experiment=gpu-smoke", f"model.path={Path(model).resolve()}", f"task.path={files['test'].resolve()}",
+            f"task.train_path={files['train'].resolve()}", f"run_dir={run_dir}", *overrides])
+
+
+def check_merged(arms: dict[str, Any]) -> str:
+    """Every arm's final checkpoint is a Hugging Face directory that transformers loads."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    for name, arm in arms["arms"].items():
+        path = Path(arm["path"])
+        weights = list(path.glob("*.safetensors")) + list(path.glob("*.bin"))
+        if not weights:
+            raise RuntimeError(f"{name}: no weights in {path} (did the FSDP->HF merge run?)")
+        AutoConfig.from_pretrained(path)
+        AutoTokenizer.from_pretrained(path)
+    return f"{len(arms['arms'])} merged checkpoints load"
+
+
+def gpu_report() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("no GPU visible (torch.cuda.is_available() is False)")
+    import verl  # noqa: F401  (the gpu extra)
+    import vllm
+
+    free, total = torch.cuda.mem_get_info()
+    return (f"{torch.cuda.get_device_name(0)}, {total / 2**30:.0f} GiB ({free / 2**30:.0f} free), torch "
+            f"{torch.__version__}, vllm {vllm.__version__}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu_smoke", description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="local model directory (Hugging Face layout)")
+    parser.add_argument("data", help="folder with GSM8K train.jsonl and test.jsonl")
+    parser.add_argument("run_dir", nargs="?", default="runs/gpu-smoke")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides (e.g. engine.n_gpus_per_node=2)")
+    parser.add_argument("--dry-run", action="store_true", help="stop after the rehearsal (no GPU needed)")
+    args = parser.parse_args(argv)
+
+    from crossed_rlvr.study.pipeline import Study
+
+    study = Study(smoke_config(args.model, args.data, args.run_dir, args.overrides))
+    state: dict[str, Any] = {}
+    steps = [("prepare", lambda: f"{study.prepare()['responses_planned']} responses planned")]
+    if not args.dry_run:
+        steps = [("gpu", gpu_report), *steps,
+                 ("initial", lambda: state.setdefault("initial", study.initial())["path"]),
+                 ("train", lambda: f"{len(state.setdefault('arms', study.arms(state['initial']))['arms'])} arms"),
+                 ("merge", lambda: check_merged(state["arms"])),
+                 ("eval", lambda: f"{study.evaluate(state['initial'], state['arms'])['cells']} cells"),
+                 ("score", lambda: study.score()["scores"]),
+                 ("analyze", lambda: study.analyze(state["arms"])["report"])]
+    for name, step in steps:
+        start = time.perf_counter()
+        try:
+            detail = step()
+        except BaseException as err:  # noqa: BLE001  (SystemExit from a stage is a failure too)
+            print(f"FAIL {name} ({time.perf_counter() - start:.0f} s): {type(err).__name__}: {err}", flush=True)
+            traceback.print_exc(file=sys.stderr)
+            return 1
+        print(f"PASS {name} ({time.perf_counter() - start:.0f} s): {detail}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,331 @@
+"""The GPU path up to the launch, on the CPU: every GPU preset's dress rehearsal and the launch hygiene.
+
+Each preset runs ``stages=prepare`` on local GSM8K- and MATH-shaped files that, like the hub datasets,
+have only train and test splits, with a tiny local model in place of the hub model. verl's own config
+validation runs on every generated override list; the scripts are read line by line.
+"""
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from crossed_rlvr.policies.tiny import build_tiny_model
+from crossed_rlvr.study.pipeline import Study
+from crossed_rlvr.train.translate import VERL_SEED_KEYS
+from crossed_rlvr.train.verl_engine import SDPA, validate_verl
+from tests.task_files import gsm8k_files, math_files
+from tests.test_generation import SMALL
+
+CONF = Path(__file__).resolve().parent.parent / "crossed_rlvr" / "conf" / "experiment"
+GPU_PRESETS = sorted(p.stem for p in CONF.glob("*.yaml") if "requires_gpu: true" in p.read_text())
+DEV = 12
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gpu")
+    build_tiny_model(tmp / "model", SMALL)
+    return {"tmp": tmp, "model": tmp / "model", "gsm8k": gsm8k_files(tmp), "math": math_files(tmp)}
+
+
+def task_overrides(local, task: str) -> list[str]:
+    train, test = local["gsm8k" if task == "gsm8k" else "math"]
+    extra = [] if task == "gsm8k" else ["task=math500"]
+    return [*extra, f"task.path={test}", f"task.train_path={train}", f"task.dev_items={DEV}"]
+
+
+def study_cfg(run_dir, *overrides):
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        return compose(config_name="crossed_study", overrides=[f"run_dir={run_dir}", *overrides])
+
+
+@pytest.fixture(scope="module")
+def paper_gsm8k(local):
+    """The issue's command, from the command line: the 7B preset rehearsed on a machine without a GPU."""
+    run = local["tmp"] / "paper"
+    proc = subprocess.run(
+        [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare",
+         f"run_dir={run}", f"model.path={local['model']}", *task_overrides(local, "gsm8k")],
+        capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run
+
+
+def test_gpu_presets_are_the_ones_rehearsed():
+    assert GPU_PRESETS == ["gpu-smoke", "qwen2.5-1.5b-sft-marker", "qwen2.5-7b-gsm8k-crossed"]
+
+
+def check_grpo_rehearsal(run: Path, arms: list[str], n_test: int, updates: int, dev: int = DEV) -> None:
+    summary = json.loads((run / "prepare_summary.json").read_text())
+    assert sorted(summary["arms"]) == sorted(arms)
+    test_questions = {json.loads(x)["question"] for x in (run / "eval" / "items").glob("*.jsonl").__next__()
+                      .read_text().splitlines()}
+    for name in arms:
+        arm = Path(summary["arms"][name]["run_dir"])
+        train = pd.read_parquet(arm / "data" / "train.parquet")
+        val = pd.read_parquet(arm / "data" / "val.parquet")
+        assert len(val) == 2 * dev  # every dev item under both requests
+        requests = [e["request"] for e in val["extra_info"]]
+        assert sorted(set(requests)) == ["boxed", "hash"] and requests.count("hash") == dev
+        by_request = {r: {e["item_id"] for e in val["extra_info"] if e["request"] == r} for r in ("hash", "boxed")}
+        assert by_request["hash"] == by_request["boxed"]
+        train_ids = {e["item_id"] for e in train["extra_info"]}
+        assert not train_ids & by_request["hash"]  # validation is held out of training
+        assert all(i.startswith("train-") for i in train_ids | by_request["hash"])
+        questions = {p[0]["content"].split("\n")[0] for p in val["prompt"]} | {
+            p[0]["content"].split("\n")[0] for p in train["prompt"]}
+        assert not {q.split("\n")[0] for q in test_questions} & questions  # and both are disjoint from test
+        assert set(val["data_source"]) == {f"{d}/{r}" for d in set(train["data_source"]) for r in ("hash", "boxed")}
+        overrides = (arm / "verl_overrides.txt").read_text().split("\n")[:-1]
+        for extra in ([], SDPA):  # verl's own validate_config, on both attention variants the launch may use
+            composed = validate_verl(overrides + extra)
+        assert composed.trainer.total_training_steps == updates
+        for script in ("launch_single_node.sh", "launch_slurm_ray.sbatch"):
+            assert (arm / script).exists()
+    plan = json.loads((run / "eval_plan.json").read_text())
+    assert len(plan["policies"]) == 1 + len(arms) and plan["n_items"] == n_test
+    assert len(plan["cells"]) == len(plan["policies"]) * len(plan["requests"]) * len(plan["templates"])
+
+
+def test_paper_preset_rehearses_on_gsm8k_files_without_dev_split(paper_gsm8k):
+    arms = [f"grpo-{c}/s{s}" for s in (83, 84, 85) for c in ("hash", "boxed")]
+    check_grpo_rehearsal(paper_gsm8k, arms, n_test=40, updates=100)
+    manifest = json.loads((paper_gsm8k / "eval" / "run.json").read_text())
+    assert manifest["splits"]["gsm8k-test.jsonl"]["dev"] == {"held_out_from": "train", "n": DEV, "seed": 20260919}
+
+
+def test_paper_preset_rehearses_on_math_files(local):
+    run = local["tmp"] / "math"
+    Study(study_cfg(run, "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare", "arms.seeds=[83]",
+                    f"model.path={local['model']}", *task_overrides(local, "math500"))).prepare()
+    check_grpo_rehearsal(run, ["grpo-hash/s83", "grpo-boxed/s83"], n_test=40, updates=100)
+    val = pd.read_parquet(run / "train" / "hash" / "s83" / "data" / "val.parquet")
+    assert set(val["reward_model"].map(lambda r: r["ground_truth"])) == {"\\frac{1}{2}"}  # MATH train: last box
+
+
+def test_sft_preset_rehearses(local):
+    run = local["tmp"] / "sft"
+    summary = Study(study_cfg(run, "experiment=qwen2.5-1.5b-sft-marker", "stages=prepare",
+                              f"model.path={local['model']}", *task_overrides(local, "gsm8k"))).prepare()
+    assert sorted(summary["arms"]) == sorted(f"sft-{c}/s{s}" for s in (83, 84, 85) for c in ("hash", "boxed"))
+    a = [json.loads(x) for x in (run / "data" / "sft-hash.jsonl").read_text().splitlines()]
+    b = [json.loads(x) for x in (run / "data" / "sft-boxed.jsonl").read_text().splitlines()]
+    assert len(a) == len(b) == 120 - DEV  # the train rows less the held-out dev rows
+    assert json.loads((run / "eval_plan.json").read_text())["responses"] == 7 * 2 * (40 + 40 + 40)
+
+
+def test_gpu_smoke_dry_run_passes_on_the_cpu(local):
+    train, _ = local["gsm8k"]
+    proc = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(local["model"]), str(train.parent),
+                           str(local["tmp"] / "smoke"), "--dry-run"], capture_output=True, text=True, timeout=600,
+                          check=False, cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # 3 policies x 2 requests x 40 items (the file has 40 test items; the preset asks for up to 64)
+    assert proc.stdout.splitlines() == [proc.stdout.splitlines()[0]] and "240 responses planned" in proc.stdout
+    assert proc.stdout.startswith("PASS prepare")
+    check_grpo_rehearsal(local["tmp"] / "smoke", ["grpo-hash/s83", "grpo-boxed/s83"], n_test=40, updates=2, dev=32)
+
+
+def test_gpu_smoke_fails_on_the_first_stage_without_a_gpu(local):
+    from crossed_rlvr.study.smoke import main
+
+    train, _ = local["gsm8k"]
+    assert main([str(local["model"]), str(train.parent), str(local["tmp"] / "smoke-gpu")]) == 1
+
+
+def test_gpu_preset_without_prepare_stops_before_any_stage(local, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed",
+                           f"run_dir={tmp_path / 'r'}"], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode != 0 and "stages=prepare" in proc.stderr
+    assert not (tmp_path / "r" / "train").exists()
+
+
+# ---------------------------------------------------------------- launch hygiene (on the 7B rehearsal)
+def arm_files(run: Path, name: str = "hash/s83") -> tuple[str, str, list[str]]:
+    arm = run / "train" / name
+    return ((arm / "launch_single_node.sh").read_text(), (arm / "launch_slurm_ray.sbatch").read_text(),
+            (arm / "verl_overrides.txt").read_text().split("\n")[:-1])
+
+
+def test_scripts_run_the_studys_interpreter(paper_gsm8k):
+    single, slurm, _ = arm_files(paper_gsm8k)
+    python = shlex.quote(str(Path(sys.executable).absolute()))
+    for text in (single, slurm):
+        assert f"{python} -m verl.trainer.main_ppo" in text and f"{python} -m verl.model_merger merge" in text
+        assert not [line for line in text.splitlines() if line.lstrip().startswith(("python ", "python3 "))]
+    assert shlex.quote(str(Path(sys.executable).absolute().parent / "ray")) + " start" in slurm
+
+
+def test_tracking_block_reaches_scripts_and_ray_actors(paper_gsm8k, local):
+    single, slurm, overrides = arm_files(paper_gsm8k)
+    expected = {"WANDB_MODE": "online", "WANDB_PROJECT": "crossed-rlvr", "WANDB_RUN_GROUP": "paper",
+                "WANDB_NAME": "grpo-hash/s83", "WANDB_JOB_TYPE": "train"}
+    for key, value in expected.items():
+        assert f"export {key}={shlex.quote(value)}" in single and f"export {key}={shlex.quote(value)}" in slurm
+    env = validate_verl(overrides).ray_kwargs.ray_init.runtime_env.env_vars
+    assert {k: env[k] for k in expected} == expected
+    assert validate_verl(overrides).trainer.experiment_name == "grpo-hash/s83"
+    # an entity and offline mode from the study's tracking block
+    run = local["tmp"] / "tracking"
+    Study(study_cfg(run, "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare", "arms.seeds=[83]",
+                    "tracking=offline", "+tracking.entity=lab", "tracking.group=g1", f"model.path={local['model']}",
+                    *task_overrides(local, "gsm8k"))).prepare()
+    single, _, overrides = arm_files(run)
+    assert "export WANDB_MODE=offline" in single and "export WANDB_ENTITY=lab" in single
+    assert validate_verl(overrides).ray_kwargs.ray_init.runtime_env.env_vars.WANDB_RUN_GROUP == "g1"
+
+
+def test_weighted_trainer_runs_in_verls_synchronous_mode(paper_gsm8k):
+    """verl runs every mode but ``sync`` asynchronously: the importance-weighted trainer takes the ``sync``
+    slot in its own process (the weighted arm's scripts are checked in test_verl_adapter)."""
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, get_trainer_cls
+
+    from crossed_rlvr.train.verl_weighted import ImportanceWeightedTrainer, install_as_sync
+
+    assert validate_verl(arm_files(paper_gsm8k)[2]).trainer.v1.trainer_mode == "sync"
+    original = TRAINER_REGISTRY["sync"]
+    try:
+        install_as_sync()  # what our Ray task runner does in its own actor process
+        assert get_trainer_cls("sync") is ImportanceWeightedTrainer
+    finally:
+        TRAINER_REGISTRY["sync"] = original
+
+
+def test_checkpoints_hold_the_model_only_unless_asked(paper_gsm8k, local):
+    composed = validate_verl(arm_files(paper_gsm8k)[2])
+    assert list(composed.actor_rollout_ref.actor.checkpoint.save_contents) == ["model"]
+    assert composed.trainer.max_actor_ckpt_to_keep == 1
+    run = local["tmp"] / "optim"
+    Study(study_cfg(run, "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare", "arms.seeds=[83]",
+                    "engine.save_optimizer=true", f"model.path={local['model']}",
+                    *task_overrides(local, "gsm8k"))).prepare()
+    assert "optimizer" in validate_verl(arm_files(run)[2]).actor_rollout_ref.actor.checkpoint.save_contents
+
+
+def test_validation_before_and_after_training_is_dumped(paper_gsm8k):
+    composed = validate_verl(arm_files(paper_gsm8k)[2])
+    assert composed.trainer.val_before_train is True and composed.trainer.test_freq == 100
+    assert composed.trainer.validation_data_dir == str((paper_gsm8k / "train" / "hash" / "s83").resolve()
+                                                       / "validation")
+
+
+def test_slurm_and_ray_are_given_cpus(paper_gsm8k):
+    single, slurm, _ = arm_files(paper_gsm8k)
+    assert "#SBATCH --cpus-per-task=32" in slurm and slurm.count('--num-cpus="$cpus"') == 2
+    assert "ray_kwargs.ray_init.num_cpus=32" in single
+
+
+def test_arm_seed_reaches_every_seed_verl_has(paper_gsm8k):
+    composed = OmegaConf.to_container(validate_verl(arm_files(paper_gsm8k, "boxed/s85")[2]), resolve=True)
+    found = {}
+
+    def walk(node, prefix=""):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+        elif "seed" in prefix.rstrip(".").rsplit(".", 1)[-1]:
+            found[prefix.rstrip(".")] = node
+
+    walk(composed)
+    assert set(found) == {*VERL_SEED_KEYS, "data.seed"}  # the list verl 0.9.1 has; a new seed fails here
+    assert set(found.values()) == {85}
+
+
+def test_attention_falls_back_to_sdpa_without_flash_attn(paper_gsm8k, tmp_path):
+    single, _, _ = arm_files(paper_gsm8k)
+    assert "import flash_attn" in single and '"${ATTN[@]}"' in single
+    # run the script's own attention block: here flash-attn is absent, so ATTN holds the SDPA overrides
+    block = single.split("set -euo pipefail\n", 1)[1].split("\nfi\n", 1)[0] + "\nfi\n"
+    out = subprocess.run(["bash", "-c", block + 'printf "%s\\n" "${ATTN[@]}"'], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == SDPA
+
+
+class _FakeLLM:
+    events: list = []
+
+    def __init__(self, model, **kwargs):
+        self.model = model
+        _FakeLLM.events.append(("load", Path(model).name))
+
+    def generate(self, prompts, sampling):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(outputs=[SimpleNamespace(text="#### 3", finish_reason="stop", token_ids=[1, 2])])
+                for _ in prompts]
+
+    def shutdown(self):
+        _FakeLLM.events.append(("shutdown", Path(self.model).name))
+
+
+def test_vllm_engines_are_shut_down_between_policies(local, tmp_path, monkeypatch):
+    """The runner shuts each vLLM engine down before the next policy loads, and the last one at the end
+    (vLLM itself replaced by a stand-in that records calls: this machine has no GPU)."""
+    import types
+
+    from crossed_rlvr.eval.runner import run_eval
+    from crossed_rlvr.policies.loading import copy_tokenizer_files
+
+    fake = types.ModuleType("vllm")
+    fake.LLM = _FakeLLM
+    fake.SamplingParams = lambda **kw: kw
+    inputs = types.ModuleType("vllm.inputs")
+    inputs.TokensPrompt = lambda prompt_token_ids: prompt_token_ids
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        copy_tokenizer_files(local["model"], tmp_path / name)
+    _FakeLLM.events = []
+    cfg = OmegaConf.create({
+        "model": {"name": "tiny", "source": "local", "path": str(tmp_path / "a"), "system": None},
+        "task": {"name": "arith_tiny", "source": "arith", "split": "test", "n_test": 20, "n_dev": 4,
+                 "seed": 1, "n_items": 3, "strata": [1], "max_operand": 9, "ops": ["+"]},
+        "eval": {"backend": "vllm", "dtype": "bfloat16", "batch_size": 8, "temperature": 0.6, "top_p": 0.95,
+                 "max_new_tokens": 8, "context_limit": 256, "base_seed": 1},
+        "tracking": {"mode": "off", "project": "x"}, "run_dir": str(tmp_path / "run"),
+        "policies": [{"name": "initial", "path": str(tmp_path / "a")},
+                     {"name": "grpo-hash/s1", "path": str(tmp_path / "b"), "training_convention": "hash",
+                      "train_seed": 1}],
+        "requests": ["hash", "boxed"], "templates": ["original"], "template_subset": None,
+        "template_subset_seed": 0, "samples": 1, "overwrite": False})
+    run_eval(cfg, progress=False)
+    assert _FakeLLM.events == [("load", "a"), ("shutdown", "a"), ("load", "b"), ("shutdown", "b")]
+
+
+def test_verl_validation_dump_imports_into_crossed_cells(paper_gsm8k, local, tmp_path):
+    """A dump in verl 0.9.1's format (``input``, ``output``, ``gts``, ``score``, ``step``) of the arm's
+    validation under both requests imports into hash and boxed cells whose items pair, and scores."""
+    from crossed_rlvr.eval.importers import import_verl_dump
+    from crossed_rlvr.eval.records import write_responses
+    from crossed_rlvr.eval.scoring import score_files
+    from crossed_rlvr.policies.loading import load_tokenizer
+
+    tok = load_tokenizer(local["model"])
+    val = pd.read_parquet(paper_gsm8k / "train" / "hash" / "s83" / "data" / "val.parquet")
+    rows = []
+    for prompt, reward_model in zip(val["prompt"], val["reward_model"], strict=True):
+        text = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+        ref = reward_model["ground_truth"]
+        rows.append({"input": text, "output": f"So the answer is #### {ref}", "gts": ref, "score": 1.0, "step": 100,
+                     "acc": 1.0, "is_weight": 1.0, "uid": "x"})
+    dump = tmp_path / "validation" / "100.jsonl"
+    dump.parent.mkdir()
+    dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    records = import_verl_dump(dump, policy="grpo-hash/s83", training_convention="hash", train_seed=83)
+    cells = {r: {x["item_id"] for x in records if x["request"] == r} for r in ("hash", "boxed")}
+    assert len(cells["hash"]) == len(cells["boxed"]) == DEV and cells["hash"] == cells["boxed"]
+    out = tmp_path / "resp"
+    out.mkdir()
+    write_responses(out / "verl.jsonl", records)
+    score_files([out], tmp_path / "scores.parquet")
+    scores = pd.read_parquet(tmp_path / "scores.parquet")
+    assert sorted(scores.groupby("request").size().to_dict().items()) == [("boxed", DEV), ("hash", DEV)]
+    assert scores.loc[scores.request == "hash", "payload.hash"].all()
