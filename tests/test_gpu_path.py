@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 import pytest
@@ -249,7 +250,7 @@ def test_attention_falls_back_to_sdpa_without_flash_attn(paper_gsm8k, tmp_path):
 
 
 class _FakeLLM:
-    events: list = []
+    events: ClassVar[list] = []
 
     def __init__(self, model, **kwargs):
         self.model = model

@@ -87,3 +87,43 @@ def test_item_file_hash_and_refusal(tmp_path):
     path.write_text('{"item_id": 1, "question": "q"}\n')
     with pytest.raises(ItemFileError, match=r"items\.jsonl:1: missing field 'reference'"):
         read_items(path)
+
+
+def test_hub_tasks_get_a_seeded_dev_split_disjoint_from_train_and_test(tmp_path):
+    """GSM8K has only train and test: dev is a seeded held-out part of the train rows (issue: 'dev' split)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.eval.runner import build_items
+    from crossed_rlvr.tasks.items import ItemFileError
+    from tests.task_files import gsm8k_files
+
+    train, test = gsm8k_files(tmp_path, n_train=30, n_test=10)
+    rows = [json.loads(x) for x in train.read_text().splitlines()]
+    rows[3]["question"] = json.loads(test.read_text().splitlines()[0])["question"]  # a test question in train
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def split(name, **kw):
+        return build_items(OmegaConf.create({"name": "gsm8k", "source": "gsm8k", "split": name, "path": str(test),
+                                             "train_path": str(train), "dev_items": 5, "dev_seed": 1, **kw}))
+
+    dev, tr, te = split("dev"), split("train"), split("test")
+    assert len(dev) == 5 and len(tr) == 30 - 1 - 5 and len(te) == 10
+    assert [it["item_id"] for it in dev] == [it["item_id"] for it in split("dev")]  # same seed, same items
+    assert [it["item_id"] for it in dev] != [it["item_id"] for it in split("dev", dev_seed=2)]
+    assert not {it["item_id"] for it in dev} & {it["item_id"] for it in tr}
+    assert "train-3" not in {it["item_id"] for it in dev + tr}  # the test question is dropped from both
+    assert not {it["question"] for it in dev + tr} & {it["question"] for it in te}
+    with pytest.raises(ItemFileError, match="split='val'"):
+        split("val")
+    with pytest.raises(ItemFileError, match="dev_items=40 leaves no training rows"):
+        split("dev", dev_items=40)
+
+
+def test_math_train_rows_take_their_answer_from_the_last_box():
+    from crossed_rlvr.tasks.loaders import math500_item
+
+    row = {"problem": "p", "solution": "First $\\boxed{1}$, then $\\boxed{\\frac{3}{4}}$.", "type": "Algebra"}
+    item = math500_item(row, 0)
+    assert item["reference"] == "\\frac{3}{4}" and item["subject"] == "Algebra"

@@ -233,7 +233,10 @@ class VLLMBackend:
                 core.shutdown()
         del llm
         with contextlib.suppress(Exception):
-            from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+            from vllm.distributed.parallel_state import (
+                destroy_distributed_environment,
+                destroy_model_parallel,
+            )
 
             destroy_model_parallel()
             destroy_distributed_environment()
