@@ -130,13 +130,13 @@ SDPA = ["+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
 
 def attention_block(python: str, choice: str) -> str:
     """Bash that sets ATTN to the attention overrides: fixed, or decided on the GPU node (``auto``)."""
+    sdpa = " ".join(shlex.quote(o) for o in SDPA)
     if choice == "flash_attention_2":
         return "ATTN=()"
     if choice == "sdpa":
-        return "ATTN=(" + " ".join(shlex.quote(o) for o in SDPA) + ")"
+        return f"ATTN=({sdpa})"
     if choice != "auto":
         raise ValueError(f"engine.attention={choice!r}: expected auto, flash_attention_2 or sdpa")
-    sdpa = " ".join(shlex.quote(o) for o in SDPA)
     return "\n".join([f"if {shlex.quote(python)} -c 'import flash_attn' 2>/dev/null; then ATTN=(); else",
                       "  echo 'flash-attn is not installed: attention falls back to SDPA' >&2",
                       f"  ATTN=({sdpa})", "fi"])
