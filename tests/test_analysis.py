@@ -192,6 +192,20 @@ def test_coverage_and_paired_tests_from_samples(tmp_path):
     assert prow.t_p_value == pytest.approx(ttest_rel(a1, a0, alternative="greater").pvalue)
     assert prow.wilcoxon_p_value == pytest.approx(wilcoxon(a1, a0, alternative="greater").pvalue)
     assert prow.estimate == pytest.approx(100 * (a1 - a0).mean())
+    assert prow.t_p_two_sided == pytest.approx(ttest_rel(a1, a0).pvalue)
+    assert prow.wilcoxon_p_two_sided == pytest.approx(wilcoxon(a1, a0).pvalue)
+
+
+def test_paired_tests_flag_a_decline_and_equal_differences():
+    from crossed_rlvr.analysis.paired import paired_tests
+
+    ones, zeros = np.ones(8), np.zeros(8)
+    decline = paired_tests(zeros, ones)  # every item lost: one-sided "greater" cannot see it
+    assert decline["w_p"] == pytest.approx(1.0) and decline["w_p_two"] == pytest.approx(2 / 2**8)
+    gain = paired_tests(ones, zeros)  # every difference equal and nonzero: Wilcoxon is defined
+    assert gain["w_p"] == pytest.approx(1 / 2**8) and np.isnan(gain["t"])
+    same = paired_tests(ones, ones)
+    assert same["w_p"] == same["w_p_two"] == same["t_p_two"] == 1.0
 
 
 def test_templates_figure_and_wandb_offline(tmp_path, monkeypatch):

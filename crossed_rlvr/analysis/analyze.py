@@ -193,7 +193,8 @@ def paired_test_rows(groups: list[Group], policies: pd.DataFrame) -> pd.DataFram
                     rows.append({"task": g.task, "template": g.template, "name": "paired_tests", "measure": m,
                                  "policy": arm, "request": request, "unit": "pp", "n_seeds": len(present),
                                  "estimate": 100 * res["mean_diff"], "t_statistic": res["t"], "t_p_value": res["t_p"],
-                                 "wilcoxon_statistic": res["w"], "wilcoxon_p_value": res["w_p"],
+                                 "t_p_two_sided": res["t_p_two"], "wilcoxon_statistic": res["w"],
+                                 "wilcoxon_p_value": res["w_p"], "wilcoxon_p_two_sided": res["w_p_two"],
                                  "n_items": len(g.items)})
     return pd.DataFrame(rows)
 

@@ -159,9 +159,10 @@ def paired_table(paired: pd.DataFrame) -> str:
     if keep.empty:
         keep = paired[paired.measure.isin(["acc.strict", "acc.math_verify"])]
     rows = [[r.template, r.policy, r.request, r.measure[4:], r.n_seeds, _fmt(r.estimate), f"{r.t_p_value:.3g}",
-             f"{r.wilcoxon_p_value:.3g}"] for r in keep.itertuples()]
+             f"{r.t_p_two_sided:.3g}", f"{r.wilcoxon_p_value:.3g}", f"{r.wilcoxon_p_two_sided:.3g}"]
+            for r in keep.itertuples()]
     return _table(["Template", "Arm", "Request", "Reader", "Seeds", "Mean diff (pp)", "paired t p (>)",
-                   "Wilcoxon p (>)"], rows)
+                   "paired t p (two-sided)", "Wilcoxon p (>)", "Wilcoxon p (two-sided)"], rows)
 
 
 def template_summary(contrasts: pd.DataFrame) -> str:
