@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 
 READERS = ["strict_first_hash", "boxed_first", "lenient_hash_fallback", "lenient_boxed_fallback", "math_verify",
-           "reward_hash", "reward_boxed", "last_number"]
-STRICT = {"hash": "strict_first_hash", "boxed": "boxed_first"}
+           "reward_hash", "reward_boxed", "last_number", "json_first", "xml_first", "reward_json", "reward_xml"]
+STRICT = {"hash": "strict_first_hash", "boxed": "boxed_first", "json": "json_first", "xml": "xml_first"}
 LENIENT = {"hash": "lenient_hash_fallback", "boxed": "lenient_boxed_fallback"}
 
 
@@ -19,7 +19,7 @@ def cell(policy, request, payload, strict, lenient=None, mv=None, seed=None, con
     strict = np.asarray(strict, bool)
     lenient = strict if lenient is None else np.asarray(lenient, bool)
     mv = lenient if mv is None else np.asarray(mv, bool)
-    conv = convention or ("initial" if policy == "initial" else policy.split("-")[1].split("/")[0])
+    conv = convention or ("initial" if policy == "initial" else policy.split("/")[0].split("-")[1])
     rows = []
     for k in range(n):
         row = {
@@ -33,11 +33,13 @@ def cell(policy, request, payload, strict, lenient=None, mv=None, seed=None, con
         }
         for r in READERS:
             row[f"{r}.answer"], row[f"{r}.correct"] = None, False
-        s_reader, l_reader = STRICT[request], LENIENT[request]
+        s_reader = STRICT[request]
         row[f"{s_reader}.correct"] = bool(strict[k])
         row[f"{s_reader}.answer"] = "1" if strict[k] else None
-        row[f"{l_reader}.correct"] = bool(lenient[k])
-        row[f"{l_reader}.answer"] = row[f"{s_reader}.answer"] if strict[k] else ("1" if lenient[k] else "0")
+        if request in LENIENT:  # JSON and XML requests have no lenient reader (paper 001 App. D.3)
+            l_reader = LENIENT[request]
+            row[f"{l_reader}.correct"] = bool(lenient[k])
+            row[f"{l_reader}.answer"] = row[f"{s_reader}.answer"] if strict[k] else ("1" if lenient[k] else "0")
         row["math_verify.correct"] = bool(mv[k])
         row[f"reward_{request}.correct"] = bool(strict[k])
         row["last_number.correct"] = bool(lenient[k])

@@ -223,6 +223,94 @@ def test_templates_figure_and_wandb_offline(tmp_path, monkeypatch):
     out = analyze(write(tmp_path, rows), tmp_path / "out", n_resamples=50, tracking="offline")
     assert (out / "figures" / "fig1b_templates.png").exists()
     report = (out / "report.md").read_text()
-    assert "| t | para_a | -25.00 (—)" in report and "| t | original | -50.00 (—)" in report
+    assert "| t | para_a | grpo | hashxboxed | 1 | -25.00 (—)" in report
+    assert "| t | original | grpo | hashxboxed | 1 | -50.00 (—)" in report
     runs = list((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))
+
+
+# ---------------------------------------------------------------- issue 11: analysis that cannot silently lie
+HB = [  # I_P = 100 [(1 - 0) - (0 - 1)] / ... per item: hash arm follows hash only, boxed arm boxed only
+    cell("initial", "hash", [1, 1, 0, 0], [1, 1, 0, 0]), cell("initial", "boxed", [1, 1, 0, 0], [1, 1, 0, 0]),
+    cell("grpo-hash/s1", "hash", [1, 1, 1, 1], [1, 1, 1, 1], seed=1),
+    cell("grpo-hash/s1", "boxed", [0, 0, 0, 0], [0, 0, 0, 0], seed=1),
+    cell("grpo-boxed/s1", "hash", [0, 0, 0, 0], [0, 0, 0, 0], seed=1),
+    cell("grpo-boxed/s1", "boxed", [1, 1, 1, 1], [1, 1, 1, 1], seed=1),
+]
+
+
+def test_an_undefined_cell_does_not_blank_its_neighbours(tmp_path):
+    """A JSON cell of the initial policy (no lenient reader, no A1) beside a hash/boxed study: I_P stays +200
+    with a real interval; before, NaN x 0 turned it into NaN while the bootstrap still printed an interval."""
+    out = analyze(write(tmp_path, [*HB, cell("initial", "json", [1, 0, 0, 0], [1, 0, 0, 0])]), tmp_path / "o",
+                  n_resamples=200, figures=False)
+    con = pd.read_csv(out / "contrasts.csv")
+    row = get(con, "interaction", "payload", "grpo/s1")
+    assert row.estimate == pytest.approx(200.0) and row.ci_low == row.ci_high == pytest.approx(200.0)
+    assert get(con, "interaction", "acc.lenient", "grpo/s1").estimate == pytest.approx(200.0)
+    assert con.estimate.notna().all()  # nothing in the hash/boxed design uses the JSON cell's lenient reader
+
+
+def test_json_by_xml_study_has_every_defined_contrast_finite(tmp_path):
+    """Paper 001 App. D.3: JSON x XML arms. Payload, strict and reward contrasts are defined; the lenient reader
+    is not (n/a with the reason), and an undefined contrast gets no interval, never a fake [0, 0]."""
+    rows = [cell("initial", "json", [1, 0, 0, 0], [1, 0, 0, 0]), cell("initial", "xml", [1, 1, 0, 0], [1, 1, 0, 0]),
+            cell("grpo-json/s1", "json", [1, 1, 1, 1], [1, 1, 1, 0], seed=1),
+            cell("grpo-json/s1", "xml", [1, 0, 0, 0], [1, 0, 0, 0], seed=1),
+            cell("grpo-xml/s1", "json", [0, 0, 0, 0], [0, 0, 0, 0], seed=1),
+            cell("grpo-xml/s1", "xml", [1, 1, 1, 1], [1, 1, 1, 1], seed=1)]
+    out = analyze(write(tmp_path, rows), tmp_path / "o", n_resamples=200, figures=False)
+    con = pd.read_csv(out / "contrasts.csv")
+    # I_P = 100 [(1 - 0) - (0.25 - 1)] = 175
+    assert get(con, "interaction", "payload", "grpo/s1", "jsonxxml").estimate == pytest.approx(175.0)
+    assert get(con, "interaction", "acc.strict", "grpo/s1", "jsonxxml").estimate == pytest.approx(150.0)
+    assert get(con, "gain", "acc.strict", "grpo-json/s1", "json").estimate == pytest.approx(50.0)
+    lenient = get(con, "interaction", "acc.lenient", "grpo/s1", "jsonxxml")
+    assert np.isnan(lenient.estimate) and np.isnan(lenient.ci_low) and np.isnan(lenient.ci_high)
+    assert lenient.note == "acc.lenient of grpo-json/s1 under the json request is undefined"
+    defined = con[~con.measure.isin(["acc.lenient"]) & (con.name != "interaction_sd")]
+    assert defined.estimate.notna().all() and (defined.ci_low.notna() == (defined.n_resamples > 0)).all()
+    report = (out / "report.md").read_text()
+    assert "n/a" in report and "acc.lenient of grpo-json/s1 under the json request is undefined" in report
+
+
+def test_bootstrap_keeps_undefined_statistics_undefined():
+    flat = np.array([[1.0, 0.0, 1.0], [np.nan, np.nan, np.nan], [0.0, np.nan, 1.0]])
+    draws = resample_stats(flat, 50, 3)
+    assert np.isfinite(draws[:, 0]).all() and np.isnan(draws[:, 1:]).all()
+
+
+def test_two_checkpoints_of_one_arm_are_separate_arms(tmp_path):
+    """grpo-boxed/s1@step300 beside grpo-boxed/s1: its own rows, never a silent replacement (before: I_P 0.0)."""
+    ckpt = [cell("grpo-hash/s1@step300", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=1, convention="hash"),
+            cell("grpo-hash/s1@step300", "boxed", [1, 1, 0, 0], [1, 1, 0, 0], seed=1, convention="hash"),
+            cell("grpo-boxed/s1@step300", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=1, convention="boxed"),
+            cell("grpo-boxed/s1@step300", "boxed", [1, 1, 0, 0], [1, 1, 0, 0], seed=1, convention="boxed")]
+    out = analyze(write(tmp_path, [*HB, *ckpt]), tmp_path / "o", n_resamples=100, figures=False)
+    con = pd.read_csv(out / "contrasts.csv", dtype={"seeds": str})
+    assert get(con, "interaction", "payload", "grpo/s1").estimate == pytest.approx(200.0)
+    assert get(con, "interaction", "payload", "grpo/s1@step300").estimate == pytest.approx(0.0)
+    assert get(con, "interaction", "payload", "grpo/mean").seeds == "1"
+    paired = pd.read_csv(out / "paired_tests.csv")
+    assert set(paired.policy) == {"grpo-hash", "grpo-boxed", "grpo-hash@step300", "grpo-boxed@step300"}
+    assert (paired.n_seeds == 1).all()
+
+
+def test_two_policies_in_one_slot_are_refused_by_name(tmp_path):
+    clash = [cell("grpo_boxed/s1", "hash", [0, 0, 0, 0], [0, 0, 0, 0], seed=1, convention="boxed"),
+             cell("grpo_boxed/s1", "boxed", [1, 1, 1, 1], [1, 1, 1, 1], seed=1, convention="boxed")]
+    with pytest.raises(ValueError, match="'grpo-boxed/s1' and 'grpo_boxed/s1' are both grpo arms of convention boxed"):
+        analyze(write(tmp_path, [*HB, *clash]), tmp_path / "o", n_resamples=10, figures=False)
+    assert not (tmp_path / "o").exists()  # nothing written
+
+
+def test_wording_summary_never_pools_methods(tmp_path):
+    """GRPO I_P = +200 and SFT 0: two rows with their seeds listed (before: '-50.00 (70.71)' as one 'seed' mean)."""
+    sft = [cell("sft-hash/s1", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=1),
+           cell("sft-hash/s1", "boxed", [1, 1, 0, 0], [1, 1, 0, 0], seed=1),
+           cell("sft-boxed/s1", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=1),
+           cell("sft-boxed/s1", "boxed", [1, 1, 0, 0], [1, 1, 0, 0], seed=1)]
+    out = analyze(write(tmp_path, [*HB, *sft]), tmp_path / "o", n_resamples=50, figures=False)
+    report = (out / "report.md").read_text()
+    assert "| t | original | grpo | hashxboxed | 1 | -50.00 (—) | +200.00 (—) |" in report
+    assert "| t | original | sft | hashxboxed | 1 | +0.00 (—) | +0.00 (—) |" in report

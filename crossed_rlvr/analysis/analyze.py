@@ -26,7 +26,7 @@ import pandas as pd
 from crossed_rlvr import __version__
 from crossed_rlvr.analysis.bootstrap import resample_stats
 from crossed_rlvr.analysis.cells import Group, build_groups, derive_measures, policy_table
-from crossed_rlvr.analysis.contrasts import Contrast, arms_by_seed, build_contrasts, evaluate
+from crossed_rlvr.analysis.contrasts import AmbiguousPolicies, Contrast, arms_by_seed, build_contrasts, evaluate
 from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k
 from crossed_rlvr.analysis.paired import paired_tests
 from crossed_rlvr.files import sha256_file
@@ -113,9 +113,7 @@ def contrast_rows(groups: list[Group], policies: pd.DataFrame, n_resamples: int,
         if not contrasts:
             continue
         flat = g.flat()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            point = np.nanmean(flat, axis=1)
+        point = flat.mean(axis=1)  # a statistic with an undefined item is undefined (NaN), never imputed
         est = evaluate(contrasts, point)
         draws = evaluate(contrasts, resample_stats(flat, n_resamples, rng_seed)) if n_resamples else None
         identity_err = max(identity_err, _identity_error(contrasts, est))
@@ -130,9 +128,21 @@ def contrast_rows(groups: list[Group], policies: pd.DataFrame, n_resamples: int,
                 "task": g.task, "template": g.template, "name": c.name, "measure": c.measure, "policy": c.policy,
                 "request": c.request, "unit": c.unit, "estimate": float(est[j]), "ci_low": float(lo),
                 "ci_high": float(hi), "n_resamples": 0 if c.members else n_resamples, "rng_seed": rng_seed,
-                "n_items": len(g.items),
+                "n_items": len(g.items), "seeds": " ".join(str(x) for x in c.seeds),
+                "note": undefined_reason(g, c, point) if np.isnan(est[j]) else "",
             })
     return pd.DataFrame(rows), {"max_abs_identity_error": identity_err}
+
+
+def undefined_reason(g: Group, c: Contrast, point: np.ndarray) -> str:
+    """Why a contrast has no value: the first statistic it needs that is undefined, or its denominator."""
+    for terms in (c.terms, *(c.members or []), c.denom or {}):
+        for i in sorted(terms):
+            if terms[i] != 0 and np.isnan(point[i]):
+                policy, request = g.cells[i // len(g.measures)]
+                measure = g.measures[i % len(g.measures)]
+                return f"{measure} of {policy} under the {request} request is undefined"
+    return "its denominator (the control's strict gain) is zero" if c.denom else "undefined"
 
 
 def _identity_error(contrasts: list[Contrast], est: np.ndarray) -> float:
@@ -143,7 +153,8 @@ def _identity_error(contrasts: list[Contrast], est: np.ndarray) -> float:
         if name == "reader_gap_reduction":
             ds = val[("gain", "acc.strict", policy, request)]
             dl = val[("gain", "acc.lenient", policy, request)]
-            err = max(err, abs(ds - (f + dl)))
+            if np.isfinite(ds - (f + dl)):
+                err = max(err, abs(ds - (f + dl)))
     return float(err)
 
 
@@ -173,9 +184,9 @@ def paired_test_rows(groups: list[Group], policies: pd.DataFrame) -> pd.DataFram
     rows = []
     arms = arms_by_seed(policies)
     by_arm: dict[str, list[str]] = {}
-    for (method, _seed), convs in sorted(arms.items()):
-        for conv, policy in convs.items():
-            by_arm.setdefault(f"{method}-{conv}", []).append(policy)
+    for (method, ckpt, _seed), convs in sorted(arms.items()):
+        for conv, policy in convs.items():  # seeds of one arm and checkpoint are pooled, nothing else
+            by_arm.setdefault(f"{method}-{conv}" + (f"@{ckpt}" if ckpt else ""), []).append(policy)
     for g in groups:
         for arm, members in by_arm.items():
             for request in sorted({r for _, r in g.cells}):
@@ -271,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         analyze(args.scores, args.out, args.resamples, args.rng_seed, args.overwrite, not args.no_figures, args.tracking)
-    except (AnalysisError, FileExistsError) as err:
+    except (AnalysisError, AmbiguousPolicies, FileExistsError) as err:
         print(f"crossed-analyze: {err}", file=sys.stderr)
         return 2
     return 0

@@ -37,12 +37,14 @@ def resample_stats(flat_means: np.ndarray, n_resamples: int, rng_seed: int) -> n
     ``flat_means`` is (n_stats, n_items): per-item means of each cell statistic.
     """
     n_stats, n_items = flat_means.shape
-    x = np.nan_to_num(flat_means, nan=0.0).T  # NaN columns are never used by a contrast
+    undefined = np.isnan(flat_means).any(axis=1)  # a statistic with an undefined item has no draws
+    x = np.where(undefined[:, None], 0.0, flat_means).T
     out = np.empty((n_resamples, n_stats))
     row = 0
     for counts in draw_counts(n_items, n_resamples, rng_seed):
         out[row : row + len(counts)] = counts @ x / n_items
         row += len(counts)
+    out[:, undefined] = np.nan  # never 0: contrasts that use it stay undefined in every draw
     return out
 
 

@@ -14,6 +14,7 @@ convention's training reward program (App. D.1 re-scoring).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,10 +114,30 @@ def _cell_order(cell: tuple[str, str]) -> tuple:
     return (policy != "initial", policy, request)
 
 
+_POLICY = re.compile(r"^(?P<arm>[^/@]+)/s(?P<seed>\d+)(?:[@-](?P<checkpoint>.+))?$")
+
+
+def policy_parts(policy: str, convention: str) -> tuple[str, str]:
+    """(method, checkpoint) of a policy name ``<arm>/s<seed>[@<checkpoint>]``.
+
+    ``grpo-hash/s83`` -> (grpo, ""), ``grpo-hash/s83@step50`` -> (grpo, step50); the older
+    ``grpo-hash/s83-step50`` reads the same way. Any other name is its own checkpoint, so two
+    differently named policies never share a slot of the crossed design by accident."""
+    if convention == "initial":
+        return "initial", ""
+    m = _POLICY.match(policy)
+    if m is None:
+        return method_of(policy, convention), policy
+    return method_of(m.group("arm"), convention), m.group("checkpoint") or ""
+
+
 def policy_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per policy: training convention, seed and method (the arm family, e.g. grpo, sft)."""
+    """One row per policy: training convention, seed, method (the arm family, e.g. grpo, sft) and
+    checkpoint (empty for an arm's final policy)."""
     pol = df.groupby("policy", sort=True)[["training_convention", "train_seed"]].first().reset_index()
-    pol["method"] = [method_of(p, c) for p, c in zip(pol["policy"], pol["training_convention"])]
+    parts = [policy_parts(p, c) for p, c in zip(pol["policy"], pol["training_convention"])]
+    pol["method"] = [m for m, _ in parts]
+    pol["checkpoint"] = [c for _, c in parts]
     return pol
 
 

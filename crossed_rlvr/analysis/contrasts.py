@@ -39,6 +39,7 @@ class Contrast:
     denom: dict[int, float] | None = None  # present for ratios: estimate = 1 - terms/denom
     unit: str = "pp"
     members: list[dict[int, float]] = field(default_factory=list)  # per-seed terms, for SD rows
+    seeds: list[int] = field(default_factory=list)  # the training seeds this contrast pools (listed in outputs)
 
 
 def _lin(*parts: tuple[float, int]) -> dict[int, float]:
@@ -60,13 +61,36 @@ def _mean(terms_list: list[dict[int, float]]) -> dict[int, float]:
     return dict(out)
 
 
-def arms_by_seed(policies: pd.DataFrame) -> dict[tuple[str, int], dict[str, str]]:
-    """{(method, seed): {convention: policy}} for trained policies."""
-    out: dict[tuple[str, int], dict[str, str]] = defaultdict(dict)
+class AmbiguousPolicies(ValueError):
+    """Two policies would fill the same slot of the crossed design."""
+
+
+def arms_by_seed(policies: pd.DataFrame) -> dict[tuple[str, str, int], dict[str, str]]:
+    """{(method, checkpoint, seed): {convention: policy}} for trained policies.
+
+    A policy is its own arm: checkpoints of one arm (``grpo-hash/s83@step50``, see
+    :func:`crossed_rlvr.analysis.cells.policy_parts`) get their own slot, and two policies that would
+    share a slot are refused with both names, never silently replaced."""
+    out: dict[tuple[str, str, int], dict[str, str]] = defaultdict(dict)
     for row in policies.itertuples():
-        if row.training_convention != "initial":
-            out[(row.method, int(row.train_seed))][row.training_convention] = row.policy
+        if row.training_convention == "initial":
+            continue
+        slot = out[(row.method, row.checkpoint, int(row.train_seed))]
+        other = slot.get(row.training_convention)
+        if other is not None and other != row.policy:
+            at = f" at checkpoint {row.checkpoint}" if row.checkpoint else ""
+            raise AmbiguousPolicies(
+                f"policies {other!r} and {row.policy!r} are both {row.method} arms of convention "
+                f"{row.training_convention}, seed {int(row.train_seed)}{at}; name each checkpoint "
+                "<arm>/s<seed>@<checkpoint> (e.g. grpo-hash/s83@step50) so that every policy is its own arm")
+        slot[row.training_convention] = row.policy
     return dict(out)
+
+
+def arm_label(method: str, checkpoint: str, seed: int | str) -> str:
+    """``grpo/s83``, ``grpo/s83@step50``; seed summaries: ``grpo/mean``, ``grpo/sd@step50``."""
+    head = f"{method}/s{seed}" if isinstance(seed, int) else f"{method}/{seed}"
+    return f"{head}@{checkpoint}" if checkpoint else head
 
 
 def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
@@ -78,9 +102,9 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
     def A(policy: str, request: str, measure: str) -> int:
         return g.index(policy, request, measure)
 
-    # Crossed interactions per seed, then seed mean and SD.
-    per_method: dict[tuple[str, str, str], list[tuple[int, dict[int, float]]]] = defaultdict(list)
-    for (method, seed), convs in sorted(arms.items()):
+    # Crossed interactions per seed, then seed mean and SD over policies that differ in seed alone.
+    per_method: dict[tuple[str, str, str, str], list[tuple[int, dict[int, float]]]] = defaultdict(list)
+    for (method, ckpt, seed), convs in sorted(arms.items()):
         for ch, cb in PAIRS:
             if ch not in convs or cb not in convs:
                 continue
@@ -89,13 +113,14 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
                 continue
             for m in cross_measures:
                 terms = _scale(_lin((1, A(H, ch, m)), (-1, A(B, ch, m)), (-1, A(H, cb, m)), (1, A(B, cb, m))), 100)
-                out.append(Contrast("interaction", m, f"{method}/s{seed}", f"{ch}x{cb}", terms))
-                per_method[(method, f"{ch}x{cb}", m)].append((seed, terms))
-    for (method, req, m), seeds in per_method.items():
-        members = [t for _, t in seeds]
-        out.append(Contrast("interaction", m, f"{method}/mean", req, _mean(members)))
+                out.append(Contrast("interaction", m, arm_label(method, ckpt, seed), f"{ch}x{cb}", terms, seeds=[seed]))
+                per_method[(method, ckpt, f"{ch}x{cb}", m)].append((seed, terms))
+    for (method, ckpt, req, m), seeds in per_method.items():
+        members, listed = [t for _, t in seeds], [s for s, _ in seeds]
+        out.append(Contrast("interaction", m, arm_label(method, ckpt, "mean"), req, _mean(members), seeds=listed))
         if len(members) > 1:
-            out.append(Contrast("interaction_sd", m, f"{method}/sd", req, {}, members=members))
+            out.append(Contrast("interaction_sd", m, arm_label(method, ckpt, "sd"), req, {}, members=members,
+                                seeds=listed))
 
     # Changes against the initial policy, same request.
     if any(p == "initial" for p, _ in g.cells):
@@ -119,8 +144,8 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
         def gain(policy: str, request: str) -> dict[int, float]:
             return _lin((1, A(policy, request, "acc.strict")), (-1, A("initial", request, "acc.strict")))
 
-        by_method: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-        for (method, seed), convs in sorted(arms.items()):
+        by_method: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        for (method, ckpt, seed), convs in sorted(arms.items()):
             h = convs.get("hash")
             if h is None or not g.has(h, "hash"):
                 continue
@@ -128,18 +153,21 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
             treat = convs.get("answer_only")
             if treat is not None and g.has(treat, "hash"):
                 t = gain(treat, "hash")
-                out.append(Contrast("attenuation_reward", "acc.strict", f"{method}/s{seed}", "hash", t, ctrl, "ratio"))
-                by_method[method]["reward"].append((t, ctrl))
+                out.append(Contrast("attenuation_reward", "acc.strict", arm_label(method, ckpt, seed), "hash", t, ctrl,
+                                    "ratio", seeds=[seed]))
+                by_method[(method, ckpt)]["reward"].append((t, ctrl, seed))
             b = convs.get("boxed")
             if b is not None and g.has(b, "boxed") and g.has("initial", "boxed"):
                 t = gain(b, "boxed")
-                out.append(Contrast("attenuation_convention", "acc.strict", f"{method}/s{seed}", "own", t, ctrl, "ratio"))
-                by_method[method]["convention"].append((t, ctrl))
-        for method, kinds in by_method.items():
+                out.append(Contrast("attenuation_convention", "acc.strict", arm_label(method, ckpt, seed), "own", t,
+                                    ctrl, "ratio", seeds=[seed]))
+                by_method[(method, ckpt)]["convention"].append((t, ctrl, seed))
+        for (method, ckpt), kinds in by_method.items():
             for kind, pairs in kinds.items():
                 t, c = _mean([p[0] for p in pairs]), _mean([p[1] for p in pairs])
                 req = "hash" if kind == "reward" else "own"
-                out.append(Contrast(f"attenuation_{kind}", "acc.strict", f"{method}/mean", req, t, c, "ratio"))
+                out.append(Contrast(f"attenuation_{kind}", "acc.strict", arm_label(method, ckpt, "mean"), req, t, c,
+                                    "ratio", seeds=[p[2] for p in pairs]))
 
     def D(policy: str) -> dict[int, float]:
         return _scale(_lin((1, A(policy, "hash", "acc.strict")), (-1, A(policy, "boxed", "acc.strict"))), 100)
@@ -147,35 +175,53 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
     with_both = [p for p in dict.fromkeys(p for p, _ in g.cells) if g.has(p, "hash") and g.has(p, "boxed")]
     for policy in with_both:
         out.append(Contrast("preference_D", "acc.strict", policy, "hash-boxed", D(policy)))
-    for (method, seed), convs in sorted(arms.items()):
+    for (method, ckpt, seed), convs in sorted(arms.items()):
         H, B = convs.get("hash"), convs.get("boxed")
         if H in with_both and B in with_both:
             terms = _lin(*[(c, i) for i, c in D(H).items()], *[(-c, i) for i, c in D(B).items()])
-            out.append(Contrast("arm_to_arm_D", "acc.strict", f"{method}/s{seed}", "hash-boxed", terms))
+            out.append(Contrast("arm_to_arm_D", "acc.strict", arm_label(method, ckpt, seed), "hash-boxed", terms,
+                                seeds=[seed]))
     return out
 
 
+def _matrix(terms_list: list[dict[int, float]], n_stats: int) -> np.ndarray:
+    m = np.zeros((n_stats, len(terms_list)))
+    for j, terms in enumerate(terms_list):
+        for i, v in terms.items():
+            m[i, j] += v
+    return m
+
+
+def _apply(stats: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """``stats @ coef`` where a contrast that uses an undefined (NaN) statistic is NaN itself, and a
+    NaN statistic never reaches a contrast that does not use it (NaN x 0 would be NaN)."""
+    bad = np.isnan(stats)
+    cols = bad.reshape(-1, stats.shape[-1]).any(axis=0)
+    if not cols.any():
+        return stats @ coef
+    values = np.where(bad, 0.0, stats) @ coef
+    uses = (coef[cols] != 0).astype(float)
+    values[(bad[..., cols].astype(float) @ uses) > 0] = np.nan
+    return values
+
+
 def evaluate(contrasts: list[Contrast], stats: np.ndarray) -> np.ndarray:
-    """Contrast values for stat vectors ``stats`` of shape (..., n_stats) -> (..., n_contrasts)."""
+    """Contrast values for stat vectors ``stats`` of shape (..., n_stats) -> (..., n_contrasts).
+
+    A contrast is computed from the statistics it uses only: undefined stays undefined in its own
+    column (NaN), never in a neighbour's."""
     n_stats = stats.shape[-1]
-    lin = [c for c in contrasts]
-    coef = np.zeros((n_stats, len(lin)))
-    den = np.zeros((n_stats, len(lin)))
-    for j, c in enumerate(lin):
-        for i, v in c.terms.items():
-            coef[i, j] += v
-        for i, v in (c.denom or {}).items():
-            den[i, j] += v
-    values = stats @ coef
-    is_ratio = np.array([c.denom is not None for c in lin])
+    values = _apply(stats, _matrix([c.terms for c in contrasts], n_stats))
+    is_ratio = np.array([c.denom is not None for c in contrasts], dtype=bool)
     if is_ratio.any():
+        den = _apply(stats, _matrix([c.denom or {} for c in contrasts if c.denom is not None], n_stats))
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = 1.0 - values[..., is_ratio] / (stats @ den[:, is_ratio])
+            ratio = 1.0 - values[..., is_ratio] / den
         values[..., is_ratio] = np.where(np.isfinite(ratio), ratio, np.nan)
-    for j, c in enumerate(lin):
+    for j, c in enumerate(contrasts):
         if c.members:
-            per_seed = np.stack([stats @ _vec(m, n_stats) for m in c.members], axis=-1)
-            values[..., j] = per_seed.std(axis=-1, ddof=1)
+            per_seed = _apply(stats, _matrix(c.members, n_stats))
+            values[..., j] = per_seed.std(axis=-1, ddof=1)  # NaN when any seed's value is undefined
     return values
 
 

@@ -22,10 +22,17 @@ def _fmt(v: float, digits: int = 2, sign: bool = True) -> str:
 
 
 def _ci(row: pd.Series) -> str:
+    if np.isnan(row["estimate"]):
+        return "n/a"  # undefined: the report's "Undefined contrasts" section says why
     est = _fmt(row["estimate"])
     if np.isnan(row.get("ci_low", np.nan)):
         return est
     return f"{est} [{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"
+
+
+def _is_summary(policy: str) -> bool:
+    """Seed-summary rows (``grpo/mean``, ``grpo/sd@step50``) as opposed to one seed's."""
+    return policy.split("@")[0].endswith(("/mean", "/sd"))
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -83,7 +90,7 @@ def interaction_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
     rows = []
     for (policy, request), grp in part.groupby(["policy", "request"], sort=False):
         by = grp.set_index("measure")
-        cell = (lambda m: _fmt(by.loc[m]["estimate"], sign=False)) if policy.endswith("/sd") else (
+        cell = (lambda m: _fmt(by.loc[m]["estimate"], sign=False)) if policy.split("@")[0].endswith("/sd") else (
             lambda m: _ci(by.loc[m]))
         rows.append([policy, request] + [cell(m) if m in by.index else "—" for m, _ in cols])
     return _table(["Seed", "Pair"] + [c for _, c in cols], rows)
@@ -135,7 +142,7 @@ def other_contrasts(contrasts: pd.DataFrame) -> str:
         return "_No intervention/control arms or D contrasts in this input._"
     rows = []
     for r in part.itertuples():
-        est = f"{100 * r.estimate:.1f}%" if r.unit == "ratio" else _fmt(r.estimate)
+        est = "n/a" if np.isnan(r.estimate) else f"{100 * r.estimate:.1f}%" if r.unit == "ratio" else _fmt(r.estimate)
         ci = "" if np.isnan(r.ci_low) else (
             f"[{100 * r.ci_low:.1f}%, {100 * r.ci_high:.1f}%]" if r.unit == "ratio" else f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]")
         rows.append([r.template, r.name, r.policy, r.request, est, ci])
@@ -165,23 +172,51 @@ def paired_table(paired: pd.DataFrame) -> str:
                    "paired t p (two-sided)", "Wilcoxon p (>)", "Wilcoxon p (two-sided)"], rows)
 
 
-def template_summary(contrasts: pd.DataFrame) -> str:
-    """Table 13: per wording template, mean (SD) across seeds of ΔP_{B,h}, I_P, I_S, I_MV."""
+def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
+    """Table 13: per wording template, method (and checkpoint) and convention pair, the mean (SD) across
+    the listed seeds of ΔP_{B,h}, I_P, I_S, I_MV. Nothing else is pooled: methods and pairs get rows."""
+    from crossed_rlvr.analysis.cells import policy_parts
+
+    conv = cells.drop_duplicates("policy").set_index("policy")[["training_convention", "train_seed"]]
     rows = []
-    for (task, template), part in contrasts.groupby(["task", "template"]):
-        inter = part[(part.name == "interaction") & ~part.policy.str.endswith(("/mean", "/sd"))]
-        dpb = part[(part.name == "delta_P") & (part.request == "hash") & part.policy.str.contains("boxed")]
+    inter = contrasts[(contrasts.name == "interaction") & ~contrasts.policy.map(_is_summary)]
 
-        def summ(values: pd.Series) -> str:
-            if values.empty:
-                return "—"
-            sd = values.std(ddof=1) if len(values) > 1 else np.nan
-            return f"{values.mean():+.2f} ({'—' if np.isnan(sd) else f'{sd:.2f}'})"
+    def summ(values: pd.Series) -> str:
+        values = values.dropna()
+        if values.empty:
+            return "n/a"
+        sd = values.std(ddof=1) if len(values) > 1 else np.nan
+        return f"{values.mean():+.2f} ({'—' if np.isnan(sd) else f'{sd:.2f}'})"
 
-        rows.append([task, template, summ(dpb["estimate"])] + [
-            summ(inter[inter.measure == m]["estimate"]) for m in ("payload", "acc.strict", "acc.math_verify")])
-    rows.sort(key=lambda r: (r[0], TEMPLATE_ORDER.get(r[1], 9)))
-    return _table(["Task", "Template", "ΔP_{B,h}", "I_P", "I_S", "I_MV"], rows)
+    if inter.empty:
+        return "_No policy pair with both conventions under both requests._"
+    keyed = inter.assign(method=inter.policy.str.split("/").str[0],
+                         checkpoint=inter.policy.str.partition("@")[2])
+    for (task, template, method, ckpt, pair), part in keyed.groupby(["task", "template", "method", "checkpoint",
+                                                                      "request"]):
+        seeds = sorted({int(s) for s in " ".join(part["seeds"].astype(str)).split()})
+        # ΔP_{B,h}: the boxed-side arm of this pair under the hash-side request, same method and checkpoint
+        h_side, _, b_side = pair.partition("x")  # "hashxboxed", "jsonxxml": the H side never holds an x
+        dp = contrasts[(contrasts.task == task) & (contrasts.template == template) & (contrasts.name == "delta_P")
+                       & (contrasts.request == h_side)]
+        dp = dp[[p in conv.index and conv.loc[p, "training_convention"] == b_side
+                 and policy_parts(p, b_side) == (method, ckpt) for p in dp.policy]]
+        label = f"{method}@{ckpt}" if ckpt else method
+        rows.append([task, template, label, pair, " ".join(map(str, seeds)), summ(dp["estimate"])] + [
+            summ(part[part.measure == m]["estimate"]) for m in ("payload", "acc.strict", "acc.math_verify")])
+    rows.sort(key=lambda r: (r[0], TEMPLATE_ORDER.get(r[1], 9), r[2], r[3]))
+    if not rows:
+        return "_No policy pair with both conventions under both requests._"
+    return _table(["Task", "Template", "Method", "Pair", "Seeds", "ΔP_{B,h}", "I_P", "I_S", "I_MV"], rows)
+
+
+def undefined_table(contrasts: pd.DataFrame) -> str:
+    """Every contrast without a value, and why (a statistic it needs is undefined, or a zero denominator)."""
+    part = contrasts[contrasts.estimate.isna() & (contrasts.name != "interaction_sd")]
+    if part.empty:
+        return "_Every contrast is defined._"
+    rows = [[r.template, r.name, r.measure, r.policy, r.request, r.note] for r in part.itertuples()]
+    return _table(["Template", "Contrast", "Measure", "Policy", "Request", "Why n/a"], rows)
 
 
 def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, coverage: pd.DataFrame,
@@ -216,10 +251,14 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
             gains_table(contrasts, task, template),
         ]
     parts += [
-        "\n## Wording templates (Table 13): mean (SD) across seeds\n", template_summary(contrasts),
+        "\n## Wording templates (Table 13): mean (SD) across the listed seeds, per method and pair\n",
+        template_summary(contrasts, cells),
         "\n## Attenuation ρ (eq. 7) and prompted convention preference D (eq. 8)\n", other_contrasts(contrasts),
         "\n## Finite-budget coverage (eq. 9, 11; Table 22)\n", coverage_table(coverage),
         "\n## Paired tests across seeds (paper 002 §4.2)\n", paired_table(paired),
+        "\n## Undefined contrasts\n",
+        ("A contrast is n/a when a statistic it needs is undefined (e.g. the lenient reader under a JSON request) "
+         "or its denominator is zero; its neighbours keep their values.\n"), undefined_table(contrasts),
     ]
     if figures:
         parts.append("\n## Figures\n")
@@ -250,19 +289,27 @@ def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) ->
     requests = [r for r in ("hash", "boxed") if r in set(pay.request)]
     trained = pay[pay.training_convention.isin(["hash", "boxed"])]
     if requests and not trained.empty:
-        fig, axes = plt.subplots(1, len(requests), figsize=(5 * len(requests), 3.6), sharey=True, squeeze=False)
-        seeds = sorted(trained.train_seed.dropna().unique())
+        from crossed_rlvr.analysis.cells import policy_parts
+
+        # One slot per method and seed (final policies only): GRPO and SFT arms of one seed are not merged.
+        parts = {p: policy_parts(p, c) for p, c in zip(trained.policy, trained.training_convention)}
+        trained = trained[[not parts[p][1] for p in trained.policy]]
+        trained = trained.assign(method=[parts[p][0] for p in trained.policy])
+        slots = sorted({(m, int(sd)) for m, sd in zip(trained.method, trained.train_seed)})
+        fig, axes = plt.subplots(1, len(requests), figsize=(max(5, 1.2 * len(slots) + 2) * len(requests), 3.6),
+                                 sharey=True, squeeze=False)
         for ax, req in zip(axes[0], requests):
-            sub = pay[pay.request == req]
-            init = sub[sub.policy == "initial"]["value"]
+            sub = trained[trained.request == req]
+            init = pay[(pay.request == req) & (pay.policy == "initial")]["value"]
             for k, (conv, color) in enumerate([("hash", "tab:blue"), ("boxed", "tab:orange")]):
-                vals = [sub[(sub.training_convention == conv) & (sub.train_seed == s)]["value"] for s in seeds]
+                vals = [sub[(sub.training_convention == conv) & (sub.method == m) & (sub.train_seed == sd)]["value"]
+                        for m, sd in slots]
                 ys = [100 * v.iloc[0] if len(v) else np.nan for v in vals]
-                ax.bar(np.arange(len(seeds)) + (k - 0.5) * 0.38, ys, width=0.38, color=color, label=f"{conv}-trained")
+                ax.bar(np.arange(len(slots)) + (k - 0.5) * 0.38, ys, width=0.38, color=color, label=f"{conv}-trained")
             if len(init):
                 ax.axhline(100 * init.iloc[0], color="black", ls="--", lw=1, label="initial")
-            ax.set_xticks(range(len(seeds)), [str(int(s)) for s in seeds])
-            ax.set_xlabel("training seed")
+            ax.set_xticks(range(len(slots)), [f"{m} s{sd}" for m, sd in slots])
+            ax.set_xlabel("method and training seed")
             ax.set_title(f"{req} request")
             ax.set_ylim(0, 105)
         axes[0][0].set_ylabel("requested-payload presence (%)")
@@ -271,7 +318,7 @@ def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) ->
         made.append(_save(fig, folder / "fig1a_payload_by_seed.png"))
 
     inter = contrasts[(contrasts.name == "interaction") & contrasts.measure.isin(["acc.strict", "acc.math_verify"])
-                      & ~contrasts.policy.str.endswith(("/mean", "/sd")) & (contrasts.request == "hashxboxed")]
+                      & ~contrasts.policy.map(_is_summary) & (contrasts.request == "hashxboxed")]
     inter_o = inter[inter.template == "original"] if (inter.template == "original").any() else inter
     if not inter_o.empty:
         fig, ax = plt.subplots(figsize=(6, 3.6))
