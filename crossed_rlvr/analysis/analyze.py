@@ -24,9 +24,16 @@ import numpy as np
 import pandas as pd
 
 from crossed_rlvr import __version__
-from crossed_rlvr.analysis.bootstrap import resample_stats
+from crossed_rlvr.analysis.bootstrap import percentile_interval, resample_stats
 from crossed_rlvr.analysis.cells import Group, build_groups, derive_measures, policy_table
-from crossed_rlvr.analysis.contrasts import AmbiguousPolicies, Contrast, arms_by_seed, build_contrasts, evaluate
+from crossed_rlvr.analysis.contrasts import (
+    AmbiguousPolicies,
+    Contrast,
+    arms_by_seed,
+    build_contrasts,
+    evaluate,
+    used_stats,
+)
 from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k
 from crossed_rlvr.analysis.paired import paired_tests
 from crossed_rlvr.files import sha256_file
@@ -115,15 +122,13 @@ def contrast_rows(groups: list[Group], policies: pd.DataFrame, n_resamples: int,
         flat = g.flat()
         point = flat.mean(axis=1)  # a statistic with an undefined item is undefined (NaN), never imputed
         est = evaluate(contrasts, point)
-        draws = evaluate(contrasts, resample_stats(flat, n_resamples, rng_seed)) if n_resamples else None
+        lows = highs = np.full(len(contrasts), np.nan)
+        if n_resamples:
+            draws = resample_stats(flat, n_resamples, rng_seed, used_stats(contrasts, len(flat)))
+            lows, highs = percentile_interval(evaluate(contrasts, draws))
         identity_err = max(identity_err, _identity_error(contrasts, est))
         for j, c in enumerate(contrasts):
-            lo = hi = np.nan
-            if draws is not None and not c.members:
-                col = draws[:, j]
-                col = col[np.isfinite(col)]
-                if len(col):
-                    lo, hi = np.quantile(col, [0.025, 0.975])
+            lo, hi = (np.nan, np.nan) if c.members or np.isnan(est[j]) else (lows[j], highs[j])
             rows.append({
                 "task": g.task, "template": g.template, "name": c.name, "measure": c.measure, "policy": c.policy,
                 "request": c.request, "unit": c.unit, "estimate": float(est[j]), "ci_low": float(lo),

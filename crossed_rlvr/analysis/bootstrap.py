@@ -26,32 +26,56 @@ def draw_counts(n_items: int, n_resamples: int, rng_seed: int, block: int = BLOC
     while done < n_resamples:
         b = min(block, n_resamples - done)
         idx = rng.integers(0, n_items, size=(b, n_items))
-        flat = (idx + (np.arange(b) * n_items)[:, None]).ravel()
-        yield np.bincount(flat, minlength=b * n_items).reshape(b, n_items).astype(np.float64)
+        idx += (np.arange(b) * n_items)[:, None]  # in place: one draw's items get their own bin range
+        yield np.bincount(idx.ravel(), minlength=b * n_items).reshape(b, n_items).astype(np.float64)
         done += b
 
 
-def resample_stats(flat_means: np.ndarray, n_resamples: int, rng_seed: int) -> np.ndarray:
+def resample_stats(flat_means: np.ndarray, n_resamples: int, rng_seed: int,
+                   used: np.ndarray | None = None) -> np.ndarray:
     """Bootstrap draws of every cell statistic: shape (n_resamples, n_stats).
 
-    ``flat_means`` is (n_stats, n_items): per-item means of each cell statistic.
+    ``flat_means`` is (n_stats, n_items): per-item means of each cell statistic. ``used`` (a boolean
+    mask) limits the work to the statistics some contrast needs; the others are left at 0, which no
+    contrast reads. A statistic with an undefined item is NaN in every draw, never 0.
     """
     n_stats, n_items = flat_means.shape
-    undefined = np.isnan(flat_means).any(axis=1)  # a statistic with an undefined item has no draws
-    x = np.where(undefined[:, None], 0.0, flat_means).T
-    out = np.empty((n_resamples, n_stats))
+    undefined = np.isnan(flat_means).any(axis=1)
+    cols = ~undefined if used is None else (~undefined & used)
+    x = np.ascontiguousarray(flat_means[cols].T)
+    out = np.zeros((n_resamples, n_stats))
+    out[:, undefined] = np.nan
+    part = np.empty((n_resamples, int(cols.sum())))
     row = 0
     for counts in draw_counts(n_items, n_resamples, rng_seed):
-        out[row : row + len(counts)] = counts @ x / n_items
+        np.matmul(counts, x, out=part[row : row + len(counts)])
         row += len(counts)
-    out[:, undefined] = np.nan  # never 0: contrasts that use it stay undefined in every draw
+    out[:, cols] = part / n_items
     return out
 
 
 def percentile_interval(draws: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval along axis 0 (draws), ignoring NaN draws (e.g. a zero denominator)."""
+    """Percentile interval along axis 0 (draws); NaN draws (e.g. a zero denominator) are left out, and a
+    column with no finite draw has no interval (NaN), never a fake one."""
     alpha = (1 - level) / 2
-    with np.errstate(all="ignore"):
-        lo = np.nanquantile(draws, alpha, axis=0)
-        hi = np.nanquantile(draws, 1 - alpha, axis=0)
+    finite = np.isfinite(draws)
+    full = finite.all(axis=0)
+    lo, hi = np.full(draws.shape[1:], np.nan), np.full(draws.shape[1:], np.nan)
+    if full.any():  # the common case: two order statistics each by one partition (numpy's "linear" rule)
+        lo[full], hi[full] = _linear_quantiles(draws[:, full], (alpha, 1 - alpha))
+    part = ~full & finite.any(axis=0)
+    if part.any():
+        with np.errstate(all="ignore"):
+            lo[part], hi[part] = np.nanquantile(np.where(finite[:, part], draws[:, part], np.nan),
+                                                [alpha, 1 - alpha], axis=0)
     return lo, hi
+
+
+def _linear_quantiles(x: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:
+    """``np.quantile(x, qs, axis=0)`` (linear interpolation) from one ``np.partition`` of x."""
+    n = x.shape[0]
+    pos = np.asarray(qs) * (n - 1)
+    below = np.floor(pos).astype(int)
+    above = np.minimum(below + 1, n - 1)
+    part = np.partition(x, np.unique(np.r_[below, above]), axis=0)
+    return [part[b] + (p - b) * (part[a] - part[b]) for p, b, a in zip(pos, below, above)]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy import sparse
 
 from crossed_rlvr.analysis.cells import LENIENT, Group
 
@@ -184,24 +185,33 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
     return out
 
 
-def _matrix(terms_list: list[dict[int, float]], n_stats: int) -> np.ndarray:
-    m = np.zeros((n_stats, len(terms_list)))
-    for j, terms in enumerate(terms_list):
-        for i, v in terms.items():
-            m[i, j] += v
-    return m
+def used_stats(contrasts: list[Contrast], n_stats: int) -> np.ndarray:
+    """Boolean mask of the statistics any contrast needs (the bootstrap resamples only those)."""
+    mask = np.zeros(n_stats, dtype=bool)
+    for c in contrasts:
+        for terms in (c.terms, c.denom or {}, *c.members):
+            mask[list(terms)] = True
+    return mask
 
 
-def _apply(stats: np.ndarray, coef: np.ndarray) -> np.ndarray:
-    """``stats @ coef`` where a contrast that uses an undefined (NaN) statistic is NaN itself, and a
-    NaN statistic never reaches a contrast that does not use it (NaN x 0 would be NaN)."""
-    bad = np.isnan(stats)
-    cols = bad.reshape(-1, stats.shape[-1]).any(axis=0)
-    if not cols.any():
-        return stats @ coef
-    values = np.where(bad, 0.0, stats) @ coef
-    uses = (coef[cols] != 0).astype(float)
-    values[(bad[..., cols].astype(float) @ uses) > 0] = np.nan
+def _matrix(terms_list: list[dict[int, float]], n_stats: int) -> sparse.csc_matrix:
+    """(n_stats, n_contrasts) coefficients; sparse: a contrast uses at most a handful of statistics."""
+    rows = [i for terms in terms_list for i in terms]
+    cols = [j for j, terms in enumerate(terms_list) for _ in terms]
+    vals = [v for terms in terms_list for v in terms.values()]
+    return sparse.csc_matrix((vals, (rows, cols)), shape=(n_stats, len(terms_list)))
+
+
+def _apply(stats_t: np.ndarray, coef: sparse.csc_matrix, bad: np.ndarray | None) -> np.ndarray:
+    """``(stats @ coef).T`` from ``stats_t`` (n_stats, n): a contrast that uses an undefined (NaN)
+    statistic is NaN itself, and a NaN never reaches a contrast that does not use it (NaN x 0 = NaN)."""
+    coef_t = coef.T.tocsr()
+    if bad is None:
+        return np.asarray(coef_t @ stats_t)
+    values = np.asarray(coef_t @ np.where(bad, 0.0, stats_t))
+    rows = bad.any(axis=1)
+    uses = (abs(coef_t[:, rows]) > 0).astype(float)
+    values[np.asarray(uses @ bad[rows].astype(float)) > 0] = np.nan
     return values
 
 
@@ -210,19 +220,31 @@ def evaluate(contrasts: list[Contrast], stats: np.ndarray) -> np.ndarray:
 
     A contrast is computed from the statistics it uses only: undefined stays undefined in its own
     column (NaN), never in a neighbour's."""
-    n_stats = stats.shape[-1]
-    values = _apply(stats, _matrix([c.terms for c in contrasts], n_stats))
+    shape, n_stats = stats.shape, stats.shape[-1]
+    # One contiguous (n_stats, n_draws) copy shared by every product (sparse @ dense wants C order).
+    stats_t = np.ascontiguousarray(stats.reshape(-1, n_stats).T)
+    bad = np.isnan(stats_t)
+    bad = bad if bad.any() else None
+    values = _apply(stats_t, _matrix([c.terms for c in contrasts], n_stats), bad)
     is_ratio = np.array([c.denom is not None for c in contrasts], dtype=bool)
     if is_ratio.any():
-        den = _apply(stats, _matrix([c.denom or {} for c in contrasts if c.denom is not None], n_stats))
+        den = _apply(stats_t, _matrix([c.denom or {} for c in contrasts if c.denom is not None], n_stats), bad)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = 1.0 - values[..., is_ratio] / den
-        values[..., is_ratio] = np.where(np.isfinite(ratio), ratio, np.nan)
-    for j, c in enumerate(contrasts):
-        if c.members:
-            per_seed = _apply(stats, _matrix(c.members, n_stats))
-            values[..., j] = per_seed.std(axis=-1, ddof=1)  # NaN when any seed's value is undefined
-    return values
+            ratio = 1.0 - values[is_ratio] / den
+        values[is_ratio] = np.where(np.isfinite(ratio), ratio, np.nan)
+    sd_rows = [(j, c.members) for j, c in enumerate(contrasts) if c.members]
+    if sd_rows:  # every seed of every SD row in one product, then one SD per group of rows with k seeds
+        per_seed = _apply(stats_t, _matrix([m for _, members in sd_rows for m in members], n_stats), bad)
+        for k in sorted({len(members) for _, members in sd_rows}):
+            cols, idx, offset = [], [], 0
+            for j, members in sd_rows:
+                if len(members) == k:
+                    cols.append(j)
+                    idx.extend(range(offset, offset + k))
+                offset += len(members)
+            block = per_seed[idx].reshape(len(cols), k, -1)
+            values[cols] = block.std(axis=1, ddof=1)  # NaN when any seed's value is undefined
+    return values.T.reshape(*shape[:-1], len(contrasts))
 
 
 def _vec(terms: dict[int, float], n: int) -> np.ndarray:
