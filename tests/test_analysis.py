@@ -248,7 +248,13 @@ def test_an_undefined_cell_does_not_blank_its_neighbours(tmp_path):
     row = get(con, "interaction", "payload", "grpo/s1")
     assert row.estimate == pytest.approx(200.0) and row.ci_low == row.ci_high == pytest.approx(200.0)
     assert get(con, "interaction", "acc.lenient", "grpo/s1").estimate == pytest.approx(200.0)
-    assert con.estimate.notna().all()  # nothing in the hash/boxed design uses the JSON cell's lenient reader
+    # every contrast of the hash/boxed design is what it is without the JSON cell, interval included
+    alone = pd.read_csv(analyze(write(tmp_path, HB, "hb.parquet"), tmp_path / "hb", n_resamples=200,
+                                figures=False) / "contrasts.csv")
+    key = ["name", "measure", "policy", "request"]
+    both = alone.merge(con, on=key, suffixes=("", "_json"), how="left")
+    for col in ("estimate", "ci_low", "ci_high"):
+        assert np.allclose(both[col], both[f"{col}_json"], equal_nan=True), col
 
 
 def test_json_by_xml_study_has_every_defined_contrast_finite(tmp_path):
@@ -268,8 +274,10 @@ def test_json_by_xml_study_has_every_defined_contrast_finite(tmp_path):
     lenient = get(con, "interaction", "acc.lenient", "grpo/s1", "jsonxxml")
     assert np.isnan(lenient.estimate) and np.isnan(lenient.ci_low) and np.isnan(lenient.ci_high)
     assert lenient.note == "acc.lenient of grpo-json/s1 under the json request is undefined"
-    defined = con[~con.measure.isin(["acc.lenient"]) & (con.name != "interaction_sd")]
+    defined = con[~con.measure.isin(["acc.lenient"]) & ~con.name.str.endswith("_sd") & (con.unit != "ratio")]
     assert defined.estimate.notna().all() and (defined.ci_low.notna() == (defined.n_resamples > 0)).all()
+    ratios = con[(con.unit == "ratio") & con.estimate.isna()]  # u_c of a cell nothing in which is readable
+    assert set(ratios.note) == {"its denominator, q_c (no response the strict reader can read), is zero"}
     report = (out / "report.md").read_text()
     assert "n/a" in report and "acc.lenient of grpo-json/s1 under the json request is undefined" in report
 
@@ -314,3 +322,55 @@ def test_wording_summary_never_pools_methods(tmp_path):
     report = (out / "report.md").read_text()
     assert "| t | original | grpo | hashxboxed | 1 | -50.00 (—) | +200.00 (—) |" in report
     assert "| t | original | sft | hashxboxed | 1 | +0.00 (—) | +0.00 (—) |" in report
+
+
+def test_remaining_paper_quantities_with_known_values(tmp_path):
+    """u_c (eq. 3), F/Δ_S and γ₀/Δ_S (§3.2, D.3.1), seed mean/SD of ΔP and arm-to-arm D, I_reward − I_S (D.1)
+    and method differences (D.2), each with the value worked out by hand."""
+    rows = [
+        cell("initial", "hash", [1, 1, 0, 0], [1, 0, 0, 0], lenient=[1, 1, 0, 0]),
+        cell("initial", "boxed", [1, 1, 0, 0], [1, 1, 0, 0]),
+        cell("grpo-hash/s1", "hash", [1, 1, 1, 1], [1, 1, 1, 0], lenient=[1, 1, 1, 1], seed=1),
+        cell("grpo-hash/s1", "boxed", [0, 0, 0, 0], [0, 0, 0, 0], seed=1),
+        cell("grpo-boxed/s1", "hash", [0, 0, 0, 0], [0, 0, 0, 0], seed=1),
+        cell("grpo-boxed/s1", "boxed", [1, 1, 1, 1], [1, 1, 1, 1], seed=1),
+        cell("grpo-hash/s2", "hash", [1, 1, 1, 0], [1, 1, 0, 0], seed=2),
+        cell("grpo-hash/s2", "boxed", [0, 0, 0, 0], [0, 0, 0, 0], seed=2),
+        cell("grpo-boxed/s2", "hash", [0, 0, 0, 0], [0, 0, 0, 0], seed=2),
+        cell("grpo-boxed/s2", "boxed", [1, 1, 1, 1], [1, 1, 1, 1], seed=2),
+        *[cell(f"sft-{c}/s{s}", r, [1, 1, 0, 0], [1, 1, 0, 0], seed=s) for s in (1, 2) for c in ("hash", "boxed")
+          for r in ("hash", "boxed")],
+    ]
+    out = analyze(write(tmp_path, rows), tmp_path / "o", n_resamples=200, figures=False)
+    con = pd.read_csv(out / "contrasts.csv", dtype={"seeds": str})
+    # u_c = Acc_strict / q: initial hash reads 2 of 4 (payload), 1 right
+    assert get(con, "conditional_correctness", "acc.strict|extractable", "initial", "hash").estimate == 0.5
+    # Δ_S = 50, Δ_len = 50, γ0 = 25: F = 0, F/Δ_S = 0, γ0/Δ_S = 0.5
+    assert get(con, "share_F", "acc.strict|acc.lenient", "grpo-hash/s1", "hash").estimate == pytest.approx(0.0)
+    assert get(con, "share_gamma0", "acc.strict|acc.lenient", "grpo-hash/s1", "hash").estimate == pytest.approx(0.5)
+    # ΔP of the hash arm under the hash request: +50 (s1), +25 (s2)
+    mean = get(con, "delta_P", "payload", "grpo-hash/mean", "hash")
+    assert mean.estimate == pytest.approx(37.5) and mean.seeds == "1 2" and mean.ci_low <= 37.5 <= mean.ci_high
+    assert get(con, "delta_P_sd", "payload", "grpo-hash/sd", "hash").estimate == pytest.approx(
+        np.std([50, 25], ddof=1))
+    # arm-to-arm D: D(H) - D(B), D = 100 (Acc_hash - Acc_boxed): s1 (75 - 0) - (0 - 100) = 175, s2 150
+    assert get(con, "arm_to_arm_D", "acc.strict", "grpo/mean").estimate == pytest.approx(162.5)
+    assert get(con, "arm_to_arm_D_sd", "acc.strict", "grpo/sd").estimate == pytest.approx(np.std([175, 150], ddof=1))
+    # the reward program reads like the strict reader in these fixtures: I_reward - I_S = 0
+    assert get(con, "interaction_difference", "acc.reward-acc.strict", "grpo/s1").estimate == pytest.approx(0.0)
+    # I_P(grpo, s1) = 100 [(1 - 0) - (0 - 1)] = 200; SFT arms are all alike: 0
+    diff = get(con, "method_difference", "payload", "grpo-sft/s1")
+    assert diff.estimate == pytest.approx(200.0) and diff.ci_low == diff.ci_high == pytest.approx(200.0)
+
+
+def test_math_verify_timeouts_are_counted_per_cell(tmp_path):
+    rows = [cell("initial", "hash", [1, 1, 0, 0], [1, 0, 0, 0]), cell("initial", "boxed", [1, 1, 0, 0], [1, 1, 0, 0])]
+    rows[0][2]["timed_out"] = True
+    out = analyze(write(tmp_path, rows), tmp_path / "o", n_resamples=10, figures=False)
+    cells = pd.read_csv(out / "cells.csv")
+    count = cells[(cells.measure == "count.timeout.math_verify")].set_index("request")["value"]
+    assert count.to_dict() == {"hash": 1, "boxed": 0}
+    tokens = cells[cells.measure == "output_tokens"].set_index("request")["value"]
+    assert tokens.to_dict() == {"hash": 4, "boxed": 4}  # one token per fixture response
+    report = (out / "report.md").read_text()
+    assert "Math-Verify ran out of time on 1 responses" in report and "| 1/0 | 4/4 |" in report

@@ -70,6 +70,10 @@ def cell_rows(df: pd.DataFrame, groups: list[Group]) -> pd.DataFrame:
     meta = df.groupby(["task", "template", "policy", "request"]).agg(
         n=("item_id", "size"), training_convention=("training_convention", "first"), train_seed=("train_seed", "first")
     )
+    tokens_of: dict[tuple, float] = {}
+    if "response_tokens" in df:
+        agg = df.groupby(["task", "template", "policy", "request"])["response_tokens"].agg(["sum", "min"])
+        tokens_of = {k: float(v["sum"]) for k, v in agg.iterrows() if v["min"] >= 0}
     for g in groups:
         acc_idx = [i for i, m in enumerate(g.measures) if m.startswith("acc.")]
         for c, (policy, request) in enumerate(g.cells):
@@ -81,10 +85,14 @@ def cell_rows(df: pd.DataFrame, groups: list[Group]) -> pd.DataFrame:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 values = np.nanmean(g.X[c], axis=1)
             for m, v in zip(g.measures, values):
-                if m.startswith("cat."):
-                    rows.append({**base, "measure": f"count.{m[4:]}", "value": round(float(v) * base["n"])})
+                if m.startswith("cat.") or m == "timeout.math_verify":
+                    name = f"count.{m[4:]}" if m.startswith("cat.") else "count.timeout.math_verify"
+                    rows.append({**base, "measure": name, "value": round(float(v) * base["n"])})
                 elif not np.isnan(v):
                     rows.append({**base, "measure": m, "value": float(v)})
+            tokens = tokens_of.get((g.task, g.template, policy, request))
+            if tokens is not None:  # Table 19: generated work, not latency (-1 = unknown for imports)
+                rows.append({**base, "measure": "output_tokens", "value": tokens})
             if g.n_samples > 1:
                 counts = np.rint(g.X[c][acc_idx] * g.n_samples)
                 curve = pass_at_k(counts, g.n_samples)
@@ -147,7 +155,12 @@ def undefined_reason(g: Group, c: Contrast, point: np.ndarray) -> str:
                 policy, request = g.cells[i // len(g.measures)]
                 measure = g.measures[i % len(g.measures)]
                 return f"{measure} of {policy} under the {request} request is undefined"
-    return "its denominator (the control's strict gain) is zero" if c.denom else "undefined"
+    if c.denom:
+        what = {"conditional_correctness": "q_c (no response the strict reader can read)",
+                "share_F": "the strict gain Δ_S", "share_gamma0": "the strict gain Δ_S"}.get(
+            c.name, "the control arm's strict gain")
+        return f"its denominator, {what}, is zero"
+    return "undefined"
 
 
 def _identity_error(contrasts: list[Contrast], est: np.ndarray) -> float:
@@ -240,6 +253,7 @@ def analyze(
     paired = paired_test_rows(groups, policies)
     a1 = cells[cells.measure == "a1_violation"]
     checks["a1_max_violation_rate"] = float(a1["value"].max()) if len(a1) else 0.0
+    checks["math_verify_timeouts"] = int(cells.loc[cells.measure == "count.timeout.math_verify", "value"].sum())
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

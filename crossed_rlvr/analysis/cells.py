@@ -58,6 +58,9 @@ def derive_measures(scores: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     for name in readers:
         measures[f"acc.{name}"] = df[f"{name}.correct"].astype(float)
     measures["truncated"] = (df["finish_reason"] == "length").astype(float)
+    # Math-Verify ran out of time: its own outcome (Math-Verify credits nothing then), counted per cell.
+    timed_out = df["timed_out"] if "timed_out" in df else pd.Series(False, index=df.index)
+    measures["timeout.math_verify"] = timed_out.fillna(False).astype(float)
     for cat in CATEGORIES:
         measures[f"cat.{cat}"] = (df["category"] == cat).astype(float)
     # Fidelity condition A1 (§2.2): the lenient reader returns the strict answer whenever there is one.

@@ -50,6 +50,10 @@ def _lin(*parts: tuple[float, int]) -> dict[int, float]:
     return dict(out)
 
 
+def _sub(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
+    return _lin(*[(c, i) for i, c in a.items()], *[(-c, i) for i, c in b.items()])
+
+
 def _scale(terms: dict[int, float], k: float) -> dict[int, float]:
     return {i: c * k for i, c in terms.items()}
 
@@ -116,6 +120,29 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
                 terms = _scale(_lin((1, A(H, ch, m)), (-1, A(B, ch, m)), (-1, A(H, cb, m)), (1, A(B, cb, m))), 100)
                 out.append(Contrast("interaction", m, arm_label(method, ckpt, seed), f"{ch}x{cb}", terms, seeds=[seed]))
                 per_method[(method, ckpt, f"{ch}x{cb}", m)].append((seed, terms))
+    # Differences of interactions with paired intervals: training reward minus strict reader (D.1), and
+    # between methods of one seed, pair and checkpoint (D.2: marker-required minus answer-only reward).
+    for (method, ckpt, req, m), seeds in list(per_method.items()):
+        if m != "acc.reward" or (method, ckpt, req, "acc.strict") not in per_method:
+            continue
+        strict = dict(per_method[(method, ckpt, req, "acc.strict")])
+        for seed, terms in seeds:
+            if seed in strict:
+                diff = _sub(terms, strict[seed])
+                out.append(Contrast("interaction_difference", "acc.reward-acc.strict", arm_label(method, ckpt, seed),
+                                    req, diff, seeds=[seed]))
+    methods = sorted({(method, ckpt) for method, ckpt, _, _ in per_method})
+    for a in range(len(methods)):
+        for b in range(a + 1, len(methods)):
+            (m1, c1), (m2, c2) = methods[a], methods[b]
+            if c1 != c2:
+                continue
+            for req in sorted({r for _, _, r, _ in per_method}):
+                for m in ("payload", "acc.strict"):
+                    one, two = dict(per_method.get((m1, c1, req, m), [])), dict(per_method.get((m2, c2, req, m), []))
+                    for seed in sorted(set(one) & set(two)):
+                        out.append(Contrast("method_difference", m, arm_label(f"{m1}-{m2}", c1, seed), req,
+                                            _sub(one[seed], two[seed]), seeds=[seed]))
     for (method, ckpt, req, m), seeds in per_method.items():
         members, listed = [t for _, t in seeds], [s for s, _ in seeds]
         out.append(Contrast("interaction", m, arm_label(method, ckpt, "mean"), req, _mean(members), seeds=listed))
@@ -123,7 +150,15 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
             out.append(Contrast("interaction_sd", m, arm_label(method, ckpt, "sd"), req, {}, members=members,
                                 seeds=listed))
 
+    # Conditional correctness u_c = Acc_strict / q_c (eq. 3), per cell: 1 - (q - A)/q.
+    for policy, request in g.cells:
+        q, acc = A(policy, request, "extractable"), A(policy, request, "acc.strict")
+        out.append(Contrast("conditional_correctness", "acc.strict|extractable", policy, request,
+                            _lin((1, q), (-1, acc)), {q: 1.0}, "ratio"))
+
     # Changes against the initial policy, same request.
+    slot_of = {p: (method, ckpt, conv, seed) for (method, ckpt, seed), convs in arms.items() for conv, p in convs.items()}
+    delta_p: dict[tuple[str, str, str, str], list[tuple[int, dict[int, float]]]] = defaultdict(list)
     if any(p == "initial" for p, _ in g.cells):
         for policy, request in g.cells:
             if policy == "initial" or not g.has("initial", request):
@@ -132,6 +167,9 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
                 name = {"payload": "delta_P", "extractable": "delta_q"}.get(m, "gain")
                 terms = _scale(_lin((1, A(policy, request, m)), (-1, A("initial", request, m))), 100)
                 out.append(Contrast(name, m, policy, request, terms))
+                if m == "payload" and policy in slot_of:
+                    method, ckpt, conv, seed = slot_of[policy]
+                    delta_p[(method, ckpt, conv, request)].append((seed, terms))
             if request in LENIENT:
                 # F = γ0 - γRL with γ = Acc_len - Acc_str (eq. 5).
                 terms = _scale(_lin(
@@ -139,6 +177,20 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
                     (-1, A(policy, request, "acc.lenient")), (1, A(policy, request, "acc.strict")),
                 ), 100)
                 out.append(Contrast("reader_gap_reduction", "acc.strict|acc.lenient", policy, request, terms))
+                # Descriptive shares of the strict gain (§3.2, D.3.1): F/Δ_S = 1 - Δ_len/Δ_S, γ0/Δ_S = 1 - (Δ_S - γ0)/Δ_S.
+                d_s = _lin((1, A(policy, request, "acc.strict")), (-1, A("initial", request, "acc.strict")))
+                d_len = _lin((1, A(policy, request, "acc.lenient")), (-1, A("initial", request, "acc.lenient")))
+                gamma0 = _lin((1, A("initial", request, "acc.lenient")), (-1, A("initial", request, "acc.strict")))
+                out.append(Contrast("share_F", "acc.strict|acc.lenient", policy, request, d_len, d_s, "ratio"))
+                out.append(Contrast("share_gamma0", "acc.strict|acc.lenient", policy, request, _sub(d_s, gamma0), d_s,
+                                    "ratio"))
+    for (method, ckpt, conv, request), seeds in sorted(delta_p.items()):  # seed mean and SD of ΔP per arm
+        members, listed = [t for _, t in seeds], [s for s, _ in seeds]
+        arm = f"{method}-{conv}"
+        out.append(Contrast("delta_P", "payload", arm_label(arm, ckpt, "mean"), request, _mean(members), seeds=listed))
+        if len(members) > 1:
+            out.append(Contrast("delta_P_sd", "payload", arm_label(arm, ckpt, "sd"), request, {}, members=members,
+                                seeds=listed))
 
     # Attenuation ρ (eq. 7) and preference D (eq. 8).
     if g.has("initial", "hash"):
@@ -176,12 +228,21 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
     with_both = [p for p in dict.fromkeys(p for p, _ in g.cells) if g.has(p, "hash") and g.has(p, "boxed")]
     for policy in with_both:
         out.append(Contrast("preference_D", "acc.strict", policy, "hash-boxed", D(policy)))
+    arm_d: dict[tuple[str, str], list[tuple[int, dict[int, float]]]] = defaultdict(list)
     for (method, ckpt, seed), convs in sorted(arms.items()):
         H, B = convs.get("hash"), convs.get("boxed")
         if H in with_both and B in with_both:
             terms = _lin(*[(c, i) for i, c in D(H).items()], *[(-c, i) for i, c in D(B).items()])
             out.append(Contrast("arm_to_arm_D", "acc.strict", arm_label(method, ckpt, seed), "hash-boxed", terms,
                                 seeds=[seed]))
+            arm_d[(method, ckpt)].append((seed, terms))
+    for (method, ckpt), seeds in sorted(arm_d.items()):
+        members, listed = [t for _, t in seeds], [s for s, _ in seeds]
+        out.append(Contrast("arm_to_arm_D", "acc.strict", arm_label(method, ckpt, "mean"), "hash-boxed", _mean(members),
+                            seeds=listed))
+        if len(members) > 1:
+            out.append(Contrast("arm_to_arm_D_sd", "acc.strict", arm_label(method, ckpt, "sd"), "hash-boxed", {},
+                                members=members, seeds=listed))
     return out
 
 

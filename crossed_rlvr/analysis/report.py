@@ -105,18 +105,25 @@ def counts_table(cells: pd.DataFrame, task: str, template: str) -> str:
     rows = []
     for policy in _policy_order(part):
         row = [policy]
-        trunc = []
+        trunc, timeouts, tokens = [], [], []
         for r in requests:
             if (policy, r) not in wide.index:
                 row += ["—", "—"]
                 trunc.append("—")
+                timeouts.append("—")
+                tokens.append("—")
                 continue
             n = meta.loc[(policy, r)]["n"]
             w = wide.loc[(policy, r)]
             row += [round(w.get("acc.strict", np.nan) * n), round(w.get("acc.math_verify", np.nan) * n)]
             trunc.append(str(round(w.get("truncated", 0) * n)))
-        rows.append(row + ["/".join(trunc)])
-    header = ["Policy"] + [f"{r} {k}" for r in requests for k in ("S", "MV")] + ["Trunc. (" + "/".join(requests) + ")"]
+            timeouts.append(str(int(w.get("count.timeout.math_verify", 0))))
+            t = w.get("output_tokens", np.nan)
+            tokens.append("n/a" if np.isnan(t) else f"{int(t):,}")
+        rows.append(row + ["/".join(trunc), "/".join(timeouts), "/".join(tokens)])
+    joined = "/".join(requests)
+    header = ["Policy"] + [f"{r} {k}" for r in requests for k in ("S", "MV")] + [
+        f"Trunc. ({joined})", f"MV timeouts ({joined})", f"Output tokens ({joined})"]
     return _table(header, rows)
 
 
@@ -137,16 +144,21 @@ def gains_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
 
 
 def other_contrasts(contrasts: pd.DataFrame) -> str:
-    part = contrasts[contrasts.name.isin(["attenuation_reward", "attenuation_convention", "preference_D", "arm_to_arm_D"])]
+    names = ["attenuation_reward", "attenuation_convention", "preference_D", "arm_to_arm_D", "arm_to_arm_D_sd",
+             "delta_P_sd", "share_F", "share_gamma0", "interaction_difference", "method_difference",
+             "conditional_correctness"]
+    part = contrasts[contrasts.name.isin(names) | ((contrasts.name == "delta_P") & contrasts.policy.map(_is_summary))]
     if part.empty:
         return "_No intervention/control arms or D contrasts in this input._"
     rows = []
     for r in part.itertuples():
-        est = "n/a" if np.isnan(r.estimate) else f"{100 * r.estimate:.1f}%" if r.unit == "ratio" else _fmt(r.estimate)
+        est = "n/a" if np.isnan(r.estimate) else f"{100 * r.estimate:.1f}%" if r.unit == "ratio" else _fmt(
+            r.estimate, sign=not r.name.endswith("_sd"))
         ci = "" if np.isnan(r.ci_low) else (
             f"[{100 * r.ci_low:.1f}%, {100 * r.ci_high:.1f}%]" if r.unit == "ratio" else f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]")
-        rows.append([r.template, r.name, r.policy, r.request, est, ci])
-    return _table(["Template", "Contrast", "Policy", "Request", "Estimate", "95% CI"], rows)
+        seeds = "" if not isinstance(r.seeds, str) else r.seeds
+        rows.append([r.template, r.name, r.measure, r.policy, r.request, seeds, est, ci])
+    return _table(["Template", "Contrast", "Measure", "Policy", "Request", "Seeds", "Estimate", "95% CI"], rows)
 
 
 def coverage_table(coverage: pd.DataFrame) -> str:
@@ -232,7 +244,9 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
         "",
         (f"Checks: accounting identity Δ_S = F + Δ_len holds to {checks['max_abs_identity_error']:.1e} pp; "
         f"fidelity A1 (lenient keeps every strict answer) is violated in at most "
-        f"{100 * checks.get('a1_max_violation_rate', 0):.2f}% of a cell's responses."),
+        f"{100 * checks.get('a1_max_violation_rate', 0):.2f}% of a cell's responses. Math-Verify ran out of time "
+        f"on {checks.get('math_verify_timeouts', 0)} responses (counted per cell in the counts tables; Math-Verify "
+        "credits none of them)."),
     ]
     for task, template in _templates(cells):
         parts += [
@@ -253,7 +267,9 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
     parts += [
         "\n## Wording templates (Table 13): mean (SD) across the listed seeds, per method and pair\n",
         template_summary(contrasts, cells),
-        "\n## Attenuation ρ (eq. 7) and prompted convention preference D (eq. 8)\n", other_contrasts(contrasts),
+        ("\n## Further contrasts: attenuation ρ (eq. 7), preference D (eq. 8) with its seed mean and SD, seed "
+         "mean and SD of ΔP, shares F/Δ_S and γ₀/Δ_S (§3.2, D.3.1; descriptive ratios), I_reward − I_S (D.1), "
+         "method differences (D.2), conditional correctness u_c (eq. 3)\n"), other_contrasts(contrasts),
         "\n## Finite-budget coverage (eq. 9, 11; Table 22)\n", coverage_table(coverage),
         "\n## Paired tests across seeds (paper 002 §4.2)\n", paired_table(paired),
         "\n## Undefined contrasts\n",
