@@ -374,3 +374,47 @@ def test_math_verify_timeouts_are_counted_per_cell(tmp_path):
     assert tokens.to_dict() == {"hash": 4, "boxed": 4}  # one token per fixture response
     report = (out / "report.md").read_text()
     assert "Math-Verify ran out of time on 1 responses" in report and "| 1/0 | 4/4 |" in report
+
+
+def test_wording_summary_compares_the_same_items(tmp_path):
+    """The original wording runs on all items, the paraphrase on a subset: the Table 13 summary compares both on
+    the shared items (the original row is not the full-split result, as in paper 001 Table 13)."""
+    def design(template, n):
+        hb = [("initial", "hash", [1] * n), ("initial", "boxed", [1] * n), ("grpo-hash/s1", "hash", [1] * n),
+              ("grpo-hash/s1", "boxed", [0] * n), ("grpo-boxed/s1", "boxed", [1] * n),
+              # boxed arm under the hash request: follows it on items 0-1 only
+              ("grpo-boxed/s1", "hash", ([1, 1] + [0] * (n - 2))[:n])]
+        return [cell(p, r, pay, pay, seed=None if p == "initial" else 1, template=template) for p, r, pay in hb]
+
+    out = analyze(write(tmp_path, design("original", 4) + design("para_a", 2)), tmp_path / "o", n_resamples=20,
+                  figures=False)
+    con = pd.read_csv(out / "contrasts.csv")
+    full = con[(con.template == "original") & (con.name == "interaction") & (con.measure == "payload")
+               & (con.policy == "grpo/s1")].estimate.iloc[0]
+    shared = con[(con.template == "original@shared") & (con.name == "interaction") & (con.measure == "payload")
+                 & (con.policy == "grpo/s1")]
+    assert full == pytest.approx(150.0) and shared.estimate.iloc[0] == pytest.approx(100.0)
+    assert shared.n_items.iloc[0] == 2
+    report = (out / "report.md").read_text()
+    assert "| t | original | grpo | hashxboxed | 1 | +0.00 (—) | +100.00 (—) |" in report
+
+
+def test_truncation_sensitivity_and_pass_at_k_gains(tmp_path):
+    # 4 items x 2 samples; item 3's trained responses are cut at the length limit
+    init = [1, 0, 0, 0, 0, 0, 1, 1]
+    trained = [1, 1, 1, 0, 0, 0, 0, 0]
+    rows = [cell("initial", "hash", init, init, samples=2),
+            cell("grpo-hash/s1", "hash", trained, trained, seed=1, samples=2,
+                 truncated=[0, 0, 0, 0, 0, 0, 1, 0])]
+    out = analyze(write(tmp_path, rows), tmp_path / "o", n_resamples=300, figures=False)
+    con = pd.read_csv(out / "contrasts.csv")
+    untr = get(con, "gain_untruncated", "acc.strict", "grpo-hash/s1", "hash")
+    # per-item means: initial (.5, 0, 0, 1), trained (1, .5, 0, 0); item 3 dropped -> mean(.5, .5, 0) = 1/3
+    assert untr.n_items == 3 and untr.estimate == pytest.approx(100 / 3)
+    assert get(con, "gain", "acc.strict", "grpo-hash/s1", "hash").estimate == pytest.approx(0.0)
+    cells_ = pd.read_csv(out / "cells.csv")
+    p = cells_[cells_.measure == "pass@2.strict"].set_index("policy")["value"]
+    cov = get(con, "pass@2_gain", "acc.strict", "grpo-hash/s1", "hash")
+    assert cov.estimate == pytest.approx(100 * (p["grpo-hash/s1"] - p["initial"]))  # coverage: 2/4 vs 2/4
+    assert cov.ci_low <= cov.estimate <= cov.ci_high
+    assert "gain_untruncated" in (out / "report.md").read_text()

@@ -24,8 +24,8 @@ import numpy as np
 import pandas as pd
 
 from crossed_rlvr import __version__
-from crossed_rlvr.analysis.bootstrap import percentile_interval, resample_stats
-from crossed_rlvr.analysis.cells import Group, build_groups, derive_measures, policy_table
+from crossed_rlvr.analysis.bootstrap import paired_mean_intervals, percentile_interval, resample_stats
+from crossed_rlvr.analysis.cells import Group, add_shared_wording_cells, build_groups, derive_measures, policy_table
 from crossed_rlvr.analysis.contrasts import (
     AmbiguousPolicies,
     Contrast,
@@ -34,7 +34,7 @@ from crossed_rlvr.analysis.contrasts import (
     evaluate,
     used_stats,
 )
-from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k
+from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k, pass_at_k_items
 from crossed_rlvr.analysis.paired import paired_tests
 from crossed_rlvr.files import sha256_file
 
@@ -176,6 +176,50 @@ def _identity_error(contrasts: list[Contrast], est: np.ndarray) -> float:
     return float(err)
 
 
+def item_contrast_rows(groups: list[Group], n_resamples: int, rng_seed: int) -> pd.DataFrame:
+    """Gains that need item-level masks or transforms, with paired intervals from the same item draws:
+
+    - ``gain_untruncated`` (App. B.4 sensitivity): the strict and Math-Verify gains over the items where
+      neither response (no sample of either) was cut at the length limit;
+    - ``pass@k_gain`` for k = 1 and k = N (coverage, eq. 9, 11): per-item unbiased pass@k, trained minus
+      initial."""
+    rows = []
+    for g in groups:
+        specs, diffs, keeps = [], [], []
+        t = g.measures.index("truncated")
+        for policy, request in g.cells:
+            if policy == "initial" or not g.has("initial", request):
+                continue
+            c0, c1 = g.cells.index(("initial", request)), g.cells.index((policy, request))
+            untruncated = (g.X[c0, t] == 0) & (g.X[c1, t] == 0)
+            for m in ("acc.strict", "acc.math_verify"):
+                if m not in g.measures:
+                    continue
+                i = g.measures.index(m)
+                d = g.X[c1, i] - g.X[c0, i]
+                if np.isnan(d).any():
+                    continue
+                specs.append(("gain_untruncated", m, policy, request))
+                diffs.append(100 * d)
+                keeps.append(untruncated)
+                if g.n_samples > 1:
+                    n0, n1 = np.rint(g.X[c0, i] * g.n_samples), np.rint(g.X[c1, i] * g.n_samples)
+                    for k in sorted({1, g.n_samples}):
+                        specs.append((f"pass@{k}_gain", m, policy, request))
+                        diffs.append(100 * (pass_at_k_items(n1, g.n_samples, k) - pass_at_k_items(n0, g.n_samples, k)))
+                        keeps.append(np.ones(len(g.items), dtype=bool))
+        if not specs:
+            continue
+        est, lo, hi = paired_mean_intervals(np.array(diffs), np.array(keeps), n_resamples, rng_seed)
+        for (name, m, policy, request), e, a, b, keep in zip(specs, est, lo, hi, keeps, strict=True):
+            rows.append({"task": g.task, "template": g.template, "name": name, "measure": m, "policy": policy,
+                         "request": request, "unit": "pp", "estimate": float(e), "ci_low": float(a),
+                         "ci_high": float(b), "n_resamples": n_resamples, "rng_seed": rng_seed,
+                         "n_items": int(keep.sum()), "seeds": "",
+                         "note": "" if keep.sum() else "every item pair holds a truncated response"})
+    return pd.DataFrame(rows)
+
+
 def coverage_rows(groups: list[Group]) -> pd.DataFrame:
     """Item coverage at k = N against the initial policy, with exact McNemar tests (App. C.3)."""
     rows = []
@@ -244,11 +288,13 @@ def analyze(
     start = time.perf_counter()
     scores = load_scores(scores_path)
     df, measures = derive_measures(scores)
+    df = add_shared_wording_cells(df)
     groups = build_groups(df, measures)
     policies = policy_table(df)
 
     cells = cell_rows(df, groups)
     contrasts, checks = contrast_rows(groups, policies, n_resamples, rng_seed)
+    contrasts = pd.concat([contrasts, item_contrast_rows(groups, n_resamples, rng_seed)], ignore_index=True)
     coverage = coverage_rows(groups)
     paired = paired_test_rows(groups, policies)
     a1 = cells[cells.measure == "a1_violation"]

@@ -54,6 +54,25 @@ def resample_stats(flat_means: np.ndarray, n_resamples: int, rng_seed: int,
     return out
 
 
+def paired_mean_intervals(diffs: np.ndarray, keep: np.ndarray, n_resamples: int, rng_seed: int
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Means of per-item differences over the kept items, with percentile intervals from the same item
+    draws as every other contrast of the group (``rng_seed``): rows of ``diffs``/``keep`` are (n, n_items)."""
+    keep = keep.astype(float)
+    est = (diffs * keep).sum(axis=1) / np.where(keep.sum(axis=1) > 0, keep.sum(axis=1), np.nan)
+    if not n_resamples:
+        return est, np.full_like(est, np.nan), np.full_like(est, np.nan)
+    num, den = (diffs * keep).T, keep.T
+    draws = np.empty((n_resamples, len(diffs)))
+    row = 0
+    for counts in draw_counts(diffs.shape[1], n_resamples, rng_seed):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            draws[row : row + len(counts)] = (counts @ num) / (counts @ den)
+        row += len(counts)
+    lo, hi = percentile_interval(draws)
+    return est, lo, hi
+
+
 def percentile_interval(draws: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval along axis 0 (draws); NaN draws (e.g. a zero denominator) are left out, and a
     column with no finite draw has no interval (NaN), never a fake one."""

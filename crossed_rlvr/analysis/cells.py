@@ -112,6 +112,28 @@ def build_groups(df: pd.DataFrame, measures: list[str]) -> list[Group]:
     return groups
 
 
+SHARED = "@shared"  # suffix of a wording template restricted to the items every wording of its task has
+
+
+def add_shared_wording_cells(df: pd.DataFrame) -> pd.DataFrame:
+    """Wording comparisons on the same items (paper 001 Tables 13-14): where one template covers more items
+    than another (the original wording on the full split, paraphrases on a subset), its cells are repeated
+    on the items all templates share, as template ``<template>@shared``."""
+    extra = []
+    for _task, part in df.groupby("task"):
+        templates = sorted(part["template"].unique())
+        if len(templates) < 2:
+            continue
+        sets = {t: set(part.loc[part["template"] == t, "item_id"]) for t in templates}
+        common = set.intersection(*sets.values())
+        for t in templates:
+            if common and sets[t] != common:
+                sub = part[(part["template"] == t) & part["item_id"].isin(common)].copy()
+                sub["template"] = f"{t}{SHARED}"
+                extra.append(sub)
+    return pd.concat([df, *extra], ignore_index=True) if extra else df
+
+
 def _cell_order(cell: tuple[str, str]) -> tuple:
     policy, request = cell
     return (policy != "initial", policy, request)

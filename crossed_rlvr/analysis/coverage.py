@@ -12,16 +12,21 @@ import numpy as np
 from scipy.stats import binomtest
 
 
+def pass_at_k_items(correct_counts: np.ndarray, n_samples: int, k: int) -> np.ndarray:
+    """Per-item pass@k, 1 - C(N-c, k)/C(N, k), from credited counts c (shape (..., n_items))."""
+    c = np.asarray(correct_counts, dtype=float)
+    ratio = np.ones_like(c)
+    for j in range(k):  # C(N-c, k)/C(N, k) = prod_{j<k} (N-c-j)/(N-j), zero once N-c < k
+        ratio *= np.clip(n_samples - c - j, 0, None) / (n_samples - j)
+    return 1.0 - ratio
+
+
 def pass_at_k(correct_counts: np.ndarray, n_samples: int) -> np.ndarray:
     """pass@k for k = 1..N from per-item credited counts c (shape (..., n_items)) -> (..., N)."""
     c = np.asarray(correct_counts, dtype=float)
     out = np.empty(c.shape[:-1] + (n_samples,))
     for k in range(1, n_samples + 1):
-        # C(N-c, k)/C(N, k) = prod_{j=0}^{k-1} (N-c-j)/(N-j), zero once N-c < k.
-        ratio = np.ones_like(c)
-        for j in range(k):
-            ratio *= np.clip(n_samples - c - j, 0, None) / (n_samples - j)
-        out[..., k - 1] = (1.0 - ratio).mean(axis=-1)
+        out[..., k - 1] = pass_at_k_items(c, n_samples, k).mean(axis=-1)
     return out
 
 

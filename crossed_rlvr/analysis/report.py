@@ -184,6 +184,18 @@ def paired_table(paired: pd.DataFrame) -> str:
                    "paired t p (two-sided)", "Wilcoxon p (>)", "Wilcoxon p (two-sided)"], rows)
 
 
+def _wording_view(contrasts: pd.DataFrame) -> pd.DataFrame:
+    """The rows that compare wordings on the same items: a template's ``@shared`` rows replace its own."""
+    from crossed_rlvr.analysis.cells import SHARED
+
+    shared = {t[: -len(SHARED)] for t in contrasts.template.unique() if t.endswith(SHARED)}
+    if not shared:
+        return contrasts
+    keep = contrasts[~contrasts.template.isin(shared)].copy()
+    keep["template"] = keep.template.str.removesuffix(SHARED)
+    return keep
+
+
 def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
     """Table 13: per wording template, method (and checkpoint) and convention pair, the mean (SD) across
     the listed seeds of ΔP_{B,h}, I_P, I_S, I_MV. Nothing else is pooled: methods and pairs get rows."""
@@ -191,6 +203,7 @@ def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
 
     conv = cells.drop_duplicates("policy").set_index("policy")[["training_convention", "train_seed"]]
     rows = []
+    contrasts = _wording_view(contrasts)
     inter = contrasts[(contrasts.name == "interaction") & ~contrasts.policy.map(_is_summary)]
 
     def summ(values: pd.Series) -> str:
@@ -220,6 +233,16 @@ def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
     if not rows:
         return "_No policy pair with both conventions under both requests._"
     return _table(["Task", "Template", "Method", "Pair", "Seeds", "ΔP_{B,h}", "I_P", "I_S", "I_MV"], rows)
+
+
+def item_contrasts_table(contrasts: pd.DataFrame) -> str:
+    """App. B.4 truncation sensitivity and pass@k / coverage gains, with their paired intervals."""
+    part = contrasts[(contrasts.name == "gain_untruncated") | contrasts.name.str.match(r"pass@\d+_gain$")]
+    if part.empty:
+        return "_No trained policy with an initial policy under the same request._"
+    rows = [[r.template, r.name, r.measure[4:], r.policy, r.request, r.n_items, _ci(pd.Series(r._asdict()))]
+            for r in part.itertuples()]
+    return _table(["Template", "Contrast", "Reader", "Policy", "Request", "Items", "Estimate [95% CI] (pp)"], rows)
 
 
 def undefined_table(contrasts: pd.DataFrame) -> str:
@@ -266,11 +289,16 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
         ]
     parts += [
         "\n## Wording templates (Table 13): mean (SD) across the listed seeds, per method and pair\n",
+        ("Every wording is compared on the same items: a template that covers more items than the others (the "
+         "original wording on the whole split) enters on the items all wordings share (its `@shared` cells).\n"),
         template_summary(contrasts, cells),
         ("\n## Further contrasts: attenuation ρ (eq. 7), preference D (eq. 8) with its seed mean and SD, seed "
          "mean and SD of ΔP, shares F/Δ_S and γ₀/Δ_S (§3.2, D.3.1; descriptive ratios), I_reward − I_S (D.1), "
          "method differences (D.2), conditional correctness u_c (eq. 3)\n"), other_contrasts(contrasts),
         "\n## Finite-budget coverage (eq. 9, 11; Table 22)\n", coverage_table(coverage),
+        ("\n## Truncation sensitivity (App. B.4) and pass@k gains\n\n`gain_untruncated` repeats a gain over the item "
+         "pairs in which no response was cut at the length limit (a post-hoc sensitivity check, not a replacement); "
+         "`pass@k_gain` is trained minus initial per-item pass@k (k = N: coverage).\n"), item_contrasts_table(contrasts),
         "\n## Paired tests across seeds (paper 002 §4.2)\n", paired_table(paired),
         "\n## Undefined contrasts\n",
         ("A contrast is n/a when a statistic it needs is undefined (e.g. the lenient reader under a JSON request) "
@@ -352,8 +380,9 @@ def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) ->
         ax.legend(fontsize=8)
         made.append(_save(fig, folder / "fig2a_interactions.png"))
 
-    dpb = contrasts[(contrasts.name == "delta_P") & (contrasts.request == "hash")
-                    & contrasts.policy.str.contains("boxed")]
+    wording = _wording_view(contrasts)
+    dpb = wording[(wording.name == "delta_P") & (wording.request == "hash") & ~wording.policy.map(_is_summary)
+                  & wording.policy.str.contains("boxed")]
     if dpb.template.nunique() > 1:
         fig, ax = plt.subplots(figsize=(6, 3.6))
         order = sorted(dpb.template.unique(), key=lambda t: TEMPLATE_ORDER.get(t, 9))
