@@ -85,8 +85,8 @@ def cell_rows(df: pd.DataFrame, groups: list[Group]) -> pd.DataFrame:
                 warnings.simplefilter("ignore", RuntimeWarning)
                 values = np.nanmean(g.X[c], axis=1)
             for m, v in zip(g.measures, values):
-                if m.startswith("cat.") or m == "timeout.math_verify":
-                    name = f"count.{m[4:]}" if m.startswith("cat.") else "count.timeout.math_verify"
+                if m.startswith(("cat.", "diag.")) or m == "timeout.math_verify":
+                    name = f"count.{m.split('.', 1)[1]}" if m.startswith(("cat.", "diag.")) else f"count.{m}"
                     rows.append({**base, "measure": name, "value": round(float(v) * base["n"])})
                 elif not np.isnan(v):
                     rows.append({**base, "measure": m, "value": float(v)})
@@ -117,6 +117,30 @@ def cell_rows(df: pd.DataFrame, groups: list[Group]) -> pd.DataFrame:
             extra += [{**info, "measure": "lost", "value": lost}, {**info, "measure": "gained", "value": gained},
                       {**info, "measure": "delta_P", "value": 100.0 * (gained - lost) / len(part)}]
     return pd.concat([cells, pd.DataFrame(extra)], ignore_index=True) if extra else cells
+
+
+def answer_type_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 17 counts per cell of a symbolic task and reference group (a nonnegative integer reference,
+    read from its text, or other): digit-only first hash payload, first-hash correct, Math-Verify correct."""
+    from crossed_rlvr.analysis.cells import is_symbolic
+
+    need = ("hash_digit_only", "math_first_hash.correct", "math_verify.correct")
+    sym = df[df["task"].map(is_symbolic)]
+    if sym.empty or any(c not in sym for c in need):
+        return pd.DataFrame()
+    ref = sym["reference"].astype(str).str.strip().str.strip("$").str.strip()
+    sym = sym.assign(ref_group=np.where(ref.str.fullmatch(r"\d+"), "integer", "other"))
+    rows = []
+    keys = ["task", "template", "policy", "request", "ref_group"]
+    for (task, template, policy, request, grp), part in sym.groupby(keys):
+        base = {"task": task, "template": template, "policy": policy, "request": request,
+                "training_convention": part["training_convention"].iloc[0], "train_seed": part["train_seed"].iloc[0],
+                "n": len(part), "n_items": part["item_id"].nunique()}
+        for name, col in (("digit_only_hash", "hash_digit_only"), ("hash_correct", "math_first_hash.correct"),
+                          ("mv_correct", "math_verify.correct")):
+            rows.append({**base, "measure": f"count.{name}|{grp}", "value": int(part[col].astype(bool).sum())})
+        rows.append({**base, "measure": f"items|{grp}", "value": part["item_id"].nunique()})
+    return pd.DataFrame(rows)
 
 
 def contrast_rows(groups: list[Group], policies: pd.DataFrame, n_resamples: int, rng_seed: int
@@ -293,6 +317,9 @@ def analyze(
     policies = policy_table(df)
 
     cells = cell_rows(df, groups)
+    types = answer_type_rows(df[~df["template"].str.endswith("@shared")])
+    if not types.empty:
+        cells = pd.concat([cells, types], ignore_index=True)
     contrasts, checks = contrast_rows(groups, policies, n_resamples, rng_seed)
     contrasts = pd.concat([contrasts, item_contrast_rows(groups, n_resamples, rng_seed)], ignore_index=True)
     coverage = coverage_rows(groups)

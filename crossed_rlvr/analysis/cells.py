@@ -32,27 +32,71 @@ def reader_names(scores: pd.DataFrame) -> list[str]:
     return [c[: -len(".correct")] for c in scores.columns if c.endswith(".correct")]
 
 
-def _pick(scores: pd.DataFrame, mapping: dict[str, str], suffix: str) -> pd.Series:
+# Tasks whose answers are symbolic (MATH500): task-aware readers (App. B.4, D.3.1), see is_symbolic.
+SYMBOLIC_STRICT = {"hash": "math_strict", "boxed": "math_strict"}
+SYMBOLIC_LENIENT = {"hash": "math_lenient", "boxed": "math_lenient"}
+SYMBOLIC_PAYLOAD = {"hash": "payload_any.hash", "boxed": "payload.boxed"}
+
+
+def is_symbolic(task: str) -> bool:
+    """MATH-style tasks (``math500``, ``math``, ``math-*``) are read symbolically, GSM8K-style ones numerically."""
+    return task == "math" or task.startswith(("math500", "math-", "math_"))
+
+
+def _pick(scores: pd.DataFrame, mapping: dict[str, str], suffix: str,
+          symbolic: dict[str, str] | None = None) -> pd.Series:
+    """Per row, column ``<reader>.<suffix>`` of the reader ``mapping`` names for its request (``symbolic``
+    for rows of a symbolic task); NaN where the request has no such reader (or the column is absent)."""
     out = pd.Series(np.nan, index=scores.index, dtype=object)
-    for request, reader in mapping.items():
-        mask = scores["request"] == request
-        if mask.any() and f"{reader}.{suffix}" in scores:
-            out[mask] = scores.loc[mask, f"{reader}.{suffix}"]
+    sym = scores["task"].map(is_symbolic) if symbolic is not None else pd.Series(False, index=scores.index)
+    for table, rows in ((mapping, ~sym), (symbolic or {}, sym)):
+        for request, reader in table.items():
+            mask = rows & (scores["request"] == request)
+            column = reader if reader.startswith("payload") else f"{reader}.{suffix}"
+            if mask.any() and column in scores:
+                out[mask] = scores.loc[mask, column]
     return out
 
 
+DIAGNOSTIC_MEASURES = ("diag.hash_digit_only", "diag.both_readable", "diag.hash_box_unequal",
+                       "diag.box_correct_hash_wrong")
+
+
+def diagnostic_measures(df: pd.DataFrame) -> dict[str, pd.Series]:
+    """Per-response MATH diagnostics behind Tables 16-17 (absent from scores made before they existed)."""
+    need = ["hash_digit_only", "math_hash_box_unequal", "payload_any.hash", "math_first_hash.answer",
+            "math_first_boxed.answer", "math_first_hash.correct", "math_first_boxed.correct"]
+    if any(c not in df for c in need):
+        return {}
+    both = df["math_first_hash.answer"].notna() & df["math_first_boxed.answer"].notna()
+    return {
+        "diag.hash_digit_only": df["hash_digit_only"].astype(float),
+        "diag.both_readable": both.astype(float),
+        "diag.hash_box_unequal": (both & df["math_hash_box_unequal"].astype(bool)).astype(float),
+        "diag.box_correct_hash_wrong": (df["math_first_boxed.correct"].astype(bool) & df["payload_any.hash"]
+                                        & ~df["math_first_hash.correct"].astype(bool)).astype(float),
+    }
+
+
 def derive_measures(scores: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """Add the per-response 0/1 measures; returns the frame and the measure column names."""
+    """Add the per-response 0/1 measures; returns the frame and the measure column names.
+
+    Symbolic tasks (MATH500) use App. B.4's readers: the requested payload is any nonempty one (q^pay),
+    extractability is symbolic readability of the first requested payload (q), strict is ``math_strict``
+    and lenient is D.3.1's ``math_lenient``; A1 is not defined for them."""
     df = scores.copy()
     readers = reader_names(scores)
-    measures: dict[str, pd.Series] = {
-        "payload": df["requested_payload"].astype(float),
-        "extractable": df["extractable"].astype(float),
-    }
-    strict_ok = _pick(df, STRICT, "correct")
-    measures["acc.strict"] = strict_ok.astype(float)
-    lenient_ok = _pick(df, LENIENT, "correct")
-    measures["acc.lenient"] = lenient_ok.astype(float)
+    sym = df["task"].map(is_symbolic)
+    payload = df["requested_payload"].astype(float)
+    if sym.any():
+        sym_payload = _pick(df, {}, "", SYMBOLIC_PAYLOAD)
+        payload = payload.where(~sym, sym_payload.astype(float))
+    extractable = df["extractable"].astype(float)
+    if sym.any() and "math_strict.answer" in df:
+        extractable = extractable.where(~sym, df["math_strict.answer"].notna().astype(float))
+    measures: dict[str, pd.Series] = {"payload": payload, "extractable": extractable}
+    measures["acc.strict"] = _pick(df, STRICT, "correct", SYMBOLIC_STRICT).astype(float)
+    measures["acc.lenient"] = _pick(df, LENIENT, "correct", SYMBOLIC_LENIENT).astype(float)
     reward_map = {r: f"reward_{r}" for r in STRICT}
     measures["acc.reward"] = _pick(df, reward_map, "correct").astype(float)
     for name in readers:
@@ -63,9 +107,10 @@ def derive_measures(scores: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     measures["timeout.math_verify"] = timed_out.fillna(False).astype(float)
     for cat in CATEGORIES:
         measures[f"cat.{cat}"] = (df["category"] == cat).astype(float)
+    measures.update(diagnostic_measures(df))
     # Fidelity condition A1 (§2.2): the lenient reader returns the strict answer whenever there is one.
     strict_ans, lenient_ans = _pick(df, STRICT, "answer"), _pick(df, LENIENT, "answer")
-    has_pair = df["request"].isin(list(LENIENT))
+    has_pair = df["request"].isin(list(LENIENT)) & ~sym
     violation = has_pair & strict_ans.notna() & (lenient_ans != strict_ans)
     measures["a1_violation"] = violation.astype(float).where(has_pair)
     for name, series in measures.items():

@@ -127,6 +127,54 @@ def counts_table(cells: pd.DataFrame, task: str, template: str) -> str:
     return _table(header, rows)
 
 
+def math_tables(cells: pd.DataFrame, contrasts: pd.DataFrame, task: str, template: str) -> str:
+    """MATH500 readout in the layout of paper 001 Tables 15-17 (symbolic readers, App. B.4)."""
+    part = cells[(cells.task == task) & (cells.template == template)]
+    con = contrasts[(contrasts.task == task) & (contrasts.template == template) & (contrasts.name == "gain")]
+    wide = part.pivot_table(index=["policy", "request"], columns="measure", values="value", aggfunc="first")
+    requests = [r for r in ("hash", "boxed") if r in set(part.request)]
+    rows15, rows16, rows17, rows_diag = [], [], [], []
+    for policy in _policy_order(part):
+        row = [policy]
+        for r in requests:
+            w = wide.loc[(policy, r)] if (policy, r) in wide.index else pd.Series(dtype=float)
+            row += [_fmt(100 * w.get("acc.strict", np.nan), 1, False), _fmt(100 * w.get("acc.math_verify", np.nan), 1,
+                                                                           False)]
+            if (policy, r) not in wide.index:
+                continue
+            gains = con[(con.policy == policy) & (con.request == r)].set_index("measure")
+            get = lambda m: _ci(gains.loc[m]) if m in gains.index else "—"  # noqa: E731
+            rows16.append([policy, r, _fmt(100 * w.get("payload", np.nan), 1, False),
+                           _fmt(100 * w.get("extractable", np.nan), 1, False),
+                           _fmt(100 * w.get("truncated", np.nan), 1, False), get("acc.strict"), get("acc.math_verify")])
+            rows_diag.append([policy, r] + [int(w.get(f"count.{k}", 0)) for k in (
+                "hash_digit_only", "both_readable", "hash_box_unequal", "box_correct_hash_wrong")])
+            if r == "hash":
+                for grp in ("integer", "other"):
+                    if f"items|{grp}" in w.index and not np.isnan(w.get(f"items|{grp}", np.nan)):
+                        rows17.append([f"{'Nonnegative integer' if grp == 'integer' else 'Other'} "
+                                       f"(n={int(w[f'items|{grp}'])})", policy]
+                                      + [int(w.get(f"count.{k}|{grp}", 0)) for k in (
+                                          "digit_only_hash", "hash_correct", "mv_correct")])
+        rows15.append(row)
+    header15 = ["Checkpoint"] + [f"{r} {k}" for r in requests for k in ("S", "MV")]
+    return "\n".join([
+        "\n#### Request-sensitive readout (Table 15), accuracy %\n",
+        "S: the requested convention's first payload read symbolically (Math-Verify, no numeric fallback); "
+        "MV: Math-Verify on the full response.\n", _table(header15, rows15),
+        "\n#### Transfer diagnostics (Table 16)\n",
+        "q^pay: a nonempty requested payload; q: its symbolic readability; changes against the same-request "
+        "initial policy with paired 95% intervals.\n",
+        _table(["Checkpoint", "Request", "q^pay", "q", "Trunc.", "ΔS [CI]", "ΔMV [CI]"], rows16),
+        "\n#### Answer types under hash requests (Table 17), counts\n",
+        _table(["Reference group", "Checkpoint", "Digit-only hash", "Hash correct", "MV correct"], rows17)
+        if rows17 else "_No hash-request cells._",
+        "\n#### Report diagnostics (App. B.4), counts\n",
+        _table(["Checkpoint", "Request", "Digit-only hash", "Hash and box both readable", "…and unequal",
+                "Correct box, incorrect hash"], rows_diag),
+    ])
+
+
 def gains_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
     """Table 9 with eq. 5 accounting: strict, lenient and MV gains and the reader-gap reduction F."""
     part = contrasts[(contrasts.task == task) & (contrasts.template == template)]
@@ -254,6 +302,12 @@ def undefined_table(contrasts: pd.DataFrame) -> str:
     return _table(["Template", "Contrast", "Measure", "Policy", "Request", "Why n/a"], rows)
 
 
+def is_symbolic(task: str) -> bool:
+    from crossed_rlvr.analysis.cells import is_symbolic as check
+
+    return check(task)
+
+
 def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, coverage: pd.DataFrame,
                  paired: pd.DataFrame, checks: dict, figures: list[Path], n_resamples: int, rng_seed: int) -> None:
     n_resp = int(cells.drop_duplicates(["task", "template", "policy", "request"])["n"].sum())
@@ -287,6 +341,8 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
             "\n### Gains against the initial policy (Table 9, eq. 5), percentage points\n",
             gains_table(contrasts, task, template),
         ]
+        if is_symbolic(task):
+            parts += ["\n### MATH500 readout (App. B.4)\n", math_tables(cells, contrasts, task, template)]
     parts += [
         "\n## Wording templates (Table 13): mean (SD) across the listed seeds, per method and pair\n",
         ("Every wording is compared on the same items: a template that covers more items than the others (the "

@@ -2,8 +2,8 @@
 
 - ``math_verify``: Math-Verify 0.9 with its default extraction on the full response, against the
   reference, as in the paper's re-scoring.
-- ``math_verify_payload``: Math-Verify on the last requested payload only, with no numeric fallback
-  (a response without a requested payload is unreadable).
+- ``math_verify_payload`` (in :mod:`crossed_rlvr.eval.symbolic`): Math-Verify on the last requested
+  payload only, with no numeric fallback (a response without a requested payload is unreadable).
 
 Math-Verify's own timeouts use ``signal.alarm`` and only work in a main thread, so the panel runs
 these readers in worker processes with a hard per-response limit enforced from outside (see
@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 from functools import lru_cache
 
-from crossed_rlvr.eval.payload import last_payload
 from crossed_rlvr.eval.readers import Reader, Reading, reader
 
 # Math-Verify's in-process limits (seconds); the panel's process-level limit is the hard one.
@@ -74,15 +73,3 @@ class MathVerifyFull(Reader):
 
     def __call__(self, response: str, reference: str, request: str | None = None) -> Reading:
         return verify_text(response, reference)
-
-
-@reader("math_verify_payload")
-class MathVerifyPayload(Reader):
-    slow = True
-
-    def extract(self, response: str, request: str | None = None) -> str | None:
-        payload = last_payload(response, request or "hash")
-        return _answer(_parse(payload)) if payload is not None and len(payload) <= MAX_CHARS else None
-
-    def __call__(self, response: str, reference: str, request: str | None = None) -> Reading:
-        return verify_text(last_payload(response, request or "hash"), reference)

@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Self
 
-from crossed_rlvr.eval import mathverify
+from crossed_rlvr.eval import mathverify, symbolic
 from crossed_rlvr.eval.payload import COUNTERS, detect
 from crossed_rlvr.eval.readers import READERS, REQUESTED_READER
 
@@ -54,6 +54,7 @@ def columns(slow: bool = True) -> list[str]:
     for name in reader_names(slow):
         cols += [f"{name}.answer", f"{name}.correct"]
     cols += [f"payload.{c}" for c in COUNTERS] + ["category", "requested_payload", "extractable", "timed_out"]
+    cols += list(symbolic.DIAGNOSTICS)
     return cols
 
 
@@ -78,6 +79,8 @@ def score_response(response: str, reference: str, request: str = "hash", slow: b
     requested_reader = REQUESTED_READER[request]
     row["extractable"] = row[f"{requested_reader}.answer"] is not None
     row["timed_out"] = False
+    # MATH diagnostics (Tables 16-17); the symbolic comparison is slow, so it runs with the slow readers
+    row.update(symbolic.diagnostics(response) if slow else dict.fromkeys(symbolic.DIAGNOSTICS, False))
     return row
 
 
@@ -89,6 +92,7 @@ def unreadable_row(request: str) -> dict[str, Any]:
     for conv in COUNTERS:
         row[f"payload.{conv}"] = False
     row.update(category="neither", requested_payload=False, extractable=False, timed_out=True)
+    row.update(dict.fromkeys(symbolic.DIAGNOSTICS, False))
     return row
 
 

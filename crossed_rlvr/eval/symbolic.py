@@ -1,0 +1,187 @@
+"""Symbolic payload readers for MATH-style answers (paper 001 App. B.4, D.3.1; Tables 15-17).
+
+GSM8K's readers take numbers; MATH500's answers are LaTeX (``\\frac{1}{2}``, ``2\\sqrt{3}``, tuples).
+These readers take the requested payload as text and check it with Math-Verify against the
+reference, inside LaTeX math delimiters, with no numeric fallback:
+
+- ``math_first_hash``: the first exact ``####`` marker's same-line payload (any nonempty text, outer
+  ``$``/``\\(``/``**`` delimiters and a final period removed); ``math_first_boxed``: the first
+  nonempty balanced ``\\boxed{}``. An answer is returned only when Math-Verify parses the payload, so
+  "answer is not None" is the symbolic readability q of Table 16.
+- ``math_strict``: the primary strict reader of App. B.4: ``math_first_hash`` under a hash request,
+  ``math_first_boxed`` under a boxed one.
+- ``math_lenient``: D.3.1's lenient MATH path: Math-Verify on the last nonempty line, else the last number.
+- ``math_verify_payload`` (in :mod:`crossed_rlvr.eval.mathverify`) stays the last-payload diagnostic.
+
+Diagnostics for Tables 16-17 (:func:`diagnostics`): nonempty hash payload presence (q^pay), a
+digit-only first hash payload, and first hash and first box both readable but unequal.
+"""
+
+from __future__ import annotations
+
+import re
+
+from crossed_rlvr.eval import text as tx
+from crossed_rlvr.eval.mathverify import MAX_CHARS, _answer, _gold, _limits, _parse
+from crossed_rlvr.eval.readers import Reader, Reading, reader
+
+_LINE_REST = re.compile(r"[^\n]*")
+# Outer wrappers a model puts around a reported answer: Markdown emphasis/code and math delimiters.
+_WRAPPERS = (("**", "**"), ("__", "__"), ("`", "`"), ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"),
+             ("*", "*"), ("_", "_"))
+_DIGITS = re.compile(r"\d+")
+_MARKER = re.compile(r"^\s*#{4}(?!#)")
+_PROSE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")  # a word of 3+ letters that is not a LaTeX command
+
+
+def _unwrap(payload: str) -> str:
+    text = payload.strip()
+    changed = True
+    while changed and text:
+        changed = False
+        if text.endswith(".") and not text.endswith(".."):
+            text, changed = text[:-1].rstrip(), True
+        for left, right in _WRAPPERS:
+            if len(text) > len(left) + len(right) and text.startswith(left) and text.endswith(right):
+                text, changed = text[len(left) : -len(right)].strip(), True
+                break
+    return text
+
+
+def hash_payloads(text: str) -> list[str]:
+    """The same-line text after every exact ``####`` marker, unwrapped; empty ones are left out."""
+    out = []
+    for end in tx.exact_markers(text):
+        body = _unwrap(_LINE_REST.match(text, end).group())
+        if body:
+            out.append(body)
+    return out
+
+
+def first_hash_payload(text: str) -> str | None:
+    """The first marker's same-line payload (None when the first marker's line is empty)."""
+    ends = tx.exact_markers(text)
+    if not ends:
+        return None
+    body = _unwrap(_LINE_REST.match(text, ends[0]).group())
+    return body or None
+
+
+def box_payloads(text: str) -> list[str]:
+    return [text[a:b].strip() for a, b in tx.box_spans(text) if tx.box_is_nonempty(text, (a, b))]
+
+
+def symbolic(payload: str | None) -> list:
+    """Math-Verify's parse of a payload inside math delimiters ([] when unreadable)."""
+    if payload is None or len(payload) > MAX_CHARS:
+        return []
+    return _parse(f"${payload}$")
+
+
+def verify_parsed(pred: list, reference: str) -> bool:
+    from math_verify import verify
+
+    gold = list(_gold(str(reference)))
+    _, verify_timeout = _limits()
+    return bool(pred) and bool(gold) and verify(gold, pred, timeout_seconds=verify_timeout)
+
+
+class SymbolicPayload(Reader):
+    """Math-Verify on one payload, no fallback: unreadable unless the payload parses."""
+
+    slow = True
+
+    def payload(self, response: str, request: str | None) -> str | None:
+        raise NotImplementedError
+
+    def extract(self, response: str, request: str | None = None) -> str | None:
+        return _answer(symbolic(self.payload(response, request)))
+
+    def __call__(self, response: str, reference: str, request: str | None = None) -> Reading:
+        parsed = symbolic(self.payload(response, request))
+        return Reading(_answer(parsed), verify_parsed(parsed, reference))
+
+
+@reader("math_first_hash")
+class MathFirstHash(SymbolicPayload):
+    def payload(self, response: str, request: str | None) -> str | None:
+        return first_hash_payload(response)
+
+
+@reader("math_first_boxed")
+class MathFirstBoxed(SymbolicPayload):
+    def payload(self, response: str, request: str | None) -> str | None:
+        found = box_payloads(response)
+        return found[0] if found else None
+
+
+@reader("math_strict")
+class MathStrict(SymbolicPayload):
+    """App. B.4's primary reader: the first payload of the requested convention, symbolic."""
+
+    def payload(self, response: str, request: str | None) -> str | None:
+        if request == "boxed":
+            found = box_payloads(response)
+            return found[0] if found else None
+        return first_hash_payload(response) if request in (None, "hash") else None
+
+
+@reader("math_lenient")
+class MathLenient(Reader):
+    """D.3.1's lenient MATH path: the last nonempty line through Math-Verify, else the last number."""
+
+    slow = True
+
+    def __call__(self, response: str, reference: str, request: str | None = None) -> Reading:
+        lines = [line for line in response.splitlines() if line.strip()]
+        parsed = []
+        if lines and len(lines[-1]) <= MAX_CHARS:
+            last = _unwrap(_MARKER.sub("", lines[-1], count=1))
+            # a bare expression is read as LaTeX; a sentence by Math-Verify's own extraction
+            parsed = _parse(lines[-1]) if _PROSE.search(last) else symbolic(last)
+        if not parsed:
+            number = tx.last_number(response)
+            parsed = symbolic(number) if number is not None else []
+        return Reading(_answer(parsed), verify_parsed(parsed, reference))
+
+    def extract(self, response: str, request: str | None = None) -> str | None:
+        return self(response, "", request).answer
+
+
+@reader("math_verify_payload")
+class MathVerifyLastPayload(SymbolicPayload):
+    """The last-payload diagnostic (App. B.4 compares first and last markers): the last requested payload
+    (any nonempty hash line, the last box, the last JSON/XML answer), symbolic, no numeric fallback."""
+
+    def payload(self, response: str, request: str | None) -> str | None:
+        request = request or "hash"
+        if request == "hash":
+            found = hash_payloads(response)
+        elif request == "boxed":
+            found = box_payloads(response)
+        else:
+            from crossed_rlvr.eval.payload import last_payload
+
+            one = last_payload(response, request)
+            found = [one] if one is not None else []
+        return found[-1] if found else None
+
+
+DIAGNOSTICS = ("payload_any.hash", "hash_digit_only", "math_hash_box_unequal")
+
+
+def diagnostics(response: str) -> dict[str, bool]:
+    """Per-response counts behind Tables 16-17 (slow: Math-Verify compares the two payloads)."""
+    from math_verify import verify
+
+    first_hash = first_hash_payload(response)
+    boxes = box_payloads(response)
+    unequal = False
+    if first_hash is not None and boxes:
+        a, b = symbolic(first_hash), symbolic(boxes[0])
+        if a and b:
+            _, verify_timeout = _limits()
+            unequal = not verify(a, b, timeout_seconds=verify_timeout)
+    return {"payload_any.hash": bool(hash_payloads(response)),
+            "hash_digit_only": first_hash is not None and _DIGITS.fullmatch(first_hash) is not None,
+            "math_hash_box_unequal": unequal}
