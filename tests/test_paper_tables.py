@@ -57,3 +57,62 @@ def test_table_10_interactions(analysis):
     assert round(inter[("grpo/mean", "extractable")], 2) == 46.97
     sd = con[(con.name == "interaction_sd") & (con.measure == "payload")].estimate.iloc[0]
     assert round(sd, 2) == 31.10
+
+
+# ---------------------------------------------------------------- MATH500 transfer (Tables 15-17)
+@pytest.fixture(scope="module")
+def math_analysis(tmp_path_factory):
+    from tests.paper_tables_math import build_math_records
+
+    tmp = tmp_path_factory.mktemp("math")
+    (tmp / "responses").mkdir()
+    write_responses(tmp / "responses" / "math500.jsonl", build_math_records())
+    scores = score_files([tmp / "responses"], tmp / "scores.parquet", workers=2, progress=False)
+    out = analyze(scores, tmp / "analysis", n_resamples=200, rng_seed=20260913)
+    return (pd.read_csv(out / "cells.csv").set_index(["policy", "request", "measure"])["value"],
+            pd.read_csv(out / "contrasts.csv"), (out / "report.md").read_text())
+
+
+def test_table_15_and_16_rebuilt_from_the_papers_counts(math_analysis):
+    from tests.paper_tables_math import POLICIES, TABLE_15_16, TABLE_16_CHANGES
+
+    cells, con, _ = math_analysis
+    for (ckpt, request), (s, mv, pay, q, trunc) in TABLE_15_16.items():
+        policy = POLICIES[ckpt][0]
+        got = [round(100 * cells[(policy, request, m)], 1) for m in
+               ("acc.strict", "acc.math_verify", "payload", "extractable", "truncated")]
+        assert got == [round(100 * x / 500, 1) for x in (s, mv, pay, q, trunc)], (ckpt, request)
+    gains = con[con.name == "gain"].set_index(["policy", "request", "measure"])["estimate"]
+    for (ckpt, request), (ds, dmv) in TABLE_16_CHANGES.items():
+        policy = POLICIES[ckpt][0]
+        assert round(gains[(policy, request, "acc.strict")], 1) == ds
+        assert round(gains[(policy, request, "acc.math_verify")], 1) == dmv
+
+
+def test_table_17_rebuilt_from_the_papers_counts(math_analysis):
+    from tests.paper_tables_math import POLICIES, TABLE_17
+
+    cells, _, report = math_analysis
+    for group, by_ckpt in TABLE_17.items():
+        for ckpt, counts in by_ckpt.items():
+            policy = POLICIES[ckpt][0]
+            got = tuple(int(cells[(policy, "hash", f"count.{k}|{group}")])
+                        for k in ("digit_only_hash", "hash_correct", "mv_correct"))
+            assert got == counts, (group, ckpt)
+    assert "| Nonnegative integer (n=320) | initial | 191 | 178 | 246 |" in report
+    assert "| Other (n=180) | grpo-hash/s83 | 159 | 13 | 88 |" in report
+
+
+def test_table_20_operation_strata_rebuilt_from_the_papers_counts(tmp_path):
+    from tests.paper_tables_math import STRATA, TABLE_20, build_stratum_records
+
+    (tmp_path / "responses").mkdir()
+    write_responses(tmp_path / "responses" / "arith.jsonl", build_stratum_records())
+    scores = score_files([tmp_path / "responses"], tmp_path / "scores.parquet", workers=2, progress=False)
+    out = analyze(scores, tmp_path / "analysis", n_resamples=0, figures=False)
+    cells = pd.read_csv(out / "cells.csv").set_index(["policy", "measure"])["value"]
+    for state, pcts in TABLE_20.items():
+        policy = "initial" if state.endswith("initial") else "grpo-hash/s83"
+        got = tuple(round(100 * cells[(policy, f"acc.math_verify|stratum={s}")], 2) for s, _ in STRATA)
+        assert got == pcts, state
+    assert "| initial | hash | MV | 99.64 | 98.75 | 95.67 |" in (out / "report.md").read_text()

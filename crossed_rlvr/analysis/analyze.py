@@ -25,7 +25,13 @@ import pandas as pd
 
 from crossed_rlvr import __version__
 from crossed_rlvr.analysis.bootstrap import paired_mean_intervals, percentile_interval, resample_stats
-from crossed_rlvr.analysis.cells import Group, add_shared_wording_cells, build_groups, derive_measures, policy_table
+from crossed_rlvr.analysis.cells import (
+    Group,
+    add_shared_wording_cells,
+    build_groups,
+    derive_measures,
+    policy_table,
+)
 from crossed_rlvr.analysis.contrasts import (
     AmbiguousPolicies,
     Contrast,
@@ -140,6 +146,25 @@ def answer_type_rows(df: pd.DataFrame) -> pd.DataFrame:
                           ("mv_correct", "math_verify.correct")):
             rows.append({**base, "measure": f"count.{name}|{grp}", "value": int(part[col].astype(bool).sum())})
         rows.append({**base, "measure": f"items|{grp}", "value": part["item_id"].nunique()})
+    return pd.DataFrame(rows)
+
+
+def stratum_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Table 20: accuracy per item stratum (fixed before generation, e.g. operations per expression), per cell,
+    for the strict, lenient and Math-Verify readers."""
+    if "stratum" not in df or df["stratum"].isna().all():
+        return pd.DataFrame()
+    rows = []
+    part = df[df["stratum"].notna()]
+    for (task, template, policy, request, stratum), cell in part.groupby(
+            ["task", "template", "policy", "request", "stratum"]):
+        base = {"task": task, "template": template, "policy": policy, "request": request,
+                "training_convention": cell["training_convention"].iloc[0], "train_seed": cell["train_seed"].iloc[0],
+                "n": len(cell), "n_items": cell["item_id"].nunique()}
+        for m in ("acc.strict", "acc.lenient", "acc.math_verify"):
+            if cell[m].notna().all():
+                rows.append({**base, "measure": f"{m}|stratum={stratum}", "value": float(cell[m].mean())})
+        rows.append({**base, "measure": f"items|stratum={stratum}", "value": cell["item_id"].nunique()})
     return pd.DataFrame(rows)
 
 
@@ -317,9 +342,10 @@ def analyze(
     policies = policy_table(df)
 
     cells = cell_rows(df, groups)
-    types = answer_type_rows(df[~df["template"].str.endswith("@shared")])
-    if not types.empty:
-        cells = pd.concat([cells, types], ignore_index=True)
+    own = df[~df["template"].str.endswith("@shared")]
+    extra = [t for t in (answer_type_rows(own), stratum_rows(own)) if not t.empty]
+    if extra:
+        cells = pd.concat([cells, *extra], ignore_index=True)
     contrasts, checks = contrast_rows(groups, policies, n_resamples, rng_seed)
     contrasts = pd.concat([contrasts, item_contrast_rows(groups, n_resamples, rng_seed)], ignore_index=True)
     coverage = coverage_rows(groups)

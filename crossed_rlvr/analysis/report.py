@@ -143,28 +143,28 @@ def math_tables(cells: pd.DataFrame, contrasts: pd.DataFrame, task: str, templat
             if (policy, r) not in wide.index:
                 continue
             gains = con[(con.policy == policy) & (con.request == r)].set_index("measure")
-            get = lambda m: _ci(gains.loc[m]) if m in gains.index else "—"  # noqa: E731
+            changes = [_ci(gains.loc[m]) if m in gains.index else "—" for m in ("acc.strict", "acc.math_verify")]
             rows16.append([policy, r, _fmt(100 * w.get("payload", np.nan), 1, False),
                            _fmt(100 * w.get("extractable", np.nan), 1, False),
-                           _fmt(100 * w.get("truncated", np.nan), 1, False), get("acc.strict"), get("acc.math_verify")])
+                           _fmt(100 * w.get("truncated", np.nan), 1, False), *changes])
             rows_diag.append([policy, r] + [int(w.get(f"count.{k}", 0)) for k in (
                 "hash_digit_only", "both_readable", "hash_box_unequal", "box_correct_hash_wrong")])
             if r == "hash":
                 for grp in ("integer", "other"):
                     if f"items|{grp}" in w.index and not np.isnan(w.get(f"items|{grp}", np.nan)):
-                        rows17.append([f"{'Nonnegative integer' if grp == 'integer' else 'Other'} "
-                                       f"(n={int(w[f'items|{grp}'])})", policy]
+                        label = "Nonnegative integer" if grp == "integer" else "Other"
+                        rows17.append([f"{label} (n={int(w[f'items|{grp}'])})", policy]
                                       + [int(w.get(f"count.{k}|{grp}", 0)) for k in (
                                           "digit_only_hash", "hash_correct", "mv_correct")])
         rows15.append(row)
     header15 = ["Checkpoint"] + [f"{r} {k}" for r in requests for k in ("S", "MV")]
     return "\n".join([
         "\n#### Request-sensitive readout (Table 15), accuracy %\n",
-        "S: the requested convention's first payload read symbolically (Math-Verify, no numeric fallback); "
-        "MV: Math-Verify on the full response.\n", _table(header15, rows15),
+        ("S: the requested convention's first payload read symbolically (Math-Verify, no numeric fallback); "
+         "MV: Math-Verify on the full response.\n"), _table(header15, rows15),
         "\n#### Transfer diagnostics (Table 16)\n",
-        "q^pay: a nonempty requested payload; q: its symbolic readability; changes against the same-request "
-        "initial policy with paired 95% intervals.\n",
+        ("q^pay: a nonempty requested payload; q: its symbolic readability; changes against the same-request "
+         "initial policy with paired 95% intervals.\n"),
         _table(["Checkpoint", "Request", "q^pay", "q", "Trunc.", "ΔS [CI]", "ΔMV [CI]"], rows16),
         "\n#### Answer types under hash requests (Table 17), counts\n",
         _table(["Reference group", "Checkpoint", "Digit-only hash", "Hash correct", "MV correct"], rows17)
@@ -173,6 +173,25 @@ def math_tables(cells: pd.DataFrame, contrasts: pd.DataFrame, task: str, templat
         _table(["Checkpoint", "Request", "Digit-only hash", "Hash and box both readable", "…and unequal",
                 "Correct box, incorrect hash"], rows_diag),
     ])
+
+
+def stratum_table(cells: pd.DataFrame, task: str, template: str) -> str:
+    """Table 20: Math-Verify (and strict) accuracy per item stratum, percent."""
+    part = cells[(cells.task == task) & (cells.template == template) & cells.measure.str.contains(r"\|stratum=")]
+    if part.empty:
+        return ""
+    part = part.assign(stratum=part.measure.str.split("stratum=").str[1], what=part.measure.str.split("|").str[0])
+    strata = sorted(part.stratum.unique())
+    n = part[part.what == "items"].drop_duplicates("stratum").set_index("stratum")["value"]
+    rows = []
+    for policy in _policy_order(part):
+        for request in _requests(part[part.policy == policy].request):
+            sel = part[(part.policy == policy) & (part.request == request)]
+            for m, label in (("acc.math_verify", "MV"), ("acc.strict", "S")):
+                vals = sel[sel.what == m].set_index("stratum")["value"]
+                rows.append([policy, request, label] + [_fmt(100 * vals.get(st, np.nan), 2, False) for st in strata])
+    return "\n".join(["\n### Accuracy per item stratum (Table 20), percent\n",
+                      _table(["Policy", "Request", "Reader"] + [f"{st} ({int(n.get(st, 0))})" for st in strata], rows)])
 
 
 def gains_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
@@ -341,6 +360,9 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
             "\n### Gains against the initial policy (Table 9, eq. 5), percentage points\n",
             gains_table(contrasts, task, template),
         ]
+        strata = stratum_table(cells, task, template)
+        if strata:
+            parts.append(strata)
         if is_symbolic(task):
             parts += ["\n### MATH500 readout (App. B.4)\n", math_tables(cells, contrasts, task, template)]
     parts += [

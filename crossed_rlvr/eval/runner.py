@@ -207,6 +207,8 @@ def run_eval(cfg: Any, progress: bool = True) -> dict[str, Any]:
                                 "reference": str(it["reference"]), "items_sha256": items_sha,
                                 "items_file": items_path.name, "model_path": recorded_path(pol.path, run_dir),
                             }
+                            if it.get("stratum") is not None:  # e.g. operations per expression (Table 20)
+                                rec["stratum"] = str(it["stratum"])
                             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
                             done[(rec["item_id"], s)] = rec
                         fh.flush()

@@ -42,6 +42,7 @@ def schema() -> pa.Schema:
         pa.field("item_id", pa.string()), pa.field("sample_idx", pa.int64()), pa.field("gen_seed", pa.int64()),
         pa.field("finish_reason", pa.string()), pa.field("prompt_tokens", pa.int64()),
         pa.field("response_tokens", pa.int64()), pa.field("reference", pa.string()),
+        pa.field("stratum", pa.string()),  # optional item stratum (e.g. operations per expression, Table 20)
     ]
     for col in columns():
         if col.endswith(".answer") or col == "category":
@@ -49,6 +50,11 @@ def schema() -> pa.Schema:
         else:
             fields.append(pa.field(col, pa.bool_()))
     return pa.schema(fields)
+
+
+def _stratum(record: dict[str, Any]) -> str | None:
+    value = record.get("stratum")
+    return None if value is None else str(value)
 
 
 def _manifest(files: list[Path], n_records: int) -> dict[str, Any]:
@@ -140,7 +146,8 @@ def score_files(
                 else:
                     rows = scorer.score(items, bar)
                 table = pa.Table.from_pylist(
-                    [{**{c: r[c] for c in KEY_COLUMNS}, **row} for r, row in zip(shard, rows, strict=True)], schema=sch
+                    [{**{c: r[c] for c in KEY_COLUMNS}, "stratum": _stratum(r), **row}
+                     for r, row in zip(shard, rows, strict=True)], schema=sch
                 )
                 _atomic_write_table(table, partial / f"shard-{k:05d}.parquet")
         finally:

@@ -72,10 +72,12 @@ def box_payloads(text: str) -> list[str]:
 
 
 def symbolic(payload: str | None) -> list:
-    """Math-Verify's parse of a payload inside math delimiters ([] when unreadable)."""
+    """Math-Verify's parse of a payload inside math delimiters ([] when unreadable). A parse that yields
+    only Math-Verify's raw-string fallback (``?``, ``---``) is not a symbolic reading."""
     if payload is None or len(payload) > MAX_CHARS:
         return []
-    return _parse(f"${payload}$")
+    parsed = _parse(f"${payload}$")
+    return parsed if any(not isinstance(x, str) for x in parsed) else []
 
 
 def verify_parsed(pred: list, reference: str) -> bool:
