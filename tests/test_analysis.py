@@ -94,6 +94,8 @@ def test_outputs_and_report(result):
                     "Attenuation", "coverage", "Paired tests"):
         assert heading.lower() in report.lower()
     assert (out / "figures" / "fig1a_payload_by_seed.png").stat().st_size > 1000
+    assert (out / "figures" / "fig2b_preference.png").stat().st_size > 1000
+    assert (out / "figures" / "fig3b_gains_by_reader.png").stat().st_size > 1000
     assert (out / "figures" / "fig2a_interactions.png").stat().st_size > 1000
     manifest = json.loads((out / "manifest.json").read_text())
     assert len(manifest["inputs"][0]["sha256"]) == 64 and "report.md" in manifest["outputs"]

@@ -458,6 +458,41 @@ def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) ->
         ax.legend(fontsize=8)
         made.append(_save(fig, folder / "fig2a_interactions.png"))
 
+    pref = contrasts[(contrasts.name == "preference_D") & (contrasts.template == "original")]
+    if len(pref) > 1:  # Fig. 2b: prompted convention preference D per policy, with paired intervals
+        fig, ax = plt.subplots(figsize=(max(5, 0.7 * len(pref) + 2), 3.6))
+        order = list(pref.policy)
+        colors = ["black" if p == "initial" else ("tab:blue" if "hash" in p else "tab:orange") for p in order]
+        yerr = np.vstack([pref.estimate - pref.ci_low, pref.ci_high - pref.estimate])
+        ax.bar(range(len(order)), pref.estimate, color=colors, yerr=np.nan_to_num(yerr), capsize=3)
+        ax.axhline(0, color="black", lw=0.8)
+        ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("100 D = strict(hash req.) − strict(boxed req.)")
+        ax.set_title("Prompted convention preference D per policy (cf. Fig. 2b)")
+        made.append(_save(fig, folder / "fig2b_preference.png"))
+
+    gains = contrasts[(contrasts.name == "gain") & contrasts.measure.isin(["acc.strict", "acc.math_verify"])
+                      & (contrasts.template == "original") & ~contrasts.policy.map(_is_summary)]
+    if not gains.empty:  # Fig. 3b / 4: gains by reader and request, same saved responses
+        requests = _requests(gains.request)
+        fig, axes = plt.subplots(1, len(requests), figsize=(5 * len(requests), 3.6), sharey=True, squeeze=False)
+        for ax, req in zip(axes[0], requests):
+            sub = gains[gains.request == req]
+            labels = sorted(sub.policy.unique())
+            for k, (m, name, color) in enumerate([("acc.strict", "strict", "tab:red"),
+                                                  ("acc.math_verify", "Math-Verify", "tab:green")]):
+                part = sub[sub.measure == m].set_index("policy").reindex(labels)
+                yerr = np.vstack([part.estimate - part.ci_low, part.ci_high - part.estimate])
+                ax.errorbar(np.arange(len(labels)) + (k - 0.5) * 0.25, part.estimate, yerr=np.nan_to_num(yerr),
+                            fmt="o", color=color, capsize=3, label=name)
+            ax.axhline(0, color="black", lw=0.8)
+            ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
+            ax.set_title(f"{req} request")
+        axes[0][0].set_ylabel("gain over the initial policy (pp), 95% CI")
+        axes[0][-1].legend(fontsize=8)
+        fig.suptitle("Gains depend on the request and the reader (cf. Fig. 3b, 4)")
+        made.append(_save(fig, folder / "fig3b_gains_by_reader.png"))
+
     wording = _wording_view(contrasts)
     dpb = wording[(wording.name == "delta_P") & (wording.request == "hash") & ~wording.policy.map(_is_summary)
                   & wording.policy.str.contains("boxed")]
