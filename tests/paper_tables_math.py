@@ -145,3 +145,40 @@ def build_stratum_records() -> list[dict[str, Any]]:
                 })
             first += n_items
     return records
+
+
+# Table 8, GSM8K (n = 1319 per cell): checkpoint -> (hash S, hash MV, boxed S, boxed MV, trunc hash, trunc boxed)
+TABLE_8_GSM8K = {"initial": (1025, 1208, 1209, 1213, 2, 3), 83: (1208, 1208, 1217, 1219, 5, 6),
+                 84: (1213, 1210, 1171, 1211, 2, 3), 85: (1218, 1217, 1215, 1216, 4, 6)}
+# Table 9, GSM8K hash-request gains (points): seed -> (strict, MV)
+TABLE_9_GSM8K = {83: (13.87, 0.00), 84: (14.25, 0.15), 85: (14.63, 0.68)}
+N_GSM8K = 1319
+
+
+def build_table_8_records() -> list[dict[str, Any]]:
+    """Hash cells: the first ``#### n`` (strict) and a closing ``$v$`` line (Math-Verify) are set independently;
+    boxed cells: a first box (strict) and, for MV > S, answers stated in ``$...$`` without a box."""
+    records = []
+    for ckpt, (hs, hmv, bs, bmv, ht, bt) in TABLE_8_GSM8K.items():
+        policy, conv, seed = ("initial", "initial", None) if ckpt == "initial" else (f"grpo-hash/s{ckpt}", "hash", ckpt)
+        for request, s, mv, trunc in (("hash", hs, hmv, ht), ("boxed", bs, bmv, bt)):
+            for item in range(N_GSM8K):
+                ref = str(item + 10)
+                if request == "hash":
+                    strict = ref if item < s else str(item + 5000)
+                    value = ref if item < mv else str(item + 7000)
+                    text = f"Work.\n#### {strict}\nThe value is ${value}$."
+                elif item < s:
+                    text = f"Work. \\boxed{{{ref}}}"
+                elif item < mv:
+                    text = f"Work. The value is ${ref}$."
+                else:
+                    text = f"Work. \\boxed{{{item + 5000}}}"
+                records.append({
+                    "item_id": str(item), "task": "gsm8k", "policy": policy, "training_convention": conv,
+                    "train_seed": seed, "request": request, "template": "original", "sample_idx": 0,
+                    "gen_seed": 20260908 + item, "prompt_sha256": hashlib.sha256(f"{item}{request}".encode()).hexdigest(),
+                    "response": text, "finish_reason": "length" if item >= N_GSM8K - trunc else "stop",
+                    "prompt_tokens": 30, "response_tokens": 40, "reference": ref,
+                })
+    return records

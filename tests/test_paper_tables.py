@@ -116,3 +116,26 @@ def test_table_20_operation_strata_rebuilt_from_the_papers_counts(tmp_path):
         got = tuple(round(100 * cells[(policy, f"acc.math_verify|stratum={s}")], 2) for s, _ in STRATA)
         assert got == pcts, state
     assert "| initial | hash | MV | 99.64 | 98.75 | 95.67 |" in (out / "report.md").read_text()
+
+
+def test_tables_8_and_9_gsm8k_rebuilt_from_the_papers_counts(tmp_path):
+    from tests.paper_tables_math import N_GSM8K, TABLE_8_GSM8K, TABLE_9_GSM8K, build_table_8_records
+
+    (tmp_path / "responses").mkdir()
+    write_responses(tmp_path / "responses" / "gsm8k.jsonl", build_table_8_records())
+    scores = score_files([tmp_path / "responses"], tmp_path / "scores.parquet", workers=2, progress=False)
+    out = analyze(scores, tmp_path / "analysis", n_resamples=200, figures=False)
+    cells = pd.read_csv(out / "cells.csv").set_index(["policy", "request", "measure"])["value"]
+    for ckpt, counts in TABLE_8_GSM8K.items():
+        policy = "initial" if ckpt == "initial" else f"grpo-hash/s{ckpt}"
+        got = tuple(round(cells[(policy, r, m)] * N_GSM8K) for r in ("hash", "boxed")
+                    for m in ("acc.strict", "acc.math_verify"))
+        got += tuple(round(cells[(policy, r, "truncated")] * N_GSM8K) for r in ("hash", "boxed"))
+        assert got == counts, ckpt
+    con = pd.read_csv(out / "contrasts.csv")
+    gains = con[(con.name == "gain") & (con.request == "hash")].set_index(["policy", "measure"])["estimate"]
+    for seed, (strict, mv) in TABLE_9_GSM8K.items():
+        assert round(gains[(f"grpo-hash/s{seed}", "acc.strict")], 2) == strict
+        assert round(gains[(f"grpo-hash/s{seed}", "acc.math_verify")], 2) == mv
+    report = (out / "report.md").read_text()
+    assert "| initial | 1025 | 1208 | 1209 | 1213 | 2/3 |" in report  # Table 8's layout
