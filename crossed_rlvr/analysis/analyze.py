@@ -181,7 +181,7 @@ def contrast_rows(groups: list[Group], policies: pd.DataFrame, n_resamples: int,
         est = evaluate(contrasts, point)
         lows = highs = np.full(len(contrasts), np.nan)
         if n_resamples:
-            draws = resample_stats(flat, n_resamples, rng_seed, used_stats(contrasts, len(flat)))
+            draws = resample_stats(flat, n_resamples, rng_seed, used_stats(contrasts, len(flat)), g.n_samples)
             lows, highs = percentile_interval(evaluate(contrasts, draws))
         identity_err = max(identity_err, _identity_error(contrasts, est))
         for j, c in enumerate(contrasts):

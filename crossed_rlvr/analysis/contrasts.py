@@ -306,10 +306,3 @@ def evaluate(contrasts: list[Contrast], stats: np.ndarray) -> np.ndarray:
             block = per_seed[idx].reshape(len(cols), k, -1)
             values[cols] = block.std(axis=1, ddof=1)  # NaN when any seed's value is undefined
     return values.T.reshape(*shape[:-1], len(contrasts))
-
-
-def _vec(terms: dict[int, float], n: int) -> np.ndarray:
-    v = np.zeros(n)
-    for i, c in terms.items():
-        v[i] += c
-    return v
