@@ -38,7 +38,7 @@ ENDINGS = [
 ]
 
 
-def make_responses(n: int, seed: int = 20260908) -> list[Item]:
+def make_responses(n: int, seed: int = 20260908, task: str = "gsm8k") -> list[Item]:
     rng = random.Random(seed)
     items = []
     for k in range(n):
@@ -51,7 +51,7 @@ def make_responses(n: int, seed: int = 20260908) -> list[Item]:
             parts.append(rng.choice(SENTENCES).format(**v))
         body = " ".join(parts) + rng.choice(ENDINGS).format(**v)
         reference = str(v["f"] if rng.random() < 0.8 else v["f"] + 1)
-        items.append(Item(body, reference, "hash" if k % 2 == 0 else "boxed"))
+        items.append(Item(body, reference, "hash" if k % 2 == 0 else "boxed", task))
     return items
 
 
@@ -64,6 +64,8 @@ def main() -> None:
     parser.add_argument("--fast-n", type=int, default=20_000)
     parser.add_argument("--mv-n", type=int, default=1_000)
     parser.add_argument("--full-n", type=int, default=29_018)
+    parser.add_argument("--math-n", type=int, default=4_000,
+                        help="responses scored as a symbolic (MATH500) task, with the symbolic readers on")
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     args = parser.parse_args()
 
@@ -92,6 +94,11 @@ def main() -> None:
     print(f"(c) whole panel, {args.workers} workers:        ", rate(len(subset), elapsed))
     print(f"    timed out: {sum(r['timed_out'] for r in rows)}; "
           f"math_verify accuracy {sum(r['math_verify.correct'] for r in rows) / len(rows):.3f}")
+
+    subset = make_responses(args.math_n, task="math500")
+    start = time.perf_counter()
+    rows = score_many(subset, workers=args.workers, chunk_size=128)
+    print(f"(d) whole panel, MATH500 task, {args.workers} workers:", rate(len(subset), time.perf_counter() - start))
 
 
 if __name__ == "__main__":

@@ -40,7 +40,9 @@ SYMBOLIC_PAYLOAD = {"hash": "payload_any.hash", "boxed": "payload.boxed"}
 
 def is_symbolic(task: str) -> bool:
     """MATH-style tasks (``math500``, ``math``, ``math-*``) are read symbolically, GSM8K-style ones numerically."""
-    return task == "math" or task.startswith(("math500", "math-", "math_"))
+    from crossed_rlvr.eval.symbolic import is_symbolic_task
+
+    return is_symbolic_task(task)
 
 
 def _pick(scores: pd.DataFrame, mapping: dict[str, str], suffix: str,
@@ -78,6 +80,12 @@ def diagnostic_measures(df: pd.DataFrame) -> dict[str, pd.Series]:
     }
 
 
+def symbolic_only_readers() -> set[str]:
+    from crossed_rlvr.eval.readers import READERS
+
+    return {name for name, r in READERS.items() if getattr(r, "symbolic_only", False)}
+
+
 def derive_measures(scores: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Add the per-response 0/1 measures; returns the frame and the measure column names.
 
@@ -99,8 +107,11 @@ def derive_measures(scores: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     measures["acc.lenient"] = _pick(df, LENIENT, "correct", SYMBOLIC_LENIENT).astype(float)
     reward_map = {r: f"reward_{r}" for r in STRICT}
     measures["acc.reward"] = _pick(df, reward_map, "correct").astype(float)
+    only_symbolic = symbolic_only_readers()
     for name in readers:
-        measures[f"acc.{name}"] = df[f"{name}.correct"].astype(float)
+        ok = df[f"{name}.correct"].astype(float)
+        # a MATH-only reader is not scored on GSM8K-style responses: undefined there, not wrong
+        measures[f"acc.{name}"] = ok.where(sym) if name in only_symbolic else ok
     measures["truncated"] = (df["finish_reason"] == "length").astype(float)
     # Math-Verify ran out of time: its own outcome (Math-Verify credits nothing then), counted per cell.
     timed_out = df["timed_out"] if "timed_out" in df else pd.Series(False, index=df.index)
@@ -147,13 +158,15 @@ def build_groups(df: pd.DataFrame, measures: list[str]) -> list[Group]:
     for (task, template), part in df.groupby(["task", "template"], sort=True):
         items = sorted(part["item_id"].unique(), key=item_order)
         cells = sorted({(p, r) for p, r in zip(part["policy"], part["request"])}, key=_cell_order)
-        means = part.groupby(["policy", "request", "item_id"])[measures].mean()
-        X = np.full((len(cells), len(measures), len(items)), np.nan)
+        # measures no response of this group has (a MATH-only reader on GSM8K) are left out of the group
+        group_measures = [m for m in measures if part[m].notna().any() or not _optional(m)]
+        means = part.groupby(["policy", "request", "item_id"])[group_measures].mean()
+        X = np.full((len(cells), len(group_measures), len(items)), np.nan)
         for c, (policy, request) in enumerate(cells):
             block = means.loc[(policy, request)].reindex(items)
             X[c] = block.to_numpy(dtype=float).T
         n_samples = int(part.groupby(["policy", "request", "item_id"]).size().max())
-        groups.append(Group(task, template, items, cells, measures, X, n_samples))
+        groups.append(Group(task, template, items, cells, group_measures, X, n_samples))
     return groups
 
 
@@ -177,6 +190,10 @@ def add_shared_wording_cells(df: pd.DataFrame) -> pd.DataFrame:
                 sub["template"] = f"{t}{SHARED}"
                 extra.append(sub)
     return pd.concat([df, *extra], ignore_index=True) if extra else df
+
+
+def _optional(measure: str) -> bool:
+    return measure.startswith("acc.") and measure[4:] in symbolic_only_readers()
 
 
 def _cell_order(cell: tuple[str, str]) -> tuple:

@@ -31,6 +31,7 @@ class Item:
     response: str
     reference: str
     request: str = "hash"
+    task: str | None = None  # None: every reader; a GSM8K-style task skips the symbolic (MATH) readers
 
 
 def reader_names(slow: bool = True) -> list[str]:
@@ -58,15 +59,17 @@ def columns(slow: bool = True) -> list[str]:
     return cols
 
 
-def score_response(response: str, reference: str, request: str = "hash", slow: bool = True) -> dict[str, Any]:
+def score_response(response: str, reference: str, request: str = "hash", slow: bool = True,
+                   task: str | None = None) -> dict[str, Any]:
     """Every reader and the payload detector on one response (paper 001 §2.1-2.2, App. B.2).
 
     ``requested_payload`` is d_r(y); ``extractable`` says whether the frozen requested-convention
     reader returns a value (the q_c indicator); ``category`` is the Table 11 category.
     """
     row: dict[str, Any] = {}
+    symbolic_task = task is None or symbolic.is_symbolic_task(task)
     for _, answer_col, correct_col, read in _readers(True):
-        if slow or not read.slow:
+        if (slow or not read.slow) and (symbolic_task or not read.symbolic_only):
             reading = read(response, reference, request)
             row[answer_col], row[correct_col] = reading.answer, reading.correct
         else:
@@ -80,7 +83,8 @@ def score_response(response: str, reference: str, request: str = "hash", slow: b
     row["extractable"] = row[f"{requested_reader}.answer"] is not None
     row["timed_out"] = False
     # MATH diagnostics (Tables 16-17); the symbolic comparison is slow, so it runs with the slow readers
-    row.update(symbolic.diagnostics(response) if slow else dict.fromkeys(symbolic.DIAGNOSTICS, False))
+    row.update(symbolic.diagnostics(response) if slow and symbolic_task
+               else dict.fromkeys(symbolic.DIAGNOSTICS, False))
     return row
 
 
@@ -97,7 +101,7 @@ def unreadable_row(request: str) -> dict[str, Any]:
 
 
 def _score_chunk(items: Sequence[Item], slow: bool = True) -> list[dict[str, Any]]:
-    return [score_response(it.response, it.reference, it.request, slow) for it in items]
+    return [score_response(it.response, it.reference, it.request, slow, it.task) for it in items]
 
 
 def _warm() -> None:

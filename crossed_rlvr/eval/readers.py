@@ -40,6 +40,8 @@ class Reader:
     name: str = ""
     # Readers that must run in a worker process with a hard time limit (Math-Verify).
     slow: bool = False
+    # Readers of symbolic (MATH-style) answers only: skipped for a response of another task.
+    symbolic_only: bool = False
 
     def extract(self, response: str, request: str | None = None) -> str | None:
         raise NotImplementedError

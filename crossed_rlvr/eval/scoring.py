@@ -139,9 +139,9 @@ def score_files(
                 if stop_after_shards is not None and n_done >= stop_after_shards:
                     return output
                 shard = [records[i] for i in shards[k]]
-                items = [Item(r["response"], r["reference"], r["request"]) for r in shard]
+                items = [Item(r["response"], r["reference"], r["request"], r["task"]) for r in shard]
                 if scorer is None:
-                    rows = [score_response(it.response, it.reference, it.request) for it in items]
+                    rows = [score_response(it.response, it.reference, it.request, task=it.task) for it in items]
                     bar.update(len(items))
                 else:
                     rows = scorer.score(items, bar)

@@ -20,6 +20,7 @@ digit-only first hash payload, and first hash and first box both readable but un
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from crossed_rlvr.eval import text as tx
 from crossed_rlvr.eval.mathverify import MAX_CHARS, _answer, _gold, _limits, _parse
@@ -48,12 +49,22 @@ def _unwrap(payload: str) -> str:
     return text
 
 
+_TEXT_GROUP = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}")
+
+
+def is_prose(payload: str) -> bool:
+    """A heading or sentence (``Step 1: add``), not an answer: a word of 3+ letters outside LaTeX commands
+    and ``\\text{}`` groups (so ``\\text{Tuesday}`` and ``\\sqrt{2}`` are answers)."""
+    return _PROSE.search(_TEXT_GROUP.sub("", payload)) is not None
+
+
 def hash_payloads(text: str) -> list[str]:
-    """The same-line text after every exact ``####`` marker, unwrapped; empty ones are left out."""
+    """The answers after exact ``####`` markers: the same-line text, unwrapped; empty lines and prose
+    headings (``#### Step 1: add``) are left out."""
     out = []
     for end in tx.exact_markers(text):
         body = _unwrap(_LINE_REST.match(text, end).group())
-        if body:
+        if body and not is_prose(body):
             out.append(body)
     return out
 
@@ -71,13 +82,23 @@ def box_payloads(text: str) -> list[str]:
     return [text[a:b].strip() for a, b in tx.box_spans(text) if tx.box_is_nonempty(text, (a, b))]
 
 
+def is_symbolic_task(task: str | None) -> bool:
+    """MATH-style tasks (``math500``, ``math``, ``math-*``, ``math_*``) get the symbolic readers."""
+    return task is not None and (task == "math" or task.startswith(("math500", "math-", "math_")))
+
+
 def symbolic(payload: str | None) -> list:
     """Math-Verify's parse of a payload inside math delimiters ([] when unreadable). A parse that yields
     only Math-Verify's raw-string fallback (``?``, ``---``) is not a symbolic reading."""
     if payload is None or len(payload) > MAX_CHARS:
         return []
+    return list(_symbolic(payload))
+
+
+@lru_cache(maxsize=256)  # the readers of one response parse the same payloads: parse each once
+def _symbolic(payload: str) -> tuple:
     parsed = _parse(f"${payload}$")
-    return parsed if any(not isinstance(x, str) for x in parsed) else []
+    return tuple(parsed) if any(not isinstance(x, str) for x in parsed) else ()
 
 
 def verify_parsed(pred: list, reference: str) -> bool:
@@ -88,10 +109,18 @@ def verify_parsed(pred: list, reference: str) -> bool:
     return bool(pred) and bool(gold) and verify(gold, pred, timeout_seconds=verify_timeout)
 
 
+@lru_cache(maxsize=256)
+def read_payload(payload: str | None, reference: str) -> Reading:
+    """A payload's symbolic reading and its verdict, once per (payload, reference)."""
+    parsed = symbolic(payload)
+    return Reading(_answer(parsed), verify_parsed(parsed, reference))
+
+
 class SymbolicPayload(Reader):
     """Math-Verify on one payload, no fallback: unreadable unless the payload parses."""
 
     slow = True
+    symbolic_only = True  # scored for symbolic tasks only (the panel skips it for GSM8K-style tasks)
 
     def payload(self, response: str, request: str | None) -> str | None:
         raise NotImplementedError
@@ -100,8 +129,7 @@ class SymbolicPayload(Reader):
         return _answer(symbolic(self.payload(response, request)))
 
     def __call__(self, response: str, reference: str, request: str | None = None) -> Reading:
-        parsed = symbolic(self.payload(response, request))
-        return Reading(_answer(parsed), verify_parsed(parsed, reference))
+        return read_payload(self.payload(response, request), str(reference))
 
 
 @reader("math_first_hash")
@@ -133,6 +161,7 @@ class MathLenient(Reader):
     """D.3.1's lenient MATH path: the last nonempty line through Math-Verify, else the last number."""
 
     slow = True
+    symbolic_only = True
 
     def __call__(self, response: str, reference: str, request: str | None = None) -> Reading:
         lines = [line for line in response.splitlines() if line.strip()]
@@ -140,7 +169,7 @@ class MathLenient(Reader):
         if lines and len(lines[-1]) <= MAX_CHARS:
             last = _unwrap(_MARKER.sub("", lines[-1], count=1))
             # a bare expression is read as LaTeX; a sentence by Math-Verify's own extraction
-            parsed = _parse(lines[-1]) if _PROSE.search(last) else symbolic(last)
+            parsed = _parse(lines[-1]) if is_prose(last) else symbolic(last)
         if not parsed:
             number = tx.last_number(response)
             parsed = symbolic(number) if number is not None else []
@@ -153,7 +182,10 @@ class MathLenient(Reader):
 @reader("math_verify_payload")
 class MathVerifyLastPayload(SymbolicPayload):
     """The last-payload diagnostic (App. B.4 compares first and last markers): the last requested payload
-    (any nonempty hash line, the last box, the last JSON/XML answer), symbolic, no numeric fallback."""
+    (any nonempty hash line, the last box, the last JSON/XML answer), symbolic, no numeric fallback.
+    Scored for every task, as before."""
+
+    symbolic_only = False
 
     def payload(self, response: str, request: str | None) -> str | None:
         request = request or "hash"
