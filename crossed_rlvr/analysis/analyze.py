@@ -26,6 +26,7 @@ import pandas as pd
 from crossed_rlvr import __version__
 from crossed_rlvr.analysis.bootstrap import paired_mean_intervals, percentile_interval, resample_stats
 from crossed_rlvr.analysis.cells import (
+    SHARED,
     Group,
     add_shared_wording_cells,
     build_groups,
@@ -42,6 +43,7 @@ from crossed_rlvr.analysis.contrasts import (
 )
 from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k, pass_at_k_items
 from crossed_rlvr.analysis.paired import paired_tests
+from crossed_rlvr.eval.symbolic import is_symbolic_task
 from crossed_rlvr.files import sha256_file
 
 REQUIRED = ["task", "policy", "training_convention", "train_seed", "request", "template", "item_id", "sample_idx",
@@ -125,13 +127,19 @@ def cell_rows(df: pd.DataFrame, groups: list[Group]) -> pd.DataFrame:
     return pd.concat([cells, pd.DataFrame(extra)], ignore_index=True) if extra else cells
 
 
+def _cell_meta(part: pd.DataFrame) -> dict[str, Any]:
+    """The cells.csv key columns of a subset of one cell's rows."""
+    first = part.iloc[0]
+    return {"task": first["task"], "template": first["template"], "policy": first["policy"],
+            "request": first["request"], "training_convention": first["training_convention"],
+            "train_seed": first["train_seed"], "n": len(part), "n_items": part["item_id"].nunique()}
+
+
 def answer_type_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Table 17 counts per cell of a symbolic task and reference group (a nonnegative integer reference,
     read from its text, or other): digit-only first hash payload, first-hash correct, Math-Verify correct."""
-    from crossed_rlvr.analysis.cells import is_symbolic
-
     need = ("hash_digit_only", "math_first_hash.correct", "math_verify.correct")
-    sym = df[df["task"].map(is_symbolic)]
+    sym = df[df["task"].map(is_symbolic_task)]
     if sym.empty or any(c not in sym for c in need):
         return pd.DataFrame()
     ref = sym["reference"].astype(str).str.strip().str.strip("$").str.strip()
@@ -139,9 +147,7 @@ def answer_type_rows(df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     keys = ["task", "template", "policy", "request", "ref_group"]
     for (task, template, policy, request, grp), part in sym.groupby(keys):
-        base = {"task": task, "template": template, "policy": policy, "request": request,
-                "training_convention": part["training_convention"].iloc[0], "train_seed": part["train_seed"].iloc[0],
-                "n": len(part), "n_items": part["item_id"].nunique()}
+        base = _cell_meta(part)
         for name, col in (("digit_only_hash", "hash_digit_only"), ("hash_correct", "math_first_hash.correct"),
                           ("mv_correct", "math_verify.correct")):
             rows.append({**base, "measure": f"count.{name}|{grp}", "value": int(part[col].astype(bool).sum())})
@@ -156,11 +162,8 @@ def stratum_rows(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     rows = []
     part = df[df["stratum"].notna()]
-    for (task, template, policy, request, stratum), cell in part.groupby(
-            ["task", "template", "policy", "request", "stratum"]):
-        base = {"task": task, "template": template, "policy": policy, "request": request,
-                "training_convention": cell["training_convention"].iloc[0], "train_seed": cell["train_seed"].iloc[0],
-                "n": len(cell), "n_items": cell["item_id"].nunique()}
+    for (*_, stratum), cell in part.groupby(["task", "template", "policy", "request", "stratum"]):
+        base = _cell_meta(cell)
         for m in ("acc.strict", "acc.lenient", "acc.math_verify"):
             if cell[m].notna().all():
                 rows.append({**base, "measure": f"{m}|stratum={stratum}", "value": float(cell[m].mean())})
@@ -342,7 +345,7 @@ def analyze(
     policies = policy_table(df)
 
     cells = cell_rows(df, groups)
-    own = df[~df["template"].str.endswith("@shared")]
+    own = df[~df["template"].str.endswith(SHARED)]
     extra = [t for t in (answer_type_rows(own), stratum_rows(own)) if not t.empty]
     if extra:
         cells = pd.concat([cells, *extra], ignore_index=True)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from crossed_rlvr.eval.payload import CATEGORIES
+from crossed_rlvr.eval.symbolic import is_symbolic_task
 from crossed_rlvr.tasks.items import item_order
 
 STRICT = {"hash": "strict_first_hash", "boxed": "boxed_first", "json": "json_first", "xml": "xml_first"}
@@ -32,17 +33,10 @@ def reader_names(scores: pd.DataFrame) -> list[str]:
     return [c[: -len(".correct")] for c in scores.columns if c.endswith(".correct")]
 
 
-# Tasks whose answers are symbolic (MATH500): task-aware readers (App. B.4, D.3.1), see is_symbolic.
+# Tasks whose answers are symbolic (MATH500): task-aware readers (App. B.4, D.3.1), see is_symbolic_task.
 SYMBOLIC_STRICT = {"hash": "math_strict", "boxed": "math_strict"}
 SYMBOLIC_LENIENT = {"hash": "math_lenient", "boxed": "math_lenient"}
 SYMBOLIC_PAYLOAD = {"hash": "payload_any.hash", "boxed": "payload.boxed"}
-
-
-def is_symbolic(task: str) -> bool:
-    """MATH-style tasks (``math500``, ``math``, ``math-*``) are read symbolically, GSM8K-style ones numerically."""
-    from crossed_rlvr.eval.symbolic import is_symbolic_task
-
-    return is_symbolic_task(task)
 
 
 def _pick(scores: pd.DataFrame, mapping: dict[str, str], suffix: str,
@@ -50,7 +44,7 @@ def _pick(scores: pd.DataFrame, mapping: dict[str, str], suffix: str,
     """Per row, column ``<reader>.<suffix>`` of the reader ``mapping`` names for its request (``symbolic``
     for rows of a symbolic task); NaN where the request has no such reader (or the column is absent)."""
     out = pd.Series(np.nan, index=scores.index, dtype=object)
-    sym = scores["task"].map(is_symbolic) if symbolic is not None else pd.Series(False, index=scores.index)
+    sym = scores["task"].map(is_symbolic_task) if symbolic is not None else pd.Series(False, index=scores.index)
     for table, rows in ((mapping, ~sym), (symbolic or {}, sym)):
         for request, reader in table.items():
             mask = rows & (scores["request"] == request)
@@ -94,7 +88,7 @@ def derive_measures(scores: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     and lenient is D.3.1's ``math_lenient``; A1 is not defined for them."""
     df = scores.copy()
     readers = reader_names(scores)
-    sym = df["task"].map(is_symbolic)
+    sym = df["task"].map(is_symbolic_task)
     payload = df["requested_payload"].astype(float)
     if sym.any():
         sym_payload = _pick(df, {}, "", SYMBOLIC_PAYLOAD)
@@ -155,11 +149,12 @@ class Group:
 def build_groups(df: pd.DataFrame, measures: list[str]) -> list[Group]:
     """Per-item means of every measure for every cell, grouped by (task, template)."""
     groups = []
+    optional = {f"acc.{name}" for name in symbolic_only_readers()}
     for (task, template), part in df.groupby(["task", "template"], sort=True):
         items = sorted(part["item_id"].unique(), key=item_order)
         cells = sorted({(p, r) for p, r in zip(part["policy"], part["request"])}, key=_cell_order)
         # measures no response of this group has (a MATH-only reader on GSM8K) are left out of the group
-        group_measures = [m for m in measures if part[m].notna().any() or not _optional(m)]
+        group_measures = [m for m in measures if part[m].notna().any() or m not in optional]
         means = part.groupby(["policy", "request", "item_id"])[group_measures].mean()
         X = np.full((len(cells), len(group_measures), len(items)), np.nan)
         for c, (policy, request) in enumerate(cells):
@@ -190,10 +185,6 @@ def add_shared_wording_cells(df: pd.DataFrame) -> pd.DataFrame:
                 sub["template"] = f"{t}{SHARED}"
                 extra.append(sub)
     return pd.concat([df, *extra], ignore_index=True) if extra else df
-
-
-def _optional(measure: str) -> bool:
-    return measure.startswith("acc.") and measure[4:] in symbolic_only_readers()
 
 
 def _cell_order(cell: tuple[str, str]) -> tuple:

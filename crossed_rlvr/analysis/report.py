@@ -1,4 +1,4 @@
-"""report.md and figures, laid out like paper 001 Tables 8-12 and Figures 1a, 1b, 2a."""
+"""report.md and figures, laid out like paper 001 Tables 8-17, 19-20, 22 and Figures 1a, 1b, 2a, 2b, 3b."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from crossed_rlvr.eval.symbolic import is_symbolic_task
 
 TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2}
 REQUEST_ORDER = {"hash": 0, "boxed": 1, "json": 2, "xml": 3}
@@ -321,12 +323,6 @@ def undefined_table(contrasts: pd.DataFrame) -> str:
     return _table(["Template", "Contrast", "Measure", "Policy", "Request", "Why n/a"], rows)
 
 
-def is_symbolic(task: str) -> bool:
-    from crossed_rlvr.analysis.cells import is_symbolic as check
-
-    return check(task)
-
-
 def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, coverage: pd.DataFrame,
                  paired: pd.DataFrame, checks: dict, figures: list[Path], n_resamples: int, rng_seed: int) -> None:
     n_resp = int(cells.drop_duplicates(["task", "template", "policy", "request"])["n"].sum())
@@ -363,7 +359,7 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
         strata = stratum_table(cells, task, template)
         if strata:
             parts.append(strata)
-        if is_symbolic(task):
+        if is_symbolic_task(task):
             parts += ["\n### MATH500 readout (App. B.4)\n", math_tables(cells, contrasts, task, template)]
     parts += [
         "\n## Wording templates (Table 13): mean (SD) across the listed seeds, per method and pair\n",

@@ -11,7 +11,7 @@ reference, inside LaTeX math delimiters, with no numeric fallback:
 - ``math_strict``: the primary strict reader of App. B.4: ``math_first_hash`` under a hash request,
   ``math_first_boxed`` under a boxed one.
 - ``math_lenient``: D.3.1's lenient MATH path: Math-Verify on the last nonempty line, else the last number.
-- ``math_verify_payload`` (in :mod:`crossed_rlvr.eval.mathverify`) stays the last-payload diagnostic.
+- ``math_verify_payload``: the last-payload diagnostic (the last nonempty, non-prose payload), for every task.
 
 Diagnostics for Tables 16-17 (:func:`diagnostics`): nonempty hash payload presence (q^pay), a
 digit-only first hash payload, and first hash and first box both readable but unequal.
@@ -58,24 +58,21 @@ def is_prose(payload: str) -> bool:
     return _PROSE.search(_TEXT_GROUP.sub("", payload)) is not None
 
 
+def _after_markers(text: str) -> list[str]:
+    """The unwrapped same-line text after every exact ``####`` marker, in order (possibly empty)."""
+    return [_unwrap(_LINE_REST.match(text, end).group()) for end in tx.exact_markers(text)]
+
+
 def hash_payloads(text: str) -> list[str]:
-    """The answers after exact ``####`` markers: the same-line text, unwrapped; empty lines and prose
-    headings (``#### Step 1: add``) are left out."""
-    out = []
-    for end in tx.exact_markers(text):
-        body = _unwrap(_LINE_REST.match(text, end).group())
-        if body and not is_prose(body):
-            out.append(body)
-    return out
+    """The answers after exact ``####`` markers: empty lines and prose headings (``#### Step 1: add``) are
+    left out."""
+    return [body for body in _after_markers(text) if body and not is_prose(body)]
 
 
 def first_hash_payload(text: str) -> str | None:
-    """The first marker's same-line payload (None when the first marker's line is empty)."""
-    ends = tx.exact_markers(text)
-    if not ends:
-        return None
-    body = _unwrap(_LINE_REST.match(text, ends[0]).group())
-    return body or None
+    """The first marker's same-line payload, literally (None when there is no marker or its line is empty)."""
+    bodies = _after_markers(text)
+    return bodies[0] or None if bodies else None
 
 
 def box_payloads(text: str) -> list[str]:

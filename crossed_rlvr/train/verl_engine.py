@@ -79,6 +79,9 @@ def validate_verl(overrides: list[str]) -> Any:
     return composed
 
 
+VALIDATION_REQUESTS = ("hash", "boxed")  # the crossed pair every arm is validated under
+
+
 def validation_rows(cfg: Any) -> list[dict[str, Any]]:
     """The task's dev items under every validation request (App. D.1 greedy validation, crossed).
 
@@ -91,14 +94,11 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
 
     task = OmegaConf.create({**OmegaConf.to_container(cfg.task, resolve=True), "split": "dev"})
     items = build_items(task)
-    n = (cfg.get("validation") or {}).get("n_items")
-    items = items[: int(n)] if n else items
-    requests = list((cfg.get("validation") or {}).get("requests") or ("hash", "boxed"))
     return [
         {"row": k * len(items) + j, "item_id": it["item_id"], "request": request,
          "prompt": user_content(it["question"], request, cfg.template), "reference": it["reference"],
          "convention": cfg.convention.name}
-        for k, request in enumerate(requests) for j, it in enumerate(items)
+        for k, request in enumerate(VALIDATION_REQUESTS) for j, it in enumerate(items)
     ]
 
 
