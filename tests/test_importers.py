@@ -28,18 +28,20 @@ def lm_eval_file(tmp_path, name="samples_gsm8k_2026-01-01T00-00-00.jsonl", repea
 
 
 def test_lm_eval_import(tmp_path):
-    records = import_lm_eval(lm_eval_file(tmp_path), policy="initial")
+    records = import_lm_eval(lm_eval_file(tmp_path), policy="initial", request="hash")
     assert len(records) == 4  # 2 docs x 2 repeats; the second filter's lines are not read again
     assert {r["task"] for r in records} == {"gsm8k"}
     assert [r["reference"] for r in records] == ["18", "18", "1234", "1234"]
     assert [r["sample_idx"] for r in records] == [0, 1, 0, 1]
     assert records[0]["response_tokens"] == -1 and records[0]["finish_reason_known"] is False
+    assert records[0]["finish_reason"] == "unknown"  # never written as "stop": truncation is not known
 
 
 def test_lm_eval_older_argument_layout(tmp_path):
     path = tmp_path / "samples_x.jsonl"
     path.write_text(json.dumps({"doc_id": 3, "target": "7", "arguments": [["prompt", {}]], "resps": [["#### 7"]]}) + "\n")
-    (rec,) = import_lm_eval(path, policy="grpo-hash/s1", training_convention="hash", train_seed=1, task="arith")
+    (rec,) = import_lm_eval(path, policy="grpo-hash/s1", training_convention="hash", train_seed=1, task="arith",
+                            request="hash")
     assert rec["item_id"] == "3" and rec["reference"] == "7" and rec["policy"] == "grpo-hash/s1"
 
 
@@ -49,7 +51,66 @@ def test_lm_eval_bad_line_is_named(tmp_path):
                     + json.dumps({"doc_id": 2, "target": "7", "resps": [["a"]]}) + "\n")
     with pytest.raises(ResponseFileError, match=r"samples_x\.jsonl:2: missing field 'arguments'|"
                                                  r"samples_x\.jsonl:2: field 'arguments'"):
-        import_lm_eval(path, policy="initial")
+        import_lm_eval(path, policy="initial", request="hash")
+
+
+def crossed_lm_eval_folder(tmp_path, task_names=("gsm8k_hash", "gsm8k_boxed")):
+    """An lm-eval --output_path folder holding a task's hash and boxed variants (prompts carry the request)."""
+    from crossed_rlvr.rewards.conventions import request_suffix
+
+    folder = tmp_path / "lm_eval_out" / "__models__grpo-hash"
+    folder.mkdir(parents=True)
+    for request, name in zip(("hash", "boxed"), task_names):
+        lines = [{"doc_id": d, "target": f"#### {d + 10}", "resps": [[f"#### {d + 10}"]], "filter": "none",
+                  "arguments": {"gen_args_0": {"arg_0": f"What is {d} + 10?{request_suffix(request)}", "arg_1": {}}}}
+                 for d in range(3)]
+        (folder / f"samples_{name}_2026-01-01T00-00-00.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return folder.parent
+
+
+def test_lm_eval_folder_keeps_the_crossing(tmp_path):
+    folder = crossed_lm_eval_folder(tmp_path)
+    # The file names give two task names for one policy's two requests: refused, never split silently.
+    with pytest.raises(ResponseFileError, match=r"different task names .*boxed: gsm8k_boxed; hash: gsm8k_hash.*--task"):
+        import_lm_eval(folder, policy="grpo-hash/s83")
+    records = import_lm_eval(folder, policy="grpo-hash/s83", task="gsm8k")
+    assert {(r["request"], r["item_id"]) for r in records} == {(q, str(d)) for q in ("hash", "boxed") for d in range(3)}
+    # convention and seed come from the documented policy name
+    assert {(r["training_convention"], r["train_seed"], r["task"]) for r in records} == {("hash", 83, "gsm8k")}
+    with pytest.raises(ResponseFileError, match="prompt asks for 'boxed' but --request says 'hash'"):
+        import_lm_eval(folder, policy="initial", task="gsm8k", request="hash")
+
+
+def test_policy_identity_is_read_from_the_name_and_checked():
+    from crossed_rlvr.eval.importers import policy_identity
+
+    assert policy_identity("sft-boxed/s84") == ("boxed", 84)
+    assert policy_identity("initial") == ("initial", None)
+    assert policy_identity("qwen-base", "initial") == ("initial", None)
+    with pytest.raises(ResponseFileError, match="cannot tell its training convention"):
+        policy_identity("my-model")  # would otherwise become a second 'initial'
+    with pytest.raises(ResponseFileError, match="the name says training convention 'hash' but --training-convention "
+                                                "says 'boxed'"):
+        policy_identity("grpo-hash/s83", "boxed")
+    with pytest.raises(ResponseFileError, match="the name says seed 83 but --train-seed says 84"):
+        policy_identity("grpo-hash/s83", None, 84)
+
+
+def test_lm_eval_0_4_0_json_array_and_folder_errors(tmp_path):
+    old = tmp_path / "pretrained__model_gsm8k.jsonl"  # 0.4.0-0.4.2: one JSON array, indented
+    old.write_text(json.dumps([{"doc_id": 0, "target": "#### 5", "arguments": [["q", {}]], "resps": [["#### 5"]]},
+                               {"doc_id": 1, "target": "#### 6", "arguments": [["q", {}]], "resps": [["#### 7"]]}],
+                              indent=2))
+    records = import_lm_eval(old, policy="initial", request="hash", task="gsm8k")
+    assert [r["reference"] for r in records] == ["5", "6"]
+    with pytest.raises(ResponseFileError, match="task cannot be read from this file name; pass --task"):
+        import_lm_eval(old, policy="initial", request="hash")
+    assert len(import_lm_eval(tmp_path, policy="initial", request="hash", task="gsm8k")) == 2  # the folder
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ResponseFileError, match="no lm-eval samples files"):
+        import_lm_eval(empty, policy="initial", request="hash", task="gsm8k")
+    assert main(["lm-eval", str(empty), "-o", str(tmp_path / "o.jsonl"), "--policy", "initial"]) == 2
 
 
 def verl_dir(tmp_path):
@@ -92,3 +153,23 @@ def test_reference_from_target():
     assert reference_from_target("Janet...\n#### 1,234") == "1234"
     assert reference_from_target(42) == "42"
     assert reference_from_target("\\frac{1}{2}") == "\\frac{1}{2}"
+
+
+def test_imported_set_without_a_crossed_pair_says_what_is_missing(tmp_path, capsys):
+    from crossed_rlvr.analysis.analyze import analyze
+    from crossed_rlvr.eval.records import write_responses
+
+    folder = crossed_lm_eval_folder(tmp_path)
+    files = []
+    for policy in ("initial", "grpo-hash/s83"):
+        out = tmp_path / "resp" / f"{policy.replace('/', '_')}.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        write_responses(out, import_lm_eval(folder, policy=policy, task="gsm8k"))
+        files.append(out)
+    scores = score_files(files, tmp_path / "s.parquet", workers=0, progress=False)
+    analyze(scores, tmp_path / "a", n_resamples=50, figures=False)
+    err = capsys.readouterr().err
+    assert "no crossed pair" in err and "gsm8k/original: arms trained on hash but none on boxed" in err
+    report = (tmp_path / "a" / "report.md").read_text()
+    assert "- missing: gsm8k/original: arms trained on hash but none on boxed" in report
+    assert "| n/a/n/a |" in report  # truncation of imported responses is unknown, not 0

@@ -244,6 +244,8 @@ def item_contrast_rows(groups: list[Group], n_resamples: int, rng_seed: int) -> 
                 continue
             c0, c1 = g.cells.index(("initial", request)), g.cells.index((policy, request))
             untruncated = (g.X[c0, t] == 0) & (g.X[c1, t] == 0)
+            # no finish reasons (imported outputs): the untruncated repeat is undefined, not "all truncated"
+            trunc_known = not (np.isnan(g.X[c0, t]).any() or np.isnan(g.X[c1, t]).any())
             for m in ("acc.strict", "acc.math_verify"):
                 if m not in g.measures:
                     continue
@@ -251,9 +253,10 @@ def item_contrast_rows(groups: list[Group], n_resamples: int, rng_seed: int) -> 
                 d = g.X[c1, i] - g.X[c0, i]
                 if np.isnan(d).any():
                     continue
-                specs.append(("gain_untruncated", m, policy, request))
-                diffs.append(100 * d)
-                keeps.append(untruncated)
+                if trunc_known:
+                    specs.append(("gain_untruncated", m, policy, request))
+                    diffs.append(100 * d)
+                    keeps.append(untruncated)
                 if g.n_samples > 1:
                     n0, n1 = np.rint(g.X[c0, i] * g.n_samples), np.rint(g.X[c1, i] * g.n_samples)
                     for k in sorted({1, g.n_samples}):
@@ -382,6 +385,11 @@ def analyze(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if not (contrasts.name == "interaction").any():
+        from crossed_rlvr.analysis.report import crossing_gaps
+
+        print("crossed-analyze: no crossed pair (arms of both conventions, each under both requests); missing:\n"
+              + "\n".join(f"  - {g}" for g in crossing_gaps(cells)), file=sys.stderr)
     if tracking != "off":
         from crossed_rlvr.analysis.tracking import log_analysis
 

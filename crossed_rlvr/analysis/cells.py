@@ -106,7 +106,9 @@ def derive_measures(scores: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         ok = df[f"{name}.correct"].astype(float)
         # a MATH-only reader is not scored on GSM8K-style responses: undefined there, not wrong
         measures[f"acc.{name}"] = ok.where(sym) if name in only_symbolic else ok
-    measures["truncated"] = (df["finish_reason"] == "length").astype(float)
+    # unknown where the source recorded no finish reason (imported outputs): reported as n/a, never as 0
+    known = df["finish_reason"].isin(["stop", "length"])
+    measures["truncated"] = (df["finish_reason"] == "length").astype(float).where(known)
     # Math-Verify ran out of time: its own outcome (Math-Verify credits nothing then), counted per cell.
     timed_out = df["timed_out"] if "timed_out" in df else pd.Series(False, index=df.index)
     measures["timeout.math_verify"] = timed_out.fillna(False).astype(float)

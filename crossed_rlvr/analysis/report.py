@@ -81,12 +81,47 @@ def payload_table(cells: pd.DataFrame, task: str, template: str) -> str:
                    "Payload (%)", "q_c (%)", "Lost", "Gained", "ΔP (pp)"], rows)
 
 
-def interaction_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
+def crossing_gaps(cells: pd.DataFrame, task: str | None = None, template: str | None = None) -> list[str]:
+    """What keeps a crossed pair (§2: arms of both conventions, same seed, each under both requests)
+    from forming: one line per missing cell or arm, so an import that split the design is visible."""
+    from crossed_rlvr.rewards.conventions import PARTNER
+
+    part = cells if task is None else cells[(cells.task == task) & (cells.template == template)]
+    cols = ["task", "template", "policy", "training_convention", "train_seed", "request"]
+    have = part[cols].drop_duplicates()
+    gaps: list[str] = []
+    for (t, tpl), grp in have.groupby(["task", "template"], sort=True):
+        arms = grp[grp.training_convention != "initial"]
+        requests = set(grp.request)
+        convs = set(arms.training_convention)
+        if not convs:
+            gaps.append(f"{t}/{tpl}: no trained arm, only the initial policy")
+            continue
+        for conv in sorted(convs):
+            partner = PARTNER.get(conv)
+            if partner is not None and partner not in convs:
+                gaps.append(f"{t}/{tpl}: arms trained on {conv} but none on {partner}")
+            for policy, pol in arms[arms.training_convention == conv].groupby("policy"):
+                missing = sorted({conv, partner} - set(pol.request) - {None})
+                if missing:
+                    gaps.append(f"{t}/{tpl}: {policy} has no cell under request {', '.join(missing)}"
+                                + (f" (the task holds only {', '.join(sorted(requests))})" if requests else ""))
+    for policy, grp in have.groupby("policy"):  # one policy's requests split across task names
+        if grp.task.nunique() > 1 and grp.groupby("task").request.nunique().max() < grp.request.nunique():
+            spread = "; ".join(f"{t}: {', '.join(sorted(g.request))}" for t, g in grp.groupby("task"))
+            gaps.append(f"{policy}: its requests fall under different tasks ({spread}); import them under one "
+                        "task name (crossed-import --task)")
+    return gaps
+
+
+def interaction_table(contrasts: pd.DataFrame, task: str, template: str, cells: pd.DataFrame | None = None) -> str:
     """Table 10: I_P, I_q, I_S (requested strict), I_MV per seed, with seed mean and SD."""
     part = contrasts[(contrasts.task == task) & (contrasts.template == template)
                      & contrasts.name.isin(["interaction", "interaction_sd"])]
     if part.empty:
-        return "_No policy pair with both conventions under both requests._"
+        gaps = crossing_gaps(cells, task, template) if cells is not None else []
+        return "_No policy pair with both conventions under both requests._" + "".join(
+            f"\n- missing: {g}" for g in gaps)
     cols = [("payload", "I_P"), ("extractable", "I_q"), ("acc.strict", "I_S"), ("acc.math_verify", "I_MV"),
             ("acc.reward", "I_reward"), ("acc.lenient", "I_lenient")]
     rows = []
@@ -118,7 +153,8 @@ def counts_table(cells: pd.DataFrame, task: str, template: str) -> str:
             n = meta.loc[(policy, r)]["n"]
             w = wide.loc[(policy, r)]
             row += [round(w.get("acc.strict", np.nan) * n), round(w.get("acc.math_verify", np.nan) * n)]
-            trunc.append(str(round(w.get("truncated", 0) * n)))
+            tr = w.get("truncated", np.nan)  # NaN: finish reasons not recorded (imported outputs)
+            trunc.append("n/a" if np.isnan(tr) else str(round(tr * n)))
             timeouts.append(str(int(w.get("count.timeout.math_verify", 0))))
             t = w.get("output_tokens", np.nan)
             tokens.append("n/a" if np.isnan(t) else f"{int(t):,}")
@@ -349,7 +385,7 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
             "response with the initial policy's response to the same item and sample.\n"),
             payload_table(cells, task, template),
             "\n### Crossed interactions (Table 10), percentage points\n",
-            interaction_table(contrasts, task, template),
+            interaction_table(contrasts, task, template, cells),
             "\n### Correct counts per cell (Table 8)\n",
             "S is the strict reader of the requested convention; MV is Math-Verify on the full response.\n",
             counts_table(cells, task, template),

@@ -1,8 +1,11 @@
 """Import outputs made elsewhere as response records, so they can be re-scored (paper 000 §2).
 
-- lm-evaluation-harness ``--log_samples`` files (``samples_<task>_<time>.jsonl``): one line per
-  document and filter; the raw generations are ``resps`` (one list per request, one entry per
-  repeat). Lines repeated for each filter carry the same raw responses and are read once.
+- lm-evaluation-harness ``--log_samples`` files: ``samples_<task>_<time>.jsonl`` (0.4.3 and later), one
+  line per document and filter, or one JSON array per task (0.4.0-0.4.2); a folder is read whole
+  (every samples file under it). The raw generations are ``resps`` (one list per request, one entry
+  per repeat); lines repeated for each filter carry the same raw responses and are read once. The
+  request of each response is the request suffix found in its prompt (else ``--request``), so one
+  folder holding a task's hash and boxed variants imports as one crossed set under one ``--task``.
 - verl validation dumps (``trainer.validation_data_dir``): one ``{step}.jsonl`` per step with
   ``input``, ``output``, ``gts``, ``score``, ``step``. The request (and wording) of each response is
   the request suffix found in its prompt; dumps carry no item id, so the item id is the first 16 hex
@@ -10,7 +13,11 @@
   and policies; repeated prompts (``val_kwargs.n > 1``) become samples 0, 1, ...
 
 Neither source records finish reasons or token counts: imported records say ``finish_reason``
-"stop" with ``finish_reason_known: false`` and token counts of -1 (unknown).
+"unknown" (the report prints "n/a" for their truncation) and token counts of -1 (unknown).
+
+A policy's training convention and seed come from its name when it has the documented form
+``<method>-<convention>/s<seed>`` (``grpo-hash/s83``, ``sft-boxed/s84``) or is ``initial``; a flag that
+contradicts the name, or a name that says neither, is refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -45,6 +52,33 @@ def _policy_fields(policy: str, training_convention: str, train_seed: int | None
     return {"policy": policy, "training_convention": training_convention, "train_seed": train_seed}
 
 
+_POLICY_NAME = re.compile(r"^[A-Za-z0-9_.]+-(?P<convention>[a-z_]+)/s(?P<seed>\d+)(?:[@-].+)?$")
+
+
+def policy_identity(policy: str, training_convention: str | None = None,
+                    train_seed: int | None = None) -> tuple[str, int | None]:
+    """(training convention, seed) of a policy: read from a name ``<method>-<convention>/s<seed>`` or
+    ``initial``, checked against the flags; a contradiction or a name that says neither is refused."""
+    from crossed_rlvr.rewards.conventions import CONVENTIONS
+
+    m = _POLICY_NAME.match(policy)
+    named = (m.group("convention"), int(m.group("seed"))) if m and m.group("convention") in CONVENTIONS else None
+    if policy == "initial":
+        named = ("initial", None)
+    if named is None:
+        if training_convention is None:
+            raise ResponseFileError(
+                f"policy {policy!r}: cannot tell its training convention; name it <method>-<convention>/s<seed> "
+                f"(e.g. grpo-hash/s83) or initial, or pass --training-convention (and --train-seed)")
+        return training_convention, train_seed
+    if training_convention is not None and training_convention != named[0]:
+        raise ResponseFileError(f"policy {policy!r}: the name says training convention {named[0]!r} but "
+                                f"--training-convention says {training_convention!r}")
+    if train_seed is not None and train_seed != named[1]:
+        raise ResponseFileError(f"policy {policy!r}: the name says seed {named[1]} but --train-seed says {train_seed}")
+    return named
+
+
 def _lines(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
     with path.open(encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
@@ -54,6 +88,43 @@ def _lines(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
                     yield json.loads(line), where
                 except json.JSONDecodeError as err:
                     raise ResponseFileError(f"{where}: not valid JSON ({err.msg})") from None
+
+
+def _lm_eval_samples(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
+    """Samples of one lm-eval file: JSON Lines (0.4.3+) or one JSON array (0.4.0-0.4.2, whose
+    entries are numbered by their position in the array)."""
+    with path.open(encoding="utf-8") as fh:
+        head = fh.read(4096).lstrip()
+    if not head.startswith("["):
+        yield from _lines(path)
+        return
+    try:
+        samples = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ResponseFileError(f"{Source(str(path), err.lineno)}: not valid JSON ({err.msg})") from None
+    for k, sample in enumerate(samples):
+        yield sample, Source(str(path), k + 1)  # for an array, the entry number
+
+
+def lm_eval_files(path: str | Path) -> list[Path]:
+    """One samples file, or every lm-eval samples file under a folder (``--output_path`` keeps them
+    in one sub-folder per model)."""
+    path = Path(path)
+    if not path.exists():
+        raise ResponseFileError(f"{path}: no such file or folder")
+    if path.is_file():
+        return [path]
+    files = sorted(path.rglob("samples_*.jsonl"))
+    if not files:  # 0.4.0-0.4.2 named them <model_args>_<task>.jsonl: JSON arrays
+        files = sorted(p for p in path.rglob("*.jsonl") if p.read_text(encoding="utf-8")[:1024].lstrip().startswith("["))
+    if not files:
+        raise ResponseFileError(f"{path}: no lm-eval samples files (samples_*.jsonl) under this folder")
+    return files
+
+
+def task_of_file(path: Path) -> str | None:
+    m = re.match(r"^samples_(.+?)(_\d{4}-\d{2}-\d{2}T.*)?$", path.stem)
+    return m.group(1) if m else None
 
 
 def _lm_eval_prompt(sample: dict[str, Any], where: Source) -> str:
@@ -68,33 +139,57 @@ def _lm_eval_prompt(sample: dict[str, Any], where: Source) -> str:
 
 
 def import_lm_eval(
-    path: str | Path, policy: str, training_convention: str = "initial", train_seed: int | None = None,
-    request: str = "hash", template: str = "original", task: str | None = None,
+    path: str | Path, policy: str, training_convention: str | None = None, train_seed: int | None = None,
+    request: str | None = None, template: str = "original", task: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Response records from one lm-eval ``--log_samples`` file."""
-    path = Path(path)
-    task = task or re.sub(r"^samples_(.+?)_\d{4}-\d{2}-\d{2}T.*$", r"\1", path.stem)
-    records, seen = [], set()
-    for sample, where in _lines(path):
-        for field in ("doc_id", "resps", "target"):
-            if field not in sample:
-                raise ResponseFileError(f"{where}: missing field '{field}' (lm-eval --log_samples format expected)")
-        if sample["doc_id"] in seen:  # the same document under another filter: same raw responses
-            continue
-        seen.add(sample["doc_id"])
-        prompt = _lm_eval_prompt(sample, where)
-        resps = sample["resps"]
-        if not (isinstance(resps, list) and resps and isinstance(resps[0], list)):
-            raise ResponseFileError(f"{where}: field 'resps' must be a list of lists of generations")
-        for k, text in enumerate(resps[0]):
-            rec = {
-                "item_id": str(sample["doc_id"]), "task": task, **_policy_fields(policy, training_convention, train_seed),
-                "request": request, "template": template, "sample_idx": k, "gen_seed": None,
-                "prompt_sha256": sha256_text(prompt), "response": str(text), "finish_reason": "stop",
-                "prompt_tokens": -1, "response_tokens": -1, "reference": reference_from_target(sample["target"]),
-                "finish_reason_known": False, "source": str(where),
-            }
-            records.append(check_record(rec, where))
+    """Response records from an lm-eval ``--log_samples`` file or folder (every samples file in it).
+
+    The request (and wording) of each response is the request suffix in its prompt, else ``request``;
+    documents keep their ``doc_id`` as item id, so a task's hash and boxed variants pair item by item.
+    Without ``task``, each file's task comes from its name, and one policy whose requests fall under
+    different task names is refused: the crossing would be lost (pass ``--task``)."""
+    convention, seed = policy_identity(policy, training_convention, train_seed)
+    records: list[dict[str, Any]] = []
+    tasks_by_request: dict[str, set[str]] = defaultdict(set)
+    for file in lm_eval_files(path):
+        file_task = task or task_of_file(file)
+        if file_task is None:
+            raise ResponseFileError(f"{file}: the task cannot be read from this file name; pass --task")
+        seen: set[Any] = set()
+        for sample, where in _lm_eval_samples(file):
+            if not isinstance(sample, dict):
+                raise ResponseFileError(f"{where}: a sample must be a JSON object, got {type(sample).__name__}")
+            for field in ("doc_id", "resps", "target"):
+                if field not in sample:
+                    raise ResponseFileError(f"{where}: missing field '{field}' (lm-eval --log_samples format expected)")
+            if sample["doc_id"] in seen:  # the same document under another filter: same raw responses
+                continue
+            seen.add(sample["doc_id"])
+            prompt = _lm_eval_prompt(sample, where)
+            found = find_request(prompt)
+            if found is None and request is None:
+                raise ResponseFileError(f"{where}: the prompt carries no known request suffix; pass --request")
+            if found is not None and request is not None and found[0] != request:
+                raise ResponseFileError(f"{where}: the prompt asks for {found[0]!r} but --request says {request!r}")
+            req, tmpl = (found[0], found[1]) if found else (request, template)
+            tasks_by_request[req].add(file_task)
+            resps = sample["resps"]
+            if not (isinstance(resps, list) and resps and isinstance(resps[0], list)):
+                raise ResponseFileError(f"{where}: field 'resps' must be a list of lists of generations")
+            for k, text in enumerate(resps[0]):
+                rec = {
+                    "item_id": str(sample["doc_id"]), "task": file_task, **_policy_fields(policy, convention, seed),
+                    "request": req, "template": tmpl, "sample_idx": k, "gen_seed": None,
+                    "prompt_sha256": sha256_text(prompt), "response": str(text), "finish_reason": "unknown",
+                    "prompt_tokens": -1, "response_tokens": -1, "reference": reference_from_target(sample["target"]),
+                    "finish_reason_known": False, "source": str(where),
+                }
+                records.append(check_record(rec, where))
+    names = set().union(*tasks_by_request.values()) if tasks_by_request else set()
+    if task is None and len(names) > 1:
+        shown = "; ".join(f"{r}: {', '.join(sorted(t))}" for r, t in sorted(tasks_by_request.items()))
+        raise ResponseFileError(f"{path}: policy {policy!r} has its requests under different task names ({shown}); "
+                                "the crossed analysis pairs requests within one task, so pass --task NAME")
     return records
 
 
@@ -151,7 +246,7 @@ def import_verl_dump(
         rec = {
             "item_id": item, "task": task, **_policy_fields(policy, training_convention, train_seed),
             "request": req, "template": tmpl, "sample_idx": 0, "gen_seed": None,
-            "prompt_sha256": sha, "response": str(row["output"]), "finish_reason": "stop",
+            "prompt_sha256": sha, "response": str(row["output"]), "finish_reason": "unknown",
             "prompt_tokens": -1, "response_tokens": -1, "reference": reference_from_target(row["gts"]),
             "finish_reason_known": False, "verl_step": row.get("step"), "verl_score": row.get("score"),
             "source": str(where),
@@ -165,15 +260,19 @@ def import_verl_dump(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crossed-import", description="Import outputs made elsewhere as response records.")
     parser.add_argument("kind", choices=["lm-eval", "verl"], help="source format")
-    parser.add_argument("input", help="lm-eval samples_*.jsonl, or a verl validation_data_dir / {step}.jsonl")
+    parser.add_argument("input", help="lm-eval samples file or --output_path folder, or a verl "
+                        "validation_data_dir / {step}.jsonl")
     parser.add_argument("-o", "--output", required=True, help="response file to write (JSON Lines)")
     parser.add_argument("--policy", required=True, help="policy name, e.g. initial or grpo-hash/s83")
-    parser.add_argument("--training-convention", default="initial")
+    parser.add_argument("--training-convention", default=None,
+                        help="initial or a convention; read from a policy name like grpo-hash/s83 when omitted")
     parser.add_argument("--train-seed", type=int, default=None)
     parser.add_argument("--request", default=None,
-                        help="the request of every response (lm-eval default: hash; verl: read from each prompt)")
+                        help="the request of responses whose prompt carries no known request suffix (default: read "
+                             "from each prompt)")
     parser.add_argument("--template", default="original")
-    parser.add_argument("--task", default=None)
+    parser.add_argument("--task", default=None, help="task name of every record (lm-eval: default from each "
+                        "file name, refused when one policy's requests fall under different names)")
     parser.add_argument("--step", type=int, default=None, help="verl: which {step}.jsonl (default: the last)")
     args = parser.parse_args(argv)
     out = Path(args.output)
@@ -184,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                   "request": args.request, "template": args.template}
     try:
         if args.kind == "lm-eval":
-            records = import_lm_eval(args.input, task=args.task, **{**common, "request": args.request or "hash"})
+            records = import_lm_eval(args.input, task=args.task, **common)
         else:
             src = Path(args.input)
             if src.is_dir():
@@ -195,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
                 if chosen is None:
                     raise ResponseFileError(f"{src}: no {args.step}.jsonl")
                 src = chosen
-            records = import_verl_dump(src, task=args.task or "gsm8k", **common)
+            convention, seed = policy_identity(args.policy, args.training_convention, args.train_seed)
+            records = import_verl_dump(src, task=args.task or "gsm8k",
+                                       **{**common, "training_convention": convention, "train_seed": seed})
     except ResponseFileError as err:
         print(f"crossed-import: {err}", file=sys.stderr)
         return 2

@@ -38,7 +38,7 @@ FIELDS: dict[str, tuple[type, ...]] = {
 }
 KEY = ("item_id", "policy", "request", "template", "sample_idx")
 CELL = ("task", "policy", "request", "template")
-FINISH_REASONS = ("stop", "length")
+FINISH_REASONS = ("stop", "length", "unknown")  # unknown: imported outputs that do not record it
 
 
 class ResponseFileError(ValueError):
@@ -76,7 +76,7 @@ def check_record(rec: Any, where: Source) -> dict[str, Any]:
     if rec["template"] not in TEMPLATES:
         raise ResponseFileError(f"{where}: field 'template' is {rec['template']!r}; expected one of {TEMPLATES}")
     if rec["finish_reason"] not in FINISH_REASONS:
-        raise ResponseFileError(f"{where}: field 'finish_reason' is {rec['finish_reason']!r}; expected stop or length")
+        raise ResponseFileError(f"{where}: field 'finish_reason' is {rec['finish_reason']!r}; expected stop, length or unknown")
     conv = rec["training_convention"]
     if conv != "initial" and conv not in CONVENTIONS:
         raise ResponseFileError(

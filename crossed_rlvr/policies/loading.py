@@ -8,7 +8,10 @@ from typing import Any
 
 
 def load_tokenizer(path: str | Path):
-    """The policy's tokenizer, left-padded for batched generation."""
+    """The policy's tokenizer (plain ``AutoTokenizer``), left-padded for batched generation.
+
+    Folders written before the tiny tokenizer became byte-level carry a ``crossed_rlvr_tokenizer: char``
+    marker; those are read with ``PreTrainedTokenizerFast`` so their character pipeline is kept."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     cfg_path = Path(path) / "tokenizer_config.json"

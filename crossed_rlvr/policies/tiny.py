@@ -1,14 +1,13 @@
 """Tiny Qwen2-architecture causal LMs built locally (no hub download), for CPU runs of the study.
 
-The tokenizer is character level over printable ASCII plus newline, with ChatML special tokens and
-a Qwen-style chat template, so the saved folder is an ordinary Hugging Face model directory that
-transformers loads (and vLLM/verl would load on a GPU). A fresh model knows nothing: the SFT warm
+The tokenizer is a byte-level BPE without merges (one token per byte), with ChatML special tokens and a
+Qwen-style chat template, so the saved folder is an ordinary Hugging Face model directory that
+``AutoTokenizer``/``AutoModelForCausalLM`` load exactly (and lm-eval, vLLM and verl with them). A fresh model knows nothing: the SFT warm
 start (``crossed_rlvr.sft``) turns it into an initial policy that follows both requests.
 """
 
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,22 +31,35 @@ class TinyConfig:
     seed: int = 0
 
 
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's byte -> printable-character map (the alphabet of every byte-level BPE, Qwen2's included)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+            *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    moved = [b for b in range(256) if b not in keep]
+    return {**{b: chr(b) for b in keep}, **{b: chr(256 + k) for k, b in enumerate(moved)}}
+
+
 def build_tokenizer():
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    """A byte-level BPE with no merges: one token per UTF-8 byte, so every text round-trips exactly.
+
+    It is the shape of Qwen2's own tokenizer (ByteLevel pre-tokenizer and decoder over a BPE model),
+    so ``AutoTokenizer``, which maps a Qwen2 config to ``Qwen2Tokenizer`` and rebuilds the pipeline
+    from the vocabulary, gives the same ids: lm-eval, verl and vLLM read the folder like a hub model.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    chars = sorted(set(string.printable) - set("\r\x0b\x0c\t")) + ["\t", "×", "÷", "−"]
     vocab = {tok: i for i, tok in enumerate(SPECIALS)}
-    for ch in chars:
-        vocab.setdefault(ch, len(vocab))
-    vocab["<unk>"] = len(vocab)
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="<unk>", pad_token="<|endoftext|>", eos_token="<|im_end|>",
-        bos_token=None, additional_special_tokens=["<|im_start|>"],
-    )
+    # printable ASCII first (the tokens the probe uses), then the remaining bytes
+    order = sorted(range(256), key=lambda b: (not (32 <= b < 127 or b in (9, 10)), b))
+    alphabet = byte_alphabet()
+    for b in order:
+        vocab[alphabet[b]] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+                                  bos_token=None)
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
     tok.chat_template = CHAT_TEMPLATE
     tok.padding_side = "left"
@@ -75,20 +87,6 @@ def build_tiny_model(out_dir: str | Path, config: TinyConfig | None = None) -> P
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
-    save_char_tokenizer(tok, out)
+    tok.save_pretrained(out)
     return out
 
-
-def save_char_tokenizer(tok, out: str | Path) -> None:
-    """Save the character tokenizer, marked so that :func:`load_tokenizer` keeps its pipeline.
-
-    (transformers' AutoTokenizer maps a Qwen2 config to Qwen2Tokenizer, which would replace the
-    character pre-tokenizer with byte-level BPE splitting.)
-    """
-    import json
-
-    tok.save_pretrained(out)
-    path = Path(out) / "tokenizer_config.json"
-    cfg = json.loads(path.read_text())
-    cfg["crossed_rlvr_tokenizer"] = "char"
-    path.write_text(json.dumps(cfg, indent=2) + "\n")
