@@ -8,6 +8,7 @@ smallest size.
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -24,7 +25,8 @@ def study_cfg(run_dir, *overrides):
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     run = tmp_path_factory.mktemp("study") / "a"
-    summary = Study(study_cfg(run, "experiment=smoke")).run_all()
+    # tracked offline here; the reruns below track nothing and must still reuse every stage
+    summary = Study(study_cfg(run, "experiment=smoke", "tracking.mode=offline")).run_all()
     return run, summary
 
 
@@ -44,6 +46,47 @@ def test_smoke_study_writes_the_crossed_report(smoke):
         assert verdict["matched"] is True
     contrasts = (run / "analysis" / "contrasts.csv").read_text()
     assert ",interaction,payload," in contrasts
+
+
+def test_study_logs_one_wandb_run_per_arm_and_stage(smoke):
+    from crossed_rlvr.tracking import offline_runs
+
+    run, _ = smoke
+    runs = {r["name"]: r for r in offline_runs(run)}
+    arms = [f"grpo-{c}/s{s}" for c in ("hash", "boxed") for s in (83, 84)]
+    assert sorted(runs) == sorted(["initial", "eval", "analysis", *arms])
+    assert {r["group"] for r in runs.values()} == {"a"}  # the study's run directory name
+    assert {runs[a]["job_type"] for a in arms} == {"train"} and runs["initial"]["job_type"] == "sft-warmstart"
+    for arm in arms:
+        conv = arm[5:].split("/")[0]
+        assert all(f"{other}_reward" not in k for k in runs[arm]["history"] for other in {"hash", "boxed"} - {conv})
+    # headline contrasts in the analysis run's summary: I_P, I_S, I_MV per seed and seed mean, with intervals
+    summary = set(runs["analysis"]["summary"])
+    for policy in ("grpo/s83", "grpo/s84", "grpo/mean"):
+        for name in ("I_P", "I_S", "I_MV"):
+            key = f"arith_tiny/original/hashxboxed/{policy}/{name}"
+            assert {key, f"{key}_lo", f"{key}_hi"} <= summary, key
+
+
+def test_every_model_directory_loads_with_plain_auto_classes(smoke, tmp_path):
+    """lm-eval, verl and vLLM load with AutoTokenizer / AutoModelForCausalLM: the tiny model, the warm-started
+    initial policy and an arm checkpoint must round-trip text exactly through them."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from crossed_rlvr.policies.tiny import build_tiny_model
+
+    run, _ = smoke
+    text = "Compute 7 × 8 − 3.\n\tSo  56 - 3 = 53.\n#### 53 and \\boxed{53} {\"answer\": 53} <answer>53</answer> é"
+    for folder in (build_tiny_model(tmp_path / "fresh"), run / "models" / "initial",
+                   run / "train" / "hash" / "s83" / "checkpoints" / "step-2"):
+        tok = AutoTokenizer.from_pretrained(folder)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == text, folder
+        assert len(ids) == len(text.encode("utf-8")), folder  # one token per byte, as our loader reads it
+        chat = tok.apply_chat_template([{"role": "user", "content": "1 + 1?"}], tokenize=False, add_generation_prompt=True)
+        assert chat == "<|im_start|>user\n1 + 1?<|im_end|>\n<|im_start|>assistant\n"
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        assert model.config.vocab_size == len(tok)
 
 
 def test_second_run_reuses_every_stage_and_a_change_redoes_only_later_stages(smoke):
@@ -93,7 +136,7 @@ def test_gpu_presets_stop_at_once_without_a_gpu(preset, tmp_path):
                           check=False)
     assert proc.returncode != 0 and "needs a GPU" in proc.stderr
     made = {p.name for p in (tmp_path / "gpu").iterdir()} if (tmp_path / "gpu").exists() else set()
-    assert made <= {"hydra", "cli.log"}  # only Hydra's record of the config and its log; no stage ran
+    assert made <= {"hydra", "crossed-study.log"}  # only Hydra's record of the config and its log; no stage ran
 
 
 def test_presets_compose(tmp_path):
@@ -151,3 +194,41 @@ def test_verl_arms_stop_until_their_launch_scripts_have_run(tmp_path):
     summary = Study(study_cfg(run, *overrides)).run_all()
     assert summary["stages"]["initial"]["reused"] and not summary["stages"]["arms"]["reused"]
     assert (run / "eval" / "responses" / "grpo-hash_s83__boxed__original.jsonl").exists()
+
+
+def test_output_hashes_are_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
+    from crossed_rlvr.study import stamps
+
+    out = tmp_path / "ckpt"
+    out.mkdir()
+    for k in range(3):
+        (out / f"shard-{k}.bin").write_bytes(bytes([k]) * 1000)
+    reads = []
+    real = stamps.sha256_file
+    monkeypatch.setattr(stamps, "sha256_file", lambda p: reads.append(p.name) or real(p))
+    first = stamps.Stamps(tmp_path).hash(out)
+    assert len(reads) == 3
+    reads.clear()
+    assert stamps.Stamps(tmp_path).hash(out) == first and reads == []  # a new run re-reads nothing
+    (out / "shard-1.bin").write_bytes(b"x" * 999)
+    assert stamps.Stamps(tmp_path).hash(out) != first and reads == ["shard-1.bin"]
+
+
+def test_real_lm_eval_run_of_the_study_is_imported_crossed(smoke, tmp_path):
+    """lm-eval from PyPI loads the initial policy and the arms with its own ``hf`` model, runs a local task's
+    hash and boxed variants with --log_samples; the import keeps the crossing and the analysis finds it."""
+    import pandas as pd
+
+    run, _ = smoke
+    out = tmp_path / "lm"
+    proc = subprocess.run([sys.executable, "scripts/lm_eval_crossed.py", str(run), str(out), "--limit", "4",
+                           "--max-gen-toks", "24"], capture_output=True, text=True, cwd=Path(__file__).parents[1],
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scores = pd.read_parquet(out / "scores.parquet")
+    assert set(scores.policy) == {"initial", "grpo-hash/s83", "grpo-boxed/s83", "grpo-hash/s84", "grpo-boxed/s84"}
+    assert set(scores.task) == {"arith_tiny"} and set(scores.request) == {"hash", "boxed"}
+    assert set(scores.finish_reason) == {"unknown"}
+    contrasts = pd.read_csv(out / "analysis" / "contrasts.csv")
+    inter = contrasts[(contrasts.name == "interaction") & (contrasts.measure == "payload")]
+    assert {"grpo/s83", "grpo/s84", "grpo/mean"} <= set(inter.policy)

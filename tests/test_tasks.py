@@ -95,7 +95,7 @@ def test_hub_tasks_get_a_seeded_dev_split_disjoint_from_train_and_test(tmp_path)
 
     from omegaconf import OmegaConf
 
-    from crossed_rlvr.eval.runner import build_items
+    from crossed_rlvr.tasks.build import build_items
     from crossed_rlvr.tasks.items import ItemFileError
     from tests.task_files import gsm8k_files
 

@@ -45,6 +45,7 @@ from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k, pass_at_k
 from crossed_rlvr.analysis.paired import paired_tests
 from crossed_rlvr.eval.symbolic import is_symbolic_task
 from crossed_rlvr.files import sha256_file
+from crossed_rlvr.machine import machine
 
 REQUIRED = ["task", "policy", "training_convention", "train_seed", "request", "template", "item_id", "sample_idx",
             "finish_reason", "requested_payload", "extractable", "category"]
@@ -335,6 +336,9 @@ def analyze(
     overwrite: bool = False,
     figures: bool = True,
     tracking: str = "off",
+    project: str = "crossed-rlvr",
+    entity: str | None = None,
+    group: str | None = None,
 ) -> Path:
     """Run the whole analysis of one scores table into ``out_dir``."""
     out = Path(out_dir)
@@ -375,7 +379,7 @@ def analyze(
         manifest = {
             "kind": "crossed-rlvr analysis", "crossed_rlvr_version": __version__,
             "inputs": [{"path": str(scores_path), "sha256": sha256_file(Path(scores_path))}],
-            "n_resamples": n_resamples, "rng_seed": rng_seed, "checks": checks,
+            "n_resamples": n_resamples, "rng_seed": rng_seed, "checks": checks, "machine": machine(),
             "outputs": sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()),
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
@@ -391,9 +395,12 @@ def analyze(
         print("crossed-analyze: no crossed pair (arms of both conventions, each under both requests); missing:\n"
               + "\n".join(f"  - {g}" for g in crossing_gaps(cells)), file=sys.stderr)
     if tracking != "off":
+        from omegaconf import OmegaConf
+
         from crossed_rlvr.analysis.tracking import log_analysis
 
-        log_analysis(out, mode=tracking)
+        block = {"mode": tracking, "project": project, "entity": entity, "group": group, "tags": []}
+        log_analysis(out, OmegaConf.create(block), study=group, scores=Path(scores_path))
     print(f"analysis of {len(scores):,} responses in {time.perf_counter() - start:.1f} s -> {out}", file=sys.stderr)
     return out
 
@@ -408,9 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-figures", action="store_true")
     parser.add_argument("--tracking", choices=["off", "offline", "online"], default="off",
                         help="log to wandb (offline writes a local run folder to sync later)")
+    parser.add_argument("--project", default="crossed-rlvr", help="wandb project")
+    parser.add_argument("--entity", default=None, help="wandb entity (team); default: yours")
+    parser.add_argument("--group", default=None, help="wandb group, e.g. the study the scores come from")
     args = parser.parse_args(argv)
     try:
-        analyze(args.scores, args.out, args.resamples, args.rng_seed, args.overwrite, not args.no_figures, args.tracking)
+        analyze(args.scores, args.out, args.resamples, args.rng_seed, args.overwrite, not args.no_figures, args.tracking,
+                args.project, args.entity, args.group)
     except (AnalysisError, AmbiguousPolicies, FileExistsError) as err:
         print(f"crossed-analyze: {err}", file=sys.stderr)
         return 2

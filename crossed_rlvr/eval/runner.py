@@ -26,6 +26,7 @@ from typing import Any
 from crossed_rlvr.eval.generation import GenParams, HFBackend
 from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl
 from crossed_rlvr.prompts import messages, render
+from crossed_rlvr.tasks.build import build_items
 from crossed_rlvr.tasks.items import ItemFileError, read_items, write_items
 
 
@@ -68,20 +69,6 @@ def recorded_path(path: str, run_dir: Path) -> str:
     if Path(path).exists():
         return os.path.relpath(Path(path).resolve(), Path(run_dir).resolve())
     return path
-
-
-def build_items(task_cfg: Any) -> list[dict[str, Any]]:
-    if task_cfg.source == "arith":
-        from crossed_rlvr.tasks.arith import make_splits
-
-        return make_splits(task_cfg.n_test, task_cfg.n_dev, task_cfg.seed, tuple(task_cfg.get("strata", (2, 3, 4))),
-                           int(task_cfg.get("max_operand", 30)), tuple(task_cfg.get("ops", ("+", "-", "*", "/"))))[
-            task_cfg.split]
-    if task_cfg.source in ("gsm8k", "math500"):
-        from crossed_rlvr.tasks.splits import load_split
-
-        return load_split(task_cfg)
-    raise RunError(f"unknown task source {task_cfg.source!r}")
 
 
 def frozen_items(run_dir: Path, task_cfg: Any) -> tuple[list[dict[str, Any]], str, Path]:
@@ -228,6 +215,14 @@ def run_eval(cfg: Any, progress: bool = True) -> dict[str, Any]:
         _release(loaded)
         if tracker is not None:
             tracker.finish()
+    if any(not v.get("skipped") for v in summary.values()):  # where these responses were generated
+        from crossed_rlvr.machine import machine
+
+        manifest = json.loads((run_dir / "run.json").read_text())
+        here = machine()
+        if not manifest.get("machines") or manifest["machines"][-1] != here:
+            manifest.setdefault("machines", []).append(here)
+            atomic_write_json(run_dir / "run.json", manifest)
     (run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
@@ -273,32 +268,28 @@ def _cell_summary(records: list[dict[str, Any]], request: str, seconds: float) -
 
 
 def _tracker(cfg: Any) -> Any:
-    mode = cfg.tracking.mode
-    if mode in ("off", False, None):  # YAML reads a bare `off` as false
-        return None
-    import wandb
-    from omegaconf import OmegaConf
+    """The evaluation's wandb run (name ``eval``, group = the study), or None when tracking is off."""
+    from crossed_rlvr.tracking import resolved_config, start_run
 
-    os.environ.setdefault("WANDB_SILENT", "true")
-    return wandb.init(project=cfg.tracking.project, job_type="crossed-eval", mode=mode, dir=str(cfg.run_dir),
-                      config=OmegaConf.to_container(cfg, resolve=True))
+    return start_run(cfg.get("tracking"), name="eval", job_type="eval", run_dir=Path(cfg.run_dir),
+                     study=cfg.get("study"), config=resolved_config(cfg))
+
+
+def _run(cfg: Any) -> None:
+    from crossed_rlvr.eval.generation import ContextLengthError
+
+    try:
+        summary = run_eval(cfg)
+    except (RunError, ItemFileError, ContextLengthError) as err:
+        raise SystemExit(f"crossed-eval: {err}") from None
+    for name, s in summary.items():
+        print(name, json.dumps(s))
 
 
 def main() -> None:
-    import hydra
+    from crossed_rlvr.conf.app import hydra_app
 
-    @hydra.main(version_base="1.3", config_path="../conf", config_name="crossed_eval")
-    def _main(cfg: Any) -> None:
-        from crossed_rlvr.eval.generation import ContextLengthError
-
-        try:
-            summary = run_eval(cfg)
-        except (RunError, ItemFileError, ContextLengthError) as err:
-            raise SystemExit(f"crossed-eval: {err}") from None
-        for name, s in summary.items():
-            print(name, json.dumps(s))
-
-    _main()
+    hydra_app("crossed-eval", "crossed_eval", _run)()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from crossed_rlvr.eval.panel import Item, Scorer, columns, score_response
 from crossed_rlvr.eval.readers import READERS
 from crossed_rlvr.eval.records import ResponseFileError, read_responses
 from crossed_rlvr.files import atomic_write_json, sha256_file
+from crossed_rlvr.machine import machine
 from crossed_rlvr.tasks.items import item_order
 
 KEY_COLUMNS = [
@@ -65,6 +66,7 @@ def _manifest(files: list[Path], n_records: int) -> dict[str, Any]:
         "columns": schema().names,
         "n_records": n_records,
         "inputs": [{"path": str(p), "sha256": sha256_file(p)} for p in files],
+        "machine": machine(),
     }
 
 

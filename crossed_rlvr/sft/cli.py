@@ -38,12 +38,28 @@ def warmstart_target(item: dict[str, Any], request: str, follow_rate: float, rng
     return f"{body}\nThe answer is {item['reference']}.", "plain"
 
 
-def sft_config(cfg: Any, seed: int) -> SFTConfig:
+def sft_config(cfg: Any, seed: int, report_to: str = "none") -> SFTConfig:
     s = cfg.sft
     return SFTConfig(epochs=float(s.epochs), learning_rate=float(s.learning_rate), lr_scheduler=s.lr_scheduler,
                      warmup_ratio=float(s.warmup_ratio), effective_batch=int(s.effective_batch),
                      per_device_batch=int(s.per_device_batch), max_length=int(s.max_length),
-                     weight_decay=float(s.weight_decay), seed=seed, deepspeed=s.deepspeed, bf16=bool(s.bf16))
+                     weight_decay=float(s.weight_decay), seed=seed, deepspeed=s.deepspeed, bf16=bool(s.bf16),
+                     report_to=report_to)
+
+
+def tracked_sft(cfg: Any, name: str, job_type: str, base: Any, rows: list[dict[str, Any]], out: Path,
+                seed: int) -> dict[str, Any]:
+    """One SFT model in its own wandb run (name = the policy, group = the study); folders of the runs
+    sit in ``run_dir/wandb``, never inside the model directory that is replaced when it is saved."""
+    from crossed_rlvr.tracking import resolved_config, start_run
+
+    run = start_run(cfg.get("tracking"), name=name, job_type=job_type, run_dir=Path(cfg.run_dir),
+                    study=cfg.get("study"), config={**resolved_config(cfg), "seed": seed})
+    try:
+        return train_sft(base, rows, out, sft_config(cfg, seed, "wandb" if run is not None else "none"))
+    finally:
+        if run is not None:
+            run.finish()
 
 
 def warmstart(cfg: Any) -> dict[str, Any]:
@@ -64,7 +80,7 @@ def warmstart(cfg: Any) -> dict[str, Any]:
         completion, ending = warmstart_target(it, request, follow, rng) if follow < 1.0 else (target(it, request), request)
         rows.append({"prompt": it["question"], "request": request, "template": template, "completion": completion,
                      "ending": ending})
-    return train_sft(base, rows, out, sft_config(cfg, int(cfg.warmstart.seed)))
+    return tracked_sft(cfg, "initial", "sft-warmstart", base, rows, out, int(cfg.warmstart.seed))
 
 
 def arms(cfg: Any) -> dict[str, Any]:
@@ -80,23 +96,22 @@ def arms(cfg: Any) -> dict[str, Any]:
                 results[f"sft-{conv}/s{seed}"] = {"skipped": str(out)}
                 continue
             rows = [json.loads(line) for line in data.read_text().splitlines()]
-            results[f"sft-{conv}/s{seed}"] = train_sft(cfg.model.path, rows, out, sft_config(cfg, int(seed)))
+            results[f"sft-{conv}/s{seed}"] = tracked_sft(cfg, f"sft-{conv}/s{seed}", "sft", cfg.model.path, rows, out,
+                                                         int(seed))
     return results
 
 
+def _run(cfg: Any) -> None:
+    result = {"initial": warmstart(cfg)} if cfg.mode == "warmstart" else arms(cfg)
+    for name, res in result.items():
+        shown = {k: v for k, v in res.items() if k != "config"} if isinstance(res, dict) else res
+        print(name, json.dumps(shown))
+
+
 def main() -> None:
-    import hydra
+    from crossed_rlvr.conf.app import hydra_app
 
-    @hydra.main(version_base="1.3", config_path="../conf", config_name="crossed_sft")
-    def _main(cfg: Any) -> None:
-        if cfg.mode not in ("warmstart", "arms"):
-            raise SystemExit(f"crossed-sft: mode must be warmstart or arms, not {cfg.mode!r}")
-        result = {"initial": warmstart(cfg)} if cfg.mode == "warmstart" else arms(cfg)
-        for name, res in result.items():
-            shown = {k: v for k, v in res.items() if k != "config"} if isinstance(res, dict) else res
-            print(name, json.dumps(shown))
-
-    _main()
+    hydra_app("crossed-sft", "crossed_sft", _run)()
 
 
 if __name__ == "__main__":

@@ -35,44 +35,40 @@ def check_device(cfg: Any) -> None:
                        "the launch here, add stages=prepare.")
 
 
+def _run(cfg: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from crossed_rlvr.study.pipeline import Study
+    from crossed_rlvr.tasks.items import ItemFileError
+    from crossed_rlvr.train.recipe import RecipeError
+
+    check_device(cfg)
+    console = Console(stderr=True)
+    console.rule(f"crossed-study {cfg.get('experiment_name', '')} -> {cfg.run_dir}")
+    try:
+        if cfg.stages == "prepare":
+            summary = Study(cfg, console).prepare()
+            console.print(f"prepared (nothing trained or generated): {cfg.run_dir}/prepare_summary.json")
+            print(json.dumps(summary))
+            return
+        summary = Study(cfg, console).run_all()
+    except (RecipeError, ItemFileError) as err:
+        raise SystemExit(f"crossed-study: {err}") from None
+    table = Table(title="stages")
+    for col in ("stage", "seconds", "reused"):
+        table.add_column(col)
+    for name, t in summary["stages"].items():
+        table.add_row(name, f"{t['seconds']:.1f}", "yes" if t["reused"] else "no")
+    console.print(table)
+    console.print(f"report: {summary['report']}")
+    print(json.dumps(summary))
+
+
 def main() -> None:
-    import hydra
+    from crossed_rlvr.conf.app import hydra_app
 
-    @hydra.main(version_base="1.3", config_path="../conf", config_name="crossed_study")
-    def _main(cfg: Any) -> None:
-        from rich.console import Console
-        from rich.table import Table
-
-        from crossed_rlvr.study.pipeline import Study
-        from crossed_rlvr.train.recipe import RecipeError
-
-        check_device(cfg)
-        console = Console(stderr=True)
-        console.rule(f"crossed-study {cfg.get('experiment_name', '')} -> {cfg.run_dir}")
-        from crossed_rlvr.tasks.items import ItemFileError
-
-        stages = cfg.get("stages", "all")
-        if stages not in ("all", "prepare"):
-            raise SystemExit(f"crossed-study: stages={stages!r}: expected all or prepare")
-        try:
-            if stages == "prepare":
-                summary = Study(cfg, console).prepare()
-                console.print(f"prepared (nothing trained or generated): {cfg.run_dir}/prepare_summary.json")
-                print(json.dumps(summary))
-                return
-            summary = Study(cfg, console).run_all()
-        except (RecipeError, ItemFileError) as err:
-            raise SystemExit(f"crossed-study: {err}") from None
-        table = Table(title="stages")
-        for col in ("stage", "seconds", "reused"):
-            table.add_column(col)
-        for name, t in summary["stages"].items():
-            table.add_row(name, f"{t['seconds']:.1f}", "yes" if t["reused"] else "no")
-        console.print(table)
-        console.print(f"report: {summary['report']}")
-        print(json.dumps(summary))
-
-    _main()
+    hydra_app("crossed-study", "crossed_study", _run)()
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ class Study:
         self.stamps = Stamps(self.run)
         self.console = console
         self.times: dict[str, dict[str, Any]] = {}
+        # the wandb group of every stage's runs: tracking.group, else the run directory's name
+        self.study_name = str(cfg.tracking.get("group") or self.run.resolve().name)
 
     # ------------------------------------------------------------------ driver
     def say(self, text: str) -> None:
@@ -111,6 +113,7 @@ class Study:
             sft_cfg = OmegaConf.create({
                 "model": {**_plain(c.model), "path": str(path)}, "task": _plain(c.task), "sft": _plain(c.sft),
                 "run_dir": str(self.run), "train_items": {"n": int(c.initial.train_items), "seed": 7},
+                "tracking": _plain(c.tracking), "study": self.study_name,
                 "warmstart": {"requests": list(c.initial.requests), "templates": list(c.initial.templates),
                               "seed": int(c.initial.seed), "follow_rate": float(c.initial.follow_rate)},
             })
@@ -138,7 +141,7 @@ class Study:
             "convention": {"name": conv}, "recipe": _plain(c.recipe), "algorithm": _plain(c.algorithm),
             "engine": _plain(c.engine), "tracking": _plain(c.tracking),
             "seed": seed, "data_seed": seed, "run_dir": str(self.arm_dir(conv, seed)), "arm": f"grpo-{conv}/s{seed}",
-            "study": self.run.resolve().name,
+            "study": self.study_name,
             "overwrite": True, "template": "original",
             "train_items": {"n": int(c.arms.train_items), "seed": 101},
         }
@@ -152,7 +155,7 @@ class Study:
         if c.arms.kind != "grpo":
             raise SystemExit(f"crossed-study: arms.kind must be grpo or sft, not {c.arms.kind!r}")
         configs = {f"grpo-{conv}/s{seed}": self.train_config(conv, seed, ipath, weights) for conv, seed in self.arm_list()}
-        fp = {"configs": configs}
+        fp = {"configs": {name: untracked(cfg) for name, cfg in configs.items()}}
         final = {name: Path(cfg["run_dir"]) / "checkpoints" / f"step-{int(c.recipe.updates)}"
                  for name, cfg in configs.items()}
 
@@ -228,8 +231,8 @@ class Study:
         spec = {"model": {**_plain(c.model), "path": ipath}, "task": _plain(c.task), "sft": _plain(c.sft),
                 "run_dir": str(self.run), "seeds": [int(s) for s in c.arms.seeds], "arm": c.arms.sft_arm,
                 "control": c.arms.sft_control, "train_items": {"n": int(c.arms.train_items), "seed": 7},
-                "tracking": _plain(c.tracking)}
-        fp = {"spec": spec, "initial_weights": weights}
+                "tracking": _plain(c.tracking), "study": self.study_name}
+        fp = {"spec": untracked(spec), "initial_weights": weights}
         final = {f"sft-{conv}/s{seed}": self.run / "models" / f"sft-{conv}" / f"s{seed}"
                  for seed in c.arms.seeds for conv in (c.arms.sft_arm, c.arms.sft_control)}
 
@@ -343,6 +346,7 @@ class Study:
             task["n_items"] = int(ev.n_items)
         return OmegaConf.create({
             "model": _plain(c.model), "task": task, "eval": _plain(c.eval), "tracking": _plain(c.tracking),
+            "study": self.study_name,
             "run_dir": str(self.run / "eval"), "policies": self.policies(initial, arms),
             "requests": list(ev.requests), "templates": list(ev.templates), "template_subset": ev.template_subset,
             "template_subset_seed": int(ev.template_subset_seed), "samples": int(ev.samples), "overwrite": True,
@@ -352,7 +356,7 @@ class Study:
         eval_cfg = self.eval_config(initial, arms)
         weights = {p["name"]: self.stamps.hash(p["path"]) if Path(p["path"]).exists() else p["path"]
                    for p in eval_cfg.policies}
-        spec = {k: v for k, v in _plain(eval_cfg).items() if k not in ("policies", "tracking")}
+        spec = {k: v for k, v in untracked(_plain(eval_cfg)).items() if k != "policies"}
         fp = {"eval": spec, "weights": weights,
                      "policies": [{k: v for k, v in p.items() if k != "path"} for p in _plain(eval_cfg.policies)]}
 
@@ -386,20 +390,34 @@ class Study:
         metrics = {k: v for k, v in metrics.items() if v.exists()}
         fp = {"scores": self.stamps.hash(scores), "analysis": _plain(a),
                      "metrics": {k: self.stamps.hash(v) for k, v in metrics.items()}}
-        tracking = self.cfg.tracking.mode
-        tracking = "off" if tracking in ("off", False, None) else str(tracking)
+        tracking = _plain(self.cfg.tracking)
 
         def run() -> dict[str, Any]:
             from crossed_rlvr.analysis.analyze import analyze
             from crossed_rlvr.analysis.report import append_training_section
 
             analyze(scores, out, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
-                    tracking=tracking)
+                    tracking="off")
             if metrics:
                 append_training_section(out, {k: _read_metrics(v) for k, v in metrics.items()})
+            from crossed_rlvr.tracking import enabled
+
+            if enabled(OmegaConf.create(tracking)):  # after the training section: the logged report is whole
+                from crossed_rlvr.analysis.tracking import log_analysis
+
+                log_analysis(out, OmegaConf.create(tracking), study=self.study_name, scores=scores,
+                             run_dir=self.run, config=_plain(self.cfg))
             return {"report": str(out / "report.md")}
 
         return self.stage("analyze", fp, [out], run)
+
+
+# Settings that change how a stage is watched, not what it produces: never part of a fingerprint.
+UNTRACKED = ("tracking", "study", "overwrite")
+
+
+def untracked(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in cfg.items() if k not in UNTRACKED}
 
 
 def changed_inputs(old: Any, new: Any, prefix: str = "") -> list[str]:

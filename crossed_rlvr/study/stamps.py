@@ -13,23 +13,54 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.files import atomic_write_json, sha256_file
+from crossed_rlvr.machine import machine
 
 
 def digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def tree_sha256(path: str | Path) -> str:
+def tree_sha256(path: str | Path, file_sha256: Any = sha256_file) -> str:
     """One hash over a directory's files (relative names and contents), or over one file.
 
     wandb's folders are left out: tracking logs keep changing after a stage and are not its results."""
     path = Path(path)
     if path.is_file():
-        return sha256_file(path)
+        return file_sha256(path)
     h = hashlib.sha256()
     for f in sorted(p for p in path.rglob("*") if p.is_file() and "wandb" not in p.relative_to(path).parts):
-        h.update(str(f.relative_to(path)).encode() + b"\0" + sha256_file(f).encode())
+        h.update(str(f.relative_to(path)).encode() + b"\0" + file_sha256(f).encode())
     return h.hexdigest()
+
+
+class HashCache:
+    """File hashes keyed by (path, size, mtime): a file is read again only when one of those changed, so a
+    rerun of a study over 7B checkpoints does not re-read ~90 GB to find every stage unchanged."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.entries: dict[str, list] = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            self.entries = {}
+        self.dirty = False
+
+    def __call__(self, f: Path) -> str:
+        st = f.stat()
+        key, stamp = str(f.resolve()), [st.st_size, st.st_mtime_ns]
+        hit = self.entries.get(key)
+        if hit is not None and hit[:2] == stamp:
+            return hit[2]
+        digest_ = sha256_file(f)
+        self.entries[key] = [*stamp, digest_]
+        self.dirty = True
+        return digest_
+
+    def save(self) -> None:
+        if self.dirty:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.path, self.entries)
+            self.dirty = False
 
 
 class Stamps:
@@ -38,11 +69,13 @@ class Stamps:
         # Hashes of stage outputs taken this invocation: the next stage's inputs are the same files,
         # and a later stage never writes an earlier one's outputs, so each tree is read once.
         self.hashes: dict[str, str] = {}
+        self.files = HashCache(self.dir / "file_hashes.json")
 
     def hash(self, path: str | Path, fresh: bool = False) -> str:
         key = str(path)
         if fresh or key not in self.hashes:
-            self.hashes[key] = tree_sha256(path)
+            self.hashes[key] = tree_sha256(path, self.files)
+            self.files.save()
         return self.hashes[key]
 
     def path(self, stage: str) -> Path:
@@ -70,4 +103,5 @@ class Stamps:
             "stage": stage, "fingerprint": fingerprint, "inputs": inputs, "seconds": round(seconds, 1),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "outputs_sha256": {str(o): self.hash(o, fresh=True) for o in outputs}, "info": info,
+            "machine": machine(),  # float results of training and sampling are one machine's
         })

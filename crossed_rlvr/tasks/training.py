@@ -34,7 +34,7 @@ def train_items(task: Any, n: int | None = None, seed: int = 101) -> list[dict[s
     if task.source != "arith":
         from omegaconf import OmegaConf
 
-        from crossed_rlvr.eval.runner import build_items
+        from crossed_rlvr.tasks.build import build_items
 
         spec = OmegaConf.to_container(task, resolve=True) if not isinstance(task, dict) else dict(task)
         spec["split"] = "train"
@@ -42,8 +42,8 @@ def train_items(task: Any, n: int | None = None, seed: int = 101) -> list[dict[s
         return items[:n] if n else items
     from crossed_rlvr.tasks.arith import generate, make_splits
 
-    strata = [int(s) for s in task.get("strata", (2, 3, 4))]
-    ops, max_operand = tuple(task.get("ops", ("+", "-", "*", "/"))), int(task.get("max_operand", 30))
+    strata = [int(s) for s in task.get("strata") or (2, 3, 4)]
+    ops, max_operand = tuple(task.get("ops") or ("+", "-", "*", "/")), int(task.get("max_operand") or 30)
     probe = make_splits(int(task.n_test), int(task.n_dev), int(task.seed), tuple(strata), max_operand, ops)
     exclude = {it["expression"] for split in probe.values() for it in split}  # never train on probe items
     counts = stratum_counts(strata, n, task.get("train_per_stratum"))

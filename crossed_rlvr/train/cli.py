@@ -22,7 +22,8 @@ def resolved(cfg: Any) -> dict[str, Any]:
 
     data = OmegaConf.to_container(cfg, resolve=True)
     data.pop("hydra", None)
-    data.pop("overwrite", None)
+    for key in ("overwrite", "tracking", "study"):  # how a run is watched, not what it trains
+        data.pop(key, None)
     return data
 
 
@@ -56,25 +57,27 @@ def run_train(cfg: Any) -> dict[str, Any]:
         from crossed_rlvr.train.verl_engine import prepare_verl
 
         result = prepare_verl(cfg, rows, run_dir)
+    from crossed_rlvr.machine import machine
+
     summary = {"arm": cfg.arm, "convention": cfg.convention.name, "seed": cfg.seed, "engine": cfg.engine.name,
-               "config_sha256": digest, **result}
+               "config_sha256": digest, **result, "machine": machine()}
     summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
+def _run(cfg: Any) -> None:
+    try:
+        summary = run_train(cfg)
+    except RecipeError as err:
+        print(f"crossed-train: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(json.dumps(summary, indent=2))
+
+
 def main() -> None:
-    import hydra
+    from crossed_rlvr.conf.app import hydra_app
 
-    @hydra.main(version_base="1.3", config_path="../conf", config_name="crossed_train")
-    def _main(cfg: Any) -> None:
-        try:
-            summary = run_train(cfg)
-        except RecipeError as err:
-            print(f"crossed-train: {err}", file=sys.stderr)
-            raise SystemExit(2) from None
-        print(json.dumps(summary, indent=2))
-
-    _main()
+    hydra_app("crossed-train", "crossed_train", _run)()
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def check_config(cfg: Any) -> None:
     batch = int(r.prompts_per_update) * int(r.group_size)
     if int(r.group_size) < 2:
         raise RecipeError(f"recipe.group_size={r.group_size}: GRPO needs at least 2 responses per prompt")
-    micro = int(cfg.engine.get("micro_batch", r.group_size))
+    micro = int(cfg.engine.get("micro_batch") or r.group_size)
     if cfg.engine.name == "trl" and batch % micro:
         raise RecipeError(f"engine.micro_batch={micro} does not divide the batch of {batch} completions "
                           f"(recipe.prompts_per_update={r.prompts_per_update} x recipe.group_size={r.group_size})")

@@ -14,7 +14,7 @@ def trl_args(cfg: Any) -> dict[str, Any]:
     """GRPOConfig keyword arguments for one arm."""
     r, e = cfg.recipe, cfg.engine
     batch = int(r.prompts_per_update) * int(r.group_size)
-    micro = int(e.get("micro_batch", r.group_size))
+    micro = int(e.get("micro_batch") or r.group_size)
     return {
         "learning_rate": float(r.lr), "weight_decay": float(r.weight_decay),
         "adam_beta1": float(r.betas[0]), "adam_beta2": float(r.betas[1]), "max_grad_norm": float(r.grad_clip),

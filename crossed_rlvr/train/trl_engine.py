@@ -10,7 +10,6 @@ response length, clip fraction, entropy) go to ``metrics.jsonl`` and to wandb.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -73,11 +72,13 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
          "is_weight": r["is_weight"], "item_id": r["item_id"]}
         for r in rows
     ])
-    report = [] if cfg.tracking.mode in ("off", False) else ["wandb"]
-    if report:
-        os.environ["WANDB_MODE"] = str(cfg.tracking.mode)
-        os.environ.setdefault("WANDB_DIR", str(run_dir))
-        os.environ.setdefault("WANDB_PROJECT", cfg.tracking.project)
+    from crossed_rlvr.tracking import resolved_config, start_run
+
+    # One wandb run per arm, opened here so that transformers' callback logs into it and never into the
+    # previous arm's run (it does not finish runs between trainers, and study workers are reused).
+    run = start_run(cfg.tracking, name=str(cfg.arm), job_type="train", run_dir=run_dir, study=cfg.get("study"),
+                    config=resolved_config(cfg))
+    report = ["wandb"] if run is not None else []
     args = GRPOConfig(
         output_dir=str(run_dir / "trl"), logging_steps=1, save_strategy="no", report_to=report,
         run_name=cfg.arm, use_cpu=not torch.cuda.is_available(), bf16=False, reward_weights=[1.0, 0.0],
@@ -98,7 +99,11 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     )
     start = time.perf_counter()
     metrics_path.unlink(missing_ok=True)
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        if run is not None:
+            run.finish()
     seconds = time.perf_counter() - start
     final = ckpt / f"step-{int(cfg.recipe.updates)}"
     tmp = final.with_name(final.name + ".tmp")

@@ -89,8 +89,8 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
     the prompt, which ``crossed-import verl`` reads back to file each response under its request."""
     from omegaconf import OmegaConf
 
-    from crossed_rlvr.eval.runner import build_items
     from crossed_rlvr.prompts import user_content
+    from crossed_rlvr.tasks.build import build_items
 
     task = OmegaConf.create({**OmegaConf.to_container(cfg.task, resolve=True), "split": "dev"})
     items = build_items(task)
@@ -105,11 +105,15 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
 def launch_env(cfg: Any) -> dict[str, str]:
     """The study's tracking block as wandb's environment: exported by the launch scripts and passed to
     every Ray actor (verl calls ``wandb.init`` inside one)."""
+    from crossed_rlvr.tracking import run_id
+
     t = cfg.tracking
     mode = "disabled" if t.mode in ("off", False, None) else str(t.mode)
     env = {"WANDB_MODE": mode, "WANDB_PROJECT": str(t.project), "WANDB_NAME": str(cfg.arm),
            "WANDB_RUN_GROUP": str(t.get("group") or cfg.get("study") or "crossed-train"),
-           "WANDB_JOB_TYPE": "train", "WANDB_DIR": str(Path(str(cfg.run_dir)).resolve())}
+           "WANDB_JOB_TYPE": "train", "WANDB_DIR": str(Path(str(cfg.run_dir)).resolve()),
+           # a relaunch of the same arm resumes its own run (crossed_rlvr.tracking.run_id)
+           "WANDB_RUN_ID": run_id(t, "train", str(cfg.arm), str(cfg.run_dir)), "WANDB_RESUME": "allow"}
     if t.get("entity"):
         env["WANDB_ENTITY"] = str(t.entity)
     if t.get("tags"):

@@ -1,0 +1,148 @@
+"""Value checks of a composed config, run before the first stage of any command.
+
+The schemas (:mod:`crossed_rlvr.conf.schema`) fix each key's type; these checks fix the values that
+must come from a known set or range, and name the key in the first line of the error. For a study,
+every check a later stage would make (each arm's training config, the evaluation's requests and
+wordings, the GPU) runs here too, so a bad ``evaluation.*`` fails in seconds, not after training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config value that no stage could run with; the message starts with the dotted key."""
+
+
+def _get(cfg: Any, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, key, throw_on_missing=False)
+
+
+def _one_of(cfg: Any, key: str, allowed: tuple[str, ...]) -> None:
+    value = _get(cfg, key)
+    if value is not None and value not in allowed:
+        raise ConfigError(f"{key}={value!r} is unknown; expected one of {', '.join(allowed)}")
+
+
+def _all_of(cfg: Any, key: str, allowed: tuple[str, ...], nonempty: bool = True) -> None:
+    values = _get(cfg, key)
+    if values is None:
+        return
+    if nonempty and len(values) == 0:
+        raise ConfigError(f"{key}=[] is empty; give at least one of {', '.join(allowed)}")
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise ConfigError(f"{key}: {', '.join(map(repr, bad))} unknown; expected among {', '.join(allowed)}")
+
+
+def _at_least(cfg: Any, key: str, low: float) -> None:
+    value = _get(cfg, key)
+    if value is not None and value < low:
+        raise ConfigError(f"{key}={value} must be at least {low}")
+
+
+def _within(cfg: Any, key: str, low: float, high: float) -> None:
+    value = _get(cfg, key)
+    if value is not None and not low <= value <= high:
+        raise ConfigError(f"{key}={value} must lie in [{low}, {high}]")
+
+
+def common(cfg: Any) -> None:
+    from crossed_rlvr.rewards.conventions import TEMPLATES
+
+    _one_of(cfg, "tracking.mode", ("off", "offline", "online", False))
+    _one_of(cfg, "model.source", ("local", "hub", "gguf-smollm2"))
+    _one_of(cfg, "task.source", ("arith", "gsm8k", "math500"))
+    _one_of(cfg, "task.split", ("test", "dev", "train"))
+    _one_of(cfg, "eval.backend", ("hf", "vllm"))
+    _one_of(cfg, "eval.dtype", ("float32", "bfloat16", "float16"))
+    _within(cfg, "eval.temperature", 0.0, 10.0)
+    _within(cfg, "eval.top_p", 1e-9, 1.0)
+    for key in ("eval.batch_size", "eval.max_new_tokens", "eval.context_limit"):
+        _at_least(cfg, key, 1)
+    _one_of(cfg, "template", TEMPLATES)
+
+
+def check_train(cfg: Any) -> None:
+    from crossed_rlvr.train.recipe import RecipeError, check_config
+
+    common(cfg)
+    try:
+        check_config(cfg)
+    except RecipeError as err:
+        raise ConfigError(str(err)) from None
+
+
+def check_eval(cfg: Any) -> None:
+    from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
+
+    common(cfg)
+    _all_of(cfg, "requests", REQUESTS)
+    _all_of(cfg, "templates", TEMPLATES)
+    _at_least(cfg, "samples", 1)
+    for k, pol in enumerate(cfg.policies or []):
+        if pol.training_convention != "initial" and pol.training_convention not in CONVENTIONS:
+            raise ConfigError(f"policies[{k}].training_convention={pol.training_convention!r} is unknown; expected "
+                              f"initial or one of {', '.join(CONVENTIONS)}")
+        if (pol.training_convention == "initial") != (pol.train_seed is None):
+            raise ConfigError(f"policies[{k}].train_seed must be null exactly when training_convention is initial")
+
+
+def check_sft(cfg: Any) -> None:
+    from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
+
+    common(cfg)
+    _one_of(cfg, "mode", ("warmstart", "arms"))
+    _one_of(cfg, "arm", tuple(CONVENTIONS))
+    _one_of(cfg, "control", tuple(CONVENTIONS))
+    _all_of(cfg, "warmstart.requests", REQUESTS)
+    _all_of(cfg, "warmstart.templates", TEMPLATES)
+    _within(cfg, "warmstart.follow_rate", 0.0, 1.0)
+
+
+def check_study(cfg: Any) -> None:
+    """Every check of every stage, before the first one starts (the GPU check included)."""
+    from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
+
+    common(cfg)
+    _one_of(cfg, "stages", ("all", "prepare"))
+    _one_of(cfg, "initial.build", ("warmstart", "given"))
+    _all_of(cfg, "initial.requests", REQUESTS)
+    _all_of(cfg, "initial.templates", TEMPLATES)
+    _within(cfg, "initial.follow_rate", 0.0, 1.0)
+    _one_of(cfg, "arms.kind", ("grpo", "sft"))
+    _all_of(cfg, "arms.conventions", tuple(CONVENTIONS))
+    _one_of(cfg, "arms.sft_arm", tuple(CONVENTIONS))
+    _one_of(cfg, "arms.sft_control", tuple(CONVENTIONS))
+    if not cfg.arms.seeds:
+        raise ConfigError("arms.seeds=[] is empty; give at least one training seed")
+    _at_least(cfg, "arms.parallel", 1)
+    _all_of(cfg, "evaluation.requests", REQUESTS)
+    _all_of(cfg, "evaluation.templates", TEMPLATES)
+    _at_least(cfg, "evaluation.samples", 1)
+    _at_least(cfg, "evaluation.n_items", 1)
+    _at_least(cfg, "analysis.resamples", 1)
+    if cfg.initial.build == "warmstart" and cfg.model.source != "local":
+        raise ConfigError(f"initial.build=warmstart builds a tiny local model; model={cfg.model.name} is "
+                          f"{cfg.model.source}: use initial.build=given")
+    if cfg.arms.kind == "grpo":  # each arm's crossed-train config, as the arms stage will check it
+        from omegaconf import OmegaConf
+
+        from crossed_rlvr.train.recipe import RecipeError, check_config
+
+        for conv in cfg.arms.conventions:
+            arm = OmegaConf.create({"convention": {"name": conv}, "recipe": OmegaConf.to_container(cfg.recipe),
+                                    "engine": OmegaConf.to_container(cfg.engine), "template": "original",
+                                    "algorithm": OmegaConf.to_container(cfg.algorithm),
+                                    "model": {"name": cfg.model.name, "source": "hub", "path": "not-checked-here"}})
+            try:
+                check_config(arm)  # the initial policy's path is checked when the initial stage has run
+            except RecipeError as err:
+                raise ConfigError(str(err)) from None
+
+
+CHECKS = {"crossed-train": check_train, "crossed-eval": check_eval, "crossed-sft": check_sft,
+          "crossed-study": check_study}

@@ -1,0 +1,305 @@
+"""Typed schemas of every command's config (Hydra ConfigStore), so a wrong type fails at composition.
+
+Each primary config (``crossed_train.yaml`` ...) starts its defaults list with its schema; every group
+option merges into a typed node, so ``seed=abc`` or ``eval.temperature=hot`` stops Hydra with the key
+named before anything runs. Values that must come from a fixed set (requests, conventions, stages)
+are checked right after composition by :mod:`crossed_rlvr.conf.checks`, also before any stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+
+@dataclass
+class TinyConf:
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_hidden_layers: int = 3
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 1024
+    seed: int = 0
+
+
+@dataclass
+class ModelConf:
+    name: str = MISSING
+    source: str = MISSING          # local | hub | gguf-smollm2
+    path: str | None = None
+    system: str | None = None
+    tiny: TinyConf | None = None
+
+
+@dataclass
+class TaskConf:
+    name: str = MISSING
+    source: str = MISSING          # arith | gsm8k | math500
+    split: str = "test"
+    n_items: int | None = None
+    path: str | None = None
+    # arithmetic probe
+    n_test: int | None = None
+    n_dev: int | None = None
+    seed: int | None = None
+    strata: list[int] | None = None
+    max_operand: int | None = None
+    ops: list[str] | None = None
+    train_per_stratum: dict[int, int] | None = None
+    # GSM8K / MATH-500 splits
+    train_path: str | None = None
+    dev_items: int | None = None
+    dev_seed: int | None = None
+
+
+@dataclass
+class EvalConf:
+    backend: str = "hf"            # hf | vllm
+    dtype: str = "float32"
+    batch_size: int = 16
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 640
+    context_limit: int = 4096
+    base_seed: int = 20260908
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+
+
+@dataclass
+class TrackingConf:
+    mode: str = "offline"          # off | offline | online
+    project: str = "crossed-rlvr"
+    entity: str | None = None
+    group: str | None = None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ProposalConf:
+    enabled: bool = False
+    target: list[float] = field(default_factory=list)  # shares or counts per stratum
+    proposal: list[float] = field(default_factory=list)
+    epsilon: float = 1.0e-6
+
+
+@dataclass
+class LoraConf:
+    enabled: bool = False
+    r: int = 16
+    alpha: int = 32
+    target_modules: Any = "all-linear"
+
+
+@dataclass
+class RecipeConf:
+    group_size: int = 8
+    prompts_per_update: int = 32
+    updates: int = 100
+    lr: float = 1.0e-6
+    weight_decay: float = 0.01
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    grad_clip: float = 1.0
+    policy_epochs: int = 1
+    clip_ratio: float = 0.2
+    loss_agg: str = "seq-mean-token-mean"
+    kl_loss: bool = False
+    kl_reward: bool = False
+    entropy_coeff: float = 0.0
+    norm_adv_by_std: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_response_tokens: int = 1024
+    max_context_tokens: int = 3072
+    save_steps: list[int] = field(default_factory=lambda: [0])
+    proposal: ProposalConf = field(default_factory=ProposalConf)
+    lora: LoraConf = field(default_factory=LoraConf)
+
+
+@dataclass
+class NameConf:
+    name: str = MISSING
+
+
+@dataclass
+class EngineConf:
+    name: str = MISSING            # trl | verl
+    # TRL
+    micro_batch: int | None = None
+    use_vllm: bool = False
+    # verl
+    nnodes: int = 1
+    n_gpus_per_node: int = 4
+    micro_batch_per_gpu: int = 1
+    rollout_tp: int = 1
+    gpu_memory_utilization: float = 0.6
+    rollout_is_threshold: float = 2.0
+    param_offload: bool = True
+    optimizer_offload: bool = True
+    gradient_checkpointing: bool = True
+    launch: bool = False
+    cpus_per_node: int = 32
+    attention: str = "auto"
+    save_optimizer: bool = False
+    val_every: int | None = None
+
+
+@dataclass
+class SFTRecipeConf:
+    epochs: float = 2.0
+    learning_rate: float = 1.0e-5
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.03
+    effective_batch: int = 32
+    per_device_batch: int = 8
+    max_length: int = 1024
+    weight_decay: float = 0.0
+    deepspeed: str | None = None
+    bf16: bool = False
+
+
+@dataclass
+class TrainItemsConf:
+    n: int | None = 4000
+    seed: int = 101
+
+
+@dataclass
+class TrainConf:
+    model: ModelConf = MISSING
+    task: TaskConf = MISSING
+    convention: NameConf = MISSING
+    recipe: RecipeConf = MISSING
+    algorithm: NameConf = MISSING
+    engine: EngineConf = MISSING
+    tracking: TrackingConf = MISSING
+    seed: int = 83
+    data_seed: int = 83
+    run_dir: str = MISSING
+    arm: str = MISSING
+    study: str | None = None
+    overwrite: bool = False
+    template: str = "original"
+    train_items: TrainItemsConf = field(default_factory=TrainItemsConf)
+
+
+@dataclass
+class PolicyConf:
+    name: str = MISSING
+    path: str = MISSING
+    training_convention: str = "initial"
+    train_seed: int | None = None
+
+
+@dataclass
+class EvalCommandConf:
+    model: ModelConf = MISSING
+    task: TaskConf = MISSING
+    eval: EvalConf = MISSING
+    tracking: TrackingConf = MISSING
+    run_dir: str = MISSING
+    study: str | None = None
+    policies: list[PolicyConf] | None = None
+    requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    templates: list[str] = field(default_factory=lambda: ["original"])
+    template_subset: int | None = 300
+    template_subset_seed: int = 20260919
+    samples: int = 1
+    overwrite: bool = False
+
+
+@dataclass
+class WarmstartConf:
+    requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
+    seed: int = 0
+    follow_rate: float = 1.0
+
+
+@dataclass
+class SFTCommandConf:
+    model: ModelConf = MISSING
+    task: TaskConf = MISSING
+    sft: SFTRecipeConf = MISSING
+    tracking: TrackingConf = MISSING
+    run_dir: str = MISSING
+    study: str | None = None
+    mode: str = "arms"
+    seeds: list[int] = field(default_factory=lambda: [83])
+    arm: str = "hash"
+    control: str = "boxed"
+    train_items: TrainItemsConf = field(default_factory=lambda: TrainItemsConf(seed=7))
+    warmstart: WarmstartConf = field(default_factory=WarmstartConf)
+
+
+@dataclass
+class InitialConf:
+    build: str = "warmstart"       # warmstart | given
+    train_items: int = 4000
+    follow_rate: float = 0.5
+    requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
+    seed: int = 0
+
+
+@dataclass
+class ArmsConf:
+    kind: str = "grpo"             # grpo | sft
+    conventions: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    seeds: list[int] = field(default_factory=lambda: [83, 84])
+    parallel: int = 2
+    train_items: int = 4000
+    sft_arm: str = "hash"
+    sft_control: str = "boxed"
+
+
+@dataclass
+class EvaluationConf:
+    requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
+    n_items: int | None = None
+    template_subset: int | None = 50
+    template_subset_seed: int = 20260919
+    samples: int = 1
+
+
+@dataclass
+class AnalysisConf:
+    resamples: int = 2000
+    rng_seed: int = 20260919
+
+
+@dataclass
+class StudyConf:
+    model: ModelConf = MISSING
+    task: TaskConf = MISSING
+    sft: SFTRecipeConf = MISSING
+    recipe: RecipeConf = MISSING
+    algorithm: NameConf = MISSING
+    engine: EngineConf = MISSING
+    eval: EvalConf = MISSING
+    tracking: TrackingConf = MISSING
+    experiment_name: str | None = None
+    run_dir: str = MISSING
+    stages: str = "all"            # all | prepare
+    requires_gpu: bool = False
+    initial: InitialConf = field(default_factory=InitialConf)
+    arms: ArmsConf = field(default_factory=ArmsConf)
+    evaluation: EvaluationConf = field(default_factory=EvaluationConf)
+    analysis: AnalysisConf = field(default_factory=AnalysisConf)
+
+
+SCHEMAS = {"crossed_train": TrainConf, "crossed_eval": EvalCommandConf, "crossed_sft": SFTCommandConf,
+           "crossed_study": StudyConf}
+
+
+def register() -> None:
+    """Store each command's schema as ``<command>_schema`` (the first entry of its defaults list)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    for name, node in SCHEMAS.items():
+        cs.store(name=f"{name}_schema", node=node)

@@ -1,0 +1,123 @@
+"""wandb runs as verl and TRL users expect them: one run per arm or stage, named, grouped, resumable.
+
+Every command and study stage opens its run through :func:`start_run`: name = the arm or stage, group =
+the study (or ``tracking.group``), job type = the stage, the resolved Hydra config as the run config,
+and an id derived from the run directory, so a resumed stage continues its own run (``resume=allow``)
+and a new arm never lands in the previous arm's run (``reinit=finish_previous``). ``offline_runs`` reads
+the offline run folders back (wandb 0.31 ships no Python reader of its transaction log).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def enabled(tracking: Any) -> bool:
+    """Whether a tracking block logs anything (YAML reads a bare ``off`` as false)."""
+    return tracking is not None and tracking.get("mode") not in ("off", False, None, "disabled")
+
+
+def group_of(tracking: Any, study: str | None = None) -> str | None:
+    return (tracking.get("group") if tracking is not None else None) or study
+
+
+def run_id(tracking: Any, job_type: str, name: str, run_dir: str | Path) -> str:
+    """Stable id of one run: the same stage in the same run directory resumes the same wandb run."""
+    key = "|".join(str(x) for x in (tracking.get("entity"), tracking.get("project"), job_type, name,
+                                     Path(run_dir).resolve()))
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def start_run(tracking: Any, *, name: str, job_type: str, run_dir: str | Path, config: dict[str, Any] | None = None,
+              study: str | None = None) -> Any:
+    """A wandb run for one arm or stage, or None when tracking is off."""
+    if not enabled(tracking):
+        return None
+    import wandb
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return wandb.init(
+        project=str(tracking.get("project") or "crossed-rlvr"), entity=tracking.get("entity") or None,
+        group=group_of(tracking, study), name=name, job_type=job_type,
+        tags=[str(t) for t in (tracking.get("tags") or [])], config=config or {}, dir=str(run_dir),
+        id=run_id(tracking, job_type, name, run_dir), resume="allow", mode=str(tracking.get("mode")),
+        reinit="finish_previous",
+    )
+
+
+def resolved_config(cfg: Any) -> dict[str, Any]:
+    """The resolved Hydra config without Hydra's own node (what a run config should hold)."""
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
+    data.pop("hydra", None)
+    return data
+
+
+# ---------------------------------------------------------------------- reading offline runs back
+_BLOCK, _HEADER = 32768, 7
+
+
+def _records(path: Path) -> Iterator[Any]:
+    """Protobuf records of a ``run-<id>.wandb`` file (a LevelDB-style log: 32 KiB blocks of chunks)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    ident, magic, _version = struct.unpack("<4sHB", data[:_HEADER])
+    if ident != b":W&B" or magic != 0xBEE1:
+        raise ValueError(f"{path}: not a wandb transaction log")
+    pos, buf = _HEADER, b""
+    while pos + _HEADER <= len(data):
+        left = _BLOCK - pos % _BLOCK
+        if left < _HEADER:  # block trailer padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + _HEADER])
+        if kind == 0 and length == 0:
+            break
+        chunk = data[pos + _HEADER:pos + _HEADER + length]
+        pos += _HEADER + length
+        buf = chunk if kind in (1, 2) else buf + chunk  # 1 full, 2 first, 3 middle, 4 last
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(buf)
+            yield rec
+            buf = b""
+
+
+def _key(item: Any) -> str:
+    """A history or summary item's name ('' for wandb's own underscore keys)."""
+    name = item.key or "/".join(item.nested_key)
+    return "" if name.startswith("_") else name
+
+
+def offline_runs(folder: str | Path) -> list[dict[str, Any]]:
+    """Every offline wandb run under ``folder``: id, name, group, job type, tags, and its config, summary
+    and history keys."""
+    runs = []
+    for path in sorted(Path(folder).rglob("offline-run-*/run-*.wandb")):
+        info: dict[str, Any] = {"path": str(path.parent), "config": set(), "summary": set(), "history": set()}
+        for rec in _records(path):
+            kind = rec.WhichOneof("record_type")
+            if kind == "run":
+                r = rec.run
+                info.update(id=r.run_id, name=r.display_name, group=r.run_group, job_type=r.job_type,
+                            project=r.project, tags=list(r.tags))
+                info["config"] |= {c.key for c in r.config.update if c.key != "_wandb"}
+            elif kind == "config":
+                info["config"] |= {c.key for c in rec.config.update if c.key and c.key != "_wandb"}
+            elif kind == "history":
+                info["history"] |= {_key(i) for i in rec.history.item} - {""}
+            elif kind == "summary":
+                info["summary"] |= {_key(i) for i in rec.summary.update} - {""}
+        for key in ("config", "summary", "history"):
+            info[key] = sorted(info[key])
+        runs.append(info)
+    return runs
