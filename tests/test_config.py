@@ -39,6 +39,8 @@ BAD = [
     ("crossed_study", "initial.follow_rate=2", "initial.follow_rate=2.0 must lie in [0.0, 1.0]"),
     ("crossed_study", "evaluation.templates=[original,para_c]", "evaluation.templates: 'para_c' unknown"),
     ("crossed_study", "engine.micro_batch=3", "engine.micro_batch=3 does not divide"),
+    ("crossed_study", "task.path=/no/such/file.jsonl", "task.path='/no/such/file.jsonl' does not exist"),
+    ("crossed_eval", "policies=[{name: initial, path: ./nope}]", "policies[0].path='./nope' does not exist"),
 ]
 
 

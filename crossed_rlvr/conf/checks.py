@@ -50,6 +50,22 @@ def _within(cfg: Any, key: str, low: float, high: float) -> None:
         raise ConfigError(f"{key}={value} must lie in [{low}, {high}]")
 
 
+def _exists(cfg: Any, key: str) -> None:
+    from pathlib import Path
+
+    value = _get(cfg, key)
+    if value and not Path(str(value)).exists():
+        raise ConfigError(f"{key}={value!r} does not exist")
+
+
+def _model_path(key: str, path: str | None) -> None:
+    """A local model directory must exist; a hub name (``org/name``) is left to the loader."""
+    from pathlib import Path
+
+    if path and not Path(path).exists() and ("/" not in path or path.startswith((".", "/"))):
+        raise ConfigError(f"{key}={path!r} does not exist (and is not a hub name org/name)")
+
+
 def common(cfg: Any) -> None:
     from crossed_rlvr.rewards.conventions import TEMPLATES
 
@@ -64,6 +80,8 @@ def common(cfg: Any) -> None:
     for key in ("eval.batch_size", "eval.max_new_tokens", "eval.context_limit"):
         _at_least(cfg, key, 1)
     _one_of(cfg, "template", TEMPLATES)
+    _exists(cfg, "task.path")
+    _exists(cfg, "task.train_path")
 
 
 def check_train(cfg: Any) -> None:
@@ -84,6 +102,7 @@ def check_eval(cfg: Any) -> None:
     _all_of(cfg, "templates", TEMPLATES)
     _at_least(cfg, "samples", 1)
     for k, pol in enumerate(cfg.policies or []):
+        _model_path(f"policies[{k}].path", pol.path)
         if pol.training_convention != "initial" and pol.training_convention not in CONVENTIONS:
             raise ConfigError(f"policies[{k}].training_convention={pol.training_convention!r} is unknown; expected "
                               f"initial or one of {', '.join(CONVENTIONS)}")
@@ -128,6 +147,8 @@ def check_study(cfg: Any) -> None:
     if cfg.initial.build == "warmstart" and cfg.model.source != "local":
         raise ConfigError(f"initial.build=warmstart builds a tiny local model; model={cfg.model.name} is "
                           f"{cfg.model.source}: use initial.build=given")
+    if cfg.initial.build == "given" and cfg.model.source == "local":
+        _model_path("model.path", cfg.model.path)
     if cfg.arms.kind == "grpo":  # each arm's crossed-train config, as the arms stage will check it
         from omegaconf import OmegaConf
 
