@@ -2,7 +2,7 @@
 # The first line each bad override prints, and how long it takes (all before any stage runs).
 #   bash scripts/bad_overrides.sh
 set -u
-BIN=${BIN:-$(dirname "$0")/../.venv/bin}
+BIN=${BIN:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin}
 cd "$(mktemp -d)"
 printf '| command | override | exit | seconds | first line |\n|---|---|---|---|---|\n'
 while read -r cmd ov; do
