@@ -13,16 +13,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-
-@dataclass
-class TinyConf:
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_hidden_layers: int = 3
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    max_position_embeddings: int = 1024
-    seed: int = 0
+from crossed_rlvr.policies.tiny import TinyConfig as TinyConf  # one definition of a tiny model's sizes
 
 
 @dataclass
@@ -149,6 +140,8 @@ class EngineConf:
 
 @dataclass
 class SFTRecipeConf:
+    """The ``sft`` group: paper 001 App. D.2.1's recipe (the trainer's config adds seed and reporting)."""
+
     epochs: float = 2.0
     learning_rate: float = 1.0e-5
     lr_scheduler: str = "cosine"

@@ -166,12 +166,7 @@ def import_lm_eval(
                 continue
             seen.add(sample["doc_id"])
             prompt = _lm_eval_prompt(sample, where)
-            found = find_request(prompt)
-            if found is None and request is None:
-                raise ResponseFileError(f"{where}: the prompt carries no known request suffix; pass --request")
-            if found is not None and request is not None and found[0] != request:
-                raise ResponseFileError(f"{where}: the prompt asks for {found[0]!r} but --request says {request!r}")
-            req, tmpl = (found[0], found[1]) if found else (request, template)
+            req, tmpl, _ = request_of(prompt, request, template, where)
             tasks_by_request[req].add(file_task)
             resps = sample["resps"]
             if not (isinstance(resps, list) and resps and isinstance(resps[0], list)):
@@ -206,6 +201,18 @@ def find_request(prompt: str) -> tuple[str, str, int] | None:
     return best
 
 
+def request_of(prompt: str, request: str | None, template: str, where: Source
+               ) -> tuple[str, str, tuple[str, str, int] | None]:
+    """(request, template, suffix found) of one imported response: the request suffix in its prompt, else
+    the ``--request`` flag; a prompt without a suffix and no flag, or a contradiction, is refused."""
+    found = find_request(prompt)
+    if found is None and request is None:
+        raise ResponseFileError(f"{where}: the prompt carries no known request suffix; pass --request")
+    if found is not None and request is not None and found[0] != request:
+        raise ResponseFileError(f"{where}: the prompt asks for {found[0]!r} but --request says {request!r}")
+    return (found[0], found[1], found) if found else (str(request), template, None)
+
+
 def strip_request(prompt: str, found: tuple[str, str, int] | None) -> str:
     if found is None:
         return prompt
@@ -234,12 +241,7 @@ def import_verl_dump(
                 raise ResponseFileError(f"{where}: missing field '{field}'{hint}")
         prompt = str(row["input"])
         sha = sha256_text(prompt)
-        found = find_request(prompt)
-        if found is None and request is None:
-            raise ResponseFileError(f"{where}: the prompt carries no known request suffix; pass --request")
-        if found is not None and request is not None and found[0] != request:
-            raise ResponseFileError(f"{where}: the prompt asks for {found[0]!r} but --request says {request!r}")
-        req, tmpl = (found[0], found[1]) if found else (request, template)
+        req, tmpl, found = request_of(prompt, request, template, where)
         # The item id hashes the prompt without its request suffix: one item, one id under every request.
         item = sha256_text(strip_request(prompt, found))[:16]
         key = (item, req, tmpl)

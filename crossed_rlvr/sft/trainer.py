@@ -15,22 +15,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.conf.schema import SFTRecipeConf
 from crossed_rlvr.prompts import messages, render
 
 
 @dataclass
-class SFTConfig:
-    epochs: float = 2.0
-    learning_rate: float = 1e-5
-    lr_scheduler: str = "cosine"
-    warmup_ratio: float = 0.03
-    effective_batch: int = 32
-    per_device_batch: int = 8
-    max_length: int = 1024
-    weight_decay: float = 0.0
+class SFTConfig(SFTRecipeConf):
+    """The ``sft`` group's recipe plus the run's seed and where to report."""
+
     seed: int = 83
-    deepspeed: str | None = None
-    bf16: bool = False
     report_to: str = "none"
 
 
