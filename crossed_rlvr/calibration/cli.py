@@ -1,0 +1,166 @@
+"""``crossed-calibrate``: human calibration of committed answers (paper 001 App. A).
+
+    crossed-calibrate sample runs/study/eval/scores.parquet -o cal/ --state initial:hash --state grpo-hash/s83:hash
+    crossed-calibrate annotate cal/            # http://127.0.0.1:8765 (Stage 1, Stage 2, adjudication)
+    crossed-calibrate export cal/ labels.jsonl # or .csv; `import` reads the same format
+    crossed-calibrate analyze cal/ -o cal/analysis
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from crossed_rlvr.calibration.sample import CalibrationError, State, build_sample, load_calibration, write_calibration
+
+
+def _responses(paths: list[Path]) -> dict[tuple, dict]:
+    from crossed_rlvr.eval.records import read_responses
+
+    recs = read_responses(paths).records
+    return {(r["task"], r["policy"], r["request"], r["template"], str(r["item_id"]), int(r["sample_idx"])): r
+            for r in recs}
+
+
+def _questions(paths: list[Path]) -> dict[tuple[str, str], str]:
+    out = {}
+    for path in paths:
+        files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+        for f in files:
+            task = f.stem.rsplit("-", 1)[0]
+            for line in f.read_text().splitlines():
+                if line.strip():
+                    it = json.loads(line)
+                    out[(task, str(it["item_id"]))] = it["question"]
+    return out
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    scores = Path(args.scores)
+    if not scores.exists():
+        raise CalibrationError(f"{scores}: no such scores file")
+    eval_dir = scores.parent
+    responses = [Path(p) for p in args.responses] if args.responses else [eval_dir / "responses"]
+    items = [Path(p) for p in args.items] if args.items else [eval_dir / "items"]
+    states = [State.parse(s) for s in args.state] if args.state else _default_states(scores)
+    rows = build_sample(scores, _responses(responses), _questions(items), states, args.cap, args.seed, args.census,
+                        tuple(args.readers.split(",")) if args.readers else None)
+    out = write_calibration(Path(args.out), scores, rows, {
+        "states": [s.key() for s in states], "cap": args.cap, "seed": args.seed, "census": args.census,
+        "readers": args.readers})
+    print(f"froze {len(rows)} observations from {len(states)} states in {out}")
+    return 0
+
+
+def _default_states(scores: Path) -> list[State]:
+    import pandas as pd
+
+    df = pd.read_parquet(scores, columns=["policy", "request", "template"])
+    keys = sorted({(p, r) for p, r, t in zip(df.policy, df.request, df.template) if t == "original"})
+    return [State(p, r) for p, r in keys]
+
+
+def _store(folder: Path):
+    from crossed_rlvr.calibration.labels import LabelStore
+
+    head, rows = load_calibration(folder)
+    return LabelStore(folder, rows, int(head["seed"])), head, rows
+
+
+def cmd_annotate(args: argparse.Namespace) -> int:
+    from crossed_rlvr.calibration.server import serve
+
+    store, _, rows = _store(Path(args.folder))
+    server = serve(store, args.host, args.port)
+    print(f"annotating {len(rows)} observations: http://{args.host}:{server.server_port}/  (Ctrl-C stops; every "
+          "label is already saved)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    store, _, _ = _store(Path(args.folder))
+    print(f"wrote {store.export(Path(args.file))} labels to {args.file}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    store, _, _ = _store(Path(args.folder))
+    print(f"imported {store.import_labels(Path(args.file), lock=args.lock)} labels")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from crossed_rlvr.calibration.analysis import analyze_calibration, observation_table, write_outputs
+    from crossed_rlvr.files import sha256_file
+
+    folder = Path(args.folder)
+    store, head, rows = _store(folder)
+    if args.scores and sha256_file(Path(args.scores)) != head["scores_sha256"]:
+        raise CalibrationError(f"{args.scores}: not the scores file this sample was drawn from "
+                               f"({folder}/calibration.json records {head['scores_sha256'][:12]}...)")
+    final = store.final()
+    pair = store.annotators()[:2]
+    s1, s2 = store.labels(stage="stage1"), store.labels(stage="stage2")
+    agreement = {sid: {"agreement": int(s2[(pair[0], "stage2", sid)]["correctness"]
+                                        == s2[(pair[1], "stage2", sid)]["correctness"]),
+                       "status_agreement": int(s1[(pair[0], "stage1", sid)]["status"]
+                                               == s1[(pair[1], "stage1", sid)]["status"])} for sid in store.sample}
+    obs = observation_table(rows, final, agreement)
+    tables = analyze_calibration(obs, pd.read_parquet(head["scores"]))
+    report = write_outputs(Path(args.out or folder / "analysis"), tables)
+    print(report)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="crossed-calibrate", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("sample", help="freeze a stratified sample of a scored study")
+    p.add_argument("scores", help="scores Parquet (its folder's responses/ and items/ are read by default)")
+    p.add_argument("-o", "--out", required=True, help="new calibration folder")
+    p.add_argument("--state", action="append", help="POLICY:REQUEST[:TEMPLATE]; default: every policy and request "
+                   "under the original wording")
+    p.add_argument("--cap", type=int, default=30, help="responses per stratum (App. A: 30 GSM8K, 20 MATH)")
+    p.add_argument("--seed", type=int, default=20260919)
+    p.add_argument("--census", action="append", default=[], help="stratum taken whole, e.g. strict=1|fallback=1|mv=0")
+    p.add_argument("--readers", default=None, help="stratifying reader roles, e.g. strict,fallback,mv")
+    p.add_argument("--responses", nargs="*", help="response files or folders (default: <scores dir>/responses)")
+    p.add_argument("--items", nargs="*", help="item files or folders (default: <scores dir>/items)")
+    p.set_defaults(fn=cmd_sample)
+    p = sub.add_parser("annotate", help="serve the blinded two-stage annotation page on localhost")
+    p.add_argument("folder")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8765)
+    p.set_defaults(fn=cmd_annotate)
+    p = sub.add_parser("export", help="labels to JSON Lines or CSV")
+    p.add_argument("folder")
+    p.add_argument("file")
+    p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("import", help="labels made elsewhere (the export format); all checked before any is written")
+    p.add_argument("folder")
+    p.add_argument("file")
+    p.add_argument("--lock", action="store_true", help="lock the imported annotators' stages")
+    p.set_defaults(fn=cmd_import)
+    p = sub.add_parser("analyze", help="bounds, tables and calibration.csv")
+    p.add_argument("folder")
+    p.add_argument("-o", "--out", default=None)
+    p.add_argument("--scores", default=None, help="check this scores file against the frozen sample's")
+    p.set_defaults(fn=cmd_analyze)
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except CalibrationError as err:
+        print(f"crossed-calibrate: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""Human labels of one calibration in SQLite: one writer, one transaction per label, locks per stage.
+
+Stage 1 (blind: question and response only): answer status, supporting span, self-correction and
+withdrawal flags. Stage 2 (after the annotator's Stage 1 is locked: reference and anonymous reader
+candidates revealed): correctness of the locked commitment and each candidate's fidelity to it.
+Adjudication: the final label of every A/B disagreement and of a fixed random review share of the
+concordant items. Every row is written in its own transaction, so a killed server loses nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.calibration.sample import CalibrationError
+
+STATUS = ("clear", "no_answer", "ambiguous", "conflict")
+CORRECTNESS = ("correct", "incorrect", "unresolved")
+STAGES = ("stage1", "stage2", "adjudication")
+REVIEW_SHARE = 0.10
+
+SCHEMA = """
+create table if not exists labels (annotator text, stage text, sample_id text, label text, at real,
+                                   primary key (annotator, stage, sample_id));
+create table if not exists locks (annotator text, stage text, at real, primary key (annotator, stage));
+"""
+
+
+class LabelError(CalibrationError):
+    pass
+
+
+def check_label(stage: str, label: dict[str, Any], candidates: int, where: str) -> dict[str, Any]:
+    """A label's fields, checked; the message names where it came from and the field."""
+    if stage == "stage1":
+        if label.get("status") not in STATUS:
+            raise LabelError(f"{where}: field 'status' is {label.get('status')!r}; expected one of {', '.join(STATUS)}")
+        return {"status": label["status"], "span": str(label.get("span", "")),
+                "self_correction": bool(label.get("self_correction", False)),
+                "withdrawal": bool(label.get("withdrawal", False))}
+    if label.get("correctness") not in CORRECTNESS:
+        raise LabelError(f"{where}: field 'correctness' is {label.get('correctness')!r}; expected one of "
+                         f"{', '.join(CORRECTNESS)}")
+    out = {"correctness": label["correctness"]}
+    if stage == "stage2":
+        fidelity = label.get("fidelity", [])
+        if not isinstance(fidelity, list) or len(fidelity) != candidates or not all(isinstance(f, bool) for f in fidelity):
+            raise LabelError(f"{where}: field 'fidelity' must be {candidates} true/false values, one per candidate")
+        out["fidelity"] = fidelity
+    else:
+        out["status"] = label.get("status") if label.get("status") in STATUS else None
+        out["note"] = str(label.get("note", ""))
+    return out
+
+
+class LabelStore:
+    """The labels of one calibration folder (``labels.sqlite``)."""
+
+    def __init__(self, folder: Path, sample: list[dict[str, Any]], seed: int) -> None:
+        self.path = folder / "labels.sqlite"
+        self.sample = {r["sample_id"]: r for r in sample}
+        self.seed = seed
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.db.execute("pragma journal_mode=wal")
+        self.db.execute("pragma synchronous=full")
+        self.db.executescript(SCHEMA)
+
+    # ------------------------------------------------------------------ reading
+    def order(self, annotator: str) -> list[str]:
+        """The annotator's own ordering of the sample (seeded by calibration seed and name)."""
+        ids = sorted(self.sample)
+        random.Random(f"{self.seed}:{annotator}").shuffle(ids)
+        return ids
+
+    def labels(self, annotator: str | None = None, stage: str | None = None) -> dict[tuple[str, str, str], dict]:
+        q, args = "select annotator, stage, sample_id, label from labels where 1=1", []
+        if annotator:
+            q, args = q + " and annotator=?", [*args, annotator]
+        if stage:
+            q, args = q + " and stage=?", [*args, stage]
+        return {(a, s, i): json.loads(x) for a, s, i, x in self.db.execute(q, args)}
+
+    def locked(self, annotator: str, stage: str) -> bool:
+        return self.db.execute("select 1 from locks where annotator=? and stage=?", (annotator, stage)).fetchone() is not None
+
+    def candidates(self, sample_id: str) -> list[str | None]:
+        """The reader candidates in a fixed random order per sample (never labelled with the reader)."""
+        cands = list(self.sample[sample_id]["candidates"].values())
+        random.Random(f"{self.seed}:{sample_id}").shuffle(cands)
+        return cands
+
+    # ------------------------------------------------------------------ writing
+    def put(self, annotator: str, stage: str, sample_id: str, label: dict[str, Any], where: str = "label") -> dict:
+        if not annotator:
+            raise LabelError(f"{where}: no annotator name")
+        if stage not in STAGES:
+            raise LabelError(f"{where}: stage {stage!r} is unknown; expected one of {', '.join(STAGES)}")
+        if sample_id not in self.sample:
+            raise LabelError(f"{where}: sample id {sample_id!r} is not in this calibration's frozen sample")
+        if stage in ("stage1", "stage2") and self.locked(annotator, stage):
+            raise LabelError(f"{where}: {annotator}'s {stage} is locked; a locked label is never replaced")
+        if stage == "stage2" and not self.locked(annotator, "stage1"):
+            raise LabelError(f"{where}: {annotator} must lock Stage 1 before Stage 2 reveals references")
+        if stage == "stage2" and (annotator, "stage1", sample_id) not in self.labels(annotator, "stage1"):
+            raise LabelError(f"{where}: {annotator} has no Stage 1 commitment for {sample_id}")
+        clean = check_label(stage, label, len(self.sample[sample_id]["candidates"]), where)
+        with self.db:  # one transaction per label
+            self.db.execute("insert or replace into labels values (?, ?, ?, ?, ?)",
+                            (annotator, stage, sample_id, json.dumps(clean), time.time()))
+        return clean
+
+    def lock(self, annotator: str, stage: str) -> None:
+        done = {i for (_, _, i) in self.labels(annotator, stage)}
+        missing = sorted(set(self.sample) - done)
+        if missing:
+            raise LabelError(f"{annotator}'s {stage} cannot be locked: {len(missing)} samples unlabelled "
+                             f"(first {missing[0]})")
+        with self.db:
+            self.db.execute("insert or ignore into locks values (?, ?, ?)", (annotator, stage, time.time()))
+
+    # ------------------------------------------------------------------ adjudication and final labels
+    def annotators(self) -> list[str]:
+        return sorted({a for (a, s) in self.db.execute("select annotator, stage from locks") if s == "stage2"})
+
+    def to_adjudicate(self) -> list[str]:
+        """Disagreements of the first two annotators who locked Stage 2, then the fixed random review share
+        of their concordant items."""
+        pair = self.annotators()[:2]
+        if len(pair) < 2:
+            return []
+        s1, s2 = self.labels(stage="stage1"), self.labels(stage="stage2")
+        disagree, agree = [], []
+        for sid in sorted(self.sample):
+            a, b = ((s1[(x, "stage1", sid)]["status"], s2[(x, "stage2", sid)]["correctness"]) for x in pair)
+            (agree if a == b else disagree).append(sid)
+        k = round(REVIEW_SHARE * len(agree))
+        review = sorted(random.Random(f"{self.seed}:review").sample(agree, k)) if k else []
+        return disagree + review
+
+    def final(self) -> dict[str, dict[str, Any]]:
+        """Final label per sample: the adjudicator's where given, else the concordant A/B label."""
+        pair = self.annotators()[:2]
+        s1, s2, adj = self.labels(stage="stage1"), self.labels(stage="stage2"), self.labels(stage="adjudication")
+        adjudicated = {sid: lab for (_, _, sid), lab in adj.items()}
+        out: dict[str, dict[str, Any]] = {}
+        for sid in self.sample:
+            if sid in adjudicated:
+                out[sid] = {"correctness": adjudicated[sid]["correctness"],
+                            "status": adjudicated[sid].get("status") or s1.get((pair[0], "stage1", sid), {}).get("status"),
+                            "source": "adjudication"}
+                continue
+            labs = [(s1.get((x, "stage1", sid)), s2.get((x, "stage2", sid))) for x in pair]
+            if len(pair) < 2 or any(a is None or b is None for a, b in labs):
+                raise LabelError(f"sample {sid}: no complete A/B labels; finish both stages for two annotators")
+            (st_a, c_a), (st_b, c_b) = ((a["status"], b["correctness"]) for a, b in labs)
+            if (st_a, c_a) != (st_b, c_b):
+                raise LabelError(f"sample {sid}: A and B disagree and no adjudication was recorded")
+            out[sid] = {"correctness": c_a, "status": st_a, "source": "consensus"}
+        return out
+
+    # ------------------------------------------------------------------ exchange
+    def export(self, path: Path) -> int:
+        rows = [{"annotator": a, "stage": s, "sample_id": i, **lab} for (a, s, i), lab in sorted(self.labels().items())]
+        if path.suffix == ".csv":
+            fields = sorted({k for r in rows for k in r})
+            with path.open("w", newline="") as fh:
+                w = csv.DictWriter(fh, fieldnames=fields)
+                w.writeheader()
+                w.writerows([{k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows])
+        else:
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return len(rows)
+
+    def import_labels(self, path: Path, lock: bool = False) -> int:
+        """Labels made elsewhere, in the export format; all are checked before any is written."""
+        if path.suffix == ".csv":
+            with path.open(newline="") as fh:
+                raw = [(n + 2, {k: _csv_value(k, v) for k, v in row.items() if v != ""})
+                       for n, row in enumerate(csv.DictReader(fh))]
+        else:
+            raw = []
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                if line.strip():
+                    try:
+                        raw.append((n, json.loads(line)))
+                    except json.JSONDecodeError as err:
+                        raise LabelError(f"{path}:{n}: not valid JSON ({err.msg})") from None
+        checked = []
+        for n, row in raw:
+            where = f"{path}:{n}"
+            for field in ("annotator", "stage", "sample_id"):
+                if not row.get(field):
+                    raise LabelError(f"{where}: missing field '{field}'")
+            if row["sample_id"] not in self.sample:
+                raise LabelError(f"{where}: sample id {row['sample_id']!r} is not in this calibration's frozen sample")
+            if row["stage"] in ("stage1", "stage2") and self.locked(row["annotator"], row["stage"]):
+                raise LabelError(f"{where}: {row['annotator']}'s {row['stage']} is locked")
+            if row["stage"] not in STAGES:
+                raise LabelError(f"{where}: field 'stage' is {row['stage']!r}; expected one of {', '.join(STAGES)}")
+            checked.append((row["annotator"], row["stage"], row["sample_id"],
+                            check_label(row["stage"], row, len(self.sample[row["sample_id"]]["candidates"]), where)))
+        with self.db:
+            for a, s, i, lab in checked:
+                self.db.execute("insert or replace into labels values (?, ?, ?, ?, ?)", (a, s, i, json.dumps(lab),
+                                                                                       time.time()))
+        if lock:
+            for a, s in sorted({(a, s) for a, s, _, _ in checked if s in ("stage1", "stage2")}):
+                self.lock(a, s)
+        return len(checked)
+
+
+def _csv_value(key: str, value: str) -> Any:
+    if key == "fidelity":
+        return json.loads(value)
+    if key in ("self_correction", "withdrawal"):
+        return value.lower() == "true"
+    return value

@@ -1,0 +1,123 @@
+"""Human calibration (paper 001 App. A): frozen sample, labels, bounds, tables, and bad input."""
+
+import json
+import sqlite3
+
+import pandas as pd
+import pytest
+
+from crossed_rlvr.calibration.bounds import successes_interval
+from crossed_rlvr.calibration.cli import main
+from crossed_rlvr.calibration.labels import LabelError, LabelStore
+from crossed_rlvr.calibration.sample import CalibrationError, load_calibration
+from tests.calibration_fixtures import census_estimate_equals_truth, coverage_simulation, scored_study
+
+
+@pytest.fixture
+def calibration(tmp_path):
+    scores = scored_study(tmp_path)
+    assert main(["sample", str(scores), "-o", str(tmp_path / "cal"), "--cap", "2", "--seed", "5",
+                 "--census", "strict=0|fallback=0|mv=0"]) == 0
+    return tmp_path / "cal", scores
+
+
+def labels_for(rows, annotator, flip=()):
+    """Stage 1 and 2 labels that call a response correct when its Math-Verify bit says so."""
+    out = []
+    for r in rows:
+        correct = "mv=1" in r["stratum"]
+        status = "no_answer" if "not sure" in r["response"] else "clear"
+        c = ("unresolved" if r["sample_id"] in flip else "correct" if correct else "incorrect")
+        out.append({"annotator": annotator, "stage": "stage1", "sample_id": r["sample_id"], "status": status,
+                    "span": r["response"][-6:]})
+        out.append({"annotator": annotator, "stage": "stage2", "sample_id": r["sample_id"], "correctness": c,
+                    "fidelity": [True] * len(r["candidates"])})
+    return out
+
+
+def test_frozen_sample_is_stratified_and_weighted(calibration):
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    assert head["cap"] == 2 and len({r["sample_id"] for r in rows}) == len(rows)
+    for r in rows:
+        assert r["weight"] == r["N_h"] / r["n_h"] and r["n_h"] <= max(2, r["N_h"] if r["census"] else 2)
+        assert "policy" not in r["sample_id"] and r["sample_id"].startswith("S")
+    census = [r for r in rows if r["census"]]
+    assert census and all(r["n_h"] == r["N_h"] for r in census)
+    # population per state: the six items
+    for state, g in pd.DataFrame(rows).groupby("state"):
+        assert g.drop_duplicates("stratum").N_h.sum() == 6, state
+
+
+def test_point_identification_and_simultaneous_coverage():
+    assert census_estimate_equals_truth()  # nothing unresolved, whole strata: the population value itself
+    assert successes_interval(3, 10, 10, 0.01) == (3, 3)
+    result = coverage_simulation(1000)
+    print(f"\ncoverage over {result['draws']} frozen samples: states and gain together {result['all']:.3f} "
+          f"({result['seconds']:.2f} s)")
+    assert result["all"] >= 0.95 and result["gain"] >= 0.95
+
+
+def test_analysis_tables_and_the_widths_identity(calibration, tmp_path):
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    flip = {rows[0]["sample_id"], rows[3]["sample_id"]}
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for a in ("A", "B") for x in labels_for(rows, a, flip)))
+    assert main(["import", str(folder), str(path), "--lock"]) == 0
+    assert main(["analyze", str(folder), "-o", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    for table in ("(Table 3)", "(Table 5)", "(Table 6, eq. 6)", "(Table 7)"):
+        assert table in report
+    cal = pd.read_csv(tmp_path / "out" / "calibration.csv")
+    gain = cal[cal.quantity == "gain_human"].iloc[0]
+    acc = cal[cal.quantity == "human_accuracy"].set_index("setting")
+    u = (acc.estimate_high - acc.estimate_low)
+    # App. A: the gain-range width is U_RL + U_0, on the report's own numbers
+    assert gain.estimate_high - gain.estimate_low == pytest.approx(u["grpo-hash/s83:hash:original"]
+                                                                   + u["initial:hash:original"])
+    assert u.sum() > 0  # the flipped labels left something unresolved
+    assert gain.ci_low <= gain.estimate_low <= gain.estimate_high <= gain.ci_high
+    gap = cal[cal.quantity == "gap_strict_human"].iloc[0]
+    strict = cal[cal.quantity == "gain_strict"].iloc[0].estimate_low
+    assert (gap.estimate_low, gap.estimate_high) == pytest.approx((strict - gain.estimate_high,
+                                                                   strict - gain.estimate_low))
+    assert "| grpo-hash/s83:hash:original | 100.00 | 100.00 |" in report  # A and B gave the same labels
+
+
+def test_bad_input_is_refused_and_nothing_is_written(calibration, tmp_path):
+    folder, scores = calibration
+    head, rows = load_calibration(folder)
+    store = LabelStore(folder, rows, head["seed"])
+    before = store.db.execute("select count(*) from labels").fetchone()[0]
+    bad = tmp_path / "bad.jsonl"
+    good = labels_for(rows[:1], "A")
+    bad.write_text(json.dumps(good[0]) + "\n" + json.dumps({**good[0], "sample_id": "S9999"}) + "\n")
+    with pytest.raises(LabelError, match=r"bad\.jsonl:2: sample id 'S9999' is not in this calibration"):
+        store.import_labels(bad)
+    assert store.db.execute("select count(*) from labels").fetchone()[0] == before  # the good line was not written
+    with pytest.raises(LabelError, match="sample id 'S9999'"):
+        store.put("A", "stage1", "S9999", {"status": "clear"})
+    for r in rows:
+        store.put("A", "stage1", r["sample_id"], {"status": "clear", "span": "x"})
+    with pytest.raises(LabelError, match="must lock Stage 1 before Stage 2"):
+        store.put("A", "stage2", rows[0]["sample_id"], {"correctness": "correct", "fidelity": [True] * 3})
+    store.lock("A", "stage1")
+    with pytest.raises(LabelError, match="A's stage1 is locked; a locked label is never replaced"):
+        store.put("A", "stage1", rows[0]["sample_id"], {"status": "ambiguous"})
+    kept = json.loads(store.db.execute("select label from labels where sample_id=? and stage='stage1'",
+                                       (rows[0]["sample_id"],)).fetchone()[0])
+    assert kept["status"] == "clear"
+    # another scores file: refused, no analysis folder written
+    other = tmp_path / "other.parquet"
+    pd.read_parquet(scores).head(3).to_parquet(other)
+    assert main(["analyze", str(folder), "--scores", str(other), "-o", str(tmp_path / "never")]) == 2
+    assert not (tmp_path / "never").exists()
+    other.replace(scores)  # the recorded scores file itself changed
+    with pytest.raises(CalibrationError, match="not the scores file this sample was drawn from"):
+        load_calibration(folder)
+    with pytest.raises(CalibrationError, match="calibration.json exists: a frozen sample is never redrawn"):
+        from crossed_rlvr.calibration.sample import write_calibration
+
+        write_calibration(folder, scores, rows, {})
+    assert sqlite3.connect(folder / "labels.sqlite").execute("select count(*) from locks").fetchone()[0] == 1
