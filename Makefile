@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup study panel test bench clean
+.PHONY: setup study panel test bench clean browser
 
 setup: $(VENV)/.installed
 
@@ -31,7 +31,13 @@ study: setup
 panel: setup
 	$(BIN)/crossed-rlvr panel
 
-test: setup
+# The annotation page is tested in Debian's chromium (Playwright drives it; it downloads no browser).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null || { echo "installing Debian's chromium for the browser test"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: setup browser
 	$(PY) -m pytest -q
 
 bench: setup

@@ -10,7 +10,8 @@ from crossed_rlvr.calibration.bounds import successes_interval
 from crossed_rlvr.calibration.cli import main
 from crossed_rlvr.calibration.labels import LabelError, LabelStore
 from crossed_rlvr.calibration.sample import CalibrationError, load_calibration
-from tests.calibration_fixtures import census_estimate_equals_truth, coverage_simulation, scored_study
+from crossed_rlvr.calibration.simulate import census_estimate_equals_truth, coverage_simulation
+from tests.calibration_fixtures import scored_study
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ def test_point_identification_and_simultaneous_coverage():
 
 def test_analysis_tables_and_the_widths_identity(calibration, tmp_path):
     folder, _ = calibration
-    head, rows = load_calibration(folder)
+    _, rows = load_calibration(folder)
     flip = {rows[0]["sample_id"], rows[3]["sample_id"]}
     path = tmp_path / "labels.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for a in ("A", "B") for x in labels_for(rows, a, flip)))

@@ -177,9 +177,9 @@ def report_section(t: dict[str, pd.DataFrame]) -> str:
 
     m = int(t["M"]["M"].iloc[0])
     parts = ["## Human calibration of committed answers (App. A)", "",
-             f"Simultaneous 95% bounds: exact hypergeometric inversion per endpoint × stratum cell, budget 0.05/{m} "
-             "over the non-census cells, propagated through weighted sums and signed contrasts. ID: identification "
-             "range over unresolved labels. Percentage points.", "",
+             (f"Simultaneous 95% bounds: exact hypergeometric inversion per endpoint × stratum cell, budget 0.05/{m} "
+              "over the non-census cells, propagated through weighted sums and signed contrasts. ID: identification "
+              "range over unresolved labels. Percentage points."), "",
              "### Strict-score gains and human-calibrated gains (Table 3)", "",
              table(["Setting", "Seeds", "Strict gain Δ_S", "Δ_H ID range", "Δ_H 95% CI", "Δ_S − Δ_H ID range",
                     "Δ_S − Δ_H 95% CI", "Width = U_RL + U_0"],

@@ -13,7 +13,13 @@ import json
 import sys
 from pathlib import Path
 
-from crossed_rlvr.calibration.sample import CalibrationError, State, build_sample, load_calibration, write_calibration
+from crossed_rlvr.calibration.sample import (
+    CalibrationError,
+    State,
+    build_sample,
+    load_calibration,
+    write_calibration,
+)
 
 
 def _responses(paths: list[Path]) -> dict[tuple, dict]:

@@ -1,0 +1,168 @@
+"""The annotation page in a real headless browser (Debian's chromium, driven by Playwright): two
+annotators complete both stages on a 12-item sample, Stage 2 is refused before Stage 1 is locked, no
+Stage 1 page carries the reference, the server is killed mid-session and restarts with no label lost,
+and ``analyze`` then produces the tables. Screenshots of each stage go to the test's folder."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crossed_rlvr.calibration.cli import main
+from tests.calibration_fixtures import scored_study
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+BIN = Path(sys.executable).parent
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+
+class Server:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([str(BIN / "crossed-calibrate"), "annotate", str(self.folder), "--port", "0"],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = self.proc.stdout.readline()
+        self.url = re.search(r"http://\S+/", line).group(0)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)  # no shutdown: what is saved must already be on disk
+        self.proc.wait()
+
+
+def labelled(folder: Path, annotator: str, stage: str) -> int:
+    db = sqlite3.connect(folder / "labels.sqlite")
+    return db.execute("select count(*) from labels where annotator=? and stage=?", (annotator, stage)).fetchone()[0]
+
+
+@pytest.fixture
+def twelve(tmp_path):
+    scores = scored_study(tmp_path)
+    assert main(["sample", str(scores), "-o", str(tmp_path / "cal"), "--cap", "6"]) == 0  # the whole 2 x 6
+    rows = [json.loads(x) for x in (tmp_path / "cal" / "sample.jsonl").read_text().splitlines()]
+    assert len(rows) == 12
+    return tmp_path / "cal", {r["sample_id"]: r for r in rows}
+
+
+def open_stage(page, url: str, annotator: str, stage: str) -> None:
+    page.goto(url)
+    page.fill("#annotator", annotator)
+    page.select_option("#stage", stage)
+    page.click("#start")
+    page.wait_for_selector("#sid, #finished, #error:not(:empty)")
+
+
+def stage1(page, rows, annotator, shots, stop_after=None) -> int:
+    done = 0
+    while page.query_selector("#sid"):
+        sid = page.inner_text("#sid")
+        body = page.inner_text("main")
+        row = rows[sid]
+        assert page.query_selector("#reference") is None and "Reference" not in body
+        if row["reference"] not in row["response"]:
+            assert row["reference"] not in body  # the reference never reaches a Stage 1 page
+        if shots is not None and not (shots / "stage1.png").exists():
+            page.screenshot(path=str(shots / "stage1.png"), full_page=True)
+        page.keyboard.press("2" if "not sure" in row["response"] else "1")
+        page.fill("#span", row["response"][-6:])
+        page.click("#sid")  # keys go to the page again, not the text field
+        page.keyboard.press("Enter")
+        page.wait_for_function("s => !document.getElementById('sid') || document.getElementById('sid').innerText != s",
+                               arg=sid)
+        done += 1
+        if stop_after is not None and done == stop_after:
+            return done
+    return done
+
+
+def stage2(page, rows, annotator, shots) -> int:
+    done = 0
+    while page.query_selector("#sid"):
+        sid = page.inner_text("#sid")
+        row = rows[sid]
+        assert page.inner_text("#reference") == row["reference"]
+        assert "grpo" not in page.content() and "strict" not in page.inner_text("main")  # no model, no reader names
+        if shots is not None and not (shots / "stage2.png").exists():
+            page.screenshot(path=str(shots / "stage2.png"), full_page=True)
+        page.keyboard.press("c" if "mv=1" in row["stratum"] else "i")
+        page.keyboard.press("1")  # first candidate is faithful
+        page.keyboard.press("Enter")
+        page.wait_for_function("s => !document.getElementById('sid') || document.getElementById('sid').innerText != s",
+                               arg=sid)
+        done += 1
+    return done
+
+
+def test_two_annotators_in_a_real_browser(twelve, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    folder, rows = twelve
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    server = Server(folder)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page(viewport={"width": 1000, "height": 900})
+            # annotator A: half of Stage 1, then the server dies mid-session
+            open_stage(page, server.url, "A", "stage1")
+            assert stage1(page, rows, "A", shots, stop_after=5) == 5
+            server.kill()
+            assert labelled(folder, "A", "stage1") == 5  # every label saved before the kill is on disk
+            server.start()
+            open_stage(page, server.url, "A", "stage1")
+            assert stage1(page, rows, "A", shots) == 7  # resumes at the sixth item
+            assert labelled(folder, "A", "stage1") == 12
+            # Stage 2 is refused before Stage 1 is locked
+            open_stage(page, server.url, "A", "stage2")
+            assert "lock Stage 1" in page.inner_text("#error") and page.query_selector("#reference") is None
+            open_stage(page, server.url, "A", "stage1")
+            page.click("#lock")
+            page.wait_for_selector("text=(locked)")
+            open_stage(page, server.url, "A", "stage2")
+            assert stage2(page, rows, "A", shots) == 12
+            page.click("#lock")
+            # annotator B, in its own order
+            open_stage(page, server.url, "B", "stage1")
+            first_b = page.inner_text("#sid")
+            assert stage1(page, rows, "B", None) == 12
+            page.click("#lock")
+            page.wait_for_selector("text=(locked)")
+            open_stage(page, server.url, "B", "stage2")
+            assert stage2(page, rows, "B", None) == 12
+            page.click("#lock")
+            page.wait_for_selector("text=(locked)")
+            from crossed_rlvr.calibration.labels import LabelStore
+
+            store = LabelStore(folder, list(rows.values()), json.loads((folder / "calibration.json").read_text())["seed"])
+            assert first_b == store.order("B")[0] and store.order("A") != store.order("B")  # each their own order
+            # adjudication of the fixed review share (A and B agree here)
+            open_stage(page, server.url, "C", "adjudication")
+            while page.query_selector("#sid"):
+                sid = page.inner_text("#sid")
+                page.keyboard.press("c" if "mv=1" in rows[sid]["stratum"] else "i")
+                page.keyboard.press("Enter")
+                page.wait_for_function(
+                    "s => !document.getElementById('sid') || document.getElementById('sid').innerText != s", arg=sid)
+            browser.close()
+    finally:
+        server.kill()
+    assert labelled(folder, "A", "stage2") == labelled(folder, "B", "stage2") == 12
+    assert main(["analyze", str(folder), "-o", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "(Table 3)" in report and "grpo-hash under hash (original)" in report
+    assert (shots / "stage1.png").stat().st_size > 5000 and (shots / "stage2.png").stat().st_size > 5000
+    target = os.environ.get("CALIBRATION_SCREENSHOTS")  # docs/img is refreshed from here on request
+    if target:
+        for name in ("stage1.png", "stage2.png"):
+            shutil.copy(shots / name, Path(target) / f"calibration_{name}")
