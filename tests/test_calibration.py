@@ -122,3 +122,18 @@ def test_bad_input_is_refused_and_nothing_is_written(calibration, tmp_path):
 
         write_calibration(folder, scores, rows, {})
     assert sqlite3.connect(folder / "labels.sqlite").execute("select count(*) from locks").fetchone()[0] == 1
+
+
+def test_candidate_fidelity_maps_back_to_its_reader(tmp_path):
+    cands = {"strict_first_hash": "18", "lenient_hash_fallback": "17", "math_verify": "16"}
+    rows = [{"sample_id": f"S{k}", "candidates": cands} for k in range(1, 9)]
+    store = LabelStore(tmp_path, rows, seed=3)
+    assert len({tuple(store.candidates(r["sample_id"])) for r in rows}) > 1  # the order differs between samples
+    for r in rows:
+        store.put("A", "stage1", r["sample_id"], {"status": "clear"})
+    store.lock("A", "stage1")
+    for r in rows:  # tick only the strict reader's value, wherever the page shows it
+        marks = [v == "18" for v in store.candidates(r["sample_id"])]
+        store.put("A", "stage2", r["sample_id"], {"correctness": "correct", "fidelity": marks})
+        assert store.fidelity("A", r["sample_id"]) == {"strict_first_hash": True, "lenient_hash_fallback": False,
+                                                       "math_verify": False}

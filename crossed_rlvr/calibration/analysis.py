@@ -145,6 +145,12 @@ def analyze_calibration(obs: pd.DataFrame, scores: pd.DataFrame) -> dict[str, pd
     for state, v in per_state.items():
         rows.append({"setting": state, "quantity": "human_accuracy", "estimate_low": v["H"][0], "estimate_high": v["H"][1],
                      "ci_low": v["CI"][0], "ci_high": v["CI"][1]})
+        for endpoint, name in (("unresolved", "unresolved_mass"), ("agreement", "correctness_agreement"),
+                               ("fidelity", "strict_candidate_fidelity")):
+            if endpoint in strata[state][0].ones:  # the other declared endpoints, with their own simultaneous bounds
+                e, (lo, hi) = estimate(strata[state], endpoint), bounds(strata[state], endpoint, alpha_cell)
+                rows.append({"setting": state, "quantity": name, "estimate_low": e, "estimate_high": e,
+                             "ci_low": lo, "ci_high": hi})
     table5 = pd.DataFrame([{"state": k, "population": v["N"], "sample": v["n"]} for k, v in per_state.items()])
     table7 = []
     for state, g in obs.groupby("state", sort=True):

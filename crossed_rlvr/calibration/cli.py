@@ -118,7 +118,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     agreement = {sid: {"agreement": int(s2[(pair[0], "stage2", sid)]["correctness"]
                                         == s2[(pair[1], "stage2", sid)]["correctness"]),
                        "status_agreement": int(s1[(pair[0], "stage1", sid)]["status"]
-                                               == s1[(pair[1], "stage1", sid)]["status"])} for sid in store.sample}
+                                               == s1[(pair[1], "stage1", sid)]["status"]),
+                       # the requested strict reader's candidate is faithful to the locked commitment (annotator A)
+                       "fidelity": int(next(iter(store.fidelity(pair[0], sid).values()), False))}
+                 for sid in store.sample}
     obs = observation_table(rows, final, agreement)
     tables = analyze_calibration(obs, pd.read_parquet(head["scores"]))
     report = write_outputs(Path(args.out or folder / "analysis"), tables)

@@ -88,11 +88,25 @@ class LabelStore:
     def locked(self, annotator: str, stage: str) -> bool:
         return self.db.execute("select 1 from locks where annotator=? and stage=?", (annotator, stage)).fetchone() is not None
 
+    def permutation(self, sample_id: str) -> list[int]:
+        """Position p of the page shows reader candidate ``permutation[p]`` (fixed random order per sample)."""
+        order = list(range(len(self.sample[sample_id]["candidates"])))
+        random.Random(f"{self.seed}:{sample_id}").shuffle(order)
+        return order
+
     def candidates(self, sample_id: str) -> list[str | None]:
-        """The reader candidates in a fixed random order per sample (never labelled with the reader)."""
-        cands = list(self.sample[sample_id]["candidates"].values())
-        random.Random(f"{self.seed}:{sample_id}").shuffle(cands)
-        return cands
+        """The reader candidates in that order (never labelled with the reader)."""
+        values = list(self.sample[sample_id]["candidates"].values())
+        return [values[k] for k in self.permutation(sample_id)]
+
+    def fidelity(self, annotator: str, sample_id: str) -> dict[str, bool]:
+        """An annotator's Stage 2 fidelity per reader, mapped back from the page's anonymous order."""
+        label = self.labels(annotator, "stage2").get((annotator, "stage2", sample_id))
+        if label is None:
+            return {}
+        readers = list(self.sample[sample_id]["candidates"])  # stratifying readers, strict first
+        shown = {readers[k]: label["fidelity"][p] for p, k in enumerate(self.permutation(sample_id))}
+        return {r: shown[r] for r in readers}
 
     # ------------------------------------------------------------------ writing
     def put(self, annotator: str, stage: str, sample_id: str, label: dict[str, Any], where: str = "label") -> dict:
