@@ -127,7 +127,7 @@ def normalize(answer: str) -> str:
     """Dollar signs, spaces, a final period, a percent sign and thousands separators removed."""
     a = answer.replace("$", "").replace(" ", "").replace("%", "")
     a = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", a)
-    return a[:-1] if a.endswith(".") else a
+    return a.removesuffix(".")
 
 
 def same(answer: str | None, key: str) -> bool:
