@@ -1,0 +1,131 @@
+"""Harness extractors (paper 000 App. E) as a registry, each named by its source and version.
+
+Those that ship in installed packages are called from them, never copied: lm-evaluation-harness's
+GSM8K strict-match and flexible-extract filters (its own ``RegexFilter`` with the patterns of its own
+``gsm8k.yaml``), verl's GSM8K ``extract_solution`` (strict and flexible), and the MATH benchmark's
+last-``\\boxed{}`` reader (``last_boxed_only_string`` / ``remove_boxed``, which verl ships verbatim
+from hendrycks/math). The others are written here from their documented behaviour: Open-Reasoner-
+Zero's boxed reader applied to the whole response (the whole response when there is no box), and
+simple-evals' multiple-choice ("the first 'Answer: X', X in A-D") and math ("the text after the first
+'Answer:' to the line end") readers. Each returns the extracted string or None (an abstention);
+a returned string, empty or not, is an answer. Multiple choice is scored on the answer's first
+character (App. E, "First-character scoring").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+from crossed_rlvr.rescore.omega import last_boxed, same
+
+
+@dataclass(frozen=True)
+class Harness:
+    name: str
+    source: str  # where the behaviour comes from, with the version that runs here
+    kinds: tuple[str, ...]  # "mc", "free"
+    extract: Callable[[str], str | None]
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+@cache
+def _lm_eval_filters() -> dict[str, Callable[[str], str]]:
+    """lm-eval's GSM8K filters, built from the installed package's own task file."""
+    import lm_eval
+    import yaml
+    from lm_eval.filters.extraction import RegexFilter
+
+    task = yaml.safe_load((Path(lm_eval.__file__).parent / "tasks" / "gsm8k" / "gsm8k.yaml").read_text())
+    out = {}
+    for spec in task["filter_list"]:
+        regex = next(f for f in spec["filter"] if f["function"] == "regex")
+        filt = RegexFilter(regex_pattern=regex["regex_pattern"], group_select=regex.get("group_select", 0))
+        out[spec["name"]] = lambda text, f=filt: f.apply([[text]], [{}])[0][0]
+    return out
+
+
+def _lm_eval(name: str) -> Callable[[str], str | None]:
+    return lambda text: _lm_eval_filters()[name](text)
+
+
+def _verl_gsm8k(method: str) -> Callable[[str], str | None]:
+    def extract(text: str) -> str | None:
+        from verl.utils.reward_score.gsm8k import extract_solution
+
+        return extract_solution(text, method=method)
+
+    return extract
+
+
+def math_boxed(text: str) -> str | None:
+    """The MATH evaluation code's reader: the last ``\\boxed{}`` (or ``\\fbox{}``), its content."""
+    from verl.utils.reward_score.math_reward import last_boxed_only_string, remove_boxed
+
+    box = last_boxed_only_string(text)
+    if box is None:
+        return None
+    try:
+        return remove_boxed(box)
+    except AssertionError:  # "\fbox{...}" or an unclosed box: the source's own assertion, no answer
+        return None
+
+
+def orz_boxed(text: str) -> str:
+    """Open-Reasoner-Zero's reader applied to the whole response: the last box's content, else the response."""
+    box = last_boxed(text)
+    return text if box is None else box
+
+
+_SIMPLE_MC = re.compile(r"(?i)Answer[ \t]*:[ \t]*\$?([A-D])\$?")
+_SIMPLE_MATH = re.compile(r"(?i)Answer[ \t]*:([^\n]+)")
+
+
+def simple_evals_mc(text: str) -> str | None:
+    m = _SIMPLE_MC.search(text)
+    return m.group(1) if m else None
+
+
+def simple_evals_math(text: str) -> str | None:
+    m = _SIMPLE_MATH.search(text)
+    return m.group(1).strip() if m else None
+
+
+REGISTRY: dict[str, Harness] = {h.name: h for h in (
+    Harness("lm-eval-gsm8k-strict", f"lm-evaluation-harness {_version('lm-eval')}: gsm8k.yaml strict-match",
+            ("free",), _lm_eval("strict-match")),
+    Harness("lm-eval-gsm8k-flexible", f"lm-evaluation-harness {_version('lm-eval')}: gsm8k.yaml flexible-extract",
+            ("free",), _lm_eval("flexible-extract")),
+    Harness("verl-gsm8k-strict", f"verl {_version('verl')}: utils/reward_score/gsm8k.py extract_solution strict",
+            ("free",), _verl_gsm8k("strict")),
+    Harness("verl-gsm8k-flexible", f"verl {_version('verl')}: utils/reward_score/gsm8k.py extract_solution flexible",
+            ("free",), _verl_gsm8k("flexible")),
+    Harness("math-boxed", f"hendrycks/math last_boxed_only_string + remove_boxed, as shipped in verl {_version('verl')}",
+            ("mc", "free"), math_boxed),
+    Harness("orz-boxed", "Open-Reasoner-Zero f6d1ec7 orz/ppo/tools/math_utils.py, applied to the whole response "
+            "(written here from paper 000 App. E)", ("mc", "free"), orz_boxed),
+    Harness("simple-evals-mc", "openai/simple-evals 5e623c2 common.py ANSWER_PATTERN_MULTICHOICE (written here)",
+            ("mc",), simple_evals_mc),
+    Harness("simple-evals-math", "openai/simple-evals 5e623c2 common.py ANSWER_PATTERN (written here)",
+            ("free",), simple_evals_math),
+)}
+
+
+def correct(answer: str | None, key: str, kind: str) -> bool:
+    """Scoring shared by every extractor and both models: first character for multiple choice, the light
+    normalisation for free form."""
+    if answer is None:
+        return False
+    if kind == "mc":
+        return answer[:1] == key.strip()[:1]  # literally the first character: "Answer..." reads as A
+    return same(answer, key)
