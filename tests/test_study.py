@@ -232,3 +232,15 @@ def test_real_lm_eval_run_of_the_study_is_imported_crossed(smoke, tmp_path):
     contrasts = pd.read_csv(out / "analysis" / "contrasts.csv")
     inter = contrasts[(contrasts.name == "interaction") & (contrasts.measure == "payload")]
     assert {"grpo/s83", "grpo/s84", "grpo/mean"} <= set(inter.policy)
+    # paper 000's re-reading of the same lm-eval outputs: one row per comparison and harness extractor
+    from crossed_rlvr.rescore.cli import main as rescore
+    from crossed_rlvr.rescore.harness import REGISTRY
+
+    assert rescore([str(out / "responses"), "--pair", "initial=grpo-hash/s83", "--resamples", "100",
+                    "-o", str(out / "rescore")]) == 0
+    table = pd.read_csv(out / "rescore" / "comparisons.csv")
+    free_form = [n for n, h in REGISTRY.items() if "free" in h.kinds]
+    assert len(table) == 2 * len(free_form) and set(table.prompt) == {"hash/original", "boxed/original"}
+    assert {"g_rep", "g_fix", "D", "share", "read_omega_base", "admitted"} <= set(table.columns)
+    assert (out / "rescore" / "where_omega.png").exists() and "Pooled format share" in (
+        out / "rescore" / "report.md").read_text()

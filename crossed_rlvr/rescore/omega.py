@@ -143,6 +143,20 @@ def same(answer: str | None, key: str) -> bool:
         return False
 
 
+def where(text: str, kind: str, n_options: int = 4) -> str | None:
+    """Where omega found its answer (paper 000 Fig. 3): ``box`` (positions 1-2 / a box), ``text`` (an
+    answer cue: positions 3, 4, 6 / "the answer is", "answer:"), ``other`` (a letter on its own line), or
+    None when it found nothing."""
+    if kind == "mc":
+        for k, pattern in enumerate(_positions(option_letters(n_options))):
+            if _last(pattern, text) is not None:
+                return "box" if k < 2 else "other" if k == 4 else "text"
+        return None
+    if last_boxed(text) is not None:
+        return "box"
+    return "text" if free(text) is not None else None
+
+
 def reader(kind: str, variant: str = "omega") -> Callable[..., str | None]:
     if variant not in VARIANTS:
         raise ValueError(f"variant {variant!r} is unknown; expected one of {', '.join(VARIANTS)}")

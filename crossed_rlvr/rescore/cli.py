@@ -1,0 +1,125 @@
+"""``crossed-rescore``: the format share of a base/RL pair's reported gains, from saved outputs (paper 000).
+
+    crossed-rescore resp/*.jsonl --pair initial=grpo-hash/s83 -o rescore/
+    crossed-rescore lm_eval_resp/ --pair base=rl --harness lm-eval-gsm8k-flexible,math-boxed -o rescore/
+
+Inputs are response files (crossed-eval's, or ``crossed-import lm-eval`` output). A benchmark is a
+record's ``task``, a prompt its request and wording; an item whose reference is a single letter A-J is
+multiple choice (``--options`` gives its number of options, default 4), any other is free form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pandas as pd
+
+from crossed_rlvr.rescore.harness import REGISTRY
+from crossed_rlvr.rescore.share import Outputs, comparisons, pooled, spread
+
+
+def runs_from_records(records: list[dict], options: int) -> dict[tuple[str, str, str, str], Outputs]:
+    grouped: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for r in records:
+        if r.get("sample_idx", 0) != 0:
+            continue  # one response per item and model: the first sample
+        kind = "mc" if len(r["reference"].strip()) == 1 and r["reference"].strip() in "ABCDEFGHIJ" else "free"
+        grouped[(r["policy"], r["task"], f"{r['request']}/{r['template']}", kind)][str(r["item_id"])] = r
+    runs = {}
+    by_bench: dict[tuple, list[set[str]]] = defaultdict(list)
+    for (policy, task, prompt, kind), recs in grouped.items():
+        by_bench[(task, prompt, kind)].append(set(recs))
+    for (policy, task, prompt, kind), recs in grouped.items():
+        shared = sorted(set.intersection(*by_bench[(task, prompt, kind)]), key=lambda x: (len(x), x))
+        runs[(policy, task, prompt, kind)] = Outputs(
+            items=shared, keys=[recs[i]["reference"] for i in shared], responses=[recs[i]["response"] for i in shared],
+            kind=kind, n_options=[options] * len(shared))
+    return runs
+
+
+def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataFrame) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "comparisons.csv", index=False, float_format="%.10g")
+    cols = ["pair", "benchmark", "prompt", "harness", "g_rep", "g_rep_low", "g_fix", "D", "share", "read_omega_base",
+            "read_omega_rl", "admitted"]
+    loo = (f"leave one pair out {result.get('leave_one_pair_out_min', float('nan')):.3f}–"
+           f"{result.get('leave_one_pair_out_max', float('nan')):.3f}, leave one benchmark out "
+           f"{result.get('leave_one_benchmark_out_min', float('nan')):.3f}–"
+           f"{result.get('leave_one_benchmark_out_max', float('nan')):.3f}")
+    headline = (f"Pooled format share over {result['comparisons']} admitted comparisons: **{result['share']:.3f}** "
+                f"[{result['low']:.3f}, {result['high']:.3f}] (items resampled within benchmark); {loo}.")
+    criteria = ("Admitted: the reported gain's lower 95% bound is at least 2 points, and ω reads at least 50% of "
+                "each model's outputs with the two rates within 20 points.")
+    lines = ["# Format share of reported gains (paper 000)", "", headline, "", criteria, "", "## Comparisons", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in table[cols].itertuples(index=False):
+        lines.append("| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in r) + " |")
+    lines += ["", "## Spread of reported gains across harness extractors (Fig. 5)", "",
+              "| pair | benchmark | prompt | spread (points) |", "|---|---|---|---|",
+              *[f"| {r.pair} | {r.benchmark} | {r.prompt} | {r.spread:.2f} |" for r in spreads.itertuples()],
+              "", "![where omega found the answer](where_omega.png)", ""]
+    where = table.drop_duplicates(["pair", "benchmark", "prompt"])
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    labels = [f"{r.benchmark}/{r.prompt}\n{r.pair}" for r in where.itertuples()]
+    bottom = {m: [0.0] * len(where) for m in ("base", "rl")}
+    for w, color in (("box", "#3a7"), ("text", "#37a"), ("other", "#a73"), ("none", "#bbb")):
+        for k, m in enumerate(("base", "rl")):
+            vals = where[f"omega_{w}_{m}"].tolist()
+            xs = [i * 3 + k for i in range(len(where))]
+            ax.bar(xs, vals, bottom=bottom[m], color=color, label=w if k == 0 else None)
+            bottom[m] = [b + v for b, v in zip(bottom[m], vals, strict=True)]
+    ax.set_xticks([i * 3 + 0.5 for i in range(len(where))], labels, fontsize=7)
+    ax.set_ylabel("% of outputs (base | RL)")
+    ax.set_title("Where ω found the answer (Fig. 3)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "where_omega.png", dpi=120)
+    plt.close(fig)
+    (out / "report.md").write_text("\n".join(lines))
+    (out / "pooled.json").write_text(json.dumps(result, indent=2) + "\n")
+    return out / "report.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from crossed_rlvr.eval.records import ResponseFileError, read_responses
+
+    parser = argparse.ArgumentParser(prog="crossed-rescore", description=__doc__.splitlines()[0])
+    parser.add_argument("inputs", nargs="+", help="response files or folders")
+    parser.add_argument("--pair", action="append", required=True, help="BASE=RL policy names")
+    parser.add_argument("--harness", default=",".join(REGISTRY), help=f"extractors (default all: {', '.join(REGISTRY)})")
+    parser.add_argument("--options", type=int, default=4, help="options per multiple-choice item")
+    parser.add_argument("--resamples", type=int, default=2000)
+    parser.add_argument("-o", "--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        pairs = [tuple(p.split("=", 1)) for p in args.pair]
+        if any(len(p) != 2 or not all(p) for p in pairs):
+            raise ValueError("--pair must be BASE=RL")
+        unknown = [h for h in args.harness.split(",") if h not in REGISTRY]
+        if unknown:
+            raise ValueError(f"--harness {', '.join(unknown)} unknown; known: {', '.join(REGISTRY)}")
+        runs = runs_from_records(read_responses(args.inputs).records, args.options)
+        names = {m for m, *_ in runs}
+        missing = sorted({x for p in pairs for x in p} - names)
+        if missing:
+            raise ValueError(f"no outputs of {', '.join(missing)}; have {', '.join(sorted(names))}")
+        table, extra = comparisons(runs, pairs, args.harness.split(","), args.resamples)
+    except (ResponseFileError, ValueError) as err:
+        print(f"crossed-rescore: {err}", file=sys.stderr)
+        return 2
+    result = pooled(table, extra)
+    print(write_report(Path(args.out), table, result, spread(table)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
