@@ -376,6 +376,18 @@ def analyze(
         figs = write_figures(cells, contrasts, tmp / "figures") if figures else []
         write_report(tmp / "report.md", cells, contrasts, coverage, paired, checks, figs,
                      n_resamples=n_resamples, rng_seed=rng_seed)
+        from crossed_rlvr.analysis.audit import audit, audit_section
+        from crossed_rlvr.analysis.cells import reader_names
+
+        rates, examples = audit(scores, reader_names(scores), ["task", "template", "policy", "request"],
+                                ["task", "policy", "request", "template", "item_id", "sample_idx"])
+        rates.to_csv(tmp / "reader_audit.csv", index=False, float_format="%.10g")
+        examples.to_json(tmp / "reader_audit_examples.jsonl", orient="records", lines=True, force_ascii=False)
+        with (tmp / "report.md").open("a", encoding="utf-8") as fh:
+            fh.write("\n## Reader audit\n\nEvery pair of readers and every training reward program against its "
+                     "evaluation reader: disagreement per cell in `reader_audit.csv`, up to five examples of each "
+                     "kind in `reader_audit_examples.jsonl`; Math-Verify timeouts are counted apart.\n\n"
+                     + audit_section(rates, examples) + "\n")
         manifest = {
             "kind": "crossed-rlvr analysis", "crossed_rlvr_version": __version__,
             "inputs": [{"path": str(scores_path), "sha256": sha256_file(Path(scores_path))}],

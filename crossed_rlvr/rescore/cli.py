@@ -41,6 +41,36 @@ def runs_from_records(records: list[dict], options: int) -> dict[tuple[str, str,
     return runs
 
 
+def audit_runs(runs: dict[tuple[str, str, str, str], Outputs], harnesses: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The reader audit of re-scored outputs: every pair of harness extractors and omega, per model and benchmark."""
+    from crossed_rlvr.analysis.audit import audit
+    from crossed_rlvr.rescore import omega
+    from crossed_rlvr.rescore.harness import correct
+
+    frames = []
+    for (model, bench, prompt, kind), out in sorted(runs.items()):
+        names = [h for h in harnesses if kind in REGISTRY[h].kinds]
+        cols: dict[str, list] = {"policy": [model] * len(out.items), "task": [bench] * len(out.items),
+                                 "request": [prompt] * len(out.items), "template": [kind] * len(out.items),
+                                 "item_id": out.items, "reference": out.keys}
+        for name in names:
+            answers = [REGISTRY[name].extract(t) for t in out.responses]
+            cols[f"{name}.answer"] = answers
+            cols[f"{name}.correct"] = [correct(a, k, kind) for a, k in zip(answers, out.keys, strict=True)]
+        w = [omega.mc(t, n) if kind == "mc" else omega.free(t) for t, n in zip(out.responses, out.n_options, strict=True)]
+        cols["omega.answer"] = w
+        cols["omega.correct"] = [a is not None and (a == k.strip() if kind == "mc" else omega.same(a, k))
+                                 for a, k in zip(w, out.keys, strict=True)]
+        frames.append(pd.DataFrame(cols))
+    rates, examples = [], []
+    for kind, part in pd.concat(frames, ignore_index=True).groupby("template"):  # readers differ by answer form
+        readers = [c[: -len(".correct")] for c in part.columns if c.endswith(".correct") and part[c].notna().all()]
+        r, e = audit(part, readers, ["policy", "task", "request"], ["policy", "task", "request", "item_id"])
+        rates.append(r.assign(kind=kind))
+        examples.append(e)
+    return pd.concat(rates, ignore_index=True), pd.concat(examples, ignore_index=True)
+
+
 def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataFrame) -> Path:
     import matplotlib
 
@@ -98,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--harness", default=",".join(REGISTRY), help=f"extractors (default all: {', '.join(REGISTRY)})")
     parser.add_argument("--options", type=int, default=4, help="options per multiple-choice item")
     parser.add_argument("--resamples", type=int, default=2000)
+    parser.add_argument("--no-audit", action="store_true", help="skip the reader audit of the extractors")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
     try:
@@ -117,7 +148,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"crossed-rescore: {err}", file=sys.stderr)
         return 2
     result = pooled(table, extra)
-    print(write_report(Path(args.out), table, result, spread(table)))
+    report = write_report(Path(args.out), table, result, spread(table))
+    if not args.no_audit:
+        from crossed_rlvr.analysis.audit import audit_section
+
+        rates, examples = audit_runs(runs, args.harness.split(","))
+        rates.to_csv(Path(args.out) / "reader_audit.csv", index=False, float_format="%.10g")
+        examples.to_json(Path(args.out) / "reader_audit_examples.jsonl", orient="records", lines=True,
+                         force_ascii=False)
+        with report.open("a", encoding="utf-8") as fh:
+            fh.write("\n## Reader audit\n\nEvery pair of extractors (omega included), per model, benchmark and "
+                     "prompt: `reader_audit.csv`, examples in `reader_audit_examples.jsonl`.\n\n"
+                     + audit_section(rates, examples) + "\n")
+    print(report)
     return 0
 
 
