@@ -22,12 +22,27 @@ from crossed_rlvr.rescore.harness import REGISTRY
 from crossed_rlvr.rescore.share import Outputs, comparisons, pooled, spread
 
 
-def runs_from_records(records: list[dict], options: int) -> dict[tuple[str, str, str, str], Outputs]:
+def item_options(paths: list[str]) -> dict[tuple[str, str], int]:
+    """(task, item id) -> number of options, from item files (crossed_rlvr.tasks.choice writes ``n_options``)."""
+    out = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if line.strip():
+                it = json.loads(line)
+                if it.get("n_options"):
+                    out[(str(it.get("task", Path(path).stem.rsplit("-", 1)[0])), str(it["item_id"]))] = int(it["n_options"])
+    return out
+
+
+def runs_from_records(records: list[dict], options: int, n_options: dict[tuple[str, str], int] | None = None
+                      ) -> dict[tuple[str, str, str, str], Outputs]:
     grouped: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    n_options = n_options or {}
     for r in records:
         if r.get("sample_idx", 0) != 0:
             continue  # one response per item and model: the first sample
-        kind = "mc" if len(r["reference"].strip()) == 1 and r["reference"].strip() in "ABCDEFGHIJ" else "free"
+        known = (r["task"], str(r["item_id"])) in n_options
+        kind = "mc" if known or (len(r["reference"].strip()) == 1 and r["reference"].strip() in "ABCDEFGHIJ") else "free"
         grouped[(r["policy"], r["task"], f"{r['request']}/{r['template']}", kind)][str(r["item_id"])] = r
     runs = {}
     by_bench: dict[tuple, list[set[str]]] = defaultdict(list)
@@ -37,7 +52,7 @@ def runs_from_records(records: list[dict], options: int) -> dict[tuple[str, str,
         shared = sorted(set.intersection(*by_bench[(task, prompt, kind)]), key=lambda x: (len(x), x))
         runs[(policy, task, prompt, kind)] = Outputs(
             items=shared, keys=[recs[i]["reference"] for i in shared], responses=[recs[i]["response"] for i in shared],
-            kind=kind, n_options=[options] * len(shared))
+            kind=kind, n_options=[n_options.get((task, i), options) for i in shared])
     return runs
 
 
@@ -126,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("inputs", nargs="+", help="response files or folders")
     parser.add_argument("--pair", action="append", required=True, help="BASE=RL policy names")
     parser.add_argument("--harness", default=",".join(REGISTRY), help=f"extractors (default all: {', '.join(REGISTRY)})")
-    parser.add_argument("--options", type=int, default=4, help="options per multiple-choice item")
+    parser.add_argument("--options", type=int, default=4, help="options per multiple-choice item without an item file")
+    parser.add_argument("--items", nargs="*", default=[], help="item files with n_options per item (MMLU-Pro: A-J)")
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--no-audit", action="store_true", help="skip the reader audit of the extractors")
     parser.add_argument("-o", "--out", required=True)
@@ -138,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [h for h in args.harness.split(",") if h not in REGISTRY]
         if unknown:
             raise ValueError(f"--harness {', '.join(unknown)} unknown; known: {', '.join(REGISTRY)}")
-        runs = runs_from_records(read_responses(args.inputs).records, args.options)
+        runs = runs_from_records(read_responses(args.inputs).records, args.options, item_options(args.items))
         names = {m for m, *_ in runs}
         missing = sorted({x for p in pairs for x in p} - names)
         if missing:

@@ -1,0 +1,47 @@
+"""Multiple-choice benchmarks from local files in each hub format: option letters kept per item."""
+
+import json
+
+import pytest
+
+from crossed_rlvr.tasks.choice import load_benchmark
+from crossed_rlvr.tasks.items import ItemFileError
+
+ROWS = {
+    "mmlu": {"question": "2 + 2?", "choices": ["3", "4", "5", "6"], "answer": 1, "subject": "math"},
+    "mmlu_pro": {"question_id": 70, "question": "Pick J.", "options": [str(k) for k in range(10)], "answer": "J",
+                 "answer_index": 9},
+    "arc_challenge": {"id": "Mercury_1", "question": "Which is a gas?",
+                      "choices": {"text": ["rock", "steam", "ice"], "label": ["A", "B", "C"]}, "answerKey": "B"},
+    "aqua_rat": {"question": "x = 21?", "options": ["A)21", "B)22", "C)23", "D)24", "E)25"], "rationale": "...",
+                 "correct": "A"},
+    "sat_math": {"query": "Q: What is 5? Answer Choices: (A)5 (B)6 (C)7 (D)8\nA: Among A through D, the answer is",
+                 "choices": ["(A)5", "(B)6", "(C)7", "(D)8"], "gold": [0]},
+    "bbh": {"input": "Today is Monday. What day is tomorrow?\nOptions:\n(A) Tuesday\n(B) Sunday", "target": "(A)"},
+}
+EXPECTED = {"mmlu": ("B", 4, "4"), "mmlu_pro": ("J", 10, "9"), "arc_challenge": ("B", 3, "steam"),
+            "aqua_rat": ("A", 5, "21"), "sat_math": ("A", 4, "5"), "bbh": ("A", 2, "Tuesday")}
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_each_format_keeps_its_letters(name, tmp_path):
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text(json.dumps(ROWS[name]) + "\n")
+    (item,) = load_benchmark(name, path)
+    letter, n, key_text = EXPECTED[name]
+    assert (item["reference"], item["n_options"], item["kind"]) == (letter, n, "mc")
+    assert item["options"]["ABCDEFGHIJ".index(letter)] == key_text
+    assert item["question"].endswith(f"{'ABCDEFGHIJ'[n - 1]}. {item['options'][-1]}")  # lettered options, in order
+
+
+def test_free_form_bbh_and_bad_rows(tmp_path):
+    path = tmp_path / "bbh.jsonl"
+    path.write_text(json.dumps({"input": "not ( True )", "target": "False"}) + "\n")
+    (item,) = load_benchmark("bbh", path)
+    assert (item["kind"], item["reference"]) == ("free", "False")
+    bad = tmp_path / "mmlu.jsonl"
+    bad.write_text(json.dumps({"question": "q", "choices": ["a", "b"]}) + "\n")
+    with pytest.raises(ItemFileError, match=r"mmlu\.jsonl: row 1 has no field 'answer'"):
+        load_benchmark("mmlu", bad)
+    with pytest.raises(ItemFileError, match="benchmark 'hellaswag' is unknown"):
+        load_benchmark("hellaswag", bad)
