@@ -43,7 +43,8 @@ def main() -> None:
                                for k in keys]
                     runs[(model, bench, prompt, kind)] = Outputs(
                         items=[str(i) for i in range(ITEMS)], keys=keys,
-                        responses=[response(rng, a, boxed) for a in answers], kind=kind, n_options=[4] * ITEMS)
+                        responses=[response(rng, a, boxed) for a in answers], kind=kind, n_options=[4] * ITEMS,
+                        benchmark=bench)
     made = time.perf_counter() - start
     start = time.perf_counter()
     table, extra = comparisons(runs, [(f"base{p}", f"rl{p}") for p in range(PAIRS)], list(REGISTRY), resamples=1000)

@@ -84,3 +84,39 @@ def test_scoring_is_shared_by_every_extractor():
     assert correct("Answer: B", "A", "mc")  # first character: a whole response opening "Answer" is option A
     assert correct("B", "B", "mc") and not correct(None, "B", "mc")
     assert correct("$1,234", "1234", "free") and not correct("[invalid]", "3", "free")
+
+
+QWEN = [  # (response, benchmark, key, with the letter step, extraction function alone) from its repository's rules
+    ("so \\boxed{\\frac{1}{2}}", "math", "1/2", "\\frac{1}{2}", "\\frac{1}{2}"),
+    ("\\boxed{5} then \\boxed{6}", "math", "6", "6", "6"),                         # the last box
+    ("\\boxed 7$ and more", "math", "7", "7", "7"),                                # "boxed" without a brace
+    ("The final answer is $12$. I hope it is correct.", "math", "12", "12", "12"),  # Minerva's phrase first
+    ("Thus the answer is 42", "gsm8k", "42", "42", "42"),                          # "he answer is"
+    ("My final answer is 9", "gsm8k", "9", "9", "9"),                              # "final answer is"
+    ("答案是 8\n\nmore", "gsm8k", "8", "8", "8"),                                   # the Chinese form
+    ("3 apples and 1,234 pears", "gsm8k", "1234", "1234", "1234"),                 # the last number
+    ("no digits here", "gsm8k", "1", "", ""),                                      # nothing: the empty string
+    ("The answer is $18.", "gsm8k", "18", "18", "18"),                             # "$" and the final period go
+    ("The answer is 50\\%", "gsm8k", "50", "50", "50"),
+    ("the answer is: .5", "gsm8k", "0.5", "0.5", "0.5"),                           # ":" and ".5" -> "0.5"
+    ("The answer is \\text{yes}", "gsm8k", "yes", "yes", "yes"),
+    ("The answer is (B).", "mmlu_stem", "B", "B", "B"),                            # letter rule: after the trigger
+    ("A is wrong. The choice is C, not D", "aqua", "C", "C", "C"),                # the first after "choice is"
+    ("Maybe A, maybe d", "sat_math", "D", "D", "D"),                               # no trigger: the last, any case
+    ("The answer is B.\n\nThe answer is C.", "mmlu_stem", "B", "B", "B"),          # twice: the first paragraph only
+    ("It is 7 apples", "sat_math", "A", "It is 7 apples", "It is 7 apples"),      # no letter: the text itself
+    ("\\boxed{C}", "mmlu_pro", "C", "C", "C"),                                     # MMLU-Pro: narrowed to A-E
+    ("\\boxed{F}", "mmlu_pro", "F", "F", "F"),                                     # F is kept as it is
+    ("the answer is 3, which is option B", "arc_challenge", "B", "B", "3,whichisoptionB"),  # the letter step
+    ("\\boxed{4}; I choose A", "arc_challenge", "A", "A", "4"),                    # letter step on the response
+]
+
+
+@pytest.mark.parametrize(("text", "bench", "key", "with_step", "alone"), QWEN)
+def test_qwen_math_documented_cases(text, bench, key, with_step, alone):
+    assert REGISTRY["qwen2.5-math"].read(text, bench, key) == with_step
+    assert REGISTRY["qwen2.5-math-no-letter-step"].read(text, bench, key) == alone
+
+
+def test_qwen_cases_are_enough():
+    assert len(QWEN) >= 20

@@ -52,7 +52,7 @@ def runs_from_records(records: list[dict], options: int, n_options: dict[tuple[s
         shared = sorted(set.intersection(*by_bench[(task, prompt, kind)]), key=lambda x: (len(x), x))
         runs[(policy, task, prompt, kind)] = Outputs(
             items=shared, keys=[recs[i]["reference"] for i in shared], responses=[recs[i]["response"] for i in shared],
-            kind=kind, n_options=[n_options.get((task, i), options) for i in shared])
+            kind=kind, n_options=[n_options.get((task, i), options) for i in shared], benchmark=task)
     return runs
 
 
@@ -69,7 +69,7 @@ def audit_runs(runs: dict[tuple[str, str, str, str], Outputs], harnesses: list[s
                                  "request": [prompt] * len(out.items), "template": [kind] * len(out.items),
                                  "item_id": out.items, "reference": out.keys}
         for name in names:
-            answers = [REGISTRY[name].extract(t) for t in out.responses]
+            answers = [REGISTRY[name].read(t, out.benchmark, k) for t, k in zip(out.responses, out.keys, strict=True)]
             cols[f"{name}.answer"] = answers
             cols[f"{name}.correct"] = [correct(a, k, kind) for a, k in zip(answers, out.keys, strict=True)]
         w = [omega.mc(t, n) if kind == "mc" else omega.free(t) for t, n in zip(out.responses, out.n_options, strict=True)]

@@ -29,7 +29,11 @@ class Harness:
     name: str
     source: str  # where the behaviour comes from, with the version that runs here
     kinds: tuple[str, ...]  # "mc", "free"
-    extract: Callable[[str], str | None]
+    extract: Callable[..., str | None]
+    uses_item: bool = False  # called as extract(text, {"benchmark": ..., "key": ...})
+
+    def read(self, text: str, benchmark: str = "", key: str = "") -> str | None:
+        return self.extract(text, {"benchmark": benchmark, "key": key}) if self.uses_item else self.extract(text)
 
 
 def _version(package: str) -> str:
@@ -129,3 +133,105 @@ def correct(answer: str | None, key: str, kind: str) -> bool:
     if kind == "mc":
         return answer[:1] == key.strip()[:1]  # literally the first character: "Answer..." reads as A
     return same(answer, key)
+
+
+# ---------------------------------------------------------------------- Qwen2.5-Math (written here)
+QWEN_LETTER_BENCHMARKS = ("mmlu_stem", "sat_math", "aqua", "aqua_rat", "gaokao2023")
+_QWEN_TRIGGERS = ("choice is", "answer is")
+_QWEN_LETTER = re.compile(r"\b(A|B|C|D|E)\b")
+
+
+def qwen_letter_rule(text: str) -> str:
+    """Qwen2.5-Math's letter rule: a letter A-E standing alone, the first after the last "answer is" / "choice
+    is" (only the first paragraph when either occurs twice, a few-shot echo), else the last in the
+    response, read case-insensitively; without a letter, the remaining text itself."""
+    t = text.strip("\n")
+    if any(t.count(trigger) > 1 for trigger in _QWEN_TRIGGERS):
+        t = t.split("\n\n")[0]
+    parts = re.split("|".join(_QWEN_TRIGGERS), t)
+    after_trigger = len(parts) > 1
+    if after_trigger:
+        t = parts[-1]
+    t = t.strip("\n").rstrip(".").rstrip("/").strip(" ").lstrip(":")
+    found = _QWEN_LETTER.findall(t.upper()) or [t.strip().strip(".")]
+    pick = found[0] if after_trigger else found[-1]
+    return pick.rstrip(".").rstrip("/")
+
+
+def _qwen_box(text: str) -> str:
+    rest = text.split("boxed")[-1]
+    if not rest:
+        return ""
+    if rest[0] != "{":
+        return rest.split("$")[0].strip()
+    depth, out = 1, []
+    for ch in rest[1:]:
+        depth += (ch == "{") - (ch == "}")
+        if depth == 0:
+            break
+        out.append(ch)
+    return "".join(out)
+
+
+def qwen_normalize(pred: str) -> str:
+    """The part of Qwen2.5-Math's ``strip_string`` applied here: layout and LaTeX spelling (its unit-word list,
+    number-word conversion and fraction rewriting are not applied; paper 000 Table 17 lists departures)."""
+    s = str(pred).strip().replace("\n", "").rstrip(".").replace("\\!", "")
+    for old, new in (("tfrac", "frac"), ("dfrac", "frac"), ("\\left", ""), ("\\right", ""), ("\\{", "{"),
+                     ("\\}", "}"), ("^{\\circ}", ""), ("^\\circ", ""), ("\\$", ""), ("$", ""), ("\\(", ""),
+                     ("\\)", ""), ("\\%", ""), ("%", "")):
+        s = s.replace(old, new)
+    s = re.sub(r"\\text\{(.*?)\}", r"\1", s)
+    for key in ("x=", "y=", "z=", "x\\in", "y\\in", "z\\in"):
+        s = s.replace(key, "")
+    s = s.replace(" ", "")
+    if re.fullmatch(r"\.\d+", s):  # ".5" -> "0.5"
+        s = "0" + s
+    return s
+
+
+def qwen_extract(text: str, benchmark: str = "") -> str:
+    """Qwen2.5-Math's extraction function (benchmark-aware), without its evaluation loop's letter step."""
+    text = text.replace("\u043a\u0438", "")
+    if benchmark in QWEN_LETTER_BENCHMARKS:
+        return qwen_letter_rule(text)
+    if "final answer is $" in text and "$. I hope" in text:
+        pred = text.split("final answer is $", 1)[1].split("$. I hope", 1)[0].strip()
+    elif "boxed" in text:
+        pred = _qwen_box(text)
+        if not pred and not text.split("boxed")[-1]:
+            return ""
+    elif "he answer is" in text:
+        pred = text.split("he answer is")[-1].strip()
+    elif "final answer is" in text:
+        pred = text.split("final answer is")[-1].strip()
+    elif "答案是" in text:
+        pred = text.split("答案是")[1].strip().split("\n\n")[0].strip()
+    else:
+        numbers = re.findall(r"-?\d*\.?\d+", text.replace(",", ""))
+        pred = numbers[-1] if numbers else ""
+    if benchmark in ("sat_math", "aqua", "aqua_rat") or "mmlu" in benchmark:  # MMLU-Pro: narrowed to A-E
+        letters = _QWEN_LETTER.findall(pred.upper())
+        pred = letters[-1] if letters else pred.strip().strip(".")
+    pred = re.sub(r"\n\s*", "", pred)
+    pred = pred.removeprefix(":")
+    pred = pred[:-1] if pred.endswith((".", "/")) else pred
+    return qwen_normalize(pred)
+
+
+def qwen_math(text: str, item: dict | None = None) -> str:
+    """Qwen2.5-Math as its repository runs it: the extraction function, then the evaluation loop's letter step
+    (on an item keyed A-E whose result is not such a letter, the letter rule on the whole response)."""
+    item = item or {}
+    pred = qwen_extract(text, item.get("benchmark", ""))
+    if item.get("key") in tuple("ABCDE") and pred not in tuple("ABCDE"):
+        pred = qwen_letter_rule(text)
+    return pred
+
+
+REGISTRY["qwen2.5-math"] = Harness(
+    "qwen2.5-math", "QwenLM/Qwen2.5-Math cb098e1 evaluation/parser.py extract_answer + math_eval.py letter step "
+    "(written here; strip_string in part)", ("mc", "free"), qwen_math, uses_item=True)
+REGISTRY["qwen2.5-math-no-letter-step"] = Harness(
+    "qwen2.5-math-no-letter-step", "QwenLM/Qwen2.5-Math cb098e1 evaluation/parser.py extract_answer alone (written "
+    "here)", ("mc", "free"), lambda text, item=None: qwen_extract(text, (item or {}).get("benchmark", "")), uses_item=True)

@@ -33,6 +33,7 @@ class Outputs:
     kind: str  # mc | free
     n_options: list[int]
     omega: dict[str, np.ndarray] | None = None  # omega's reading, filled on first use
+    benchmark: str = ""  # for benchmark-aware extractors (Qwen2.5-Math)
 
 
 def omega_matrix(out: Outputs) -> dict[str, np.ndarray]:
@@ -50,8 +51,8 @@ def omega_matrix(out: Outputs) -> dict[str, np.ndarray]:
 
 def read_matrix(out: Outputs, harness: str) -> dict[str, np.ndarray]:
     """Per item: correct and extracted under h, with omega's reading beside it."""
-    h = REGISTRY[harness].extract
-    answers = [h(text) for text in out.responses]
+    h = REGISTRY[harness]
+    answers = [h.read(text, out.benchmark, key) for text, key in zip(out.responses, out.keys, strict=True)]
     return {"c_h": np.array([correct(a, k, out.kind) for a, k in zip(answers, out.keys, strict=True)], float),
             "e_h": np.array([a is not None for a in answers], float), **omega_matrix(out)}
 
