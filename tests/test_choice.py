@@ -45,3 +45,19 @@ def test_free_form_bbh_and_bad_rows(tmp_path):
         load_benchmark("mmlu", bad)
     with pytest.raises(ItemFileError, match="benchmark 'hellaswag' is unknown"):
         load_benchmark("hellaswag", bad)
+
+
+def test_benchmarks_are_tasks_of_the_evaluator(tmp_path):
+    from hydra import compose, initialize_config_module
+
+    from crossed_rlvr.conf.checks import check_eval
+    from crossed_rlvr.eval.runner import frozen_items
+
+    path = tmp_path / "mmlu_pro.jsonl"
+    path.write_text(json.dumps(ROWS["mmlu_pro"]) + "\n")
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        cfg = compose(config_name="crossed_eval", overrides=["task=mmlu_pro", f"task.path={path}",
+                                                             f"run_dir={tmp_path}/run"])
+    check_eval(cfg)
+    items, sha, frozen = frozen_items(tmp_path / "run", cfg.task)  # frozen into the run's item file, as every task
+    assert frozen.name == "mmlu_pro-test.jsonl" and items[0]["n_options"] == 10 and len(sha) == 64

@@ -71,7 +71,8 @@ def common(cfg: Any) -> None:
 
     _one_of(cfg, "tracking.mode", ("off", "offline", "online", False))
     _one_of(cfg, "model.source", ("local", "hub", "gguf-smollm2"))
-    _one_of(cfg, "task.source", ("arith", "gsm8k", "math500"))
+    _one_of(cfg, "task.source", ("arith", "gsm8k", "math500", "mmlu", "mmlu_pro", "arc_challenge", "aqua_rat",
+                                 "sat_math", "bbh"))
     _one_of(cfg, "task.split", ("test", "dev", "train"))
     _one_of(cfg, "eval.backend", ("hf", "vllm"))
     _one_of(cfg, "eval.dtype", ("float32", "bfloat16", "float16"))

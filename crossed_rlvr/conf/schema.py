@@ -44,6 +44,8 @@ class TaskConf:
     train_path: str | None = None
     dev_items: int | None = None
     dev_seed: int | None = None
+    # paper 000's benchmarks (crossed_rlvr.tasks.choice)
+    hub_config: str | None = None
 
 
 @dataclass

@@ -25,4 +25,11 @@ def build_items(task_cfg: Any) -> list[dict[str, Any]]:
         from crossed_rlvr.tasks.splits import load_split
 
         return load_split(task_cfg)
-    raise TaskSourceError(f"task.source={task_cfg.source!r} is unknown; expected arith, gsm8k or math500")
+    from crossed_rlvr.tasks.choice import LOADERS, load_benchmark
+
+    if task_cfg.source in LOADERS:  # paper 000's benchmarks: test split only (they are evaluated, not trained on)
+        if task_cfg.get("split", "test") != "test":
+            raise TaskSourceError(f"task={task_cfg.name}: only the test split is loaded for {task_cfg.source}")
+        return load_benchmark(task_cfg.source, task_cfg.get("path"), task_cfg.get("hub_config"))
+    raise TaskSourceError(f"task.source={task_cfg.source!r} is unknown; expected arith, gsm8k, math500 or one of "
+                          f"{', '.join(LOADERS)}")
