@@ -243,5 +243,6 @@ def test_real_lm_eval_run_of_the_study_is_imported_crossed(smoke, tmp_path):
     assert len(table) == 2 * len(free_form) and set(table.prompt) == {"hash/original", "boxed/original"}
     assert {"g_rep", "g_fix", "D", "share", "read_omega_base", "admitted"} <= set(table.columns)
     assert (out / "rescore" / "reader_audit.csv").exists()  # every pair of extractors, omega included
+    assert (out / "rescore" / "spread.png").exists()  # Fig. 5
     assert (out / "rescore" / "where_omega.png").exists() and "Pooled format share" in (
         out / "rescore" / "report.md").read_text()

@@ -129,6 +129,18 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
     fig.tight_layout()
     fig.savefig(out / "where_omega.png", dpi=120)
     plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 3))  # Fig. 5: one reported gain per extractor, per combination
+    combos = table.groupby(["pair", "benchmark", "prompt"], sort=True)
+    for k, (_, g) in enumerate(combos):
+        ax.plot([k] * len(g), g.g_rep, "o", color="#37a", alpha=0.7)
+        ax.plot([k - 0.3, k + 0.3], [g.g_fix.iloc[0]] * 2, color="#a33")
+    ax.set_xticks(range(len(combos)), [f"{b}/{p}\n{pair}" for (pair, b, p), _ in combos], fontsize=7)
+    ax.set_ylabel("gain (points)")
+    ax.set_title("Reported gain by harness extractor (dots) and ω's (line), Fig. 5")
+    fig.tight_layout()
+    fig.savefig(out / "spread.png", dpi=120)
+    plt.close(fig)
+    lines.append("![reported gains across extractors](spread.png)")
     (out / "report.md").write_text("\n".join(lines))
     (out / "pooled.json").write_text(json.dumps(result, indent=2) + "\n")
     return out / "report.md"
