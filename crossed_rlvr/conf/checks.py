@@ -86,9 +86,13 @@ def common(cfg: Any) -> None:
 
 
 def check_train(cfg: Any) -> None:
+    from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
     from crossed_rlvr.train.recipe import RecipeError, check_config
 
     common(cfg)
+    _at_least(cfg, "validation.every", 0)
+    _all_of(cfg, "validation.requests", REQUESTS)
+    _all_of(cfg, "validation.templates", TEMPLATES)
     try:
         check_config(cfg)
     except RecipeError as err:

@@ -163,6 +163,15 @@ class TrainItemsConf:
 
 
 @dataclass
+class ValidationConf:
+    every: int = 0
+    requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    templates: list[str] = field(default_factory=lambda: ["original"])
+    n_items: int | None = None
+    split: str = "dev"
+
+
+@dataclass
 class TrainConf:
     model: ModelConf = MISSING
     task: TaskConf = MISSING
@@ -170,7 +179,9 @@ class TrainConf:
     recipe: RecipeConf = MISSING
     algorithm: NameConf = MISSING
     engine: EngineConf = MISSING
+    eval: EvalConf = MISSING
     tracking: TrackingConf = MISSING
+    validation: ValidationConf = field(default_factory=ValidationConf)
     seed: int = 83
     data_seed: int = 83
     run_dir: str = MISSING

@@ -24,6 +24,9 @@ def resolved(cfg: Any) -> dict[str, Any]:
     data.pop("hydra", None)
     for key in ("overwrite", "tracking", "study"):  # how a run is watched, not what it trains
         data.pop(key, None)
+    if not (data.get("validation") or {}).get("every"):  # validation off: its settings change nothing
+        data.pop("validation", None)
+        data.pop("eval", None)
     return data
 
 

@@ -92,9 +92,16 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
         peft_config = LoraConfig(r=int(lora.r), lora_alpha=int(lora.alpha), lora_dropout=0.0,
                                  target_modules=lora.target_modules if isinstance(lora.target_modules, str)
                                  else list(lora.target_modules), task_type="CAUSAL_LM")
+    callbacks = [MetricsFile()]
+    if int((cfg.get("validation") or {}).get("every", 0) or 0) > 0:
+        if peft_config is not None:
+            raise ValueError("validation.every > 0 runs on full-weight arms only (recipe.lora.enabled=false)")
+        from crossed_rlvr.train.validation import make_callback
+
+        callbacks.append(make_callback(cfg, model_path))
     trainer = WeightedGRPOTrainer(
         model=model, reward_funcs=[make_trl_reward(conv), payload_metric(_request_of(conv))],
-        args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=[MetricsFile()],
+        args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks,
         peft_config=peft_config,
     )
     start = time.perf_counter()

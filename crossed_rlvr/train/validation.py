@@ -1,0 +1,70 @@
+"""Crossed validation during training (TRL engine): every N updates, the arm under every request.
+
+At step 0, every ``validation.every`` updates and at the last update, the callback saves the policy
+as it stands (``validation/checkpoints/step-K``) and runs ``crossed-eval`` on it: the arm's fixed
+validation items (the task's ``dev`` split, disjoint from training and test items, frozen into
+``validation/items``), every requested convention and wording, the evaluation's sampling settings and
+per-item seeds. So the responses at a step are, by construction, those of ``crossed-eval`` on the
+checkpoint of that step, written as ordinary response records of the policy ``<arm>@step<K>`` that
+``crossed-score`` and ``crossed-analyze`` read like any other cell.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+
+def validation_config(cfg: Any, step: int, checkpoint: Path) -> Any:
+    """The crossed-eval config of one validation step of an arm."""
+    v = cfg.validation
+    task = OmegaConf.to_container(cfg.task, resolve=True)
+    task["split"] = v.get("split", "dev")
+    task["n_items"] = v.get("n_items")
+    return OmegaConf.create({
+        "model": OmegaConf.to_container(cfg.model, resolve=True), "task": task,
+        "eval": OmegaConf.to_container(cfg.eval, resolve=True), "tracking": {"mode": "off"},
+        "run_dir": str(Path(cfg.run_dir) / "validation"),
+        "policies": [{"name": f"{cfg.arm}@step{step}", "path": str(checkpoint),
+                      "training_convention": cfg.convention.name, "train_seed": int(cfg.seed)}],
+        "requests": list(v.requests), "templates": list(v.templates), "template_subset": None,
+        "template_subset_seed": 0, "samples": 1, "overwrite": False,
+    })
+
+
+def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
+    """A TrainerCallback that validates the arm crossed at step 0, every N updates and at the end."""
+    from transformers import TrainerCallback
+
+    from crossed_rlvr.eval.runner import run_eval
+    from crossed_rlvr.policies.loading import copy_tokenizer_files
+
+    every, last = int(cfg.validation.every), int(cfg.recipe.updates)
+    out = Path(cfg.run_dir) / "validation"
+
+    class CrossedValidation(TrainerCallback):
+        def __init__(self) -> None:
+            self.done: set[int] = set()
+            self.summaries: dict[int, dict[str, Any]] = {}
+
+        def validate(self, model: Any, step: int) -> None:
+            if step in self.done:
+                return
+            self.done.add(step)
+            ckpt = out / "checkpoints" / f"step-{step}"
+            was_training = model.training
+            model.save_pretrained(ckpt)
+            copy_tokenizer_files(tokenizer_dir, ckpt)
+            self.summaries[step] = run_eval(validation_config(cfg, step, ckpt), progress=False)
+            model.train(was_training)
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            self.validate(model, 0)
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % every == 0 or state.global_step == last:
+                self.validate(model, state.global_step)
+
+    return CrossedValidation()
