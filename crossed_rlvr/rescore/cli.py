@@ -59,23 +59,16 @@ def runs_from_records(records: list[dict], options: int, n_options: dict[tuple[s
 def audit_runs(runs: dict[tuple[str, str, str, str], Outputs], harnesses: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The reader audit of re-scored outputs: every pair of harness extractors and omega, per model and benchmark."""
     from crossed_rlvr.analysis.audit import audit
-    from crossed_rlvr.rescore import omega
-    from crossed_rlvr.rescore.harness import correct
+    from crossed_rlvr.rescore.share import answers, credited
 
     frames = []
     for (model, bench, prompt, kind), out in sorted(runs.items()):
-        names = [h for h in harnesses if kind in REGISTRY[h].kinds]
         cols: dict[str, list] = {"policy": [model] * len(out.items), "task": [bench] * len(out.items),
                                  "request": [prompt] * len(out.items), "template": [kind] * len(out.items),
                                  "item_id": out.items, "reference": out.keys}
-        for name in names:
-            answers = [REGISTRY[name].read(t, out.benchmark, k) for t, k in zip(out.responses, out.keys, strict=True)]
-            cols[f"{name}.answer"] = answers
-            cols[f"{name}.correct"] = [correct(a, k, kind) for a, k in zip(answers, out.keys, strict=True)]
-        w = [omega.mc(t, n) if kind == "mc" else omega.free(t) for t, n in zip(out.responses, out.n_options, strict=True)]
-        cols["omega.answer"] = w
-        cols["omega.correct"] = [a is not None and (a == k.strip() if kind == "mc" else omega.same(a, k))
-                                 for a, k in zip(w, out.keys, strict=True)]
+        for name in [h for h in harnesses if kind in REGISTRY[h].kinds] + ["omega"]:
+            cols[f"{name}.answer"] = answers(out, name)  # read once: the comparisons read them already
+            cols[f"{name}.correct"] = credited(out, name)
         frames.append(pd.DataFrame(cols))
     rates, examples = [], []
     for kind, part in pd.concat(frames, ignore_index=True).groupby("template"):  # readers differ by answer form

@@ -51,19 +51,11 @@ def _last(pattern: re.Pattern[str], text: str) -> str | None:
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` with nested braces balanced (None if none or unclosed)."""
-    start = text.rfind("\\boxed{")
-    while start >= 0:
-        depth, i = 0, start + len("\\boxed")
-        for j in range(i, len(text)):
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[i + 1 : j]
-        start = text.rfind("\\boxed{", 0, start)  # unclosed: the one before it
-    return None
+    """Content of the last balanced ``\\boxed{...}`` (None if there is none): the panel's own box scan."""
+    from crossed_rlvr.eval.text import box_spans
+
+    spans = box_spans(text)
+    return text[spans[-1][0]:spans[-1][1]] if spans else None
 
 
 def strip_text(content: str) -> str:

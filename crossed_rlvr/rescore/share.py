@@ -12,7 +12,7 @@ with leave-one-pair-out and leave-one-benchmark-out shares.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -34,27 +34,43 @@ class Outputs:
     n_options: list[int]
     omega: dict[str, np.ndarray] | None = None  # omega's reading, filled on first use
     benchmark: str = ""  # for benchmark-aware extractors (Qwen2.5-Math)
+    answers: dict[str, list[str | None]] = field(default_factory=dict)  # reader -> answers, filled on first use
+
+
+def answers(out: Outputs, reader: str) -> list[str | None]:
+    """What ``reader`` (a harness extractor, or ``omega``) reads in each output, read once per output set
+    (the comparisons and the reader audit share it)."""
+    if reader not in out.answers:
+        if reader == "omega":
+            out.answers[reader] = [omega.mc(t, n) if out.kind == "mc" else omega.free(t)
+                                   for t, n in zip(out.responses, out.n_options, strict=True)]
+        else:
+            h = REGISTRY[reader]
+            out.answers[reader] = [h.read(t, out.benchmark, k) for t, k in zip(out.responses, out.keys, strict=True)]
+    return out.answers[reader]
+
+
+def credited(out: Outputs, reader: str) -> list[bool]:
+    """Per output, whether ``reader``'s answer is the key (omega: its letter or App. B's normalisation)."""
+    if reader == "omega":
+        return [w is not None and (w == k.strip() if out.kind == "mc" else omega.same(w, k))
+                for w, k in zip(answers(out, "omega"), out.keys, strict=True)]
+    return [correct(a, k, out.kind) for a, k in zip(answers(out, reader), out.keys, strict=True)]
 
 
 def omega_matrix(out: Outputs) -> dict[str, np.ndarray]:
     """Per item: correct and extracted under omega, and where it found the answer (read once per output set)."""
     if out.omega is None:
-        c_w, e_w, loc = [], [], []
-        for text, key, n in zip(out.responses, out.keys, out.n_options, strict=True):
-            w = omega.mc(text, n) if out.kind == "mc" else omega.free(text)
-            c_w.append(w is not None and (w == key.strip() if out.kind == "mc" else omega.same(w, key)))
-            e_w.append(w is not None)
-            loc.append(omega.where(text, out.kind, n) or "none")
-        out.omega = {"c_w": np.array(c_w, float), "e_w": np.array(e_w, float), "where": np.array(loc)}
+        where = [omega.where(t, out.kind, n) or "none" for t, n in zip(out.responses, out.n_options, strict=True)]
+        out.omega = {"c_w": np.array(credited(out, "omega"), float),
+                     "e_w": np.array([w is not None for w in answers(out, "omega")], float), "where": np.array(where)}
     return out.omega
 
 
 def read_matrix(out: Outputs, harness: str) -> dict[str, np.ndarray]:
     """Per item: correct and extracted under h, with omega's reading beside it."""
-    h = REGISTRY[harness]
-    answers = [h.read(text, out.benchmark, key) for text, key in zip(out.responses, out.keys, strict=True)]
-    return {"c_h": np.array([correct(a, k, out.kind) for a, k in zip(answers, out.keys, strict=True)], float),
-            "e_h": np.array([a is not None for a in answers], float), **omega_matrix(out)}
+    return {"c_h": np.array(credited(out, harness), float),
+            "e_h": np.array([a is not None for a in answers(out, harness)], float), **omega_matrix(out)}
 
 
 def comparisons(runs: dict[tuple[str, str, str, str], Outputs], pairs: list[tuple[str, str]],
