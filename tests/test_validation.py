@@ -2,12 +2,15 @@
 end, as ordinary response records; the same responses as crossed-eval of the saved checkpoint."""
 
 import json
+from pathlib import Path
 
+import pandas as pd
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from crossed_rlvr.eval.runner import run_eval
 from crossed_rlvr.policies.tiny import build_tiny_model
+from crossed_rlvr.tracking import offline_runs
 from crossed_rlvr.train.cli import run_train
 from tests.test_generation import SMALL
 
@@ -20,7 +23,7 @@ def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
     build_tiny_model(tmp_path / "model", SMALL)
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_train", overrides=[
-            "tracking=off", "recipe=tiny", "recipe.updates=2", "recipe.prompts_per_update=2",
+            "tracking=offline", "recipe=tiny", "recipe.updates=2", "recipe.prompts_per_update=2",
             "recipe.max_response_tokens=16", "train_items.n=16", f"run_dir={tmp_path}/arm",
             f"model.path={tmp_path}/model", "validation.every=1", "validation.n_items=3", "eval.max_new_tokens=8",
             "eval.batch_size=2"])
@@ -45,3 +48,45 @@ def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
     # validation items come from the dev split, never from training or test
     items = (tmp_path / "arm" / "validation" / "items" / "arith_tiny-dev.jsonl").read_text()
     assert '"split": "dev"' in items
+
+
+def test_validation_steps_are_scored_summarised_and_logged(tmp_path):
+    """Each step scored by crossed-score in its own process: a scores file per step, the per-request
+    rates in summary.jsonl (recomputed here from the scores), and the offline wandb run of the arm holding
+    those scalars and a table with one row per response and one column per reader."""
+    build_tiny_model(tmp_path / "model", SMALL)
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        cfg = compose(config_name="crossed_train", overrides=[
+            "tracking=offline", "recipe=tiny", "recipe.updates=2", "recipe.prompts_per_update=2",
+            "recipe.max_response_tokens=16", "train_items.n=16", f"run_dir={tmp_path}/arm",
+            f"model.path={tmp_path}/model", "validation.every=2", "validation.n_items=4", "eval.max_new_tokens=24",
+            "eval.batch_size=4", "convention=boxed"])
+    run_train(cfg)
+    out = tmp_path / "arm" / "validation"
+    summary = [json.loads(x) for x in (out / "summary.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in summary] == [0, 2]
+    for entry in summary:
+        scores = pd.read_parquet(out / "scores" / f"step-{entry['step']}.parquet")
+        assert set(scores["policy"]) == {f"grpo-boxed/s83@step{entry['step']}"} and len(scores) == 8
+        hash_part, boxed_part = scores[scores.request == "hash"], scores[scores.request == "boxed"]
+        assert entry["hash/payload"] == hash_part["requested_payload"].mean()
+        assert entry["hash/strict"] == hash_part["strict_first_hash.correct"].mean()
+        assert entry["boxed/strict"] == boxed_part["boxed_first.correct"].mean()
+        assert entry["boxed/lenient"] == boxed_part["lenient_boxed_fallback.correct"].mean()
+        assert entry["hash/math_verify"] == hash_part["math_verify.correct"].mean()
+        assert entry["hash/reward"] == hash_part["reward_boxed.correct"].mean()  # the arm's own reward program
+    [run] = [r for r in offline_runs(tmp_path / "arm") if r["job_type"] == "train"]
+    assert {"validation/hash/payload", "validation/boxed/strict", "validation/boxed/math_verify",
+            "validation/responses/path", "validation/responses/nrows"} <= set(run["history"])
+    tables = sorted(Path(run["path"]).rglob("responses_*.table.json"))
+    assert len(tables) == 2
+    table = json.loads(tables[-1].read_text())
+    readers = {c[: -len(".correct")] for c in scores.columns if c.endswith(".correct")}
+    assert readers <= set(table["columns"]) and {"response", "request", "item_id"} <= set(table["columns"])
+    assert len(table["data"]) == 8
+    row = dict(zip(table["columns"], table["data"][0], strict=True))
+    first = scores.iloc[0]
+    [text] = [r["response"] for r in records(out / "responses" / f"grpo-boxed_s83@step2__{first['request']}__original.jsonl")
+              if r["item_id"] == first["item_id"]]
+    assert row["item_id"] == first["item_id"] and row["response"] == text
+    assert row["boxed_first"] == bool(first["boxed_first.correct"])

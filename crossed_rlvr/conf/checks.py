@@ -91,6 +91,7 @@ def check_train(cfg: Any) -> None:
 
     common(cfg)
     _at_least(cfg, "validation.every", 0)
+    _at_least(cfg, "validation.score_workers", 1)
     _all_of(cfg, "validation.requests", REQUESTS)
     _all_of(cfg, "validation.templates", TEMPLATES)
     try:

@@ -169,6 +169,7 @@ class ValidationConf:
     templates: list[str] = field(default_factory=lambda: ["original"])
     n_items: int | None = None
     split: str = "dev"
+    score_workers: int = 1
 
 
 @dataclass

@@ -6,11 +6,13 @@ validation items (the task's ``dev`` split, disjoint from training and test item
 ``validation/items``), every requested convention and wording, the evaluation's sampling settings and
 per-item seeds. So the responses at a step are, by construction, those of ``crossed-eval`` on the
 checkpoint of that step, written as ordinary response records of the policy ``<arm>@step<K>`` that
-``crossed-score`` and ``crossed-analyze`` read like any other cell.
+``crossed-score`` and ``crossed-analyze`` read like any other cell. Each step is scored in a separate
+process while training goes on and logged (``crossed_rlvr.train.validation_scores``).
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +40,9 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
     """A TrainerCallback that validates the arm crossed at step 0, every N updates and at the end."""
     from transformers import TrainerCallback
 
-    from crossed_rlvr.eval.runner import run_eval
+    from crossed_rlvr.eval.runner import cell_name, run_eval
     from crossed_rlvr.policies.loading import copy_tokenizer_files
+    from crossed_rlvr.train.validation_scores import StepScorer
 
     every, last = int(cfg.validation.every), int(cfg.recipe.updates)
     out = Path(cfg.run_dir) / "validation"
@@ -48,6 +51,8 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
         def __init__(self) -> None:
             self.done: set[int] = set()
             self.summaries: dict[int, dict[str, Any]] = {}
+            self.scorer = StepScorer(out, str(cfg.convention.name), int(cfg.validation.get("score_workers", 1)))
+            self.scored: list[dict[str, Any]] = []
 
         def validate(self, model: Any, step: int) -> None:
             if step in self.done:
@@ -57,14 +62,25 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
             was_training = model.training
             model.save_pretrained(ckpt)
             copy_tokenizer_files(tokenizer_dir, ckpt)
-            self.summaries[step] = run_eval(validation_config(cfg, step, ckpt), progress=False)
+            vcfg = validation_config(cfg, step, ckpt)
+            self.summaries[step] = run_eval(vcfg, progress=False)
             model.train(was_training)
+            policy = vcfg.policies[0].name
+            files = [out / "responses" / f"{cell_name(policy, r, t)}.jsonl" for r in vcfg.requests for t in vcfg.templates]
+            self.scorer.submit(step, files)
+            self.scored += self.scorer.collect()
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
+            # Training starts from scratch (a finished arm is never retrained): responses, scores and
+            # checkpoints of an earlier attempt belong to other weights and would be reused by their names.
+            shutil.rmtree(out, ignore_errors=True)
             self.validate(model, 0)
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if state.global_step % every == 0 or state.global_step == last:
                 self.validate(model, state.global_step)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.scored += self.scorer.collect(wait=True)
 
     return CrossedValidation()

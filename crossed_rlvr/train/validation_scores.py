@@ -1,0 +1,105 @@
+"""Scoring crossed validation on the fly: each step's responses are scored by ``crossed-score`` in a
+separate process while training goes on, then summarised and logged.
+
+Per step and request the summary holds the requested-payload rate and the strict, lenient, Math-Verify
+and training-reward accuracies (the reader panel of paper 001 §2.2); wandb gets them as scalars against
+``train/global_step`` and a ``wandb.Table`` with one row per response and one column per reader, so
+that disagreements between readers can be filtered in the wandb UI. Everything is also written to
+``validation/summary.jsonl`` and ``validation/scores/step-<K>.parquet`` for users without wandb.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from crossed_rlvr.analysis.cells import LENIENT, STRICT
+
+TABLE_KEYS = ["step", "policy", "request", "template", "item_id", "reference", "response", "category",
+              "requested_payload"]
+
+
+def step_scalars(scores: pd.DataFrame, convention: str) -> dict[str, float]:
+    """``<request>/<measure>`` rates of one validation step (fractions of its responses)."""
+    out: dict[str, float] = {}
+    for request, part in scores.groupby("request", sort=True):
+        out[f"{request}/payload"] = float(part["requested_payload"].mean())
+        for name, reader in (("strict", STRICT.get(str(request))), ("lenient", LENIENT.get(str(request))),
+                             ("math_verify", "math_verify"), ("reward", f"reward_{convention}")):
+            column = f"{reader}.correct"
+            if reader is not None and column in part:
+                out[f"{request}/{name}"] = float(part[column].astype(float).mean())
+    return out
+
+
+def table_frame(scores: pd.DataFrame, step: int, files: list[Path]) -> pd.DataFrame:
+    """One row per response: its keys and text, then one 0/1 column per reader (named by the reader)."""
+    from crossed_rlvr.eval.records import read_responses
+
+    # the scores table keeps keys and reader outcomes, not the text: join it back from the responses
+    keys = ["policy", "request", "template", "item_id", "sample_idx"]
+    texts = {tuple(r[k] for k in keys): r["response"] for r in read_responses(files).records}
+    readers = [c[: -len(".correct")] for c in scores.columns if c.endswith(".correct")]
+    frame = scores.assign(step=step, response=[texts[tuple(row)] for row in scores[keys].itertuples(index=False)])
+    frame = frame[TABLE_KEYS].copy()
+    for name in readers:
+        frame[name] = scores[f"{name}.correct"].astype(bool)
+    return frame.reset_index(drop=True)
+
+
+class StepScorer:
+    """Runs ``crossed-score`` on each validation step in its own process; ``collect`` picks up the
+    finished ones, summarises them and logs them (training never waits for a step still being scored)."""
+
+    def __init__(self, out: Path, convention: str, workers: int = 1) -> None:
+        self.out, self.convention, self.workers = out, convention, workers
+        self.pending: dict[int, tuple[subprocess.Popen, Path, Path, Any, list[Path]]] = {}
+
+    def submit(self, step: int, files: list[Path]) -> None:
+        scores = self.out / "scores" / f"step-{step}.parquet"
+        log = scores.with_suffix(".log")
+        scores.parent.mkdir(parents=True, exist_ok=True)
+        fh = log.open("w")
+        cmd = [sys.executable, "-m", "crossed_rlvr.eval.scoring", *map(str, files), "-o", str(scores),
+               "--workers", str(self.workers), "--overwrite"]
+        self.pending[step] = (subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT), scores, log, fh, files)
+
+    def collect(self, wait: bool = False) -> list[dict[str, Any]]:
+        done = []
+        for step in sorted(self.pending):
+            proc, scores, log, fh, files = self.pending[step]
+            if proc.poll() is None and not wait:
+                continue
+            proc.wait()
+            fh.close()
+            del self.pending[step]
+            if proc.returncode != 0:
+                tail = "\n".join(log.read_text().splitlines()[-20:])
+                raise RuntimeError(f"scoring validation step {step} failed (exit {proc.returncode}); {log}:\n{tail}")
+            done.append(self.record(step, scores, files))
+        return done
+
+    def record(self, step: int, scores_path: Path, files: list[Path]) -> dict[str, Any]:
+        scores = pd.read_parquet(scores_path)
+        entry = {"step": step, "policy": str(scores["policy"].iloc[0]), "n_responses": len(scores),
+                 "scores": str(scores_path), **step_scalars(scores, self.convention)}
+        with (self.out / "summary.jsonl").open("a") as fh:
+            fh.write(json.dumps(entry, sort_keys=True) + "\n")
+        log_to_wandb(step, entry, table_frame(scores, step, files))
+        return entry
+
+
+def log_to_wandb(step: int, entry: dict[str, Any], frame: pd.DataFrame) -> None:
+    """Scalars and the per-response table of one step into the arm's open wandb run (if any)."""
+    import wandb
+
+    run = wandb.run
+    if run is None:
+        return
+    scalars = {f"validation/{k}": v for k, v in entry.items() if isinstance(v, float)}
+    run.log({**scalars, "validation/responses": wandb.Table(dataframe=frame), "train/global_step": step})
