@@ -48,6 +48,31 @@ def test_smoke_study_writes_the_crossed_report(smoke):
     assert ",interaction,payload," in contrasts
 
 
+def test_smoke_study_shows_the_interactions_over_training(smoke):
+    """Validation at every update (smoke: 0, 1, 2) is scored, analysed and reported per seed and seed mean;
+    at step 0 both arms are the initial policy with the same seeds, so every interaction is exactly 0."""
+    import pandas as pd
+
+    run, _ = smoke
+    rows = pd.read_csv(run / "analysis" / "over_training.csv")
+    assert set(rows["contrast"]) == {"I_P", "I_S", "I_MV"}
+    for seed in ("s83", "s84", "mean"):
+        assert sorted(set(rows.loc[rows.seed == seed, "step"])) == [0, 1, 2]
+    step0 = rows[rows.step == 0]
+    assert (step0[["estimate", "ci_low", "ci_high"]] == 0).all().all() and set(step0["n_items"]) == {6}
+    # the figures' numbers are the validation analysis's own contrasts
+    sub = pd.read_csv(run / "analysis" / "validation" / "contrasts.csv")
+    pick = sub[(sub.name == "interaction") & (sub.measure == "payload") & (sub.policy == "grpo/mean@step2")]
+    assert rows.loc[(rows.seed == "mean") & (rows.step == 2) & (rows.contrast == "I_P"), "estimate"].item() == \
+        pick["estimate"].item()
+    report = (run / "analysis" / "report.md").read_text()
+    assert "## Crossed interactions over training" in report and "interaction_over_training.png" in report
+    assert (run / "analysis" / "figures" / "interaction_over_training.png").stat().st_size > 10_000
+    for conv in ("hash", "boxed"):
+        summary = (run / "train" / conv / "s83" / "validation" / "summary.jsonl").read_text().splitlines()
+        assert [json.loads(x)["step"] for x in summary] == [0, 1, 2]
+
+
 def test_study_logs_one_wandb_run_per_arm_and_stage(smoke):
     from crossed_rlvr.tracking import offline_runs
 

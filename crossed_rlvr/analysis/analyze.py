@@ -376,6 +376,12 @@ def analyze(
         figs = write_figures(cells, contrasts, tmp / "figures") if figures else []
         write_report(tmp / "report.md", cells, contrasts, coverage, paired, checks, figs,
                      n_resamples=n_resamples, rng_seed=rng_seed)
+        from crossed_rlvr.analysis.over_training import write_over_training
+
+        over = write_over_training(contrasts, tmp, figure=figures)
+        if over is not None:  # validation checkpoints <arm>@step<K>: the interactions over training
+            with (tmp / "report.md").open("a", encoding="utf-8") as fh:
+                fh.write("\n" + over + "\n")
         from crossed_rlvr.analysis.audit import audit, audit_section
         from crossed_rlvr.analysis.cells import reader_names
 

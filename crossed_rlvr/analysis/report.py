@@ -329,8 +329,9 @@ def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
         h_side, _, b_side = pair.partition("x")  # "hashxboxed", "jsonxxml": the H side never holds an x
         dp = contrasts[(contrasts.task == task) & (contrasts.template == template) & (contrasts.name == "delta_P")
                        & (contrasts.request == h_side)]
-        dp = dp[[p in conv.index and conv.loc[p, "training_convention"] == b_side
-                 and policy_parts(p, b_side) == (method, ckpt) for p in dp.policy]]
+        # a boolean mask (an empty list would select no columns when there is no ΔP, e.g. no initial policy)
+        dp = dp.loc[np.array([p in conv.index and conv.loc[p, "training_convention"] == b_side
+                              and policy_parts(p, b_side) == (method, ckpt) for p in dp.policy], dtype=bool)]
         label = f"{method}@{ckpt}" if ckpt else method
         rows.append([task, template, label, pair, " ".join(map(str, seeds)), summ(dp["estimate"])] + [
             summ(part[part.measure == m]["estimate"]) for m in ("payload", "acc.strict", "acc.math_verify")])

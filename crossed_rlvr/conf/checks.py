@@ -150,6 +150,10 @@ def check_study(cfg: Any) -> None:
     _at_least(cfg, "evaluation.samples", 1)
     _at_least(cfg, "evaluation.n_items", 1)
     _at_least(cfg, "analysis.resamples", 1)
+    _at_least(cfg, "validation.every", 0)
+    _at_least(cfg, "validation.score_workers", 1)
+    _all_of(cfg, "validation.requests", REQUESTS)
+    _all_of(cfg, "validation.templates", TEMPLATES)
     if cfg.initial.build == "warmstart" and cfg.model.source != "local":
         raise ConfigError(f"initial.build=warmstart builds a tiny local model; model={cfg.model.name} is "
                           f"{cfg.model.source}: use initial.build=given")

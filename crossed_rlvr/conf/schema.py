@@ -296,6 +296,7 @@ class StudyConf:
     initial: InitialConf = field(default_factory=InitialConf)
     arms: ArmsConf = field(default_factory=ArmsConf)
     evaluation: EvaluationConf = field(default_factory=EvaluationConf)
+    validation: ValidationConf = field(default_factory=ValidationConf)
     analysis: AnalysisConf = field(default_factory=AnalysisConf)
 
 

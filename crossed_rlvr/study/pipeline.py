@@ -140,6 +140,7 @@ class Study:
             "model": {**_plain(c.model), "path": str(initial_path), "weights_sha256": weights}, "task": _plain(c.task),
             "convention": {"name": conv}, "recipe": _plain(c.recipe), "algorithm": _plain(c.algorithm),
             "engine": _plain(c.engine), "tracking": _plain(c.tracking),
+            "validation": _plain(c.validation), "eval": _plain(c.eval),
             "seed": seed, "data_seed": seed, "run_dir": str(self.arm_dir(conv, seed)), "arm": f"grpo-{conv}/s{seed}",
             "study": self.study_name,
             "overwrite": True, "template": "original",
@@ -368,28 +369,47 @@ class Study:
 
         return self.stage("eval", fp, [self.run / "eval" / "responses"], run)
 
+    def validation_dirs(self) -> list[Path]:
+        """Response folders of the arms' crossed validation during training (``validation.every`` > 0)."""
+        if self.cfg.arms.kind != "grpo":
+            return []
+        dirs = [self.arm_dir(conv, seed) / "validation" / "responses" for conv, seed in self.arm_list()]
+        return [d for d in dirs if d.is_dir() and any(d.glob("*.jsonl"))]
+
     def score(self) -> dict[str, Any]:
         responses = self.run / "eval" / "responses"
         out = self.run / "eval" / "scores.parquet"
+        vout = self.run / "eval" / "validation_scores.parquet"
+        vdirs = self.validation_dirs()
         fp = {"responses": self.stamps.hash(responses)}
+        if vdirs:  # one scores table of every arm's validation steps, for the interactions over training
+            fp["validation"] = {str(d.relative_to(self.run)): self.stamps.hash(d) for d in vdirs}
 
         def run() -> dict[str, Any]:
             from crossed_rlvr.eval.scoring import score_files
 
             out.unlink(missing_ok=True)  # the stage is stale or its output was changed: score again
             score_files([self.run / "eval"], out, overwrite=True)
-            return {"scores": str(out)}
+            info = {"scores": str(out)}
+            vout.unlink(missing_ok=True)
+            if vdirs:
+                score_files(vdirs, vout, overwrite=True)
+                info["validation_scores"] = str(vout)
+            return info
 
-        return self.stage("score", fp, [out], run)
+        return self.stage("score", fp, [out, vout] if vdirs else [out], run)
 
     def analyze(self, arms: dict[str, Any]) -> dict[str, Any]:
         a = self.cfg.analysis
         scores = self.run / "eval" / "scores.parquet"
+        vscores = self.run / "eval" / "validation_scores.parquet"
         out = self.run / "analysis"
         metrics = {name: Path(arm["path"]).parent.parent / "metrics.jsonl" for name, arm in arms["arms"].items()}
         metrics = {k: v for k, v in metrics.items() if v.exists()}
         fp = {"scores": self.stamps.hash(scores), "analysis": _plain(a),
                      "metrics": {k: self.stamps.hash(v) for k, v in metrics.items()}}
+        if vscores.exists():
+            fp["validation_scores"] = self.stamps.hash(vscores)
         tracking = _plain(self.cfg.tracking)
 
         def run() -> dict[str, Any]:
@@ -398,6 +418,8 @@ class Study:
 
             analyze(scores, out, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
                     tracking="off")
+            if vscores.exists():
+                self._over_training(vscores, out, a)
             if metrics:
                 append_training_section(out, {k: _read_metrics(v) for k, v in metrics.items()})
             from crossed_rlvr.tracking import enabled
@@ -410,6 +432,29 @@ class Study:
             return {"report": str(out / "report.md")}
 
         return self.stage("analyze", fp, [out], run)
+
+    def _over_training(self, vscores: Path, out: Path, a: Any) -> None:
+        """The validation steps analysed like any crossed set (``analysis/validation/``), and their
+        interactions over training (table and figure) added to the study's report."""
+        import pandas as pd
+
+        from crossed_rlvr.analysis.analyze import analyze
+        from crossed_rlvr.analysis.over_training import write_over_training
+
+        sub = out / "validation"
+        analyze(vscores, sub, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
+                tracking="off")
+        section = write_over_training(pd.read_csv(sub / "contrasts.csv"), out)
+        if section is None:  # fewer than two validated steps: nothing over training to show
+            return
+        report = out / "report.md"
+        report.write_text(report.read_text() + "\n" + section + "\n\nThe whole analysis of the validation steps: "
+                          "[validation/report.md](validation/report.md).\n")
+        manifest = out / "manifest.json"
+        m = json.loads(manifest.read_text())
+        m["outputs"] = sorted(set(m.get("outputs", [])) | {"over_training.csv",
+                                                           "figures/interaction_over_training.png"})
+        manifest.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
 
 
 # Settings that change how a stage is watched, not what it produces: never part of a fingerprint.
