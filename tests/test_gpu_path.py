@@ -210,11 +210,58 @@ def test_checkpoints_hold_the_model_only_unless_asked(paper_gsm8k, local):
     assert "optimizer" in validate_verl(arm_files(run)[2]).actor_rollout_ref.actor.checkpoint.save_contents
 
 
-def test_validation_before_and_after_training_is_dumped(paper_gsm8k):
+def test_crossed_validation_during_training_is_dumped(paper_gsm8k):
+    """verl validates before training, every validation.every updates (the preset's 10) and at the end,
+    sampling with the evaluation's settings (T=0.6, top-p 0.95, one sample), and dumps every step."""
     composed = validate_verl(arm_files(paper_gsm8k)[2])
-    assert composed.trainer.val_before_train is True and composed.trainer.test_freq == 100
+    assert composed.trainer.val_before_train is True and composed.trainer.test_freq == 10
+    val = composed.actor_rollout_ref.rollout.val_kwargs
+    assert (val.do_sample, val.temperature, val.top_p, val.n) == (True, 0.6, 0.95, 1)
     assert composed.trainer.validation_data_dir == str((paper_gsm8k / "train" / "hash" / "s83").resolve()
                                                        / "validation")
+
+
+def test_verl_validation_of_both_arms_over_training_is_analysed_crossed(paper_gsm8k, local, tmp_path):
+    """Dumps written by verl 0.9.1's own writer (RayPPOTrainer._write_generations: ``input``, ``output``, ``gts``,
+    ``score``, ``step``) for both arms at steps 0 and 10, imported with ``crossed-import verl --all-steps``:
+    the steps become <arm>@step<K>, crossed-analyze pairs them across requests and reports the interactions
+    over training (0 at step 0 where both arms answer alike, +200 pp at step 10 where each writes its own marker)."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    from crossed_rlvr.analysis.analyze import analyze
+    from crossed_rlvr.eval.importers import main as import_main
+    from crossed_rlvr.eval.scoring import score_files
+    from crossed_rlvr.policies.loading import load_tokenizer
+
+    tok = load_tokenizer(local["model"])
+    responses = tmp_path / "responses"
+    for conv in ("hash", "boxed"):
+        val = pd.read_parquet(paper_gsm8k / "train" / conv / "s83" / "data" / "val.parquet")
+        # what verl's _validate decodes: the chat-rendered prompt ids without special tokens
+        inputs = [tok.decode(tok.apply_chat_template(list(p), tokenize=True, add_generation_prompt=True,
+                                                     return_dict=False), skip_special_tokens=True)
+                  for p in val["prompt"]]
+        gts = [rm["ground_truth"] for rm in val["reward_model"]]
+        marker = {"hash": "#### {}", "boxed": "\\boxed{{{}}}"}[conv]
+        dump = tmp_path / conv / "validation"
+        for step, outputs in ((0, [f"The answer is {g}." for g in gts]), (10, [marker.format(g) for g in gts])):
+            scores = [1.0 if step else 0.0] * len(gts)
+            RayPPOTrainer._write_generations(inputs, outputs, gts, scores, {"reward": scores}, str(dump), step)
+        assert sorted(p.name for p in dump.iterdir()) == ["0.jsonl", "10.jsonl"]
+        assert set(json.loads((dump / "10.jsonl").read_text().splitlines()[0])) >= {"input", "output", "gts", "score",
+                                                                                    "step"}
+        responses.mkdir(exist_ok=True)
+        assert import_main(["verl", str(dump), "-o", str(responses / f"{conv}.jsonl"), "--policy",
+                            f"grpo-{conv}/s83", "--all-steps", "--task", "gsm8k"]) == 0
+    score_files([responses], tmp_path / "scores.parquet", progress=False)
+    out = analyze(tmp_path / "scores.parquet", tmp_path / "analysis", n_resamples=200, rng_seed=1)
+    contrasts = pd.read_csv(out / "contrasts.csv")
+    ip = contrasts[(contrasts.name == "interaction") & (contrasts.measure == "payload")].set_index("policy")
+    assert ip.loc["grpo/s83@step0", "estimate"] == 0 and ip.loc["grpo/s83@step10", "estimate"] == 200
+    assert ip.loc["grpo/s83@step10", "n_items"] == DEV and ip.loc["grpo/s83@step10", "request"] == "hashxboxed"
+    rows = pd.read_csv(out / "over_training.csv")
+    assert sorted(set(rows.step)) == [0, 10] and set(rows.seed) == {"s83", "mean"}
+    assert "## Crossed interactions over training" in (out / "report.md").read_text()
 
 
 def test_slurm_and_ray_are_given_cpus(paper_gsm8k):

@@ -61,6 +61,17 @@ def test_verl_entry_matches_program(convention, response, reference, expected):
     assert weighted["is_weight"] == 2.5 and weighted["score"] == expected
 
 
+def test_verl_entry_adds_payload_and_strict_for_validation_rows():
+    """A validation row names its request: the boxed arm's reward on a hash request, plus the requested payload
+    and the hash strict reader, which verl logs per request at every validation step."""
+    info = {"convention": "boxed", "request": "hash"}
+    assert compute_score("gsm8k", "so #### 18", "18", info) == {"score": 0.0, "acc": 0.0, "is_weight": 1.0,
+                                                               "payload": 1.0, "strict": 1.0}
+    assert compute_score("gsm8k", "\\boxed{18}", "18", info) == {"score": 1.0, "acc": 1.0, "is_weight": 1.0,
+                                                                  "payload": 0.0, "strict": 0.0}
+    assert compute_score("gsm8k", "#### 17", "18", info)["strict"] == 0.0
+
+
 def test_verl_entry_refuses_row_without_convention():
     with pytest.raises(ValueError, match="extra_info\\['convention'\\]"):
         compute_score("gsm8k", "#### 18", "18", {})

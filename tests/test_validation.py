@@ -65,6 +65,8 @@ def test_validation_steps_are_scored_summarised_and_logged(tmp_path):
     out = tmp_path / "arm" / "validation"
     summary = [json.loads(x) for x in (out / "summary.jsonl").read_text().splitlines()]
     assert [e["step"] for e in summary] == [0, 2]
+    train = json.loads((tmp_path / "arm" / "summary.json").read_text())
+    assert train["validation_steps"] == [0, 2] and train["validation_seconds"] > 0
     for entry in summary:
         scores = pd.read_parquet(out / "scores" / f"step-{entry['step']}.parquet")
         assert set(scores["policy"]) == {f"grpo-boxed/s83@step{entry['step']}"} and len(scores) == 8

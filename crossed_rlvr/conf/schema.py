@@ -137,7 +137,6 @@ class EngineConf:
     cpus_per_node: int = 32
     attention: str = "auto"
     save_optimizer: bool = False
-    val_every: int | None = None
 
 
 @dataclass

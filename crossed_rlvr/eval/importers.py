@@ -6,7 +6,8 @@
   per repeat); lines repeated for each filter carry the same raw responses and are read once. The
   request of each response is the request suffix found in its prompt (else ``--request``), so one
   folder holding a task's hash and boxed variants imports as one crossed set under one ``--task``.
-- verl validation dumps (``trainer.validation_data_dir``): one ``{step}.jsonl`` per step with
+- verl validation dumps (``trainer.validation_data_dir``; ``--all-steps``: every step, as ``<policy>@step<K>``):
+  one ``{step}.jsonl`` per step with
   ``input``, ``output``, ``gts``, ``score``, ``step``. The request (and wording) of each response is
   the request suffix found in its prompt; dumps carry no item id, so the item id is the first 16 hex
   digits of the sha256 of the prompt without that suffix, which pairs the same item across requests
@@ -259,6 +260,24 @@ def import_verl_dump(
     return records
 
 
+def verl_steps(folder: Path) -> list[tuple[int, Path]]:
+    """The ``{step}.jsonl`` dumps of a ``validation_data_dir``, by step."""
+    steps = sorted((int(p.stem), p) for p in Path(folder).glob("*.jsonl") if p.stem.isdigit())
+    if not steps:
+        raise ResponseFileError(f"{folder}: no {{step}}.jsonl files")
+    return steps
+
+
+def import_verl_steps(folder: str | Path, policy: str, **kw: Any) -> list[dict[str, Any]]:
+    """Every step of a verl ``validation_data_dir`` (``val_before_train``, every ``test_freq`` and the end),
+    each step's responses as the policy ``<policy>@step<K>``: the checkpoints of one arm, which the
+    analysis pairs with the other arm's same steps (crossed validation during training)."""
+    records = []
+    for step, path in verl_steps(Path(folder)):
+        records += import_verl_dump(path, policy=f"{policy}@step{step}", **kw)
+    return records
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crossed-import", description="Import outputs made elsewhere as response records.")
     parser.add_argument("kind", choices=["lm-eval", "verl"], help="source format")
@@ -276,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--task", default=None, help="task name of every record (lm-eval: default from each "
                         "file name, refused when one policy's requests fall under different names)")
     parser.add_argument("--step", type=int, default=None, help="verl: which {step}.jsonl (default: the last)")
+    parser.add_argument("--all-steps", action="store_true",
+                        help="verl: every {step}.jsonl, each as the policy <policy>@step<K> (validation during "
+                             "training; crossed-analyze reports the interactions over training)")
     args = parser.parse_args(argv)
     out = Path(args.output)
     if out.exists():
@@ -288,17 +310,18 @@ def main(argv: list[str] | None = None) -> int:
             records = import_lm_eval(args.input, task=args.task, **common)
         else:
             src = Path(args.input)
-            if src.is_dir():
-                steps = sorted((int(p.stem), p) for p in src.glob("*.jsonl") if p.stem.isdigit())
-                if not steps:
-                    raise ResponseFileError(f"{src}: no {{step}}.jsonl files")
-                chosen = dict(steps).get(args.step) if args.step is not None else steps[-1][1]
-                if chosen is None:
-                    raise ResponseFileError(f"{src}: no {args.step}.jsonl")
-                src = chosen
             convention, seed = policy_identity(args.policy, args.training_convention, args.train_seed)
-            records = import_verl_dump(src, task=args.task or "gsm8k",
-                                       **{**common, "training_convention": convention, "train_seed": seed})
+            kw = {**common, "training_convention": convention, "train_seed": seed}
+            if args.all_steps:
+                records = import_verl_steps(src, task=args.task or "gsm8k", **kw)
+            else:
+                if src.is_dir():
+                    steps = verl_steps(src)
+                    chosen = dict(steps).get(args.step) if args.step is not None else steps[-1][1]
+                    if chosen is None:
+                        raise ResponseFileError(f"{src}: no {args.step}.jsonl")
+                    src = chosen
+                records = import_verl_dump(src, task=args.task or "gsm8k", **kw)
     except ResponseFileError as err:
         print(f"crossed-import: {err}", file=sys.stderr)
         return 2

@@ -7,6 +7,11 @@ arm; the program itself is the shared one in :mod:`crossed_rlvr.rewards.programs
 The result is a dict: ``score`` (the reward), ``acc`` (the same value, verl's usual metric name)
 and ``is_weight``, the row's importance weight P_i/Q_i (1.0 without the frozen proposal), which verl
 keeps with each trajectory so that :mod:`crossed_rlvr.train.verl_weighted` can scale advantages.
+Validation rows (crossed validation, issue 15) name their request in ``extra_info["request"]``; for them
+the result adds ``payload`` (the requested payload is present) and ``strict`` (the request's strict
+reader is correct): cheap pure readers, so verl logs both per request (``val-aux/<task>/<request>/...``)
+at every validation step and writes them into its dump. Math-Verify and the rest of the panel run after
+the import, never inside verl's reward loop.
 """
 
 from __future__ import annotations
@@ -31,4 +36,12 @@ def compute_score(
             "write the training parquet with crossed-rlvr so every row names its convention"
         )
     score = reward(str(convention), solution_str, str(ground_truth))
-    return {"score": score, "acc": score, "is_weight": float((extra_info or {}).get("is_weight", 1.0))}
+    out = {"score": score, "acc": score, "is_weight": float((extra_info or {}).get("is_weight", 1.0))}
+    request = (extra_info or {}).get("request")
+    if request:
+        from crossed_rlvr.eval.payload import detect
+        from crossed_rlvr.eval.readers import REQUESTED_READER, get_reader
+
+        out["payload"] = float(detect(solution_str).present(str(request)))
+        out["strict"] = float(get_reader(REQUESTED_READER[str(request)])(solution_str, str(ground_truth), request).correct)
+    return out

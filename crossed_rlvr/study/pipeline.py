@@ -442,8 +442,9 @@ class Study:
         from crossed_rlvr.analysis.over_training import write_over_training
 
         sub = out / "validation"
+        # its tables in full; its figures would repeat the main ones (the over-training figure is drawn below)
         analyze(vscores, sub, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
-                tracking="off")
+                figures=False, tracking="off")
         section = write_over_training(pd.read_csv(sub / "contrasts.csv"), out)
         if section is None:  # fewer than two validated steps: nothing over training to show
             return
@@ -487,7 +488,8 @@ def _read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def _arm_result(summary: dict[str, Any]) -> dict[str, Any]:
-    keep = ("seconds", "reward_first", "reward_last", "payload_first", "payload_last", "skipped")
+    keep = ("seconds", "reward_first", "reward_last", "payload_first", "payload_last", "skipped", "validation_steps",
+            "validation_seconds")
     return {k: summary[k] for k in keep if k in summary}
 
 

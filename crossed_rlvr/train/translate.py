@@ -52,8 +52,10 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
 
     The launch hygiene lives here: verl's synchronous trainer mode (the importance-weighted trainer
     replaces ``sync`` in its own process, train/verl_weighted.py), the arm seed in every seed, model-only
-    checkpoints unless ``engine.save_optimizer``, and validation before training and at the end
-    (``engine.val_every`` updates) dumped to ``validation_data_dir`` for ``crossed-import verl``.
+    checkpoints unless ``engine.save_optimizer``, and crossed validation (issue 15): before training, every
+    ``validation.every`` updates (0: only at the end) and at the end, under every validation request, sampled
+    with the evaluation's settings (``eval.temperature``, ``eval.top_p``; one sample per prompt), dumped to
+    ``validation_data_dir`` for ``crossed-import verl --all-steps``.
     """
     r, e = cfg.recipe, cfg.engine
     batch_prompts = int(r.prompts_per_update)
@@ -63,7 +65,8 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
     model_path = cfg.model.path
     seed = int(cfg.seed)
     contents = "[model,optimizer,extra]" if e.get("save_optimizer", False) else "[model]"
-    val_every = int(e.get("val_every") or r.updates)
+    val_every = int((cfg.get("validation") or {}).get("every") or 0) or int(r.updates)
+    ev = cfg.get("eval") or {"temperature": 0.0, "top_p": 1.0}  # no eval group: greedy validation
     tracked = cfg.tracking.mode not in ("off", False, None)
     return [
         "trainer.v1.trainer_mode=sync",
@@ -96,7 +99,9 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         f"{rollout}.response_length={int(r.max_response_tokens)}",
         f"{rollout}.tensor_model_parallel_size={int(e.get('rollout_tp', 1))}",
         f"{rollout}.gpu_memory_utilization={float(e.get('gpu_memory_utilization', 0.6))}",
-        f"{rollout}.val_kwargs.do_sample=False",
+        f"{rollout}.val_kwargs.do_sample={float(ev['temperature']) > 0}",
+        f"{rollout}.val_kwargs.temperature={float(ev['temperature'])}",
+        f"{rollout}.val_kwargs.top_p={float(ev['top_p'])}", f"{rollout}.val_kwargs.n=1",
         f"{rollout}.log_prob_micro_batch_size_per_gpu={int(e.get('micro_batch_per_gpu', 1))}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={int(e.get('micro_batch_per_gpu', 1))}",
         "algorithm.rollout_correction.rollout_is=token",

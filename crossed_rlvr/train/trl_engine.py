@@ -93,12 +93,14 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
                                  target_modules=lora.target_modules if isinstance(lora.target_modules, str)
                                  else list(lora.target_modules), task_type="CAUSAL_LM")
     callbacks = [MetricsFile()]
+    validation = None
     if int((cfg.get("validation") or {}).get("every", 0) or 0) > 0:
         if peft_config is not None:
             raise ValueError("validation.every > 0 runs on full-weight arms only (recipe.lora.enabled=false)")
         from crossed_rlvr.train.validation import make_callback
 
-        callbacks.append(make_callback(cfg, model_path))
+        validation = make_callback(cfg, model_path)
+        callbacks.append(validation)
     trainer = WeightedGRPOTrainer(
         model=model, reward_funcs=[make_trl_reward(conv), payload_metric(_request_of(conv))],
         args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks,
@@ -123,7 +125,10 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
         shutil.rmtree(final)
     tmp.rename(final)
     shutil.rmtree(run_dir / "trl", ignore_errors=True)
-    return {"seconds": round(seconds, 1), "final_checkpoint": str(final), "metrics": str(metrics_path)}
+    result = {"seconds": round(seconds, 1), "final_checkpoint": str(final), "metrics": str(metrics_path)}
+    if validation is not None:
+        result.update(validation_steps=sorted(validation.done), validation_seconds=round(validation.seconds, 1))
+    return result
 
 
 def _request_of(convention: str) -> str:

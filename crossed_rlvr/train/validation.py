@@ -13,6 +13,7 @@ process while training goes on and logged (``crossed_rlvr.train.validation_score
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +54,13 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
             self.summaries: dict[int, dict[str, Any]] = {}
             self.scorer = StepScorer(out, str(cfg.convention.name), int(cfg.validation.get("score_workers", 1)))
             self.scored: list[dict[str, Any]] = []
+            self.seconds = 0.0  # wall time training spent on validation (saving, generating, waiting for scores)
 
         def validate(self, model: Any, step: int) -> None:
             if step in self.done:
                 return
             self.done.add(step)
+            start = time.perf_counter()
             ckpt = out / "checkpoints" / f"step-{step}"
             was_training = model.training
             model.save_pretrained(ckpt)
@@ -69,6 +72,7 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
             files = [out / "responses" / f"{cell_name(policy, r, t)}.jsonl" for r in vcfg.requests for t in vcfg.templates]
             self.scorer.submit(step, files)
             self.scored += self.scorer.collect()
+            self.seconds += time.perf_counter() - start
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             # Training starts from scratch (a finished arm is never retrained): responses, scores and
@@ -81,6 +85,11 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
                 self.validate(model, state.global_step)
 
         def on_train_end(self, args, state, control, **kwargs):
-            self.scored += self.scorer.collect(wait=True)
+            start = time.perf_counter()
+            try:
+                self.scored += self.scorer.collect(wait=True)
+            finally:
+                self.scorer.close()
+            self.seconds += time.perf_counter() - start
 
     return CrossedValidation()

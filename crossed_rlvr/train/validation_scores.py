@@ -1,5 +1,5 @@
-"""Scoring crossed validation on the fly: each step's responses are scored by ``crossed-score`` in a
-separate process while training goes on, then summarised and logged.
+"""Scoring crossed validation on the fly: each step's responses are scored by ``crossed-score``'s code in a
+worker process while training goes on, then summarised and logged.
 
 Per step and request the summary holds the requested-payload rate and the strict, lenient, Math-Verify
 and training-reward accuracies (the reader panel of paper 001 §2.2); wandb gets them as scalars against
@@ -11,8 +11,6 @@ that disagreements between readers can be filtered in the wandb UI. Everything i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,37 +50,48 @@ def table_frame(scores: pd.DataFrame, step: int, files: list[Path]) -> pd.DataFr
     return frame.reset_index(drop=True)
 
 
+def _score_step(files: list[str], output: str, workers: int) -> str:
+    from crossed_rlvr.eval.scoring import score_files
+
+    return str(score_files(files, output, workers=workers, overwrite=True, progress=False))
+
+
 class StepScorer:
-    """Runs ``crossed-score`` on each validation step in its own process; ``collect`` picks up the
-    finished ones, summarises them and logs them (training never waits for a step still being scored)."""
+    """Scores each validation step with ``crossed-score``'s own code in one worker process, started once per
+    arm (so the readers are imported once, not at every step); ``collect`` picks up the finished steps,
+    summarises and logs them. Training never waits for a step still being scored; the readers' hard time
+    limits hold inside the worker (``workers`` scoring processes of its own)."""
 
     def __init__(self, out: Path, convention: str, workers: int = 1) -> None:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
         self.out, self.convention, self.workers = out, convention, workers
-        self.pending: dict[int, tuple[subprocess.Popen, Path, Path, Any, list[Path]]] = {}
+        self.pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
+        self.pending: dict[int, tuple[Any, Path, list[Path]]] = {}
 
     def submit(self, step: int, files: list[Path]) -> None:
         scores = self.out / "scores" / f"step-{step}.parquet"
-        log = scores.with_suffix(".log")
         scores.parent.mkdir(parents=True, exist_ok=True)
-        fh = log.open("w")
-        cmd = [sys.executable, "-m", "crossed_rlvr.eval.scoring", *map(str, files), "-o", str(scores),
-               "--workers", str(self.workers), "--overwrite"]
-        self.pending[step] = (subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT), scores, log, fh, files)
+        future = self.pool.submit(_score_step, [str(f) for f in files], str(scores), self.workers)
+        self.pending[step] = (future, scores, files)
 
     def collect(self, wait: bool = False) -> list[dict[str, Any]]:
         done = []
         for step in sorted(self.pending):
-            proc, scores, log, fh, files = self.pending[step]
-            if proc.poll() is None and not wait:
+            future, scores, files = self.pending[step]
+            if not future.done() and not wait:
                 continue
-            proc.wait()
-            fh.close()
             del self.pending[step]
-            if proc.returncode != 0:
-                tail = "\n".join(log.read_text().splitlines()[-20:])
-                raise RuntimeError(f"scoring validation step {step} failed (exit {proc.returncode}); {log}:\n{tail}")
+            try:
+                future.result()
+            except Exception as err:  # the worker's error, re-raised with the step it belongs to
+                raise RuntimeError(f"scoring validation step {step} into {scores} failed: {err}") from err
             done.append(self.record(step, scores, files))
         return done
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def record(self, step: int, scores_path: Path, files: list[Path]) -> dict[str, Any]:
         scores = pd.read_parquet(scores_path)

@@ -79,11 +79,8 @@ def validate_verl(overrides: list[str]) -> Any:
     return composed
 
 
-VALIDATION_REQUESTS = ("hash", "boxed")  # the crossed pair every arm is validated under
-
-
 def validation_rows(cfg: Any) -> list[dict[str, Any]]:
-    """The task's dev items under every validation request (App. D.1 greedy validation, crossed).
+    """The task's dev items under every validation request and wording (crossed validation, issue 15).
 
     Every row keeps the arm's convention (its score is the arm's training reward); the request is in
     the prompt, which ``crossed-import verl`` reads back to file each response under its request."""
@@ -92,13 +89,16 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
     from crossed_rlvr.prompts import user_content
     from crossed_rlvr.tasks.build import build_items
 
-    task = OmegaConf.create({**OmegaConf.to_container(cfg.task, resolve=True), "split": "dev"})
-    items = build_items(task)
+    v = cfg.get("validation") or {}
+    task = OmegaConf.to_container(cfg.task, resolve=True)
+    task.update(split=v.get("split", "dev"), n_items=v.get("n_items"))
+    items = build_items(OmegaConf.create(task))
+    cells = [(r, t) for r in v.get("requests", ["hash", "boxed"]) for t in v.get("templates", ["original"])]
     return [
-        {"row": k * len(items) + j, "item_id": it["item_id"], "request": request,
-         "prompt": user_content(it["question"], request, cfg.template), "reference": it["reference"],
+        {"row": k * len(items) + j, "item_id": it["item_id"], "request": request, "template": template,
+         "prompt": user_content(it["question"], request, template), "reference": it["reference"],
          "convention": cfg.convention.name}
-        for k, request in enumerate(VALIDATION_REQUESTS) for j, it in enumerate(items)
+        for k, (request, template) in enumerate(cells) for j, it in enumerate(items)
     ]
 
 
