@@ -1,11 +1,15 @@
-"""List the offline wandb runs under a folder: name, group, job type, and config / history keys.
+"""List the offline wandb runs under a folder: name, group, job type, and config / history keys; with
+``--tables``, the schema of every wandb.Table each run logged (e.g. an arm's crossed validation).
 
     python scripts/wandb_runs.py runs/study
+    python scripts/wandb_runs.py runs/study/train/hash/s83 --tables
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -28,5 +32,19 @@ def main(folder: str) -> None:
     Console(width=200).print(table)
 
 
+def tables(folder: str) -> None:
+    """Each logged table: its key and step, rows, and columns (one per reader for crossed validation)."""
+    console = Console(width=200)
+    for r in offline_runs(folder):
+        for path in sorted(Path(r["path"]).rglob("*.table.json"), key=lambda p: int(p.name.split("_")[-2])):
+            data = json.loads(path.read_text())
+            key = str(path.relative_to(Path(r["path"]) / "files" / "media" / "table")).rsplit("_", 2)[0]
+            console.print(f"[bold]{r.get('name')}[/bold] {key} (wandb step {path.name.split('_')[-2]}): "
+                          f"{len(data['data'])} rows x {len(data['columns'])} columns")
+        if any(Path(r["path"]).rglob("*.table.json")):
+            console.print("columns: " + ", ".join(data["columns"]))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "runs")
+    args = [a for a in sys.argv[1:] if a != "--tables"]
+    (tables if "--tables" in sys.argv else main)(args[0] if args else "runs")

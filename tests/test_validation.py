@@ -48,6 +48,17 @@ def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
     # validation items come from the dev split, never from training or test
     items = (tmp_path / "arm" / "validation" / "items" / "arith_tiny-dev.jsonl").read_text()
     assert '"split": "dev"' in items
+    # validating never changes what is trained: the same arm without validation ends in the same weights
+    plain = OmegaConf.merge(cfg, {"run_dir": str(tmp_path / "plain"), "validation": {"every": 0}})
+    run_train(plain)
+    weights = "checkpoints/step-2/model.safetensors"
+    assert (tmp_path / "plain" / weights).read_bytes() == (tmp_path / "arm" / weights).read_bytes()
+
+    def rollouts(run):  # what the sampled rollouts were like at each update (timings aside)
+        return [{k: v for k, v in json.loads(x).items() if "time" not in k and "per_second" not in k}
+                for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+    assert rollouts(tmp_path / "plain") == rollouts(tmp_path / "arm")
 
 
 def test_validation_steps_are_scored_summarised_and_logged(tmp_path):
@@ -92,3 +103,21 @@ def test_validation_steps_are_scored_summarised_and_logged(tmp_path):
               if r["item_id"] == first["item_id"]]
     assert row["item_id"] == first["item_id"] and row["response"] == text
     assert row["boxed_first"] == bool(first["boxed_first.correct"])
+
+
+def test_rng_state_is_restored_after_validation_generation():
+    """A generation backend may reseed the global generators (vLLM seeds torch, numpy and random when it
+    starts): the callback puts them back, so the rollouts after a validation step are the ones without it."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from crossed_rlvr.train.validation import restore_rng, rng_state
+
+    state = rng_state()
+    expected = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    restore_rng(state)
+    torch.manual_seed(0), np.random.seed(0), random.seed(0)  # what an engine's start does
+    restore_rng(state)
+    assert (random.random(), float(np.random.rand()), float(torch.rand(1))) == expected

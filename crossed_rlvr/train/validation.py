@@ -37,6 +37,29 @@ def validation_config(cfg: Any, step: int, checkpoint: Path) -> Any:
     })
 
 
+def rng_state() -> dict[str, Any]:
+    import random
+
+    import numpy as np
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.random.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.random.set_rng_state(state["torch"])
+    if state["cuda"] is not None:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
 def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
     """A TrainerCallback that validates the arm crossed at step 0, every N updates and at the end."""
     from transformers import TrainerCallback
@@ -66,7 +89,11 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
             model.save_pretrained(ckpt)
             copy_tokenizer_files(tokenizer_dir, ckpt)
             vcfg = validation_config(cfg, step, ckpt)
-            self.summaries[step] = run_eval(vcfg, progress=False)
+            state = rng_state()
+            try:
+                self.summaries[step] = run_eval(vcfg, progress=False)
+            finally:  # generation reseeds the global generators: training goes on as if never validated
+                restore_rng(state)
             model.train(was_training)
             policy = vcfg.policies[0].name
             files = [out / "responses" / f"{cell_name(policy, r, t)}.jsonl" for r in vcfg.requests for t in vcfg.templates]

@@ -50,8 +50,17 @@ def table_frame(scores: pd.DataFrame, step: int, files: list[Path]) -> pd.DataFr
     return frame.reset_index(drop=True)
 
 
+_WARM = False
+
+
 def _score_step(files: list[str], output: str, workers: int) -> str:
+    from crossed_rlvr.eval.panel import _warm
     from crossed_rlvr.eval.scoring import score_files
+
+    global _WARM
+    if not _WARM:  # import Math-Verify here once: the time-limited scoring processes forked per step inherit it
+        _warm()
+        _WARM = True
 
     return str(score_files(files, output, workers=workers, overwrite=True, progress=False))
 
