@@ -39,8 +39,10 @@ def tables(folder: str) -> None:
         for path in sorted(Path(r["path"]).rglob("*.table.json"), key=lambda p: int(p.name.split("_")[-2])):
             data = json.loads(path.read_text())
             key = str(path.relative_to(Path(r["path"]) / "files" / "media" / "table")).rsplit("_", 2)[0]
-            console.print(f"[bold]{r.get('name')}[/bold] {key} (wandb step {path.name.split('_')[-2]}): "
-                          f"{len(data['data'])} rows x {len(data['columns'])} columns")
+            cols = data["columns"]
+            at = f"training step {data['data'][0][cols.index('step')]}" if "step" in cols and data["data"] else (
+                f"wandb step {path.name.split('_')[-2]}")
+            console.print(f"[bold]{r.get('name')}[/bold] {key} ({at}): {len(data['data'])} rows x {len(cols)} columns")
         if any(Path(r["path"]).rglob("*.table.json")):
             console.print("columns: " + ", ".join(data["columns"]))
 

@@ -226,12 +226,14 @@ def test_verl_validation_of_both_arms_over_training_is_analysed_crossed(paper_gs
     ``score``, ``step``) for both arms at steps 0 and 10, imported with ``crossed-import verl --all-steps``:
     the steps become <arm>@step<K>, crossed-analyze pairs them across requests and reports the interactions
     over training (0 at step 0 where both arms answer alike, +200 pp at step 10 where each writes its own marker)."""
+    import numpy as np
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     from crossed_rlvr.analysis.analyze import analyze
     from crossed_rlvr.eval.importers import main as import_main
     from crossed_rlvr.eval.scoring import score_files
     from crossed_rlvr.policies.loading import load_tokenizer
+    from crossed_rlvr.rewards.verl_entry import compute_score
 
     tok = load_tokenizer(local["model"])
     responses = tmp_path / "responses"
@@ -245,8 +247,21 @@ def test_verl_validation_of_both_arms_over_training_is_analysed_crossed(paper_gs
         marker = {"hash": "#### {}", "boxed": "\\boxed{{{}}}"}[conv]
         dump = tmp_path / conv / "validation"
         for step, outputs in ((0, [f"The answer is {g}." for g in gts]), (10, [marker.format(g) for g in gts])):
-            scores = [1.0 if step else 0.0] * len(gts)
-            RayPPOTrainer._write_generations(inputs, outputs, gts, scores, {"reward": scores}, str(dump), step)
+            # our reward entry on each row, as verl's reward loop calls it; verl keeps every key it returns
+            results = [compute_score(ds, out, g, dict(info)) for ds, out, g, info in
+                       zip(val["data_source"], outputs, gts, val["extra_info"], strict=True)]
+            infos = {k: [r[k] for r in results] for k in results[0]}
+            scores = infos["score"]
+            RayPPOTrainer._write_generations(inputs, outputs, gts, scores, {"reward": scores, **infos}, str(dump),
+                                             step)
+            if step == 10:  # verl's own per-request validation metrics (logged at each validation step)
+                metrics = RayPPOTrainer._val_metrics_update(None, np.array(val["data_source"]),
+                                                            [str(k) for k in range(len(val))], infos, [])
+                own, other = conv, {"hash": "boxed", "boxed": "hash"}[conv]
+                assert metrics[f"val-aux/gsm8k/{own}/payload/mean@1"] == 1.0
+                assert metrics[f"val-aux/gsm8k/{other}/payload/mean@1"] == 0.0
+                assert metrics[f"val-aux/gsm8k/{own}/strict/mean@1"] == 1.0
+                assert metrics[f"val-core/gsm8k/{other}/acc/mean@1"] == 1.0  # the arm's reward: its own marker
         assert sorted(p.name for p in dump.iterdir()) == ["0.jsonl", "10.jsonl"]
         assert set(json.loads((dump / "10.jsonl").read_text().splitlines()[0])) >= {"input", "output", "gts", "score",
                                                                                     "step"}

@@ -85,6 +85,12 @@ def test_study_logs_one_wandb_run_per_arm_and_stage(smoke):
     for arm in arms:
         conv = arm[5:].split("/")[0]
         assert all(f"{other}_reward" not in k for k in runs[arm]["history"] for other in {"hash", "boxed"} - {conv})
+    # each arm's crossed validation: per-request scalars and the per-response table; the interactions over
+    # training as a table of the analysis run
+    for arm in arms:
+        assert {"validation/hash/payload", "validation/boxed/math_verify", "validation/responses/path"} <= set(
+            runs[arm]["history"])
+    assert "over_training/path" in runs["analysis"]["history"]
     # headline contrasts in the analysis run's summary: I_P, I_S, I_MV per seed and seed mean, with intervals
     summary = set(runs["analysis"]["summary"])
     for policy in ("grpo/s83", "grpo/s84", "grpo/mean"):

@@ -39,7 +39,7 @@ def log_analysis(out: Path, tracking: Any, study: str | None = None, scores: Pat
     if run is None:
         return None
     try:
-        for name in ("cells", "contrasts", "coverage", "paired_tests"):
+        for name in ("cells", "contrasts", "coverage", "paired_tests", "over_training"):
             path = out / f"{name}.csv"
             if path.exists() and path.stat().st_size > 1:
                 run.log({name: wandb.Table(dataframe=pd.read_csv(path))})
