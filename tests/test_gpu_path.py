@@ -258,10 +258,11 @@ def test_verl_validation_of_both_arms_over_training_is_analysed_crossed(paper_gs
                 metrics = RayPPOTrainer._val_metrics_update(None, np.array(val["data_source"]),
                                                             [str(k) for k in range(len(val))], infos, [])
                 own, other = conv, {"hash": "boxed", "boxed": "hash"}[conv]
-                assert metrics[f"val-aux/gsm8k/{own}/payload/mean@1"] == 1.0
-                assert metrics[f"val-aux/gsm8k/{other}/payload/mean@1"] == 0.0
-                assert metrics[f"val-aux/gsm8k/{own}/strict/mean@1"] == 1.0
-                assert metrics[f"val-core/gsm8k/{other}/acc/mean@1"] == 1.0  # the arm's reward: its own marker
+                assert metrics[f"val-aux/crossed_rlvr/gsm8k/{own}/payload/mean@1"] == 1.0
+                assert metrics[f"val-aux/crossed_rlvr/gsm8k/{other}/payload/mean@1"] == 0.0
+                assert metrics[f"val-aux/crossed_rlvr/gsm8k/{own}/strict/mean@1"] == 1.0
+                # the arm's reward: its own marker, under either request
+                assert metrics[f"val-core/crossed_rlvr/gsm8k/{other}/acc/mean@1"] == 1.0
         assert sorted(p.name for p in dump.iterdir()) == ["0.jsonl", "10.jsonl"]
         assert set(json.loads((dump / "10.jsonl").read_text().splitlines()[0])) >= {"input", "output", "gts", "score",
                                                                                     "step"}

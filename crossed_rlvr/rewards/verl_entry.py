@@ -9,7 +9,7 @@ and ``is_weight``, the row's importance weight P_i/Q_i (1.0 without the frozen p
 keeps with each trajectory so that :mod:`crossed_rlvr.train.verl_weighted` can scale advantages.
 Validation rows (crossed validation, issue 15) name their request in ``extra_info["request"]``; for them
 the result adds ``payload`` (the requested payload is present) and ``strict`` (the request's strict
-reader is correct): cheap pure readers, so verl logs both per request (``val-aux/<task>/<request>/...``)
+reader is correct): cheap pure readers, so verl logs both per request (``val-aux/<data_source>/...``)
 at every validation step and writes them into its dump. Math-Verify and the rest of the panel run after
 the import, never inside verl's reward loop.
 """
