@@ -109,3 +109,14 @@ def test_proposal_strata_must_match_the_task():
     rows = training_rows(cfg)
     weights = {r["stratum"]: r["is_weight"] for r in rows}
     assert weights["1ops"] > 1 > weights["2ops"] or weights["1ops"] < 1 < weights["2ops"]
+
+
+def test_validation_settings_count_where_they_change_what_runs():
+    """TRL without validation: the eval group changes nothing, so it is not part of the arm's identity; verl
+    always validates (before training and at the end) with the eval sampling settings, so there it is."""
+    trl = [resolved(cfg_for("recipe=tiny", f"eval.temperature={t}")) for t in (0.6, 1.0)]
+    assert trl[0] == trl[1] and "validation" not in trl[0]
+    verl = [resolved(cfg_for("recipe=tiny", "engine=verl", f"eval.temperature={t}")) for t in (0.6, 1.0)]
+    assert verl[0] != verl[1] and verl[1]["eval"]["temperature"] == 1.0
+    on = [resolved(cfg_for("recipe=tiny", "validation.every=5", f"eval.temperature={t}")) for t in (0.6, 1.0)]
+    assert on[0] != on[1]

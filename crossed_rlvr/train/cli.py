@@ -24,7 +24,8 @@ def resolved(cfg: Any) -> dict[str, Any]:
     data.pop("hydra", None)
     for key in ("overwrite", "tracking", "study"):  # how a run is watched, not what it trains
         data.pop(key, None)
-    if not (data.get("validation") or {}).get("every"):  # validation off: its settings change nothing
+    # TRL with validation off: its settings change nothing (verl always validates, at the start and the end)
+    if data.get("engine", {}).get("name") == "trl" and not (data.get("validation") or {}).get("every"):
         data.pop("validation", None)
         data.pop("eval", None)
     return data
