@@ -19,14 +19,19 @@ def records(path):
     return [{k: v for k, v in json.loads(x).items() if k != "model_path"} for x in path.read_text().splitlines()]
 
 
-def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
+def tiny_arm(tmp_path, *overrides):
+    """A two-update arm of a fresh tiny model in ``<tmp_path>/arm``, tracked offline."""
     build_tiny_model(tmp_path / "model", SMALL)
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
-        cfg = compose(config_name="crossed_train", overrides=[
+        return compose(config_name="crossed_train", overrides=[
             "tracking=offline", "recipe=tiny", "recipe.updates=2", "recipe.prompts_per_update=2",
             "recipe.max_response_tokens=16", "train_items.n=16", f"run_dir={tmp_path}/arm",
-            f"model.path={tmp_path}/model", "validation.every=1", "validation.n_items=3", "eval.max_new_tokens=8",
-            "eval.batch_size=2"])
+            f"model.path={tmp_path}/model", *overrides])
+
+
+def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
+    cfg = tiny_arm(tmp_path, "validation.every=1", "validation.n_items=3", "eval.max_new_tokens=8",
+                   "eval.batch_size=2")
     run_train(cfg)
     responses = tmp_path / "arm" / "validation" / "responses"
     names = sorted(p.name for p in responses.glob("*.jsonl"))
@@ -65,13 +70,8 @@ def test_validation_steps_are_scored_summarised_and_logged(tmp_path):
     """Each step scored by crossed-score in its own process: a scores file per step, the per-request
     rates in summary.jsonl (recomputed here from the scores), and the offline wandb run of the arm holding
     those scalars and a table with one row per response and one column per reader."""
-    build_tiny_model(tmp_path / "model", SMALL)
-    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
-        cfg = compose(config_name="crossed_train", overrides=[
-            "tracking=offline", "recipe=tiny", "recipe.updates=2", "recipe.prompts_per_update=2",
-            "recipe.max_response_tokens=16", "train_items.n=16", f"run_dir={tmp_path}/arm",
-            f"model.path={tmp_path}/model", "validation.every=2", "validation.n_items=4", "eval.max_new_tokens=24",
-            "eval.batch_size=4", "convention=boxed"])
+    cfg = tiny_arm(tmp_path, "validation.every=2", "validation.n_items=4", "eval.max_new_tokens=24",
+                   "eval.batch_size=4", "convention=boxed")
     run_train(cfg)
     out = tmp_path / "arm" / "validation"
     summary = [json.loads(x) for x in (out / "summary.jsonl").read_text().splitlines()]

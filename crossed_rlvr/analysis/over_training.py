@@ -98,14 +98,11 @@ def section(rows: pd.DataFrame, figure: str | None, heading: str = "##") -> str:
              "seed and as the seed mean. I_P: requested-payload presence, I_S: strict reader, I_MV: Math-Verify.\n")]
     half = half_final_steps(rows)
     for (task, template), part in rows.groupby(["task", "template"], sort=False):
-        wide = part.pivot_table(index=["method", "seed", "step"], columns="contrast", values="estimate", sort=False)
+        by = part.set_index(["method", "seed", "step", "contrast"])
         lines = []
-        for (method, seed, step) in wide.index:
-            cells = []
-            for contrast in MEASURES.values():
-                hit = part[(part["method"] == method) & (part["seed"] == seed) & (part["step"] == step)
-                           & (part["contrast"] == contrast)]
-                cells.append(_cell(hit.iloc[0]) if len(hit) else "—")
+        for method, seed, step in part[["method", "seed", "step"]].drop_duplicates().itertuples(index=False):
+            cells = [_cell(by.loc[(method, seed, step, c)]) if (method, seed, step, c) in by.index else "—"
+                     for c in MEASURES.values()]
             lines.append([f"{method}/{seed}", str(step), *cells])
         n = int(part["n_items"].max())
         text.append(f"\n{task} / {template} ({n} validation items)\n\n"
