@@ -33,13 +33,19 @@ DEV = 12
 def local(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gpu")
     build_tiny_model(tmp / "model", SMALL)
-    return {"tmp": tmp, "model": tmp / "model", "gsm8k": gsm8k_files(tmp), "math": math_files(tmp)}
+    names = ("s1_easy", "s2_medium", "s3_hard")  # the user-given strata of the 7B preset's proposal (App. D.1)
+    strata = tmp / "strata.jsonl"
+    strata.write_text("".join(json.dumps({"item_id": f"train-{k}", "stratum": names[k % 3]}) + "\n"
+                              for k in range(200)))
+    return {"tmp": tmp, "model": tmp / "model", "gsm8k": gsm8k_files(tmp), "math": math_files(tmp),
+            "strata": strata}
 
 
 def task_overrides(local, task: str) -> list[str]:
     train, test = local["gsm8k" if task == "gsm8k" else "math"]
     extra = [] if task == "gsm8k" else ["task=math500"]
-    return [*extra, f"task.path={test}", f"task.train_path={train}", f"task.dev_items={DEV}"]
+    return [*extra, f"task.path={test}", f"task.train_path={train}", f"task.dev_items={DEV}",
+            f"recipe.proposal.strata_file={local['strata']}"]
 
 
 def study_cfg(run_dir, *overrides):
@@ -96,7 +102,7 @@ def check_grpo_rehearsal(run: Path, arms: list[str], n_test: int, updates: int, 
 
 
 def test_paper_preset_rehearses_on_gsm8k_files_without_dev_split(paper_gsm8k):
-    arms = [f"grpo-{c}/s{s}" for s in (83, 84, 85) for c in ("hash", "boxed")]
+    arms = [f"grpo-{c}/s{s}" for s in (83, 84, 85, 86, 87) for c in ("hash", "boxed")]  # §3: seeds 83-87
     check_grpo_rehearsal(paper_gsm8k, arms, n_test=40, updates=100)
     manifest = json.loads((paper_gsm8k / "eval" / "run.json").read_text())
     assert manifest["splits"]["gsm8k-test.jsonl"]["dev"] == {"held_out_from": "train", "n": DEV, "seed": 20260919}
@@ -122,16 +128,21 @@ def test_sft_preset_rehearses(local):
     assert json.loads((run / "eval_plan.json").read_text())["responses"] == 7 * 2 * (40 + 40 + 40)
 
 
+@pytest.mark.timeout(900)
 def test_gpu_smoke_dry_run_passes_on_the_cpu(local):
+    """The dry run is the launch rehearsal: both arms through verl's start-up on Ray (13 CPUs, 1 logical GPU)."""
     train, _ = local["gsm8k"]
     proc = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(local["model"]), str(train.parent),
-                           str(local["tmp"] / "smoke"), "--dry-run"], capture_output=True, text=True, timeout=600,
+                           str(local["tmp"] / "smoke"), "--dry-run"], capture_output=True, text=True, timeout=840,
                           check=False, cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # 3 policies x 2 requests x 40 items (the file has 40 test items; the preset asks for up to 64)
     assert proc.stdout.splitlines() == [proc.stdout.splitlines()[0]] and "240 responses planned" in proc.stdout
-    assert proc.stdout.startswith("PASS prepare")
+    assert proc.stdout.startswith("PASS rehearse") and "WorkerDict.actor_rollout_init_model" in proc.stdout
     check_grpo_rehearsal(local["tmp"] / "smoke", ["grpo-hash/s83", "grpo-boxed/s83"], n_test=40, updates=2, dev=32)
+    result = json.loads((local["tmp"] / "smoke" / "rehearsal.json").read_text())
+    for arm in result.values():
+        assert arm["trainer"] == "PPOTrainerSync" and arm["gpus"] == 1 and "13 CPUs and 1 GPU(s)" in arm["launch_lines"][0]
 
 
 def test_gpu_smoke_fails_on_the_first_stage_without_a_gpu(local):
@@ -158,8 +169,9 @@ def arm_files(run: Path, name: str = "hash/s83") -> tuple[str, str, list[str]]:
 def test_scripts_run_the_studys_interpreter(paper_gsm8k):
     single, slurm, _ = arm_files(paper_gsm8k)
     python = shlex.quote(str(Path(sys.executable).absolute()))
-    for text in (single, slurm):
-        assert f"{python} -m verl.trainer.main_ppo" in text and f"{python} -m verl.model_merger merge" in text
+    for text in (single, slurm):  # the 7B preset's arms run the importance-weighted trainer (App. D.1)
+        assert f"{python} -m crossed_rlvr.train.verl_launch" in text and f"{python} -m verl.model_merger merge" in text
+        assert "--weighted" in text
         assert not [line for line in text.splitlines() if line.lstrip().startswith(("python ", "python3 "))]
     assert shlex.quote(str(Path(sys.executable).absolute().parent / "ray")) + " start" in slurm
 
@@ -199,23 +211,35 @@ def test_weighted_trainer_runs_in_verls_synchronous_mode(paper_gsm8k):
         TRAINER_REGISTRY["sync"] = original
 
 
-def test_checkpoints_hold_the_model_only_unless_asked(paper_gsm8k, local):
+def test_checkpoints_are_resumable_every_save_every_updates(paper_gsm8k, local):
+    """The 7B preset saves every 10 updates with optimizer and data-loader state, keeps the latest, and
+    resumes from it (``resume_mode=auto``): an arm interrupted at update 99 restarts at 90, not 0."""
     composed = validate_verl(arm_files(paper_gsm8k)[2])
-    assert list(composed.actor_rollout_ref.actor.checkpoint.save_contents) == ["model"]
+    assert composed.trainer.save_freq == 10 and composed.trainer.resume_mode == "auto"
+    assert list(composed.actor_rollout_ref.actor.checkpoint.save_contents) == ["model", "optimizer", "extra"]
     assert composed.trainer.max_actor_ckpt_to_keep == 1
     run = local["tmp"] / "optim"
     Study(study_cfg(run, "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare", "arms.seeds=[83]",
-                    "engine.save_optimizer=true", f"model.path={local['model']}",
+                    "recipe.save_every=0", f"model.path={local['model']}",
                     *task_overrides(local, "gsm8k"))).prepare()
-    assert "optimizer" in validate_verl(arm_files(run)[2]).actor_rollout_ref.actor.checkpoint.save_contents
+    composed = validate_verl(arm_files(run)[2])  # final checkpoint only: the model alone
+    assert composed.trainer.save_freq == 100 and list(composed.actor_rollout_ref.actor.checkpoint.save_contents) == [
+        "model"]
 
 
-def test_crossed_validation_during_training_is_dumped(paper_gsm8k):
+def test_crossed_validation_during_training_is_dumped(paper_gsm8k, local):
     """verl validates before training, every validation.every updates (the preset's 10) and at the end,
-    sampling with the evaluation's settings (T=0.6, top-p 0.95, one sample), and dumps every step."""
+    greedily as App. D.1 ("validation is greedy"), and dumps every step; validation.greedy=false samples
+    with the evaluation's settings (T=0.6, top-p 0.95, one sample)."""
     composed = validate_verl(arm_files(paper_gsm8k)[2])
     assert composed.trainer.val_before_train is True and composed.trainer.test_freq == 10
     val = composed.actor_rollout_ref.rollout.val_kwargs
+    assert (val.do_sample, val.temperature, val.top_p, val.n) == (False, 0.0, 1.0, 1)
+    run = local["tmp"] / "sampled"
+    Study(study_cfg(run, "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare", "arms.seeds=[83]",
+                    "validation.greedy=false", f"model.path={local['model']}",
+                    *task_overrides(local, "gsm8k"))).prepare()
+    val = validate_verl(arm_files(run)[2]).actor_rollout_ref.rollout.val_kwargs
     assert (val.do_sample, val.temperature, val.top_p, val.n) == (True, 0.6, 0.95, 1)
     assert composed.trainer.validation_data_dir == str((paper_gsm8k / "train" / "hash" / "s83").resolve()
                                                        / "validation")
@@ -280,10 +304,11 @@ def test_verl_validation_of_both_arms_over_training_is_analysed_crossed(paper_gs
     assert "## Crossed interactions over training" in (out / "report.md").read_text()
 
 
-def test_slurm_and_ray_are_given_cpus(paper_gsm8k):
+def test_slurm_and_ray_are_given_the_cpus_verl_reserves(paper_gsm8k):
+    """4 GPUs x {CPU: 3} + TransferQueue (8 units + controller) + the weighted task runner + 1 free = 23."""
     single, slurm, _ = arm_files(paper_gsm8k)
-    assert "#SBATCH --cpus-per-task=32" in slurm and slurm.count('--num-cpus="$cpus"') == 2
-    assert "ray_kwargs.ray_init.num_cpus=32" in single
+    assert "#SBATCH --cpus-per-task=23" in slurm and slurm.count('--num-cpus="$cpus"') == 2
+    assert "ray_kwargs.ray_init.num_cpus=23" in single
 
 
 def test_arm_seed_reaches_every_seed_verl_has(paper_gsm8k):

@@ -102,7 +102,7 @@ def test_matched_pair_passes_and_mismatches_are_caught(tmp_path):
 
 def test_proposal_strata_must_match_the_task():
     cfg = cfg_for("recipe=tiny", "task=arith_tiny", "recipe.proposal.enabled=true", "model=qwen2.5-7b-instruct")
-    with pytest.raises(RecipeError, match=r"recipe.proposal: 2 strata \(1ops, 2ops\) but 3 target"):
+    with pytest.raises(RecipeError, match=r"recipe.proposal: 2 non-empty strata \(1ops, 2ops\) but 3 target"):
         training_rows(cfg)
     cfg = cfg_for("recipe=tiny", "task=arith_tiny", "recipe.proposal.enabled=true", "recipe.proposal.target=[1,3]",
                   "recipe.proposal.proposal=[3,1]", "model=qwen2.5-7b-instruct")

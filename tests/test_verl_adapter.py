@@ -48,7 +48,8 @@ def test_overrides_compose_on_verl_config(prepared):
     assert cfg.data.filter_overlong_prompts is True
     for script in ("launch_single_node.sh", "launch_slurm_ray.sbatch"):
         text = (tmp / "arm" / script).read_text()
-        assert " -m verl.trainer.main_ppo" in text and "reward.custom_reward_function.name=compute_score" in text
+        assert " -m crossed_rlvr.train.verl_launch" in text and "--weighted" not in text
+        assert "reward.custom_reward_function.name=compute_score" in text
         assert "verl.model_merger merge --backend fsdp" in text and "checkpoints/step-30" in text
     assert cfg.trainer.save_freq == 30  # the final step is saved
     with pytest.raises(Exception):  # a key verl does not have is refused, not silently ignored
@@ -123,7 +124,8 @@ def test_proposal_weights_reach_verl(tmp_path):
     cfg = compose_verl(overrides)
     assert cfg.trainer.v1.trainer_mode == "sync"  # verl's synchronous mode; our entry installs the trainer
     for script in ("launch_single_node.sh", "launch_slurm_ray.sbatch"):
-        assert " -m crossed_rlvr.train.verl_weighted" in (arm / script).read_text()
+        text = (arm / script).read_text()
+        assert " -m crossed_rlvr.train.verl_launch" in text and "--weighted" in text
     # Our entry is verl's own Hydra app: it composes verl's config with the same overrides (--cfg job
     # prints the composed config and stops before Ray starts).
     import subprocess

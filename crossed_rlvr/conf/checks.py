@@ -133,7 +133,7 @@ def check_study(cfg: Any) -> None:
     from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
 
     common(cfg)
-    _one_of(cfg, "stages", ("all", "prepare"))
+    _one_of(cfg, "stages", ("all", "prepare", "rehearse"))
     _one_of(cfg, "initial.build", ("warmstart", "given"))
     _all_of(cfg, "initial.requests", REQUESTS)
     _all_of(cfg, "initial.templates", TEMPLATES)

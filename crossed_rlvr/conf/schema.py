@@ -77,6 +77,12 @@ class ProposalConf:
     target: list[float] = field(default_factory=list)  # shares or counts per stratum
     proposal: list[float] = field(default_factory=list)
     epsilon: float = 1.0e-6
+    # App. D.1's three frozen difficulty strata: a JSON Lines file (item_id, stratum) for every training item,
+    # or null for the task's own strata; crossed-study estimates them with the initial policy when neither
+    # exists (train/strata.py); the study records the file's sha256 here so matched arms share it
+    strata_file: str | None = None
+    strata_sha256: str | None = None
+    estimate_samples: int = 4      # samples per training item for the difficulty estimate (half per request)
 
 
 @dataclass
@@ -107,7 +113,7 @@ class RecipeConf:
     top_p: float = 1.0
     max_response_tokens: int = 1024
     max_context_tokens: int = 3072
-    save_steps: list[int] = field(default_factory=lambda: [0])
+    save_every: int = 0            # verl: a resumable checkpoint every N updates (0: only the final one)
     proposal: ProposalConf = field(default_factory=ProposalConf)
     lora: LoraConf = field(default_factory=LoraConf)
 
@@ -134,7 +140,9 @@ class EngineConf:
     optimizer_offload: bool = True
     gradient_checkpointing: bool = True
     launch: bool = False
-    cpus_per_node: int = 32
+    cpus_per_node: int | None = None  # Ray's CPUs per node; null: what verl's budget needs (train/budget.py)
+    tq_storage_units: int = 8      # verl's TransferQueue storage units (1 CPU each)
+    wait_limit_s: float = 300.0    # a Ray resource wait longer than this ends the launch (train/verl_launch.py)
     attention: str = "auto"
     save_optimizer: bool = False
 
@@ -169,6 +177,14 @@ class ValidationConf:
     n_items: int | None = None
     split: str = "dev"
     score_workers: int = 1
+    # verl: validation is greedy (paper 001 App. D.1); false samples with the eval group's T and top-p
+    greedy: bool = True
+
+
+@dataclass
+class RehearsalConf:
+    timeout_s: float = 600.0       # one arm's rehearsal (train/rehearsal.py) is killed after this
+    wait_limit_s: float = 120.0    # a Ray resource wait longer than this fails the rehearsal
 
 
 @dataclass
@@ -290,12 +306,13 @@ class StudyConf:
     tracking: TrackingConf = MISSING
     experiment_name: str | None = None
     run_dir: str = MISSING
-    stages: str = "all"            # all | prepare
+    stages: str = "all"            # all | prepare | rehearse
     requires_gpu: bool = False
     initial: InitialConf = field(default_factory=InitialConf)
     arms: ArmsConf = field(default_factory=ArmsConf)
     evaluation: EvaluationConf = field(default_factory=EvaluationConf)
     validation: ValidationConf = field(default_factory=ValidationConf)
+    rehearsal: RehearsalConf = field(default_factory=RehearsalConf)
     analysis: AnalysisConf = field(default_factory=AnalysisConf)
 
 

@@ -4,6 +4,7 @@
     crossed-study experiment=smoke run_dir=/tmp/s   # every stage at the smallest size
     crossed-study experiment=qwen2.5-7b-gsm8k-crossed   # the paper's setting (GPU cluster)
     crossed-study experiment=qwen2.5-7b-gsm8k-crossed stages=prepare   # dress rehearsal, any machine
+    crossed-study experiment=gpu-smoke stages=rehearse   # and verl started on Ray up to its first GPU need
 
 Re-running with the same config reuses every finished stage; a changed setting redoes the stages
 from the first one it affects.
@@ -22,7 +23,7 @@ class NeedsGPU(SystemExit):
 
 def check_device(cfg: Any) -> None:
     """A GPU preset stops before any stage on a machine without a GPU (``stages=prepare`` needs none)."""
-    if not cfg.get("requires_gpu", False) or cfg.get("stages", "all") == "prepare":
+    if not cfg.get("requires_gpu", False) or cfg.get("stages", "all") in ("prepare", "rehearse"):
         return
     import torch
 
@@ -42,6 +43,7 @@ def _run(cfg: Any) -> None:
     from crossed_rlvr.study.pipeline import Study
     from crossed_rlvr.tasks.items import ItemFileError
     from crossed_rlvr.train.recipe import RecipeError
+    from crossed_rlvr.train.rehearsal import RehearsalError
 
     check_device(cfg)
     console = Console(stderr=True)
@@ -52,7 +54,14 @@ def _run(cfg: Any) -> None:
             console.print(f"prepared (nothing trained or generated): {cfg.run_dir}/prepare_summary.json")
             print(json.dumps(summary))
             return
+        if cfg.stages == "rehearse":
+            summary = Study(cfg, console).rehearse()
+            console.print(f"rehearsed (nothing trained): {cfg.run_dir}/rehearsal.json")
+            print(json.dumps(summary))
+            return
         summary = Study(cfg, console).run_all()
+    except RehearsalError as err:
+        raise SystemExit(f"crossed-study: launch rehearsal failed: {err}") from None
     except (RecipeError, ItemFileError) as err:
         raise SystemExit(f"crossed-study: {err}") from None
     table = Table(title="stages")

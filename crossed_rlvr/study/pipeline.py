@@ -130,15 +130,19 @@ class Study:
     def arm_dir(self, conv: str, seed: int) -> Path:
         return self.run / "train" / conv / f"s{seed}"
 
-    def train_config(self, conv: str, seed: int, initial_path: str, weights: str) -> dict[str, Any]:
+    def train_config(self, conv: str, seed: int, initial_path: str, weights: str,
+                     strata: dict[str, Any] | None = None) -> dict[str, Any]:
         """The crossed-train config of one arm: the study's groups, the arm's convention and seed.
 
         ``model.weights_sha256`` ties a finished arm to the initial weights it started from, so a
         rebuilt initial policy retrains the arms while an interrupted stage reuses finished ones."""
         c = self.cfg
+        recipe = _plain(c.recipe)
+        if strata is not None:  # the frozen strata file and its hash: part of both arms' configs
+            recipe["proposal"] = {**recipe["proposal"], "strata_file": strata["file"], "strata_sha256": strata["sha256"]}
         return {
             "model": {**_plain(c.model), "path": str(initial_path), "weights_sha256": weights}, "task": _plain(c.task),
-            "convention": {"name": conv}, "recipe": _plain(c.recipe), "algorithm": _plain(c.algorithm),
+            "convention": {"name": conv}, "recipe": recipe, "algorithm": _plain(c.algorithm),
             "engine": _plain(c.engine), "tracking": _plain(c.tracking),
             "validation": _plain(c.validation), "eval": _plain(c.eval),
             "seed": seed, "data_seed": seed, "run_dir": str(self.arm_dir(conv, seed)), "arm": f"grpo-{conv}/s{seed}",
@@ -155,7 +159,9 @@ class Study:
             return self._sft_arms(ipath, weights)
         if c.arms.kind != "grpo":
             raise SystemExit(f"crossed-study: arms.kind must be grpo or sft, not {c.arms.kind!r}")
-        configs = {f"grpo-{conv}/s{seed}": self.train_config(conv, seed, ipath, weights) for conv, seed in self.arm_list()}
+        strata = self.strata(ipath, weights)
+        configs = {f"grpo-{conv}/s{seed}": self.train_config(conv, seed, ipath, weights, strata)
+                   for conv, seed in self.arm_list()}
         fp = {"configs": {name: untracked(cfg) for name, cfg in configs.items()}}
         final = {name: Path(cfg["run_dir"]) / "checkpoints" / f"step-{int(c.recipe.updates)}"
                  for name, cfg in configs.items()}
@@ -250,6 +256,73 @@ class Study:
 
         return self.stage("arms", fp, list(final.values()), train)
 
+    # ------------------------------------------------------------------ frozen strata (App. D.1)
+    def strata(self, ipath: str, weights: str, prepare: bool = False) -> dict[str, Any] | None:
+        """The frozen difficulty strata of the training items when the proposal is on: the user's file
+        (``recipe.proposal.strata_file``), none when the task's items carry strata, else estimated with
+        the initial policy (train/strata.py) into ``<run>/data/strata.jsonl``, reused while the policy,
+        items and sampling settings are unchanged."""
+        from crossed_rlvr.tasks.training import train_items
+        from crossed_rlvr.train.recipe import RecipeError
+        from crossed_rlvr.train.strata import StrataError, estimate_strata, file_sha256
+
+        c = self.cfg
+        prop = c.recipe.proposal
+        if c.arms.kind != "grpo" or not prop.enabled:
+            return None
+        if prop.get("strata_file"):
+            path = Path(str(prop.strata_file)).resolve()
+            if not path.exists():
+                raise RecipeError(f"recipe.proposal.strata_file={prop.strata_file}: no such file")
+            return {"file": str(path), "sha256": file_sha256(path)}
+        items = train_items(c.task, int(c.arms.train_items), 101)
+        if items and all(it.get("stratum") is not None for it in items):
+            return None
+        out = self.run / "data" / "strata.jsonl"
+        meta_path = out.with_suffix(".meta.json")
+        meta = {"policy": weights, "items": digest([it["item_id"] for it in items]), "eval": _plain(c.eval),
+                "samples": int(prop.estimate_samples)}
+        if out.exists() and meta_path.exists() and json.loads(meta_path.read_text()) == meta:
+            return {"file": str(out.resolve()), "sha256": file_sha256(out)}
+        if prepare and c.eval.backend == "vllm":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise RecipeError(
+                    "recipe.proposal.enabled=true: the training items have no difficulty strata, and estimating "
+                    f"them needs the initial policy on a GPU (eval={c.eval.backend}). For stages=prepare or "
+                    "stages=rehearse here, give recipe.proposal.strata_file=PATH (JSON Lines: item_id, stratum); "
+                    "on the GPU node the study estimates them before the arms train.")
+        self.say(f"    estimating difficulty strata of {len(items)} training items with the initial policy "
+                 f"({int(prop.estimate_samples)} samples each, App. D.1)")
+        try:
+            info = estimate_strata(items, ipath, c.eval, int(prop.estimate_samples), out, c.model.get("system"))
+        except StrataError as err:
+            raise RecipeError(str(err)) from None
+        meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+        self.say(f"    strata: {info['counts']} -> {out}")
+        return {"file": str(out.resolve()), "sha256": info["sha256"]}
+
+    # ------------------------------------------------------------------ rehearse (verl on Ray, no GPU)
+    def rehearse(self) -> dict[str, Any]:
+        """``stages=rehearse``: the dress rehearsal, then every verl arm's launch script run through
+        verl's start-up on a local Ray with logical GPUs up to its first CUDA-needing point
+        (train/rehearsal.py). ``rehearsal.json`` holds what each arm reached and how long it took."""
+        from crossed_rlvr.train.rehearsal import rehearse
+
+        summary = self.prepare()
+        c = self.cfg
+        if c.arms.kind != "grpo" or c.engine.name != "verl":
+            self.say("    nothing to rehearse on Ray: the arms do not train through verl")
+            summary["rehearsal"] = {}
+            return summary
+        r = c.get("rehearsal") or {}
+        summary["rehearsal"] = rehearse(summary["arms"], int(c.engine.n_gpus_per_node), self.run / "rehearsal.json",
+                                        timeout=float(r.get("timeout_s", 600)),
+                                        wait_limit=float(r.get("wait_limit_s", 120)), say=self.say)
+        (self.run / "prepare_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
     # ------------------------------------------------------------------ prepare (dress rehearsal)
     def prepare(self) -> dict[str, Any]:
         """Everything up to the launch, on any machine (``stages=prepare``): every arm's training data
@@ -273,8 +346,9 @@ class Study:
 
         c = self.cfg
         out: dict[str, Any] = {}
+        strata = self.strata(ipath, "not hashed (stages=prepare)", prepare=True)
         for conv, seed in self.arm_list():
-            cfg = self.train_config(conv, seed, ipath, "not hashed (stages=prepare)")
+            cfg = self.train_config(conv, seed, ipath, "not hashed (stages=prepare)", strata)
             cfg["engine"] = {**cfg["engine"], "launch": False}
             name, run_dir = cfg["arm"], Path(cfg["run_dir"])
             node = OmegaConf.create(cfg)
@@ -370,11 +444,37 @@ class Study:
         return self.stage("eval", fp, [self.run / "eval" / "responses"], run)
 
     def validation_dirs(self) -> list[Path]:
-        """Response folders of the arms' crossed validation during training (``validation.every`` > 0)."""
+        """Response folders of the arms' crossed validation during training: TRL writes crossed-eval cells
+        (``validation.every`` > 0); verl dumps ``{step}.jsonl`` into ``validation/``, which are imported
+        here, every step as ``<arm>@step<K>`` (``crossed-import verl --all-steps``)."""
         if self.cfg.arms.kind != "grpo":
             return []
+        if self.cfg.engine.name == "verl":
+            for conv, seed in self.arm_list():
+                self._import_verl_validation(conv, seed)
         dirs = [self.arm_dir(conv, seed) / "validation" / "responses" for conv, seed in self.arm_list()]
         return [d for d in dirs if d.is_dir() and any(d.glob("*.jsonl"))]
+
+    def _import_verl_validation(self, conv: str, seed: int) -> None:
+        """verl's validation dumps of one arm as response records (rewritten when the dumps change)."""
+        from crossed_rlvr.eval.importers import import_verl_steps
+        from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl
+
+        dumps = self.arm_dir(conv, seed) / "validation"
+        steps = sorted(dumps.glob("*.jsonl")) if dumps.is_dir() else []
+        if not [p for p in steps if p.stem.isdigit()]:
+            return
+        out = dumps / "responses" / "verl.jsonl"
+        stamp = out.with_suffix(".sources.json")
+        sources = {p.name: self.stamps.hash(p) for p in steps if p.stem.isdigit()}
+        if out.exists() and stamp.exists() and json.loads(stamp.read_text()) == sources:
+            return
+        records = import_verl_steps(dumps, policy=f"grpo-{conv}/s{seed}", training_convention=conv, train_seed=seed,
+                                    task=str(self.cfg.task.name))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_jsonl(out, records)
+        atomic_write_json(stamp, sources)
+        self.say(f"    imported verl validation of grpo-{conv}/s{seed}: {len(sources)} step(s), {len(records)} responses")
 
     def score(self) -> dict[str, Any]:
         responses = self.run / "eval" / "responses"

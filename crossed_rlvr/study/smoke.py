@@ -5,7 +5,8 @@
 ``MODEL_DIR`` is a small instruct model in Hugging Face layout; ``DATA_DIR`` holds GSM8K's
 ``train.jsonl`` and ``test.jsonl`` (JSON Lines or Parquet with ``question`` and ``answer``). It runs
 ``experiment=gpu-smoke``: the dress rehearsal (data, verl overrides checked by verl, launch scripts,
-evaluation plan), 2 GRPO updates per arm through verl, the FSDP->HF merge, crossed evaluation with
+evaluation plan), the launch rehearsal (each arm's launch script through verl's start-up on Ray with
+no GPU visible, up to its first CUDA need: train/rehearsal.py), 2 GRPO updates per arm through verl, the FSDP->HF merge, crossed evaluation with
 vLLM, scoring and analysis. One PASS/FAIL line per stage; the first failure exits non-zero.
 Nothing needs the network when the model and data are local. ``--dry-run`` stops after the rehearsal
 (it runs on a machine without a GPU; the test suite runs it).
@@ -51,11 +52,20 @@ def check_merged(arms: dict[str, Any]) -> str:
     return f"{len(arms['arms'])} merged checkpoints load"
 
 
+def rehearsed(summary: dict[str, Any]) -> str:
+    reached = {r["reached"].split(":")[0] for r in summary["rehearsal"].values()}
+    seconds = max((r["seconds"] for r in summary["rehearsal"].values()), default=0)
+    return (f"{summary['responses_planned']} responses planned; {len(summary['rehearsal'])} arm(s) started through "
+            f"verl on Ray up to {', '.join(sorted(reached))} (slowest {seconds:.0f} s)")
+
+
 def gpu_report() -> str:
     import torch
 
+    from crossed_rlvr.train.verl_launch import gpu_problem
+
     if not torch.cuda.is_available():
-        raise RuntimeError("no GPU visible (torch.cuda.is_available() is False)")
+        raise RuntimeError(f"no GPU visible: {gpu_problem()}")
     import verl  # noqa: F401  (the gpu extra)
     import vllm
 
@@ -77,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     study = Study(smoke_config(args.model, args.data, args.run_dir, args.overrides))
     state: dict[str, Any] = {}
-    steps = [("prepare", lambda: f"{study.prepare()['responses_planned']} responses planned")]
+    steps = [("rehearse", lambda: rehearsed(study.rehearse()))]
     if not args.dry_run:
         steps = [("gpu", gpu_report), *steps,
                  ("initial", lambda: state.setdefault("initial", study.initial())["path"]),

@@ -32,8 +32,8 @@ def frozen_proposal(items: list[dict[str, Any]], target: list[float], proposal: 
     """Item-level P and Q from stratum weights; strata are the items' ``stratum`` values in sorted order."""
     strata = sorted(Counter(it["stratum"] for it in items))
     if len(strata) != len(target) or len(strata) != len(proposal):
-        raise ValueError(f"{len(strata)} strata ({', '.join(strata)}) but {len(target)} target and "
-                         f"{len(proposal)} proposal weights")
+        raise ValueError(f"{len(strata)} non-empty strata ({', '.join(map(str, strata))}) but {len(target)} target "
+                         f"and {len(proposal)} proposal weights: every stratum needs training items (P_i = t_s/n_s)")
     t = np.asarray(target, float) / np.sum(target)
     v = np.asarray(proposal, float) / np.sum(proposal)
     sizes = Counter(it["stratum"] for it in items)

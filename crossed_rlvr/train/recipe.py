@@ -37,6 +37,18 @@ def check_config(cfg: Any) -> None:
                           f"(recipe.prompts_per_update={r.prompts_per_update} x recipe.group_size={r.group_size})")
     if cfg.engine.name == "trl" and micro % int(r.group_size) and int(r.group_size) % micro:
         raise RecipeError(f"recipe.group_size={r.group_size} and engine.micro_batch={micro} must divide one another")
+    if int(r.get("save_every") or 0) < 0:
+        raise RecipeError(f"recipe.save_every={r.save_every}: expected 0 (final checkpoint only) or a positive count")
+    prop = r.get("proposal") or {}
+    if prop.get("enabled") and (int(prop.get("estimate_samples", 4)) < 2 or int(prop.get("estimate_samples", 4)) % 2):
+        raise RecipeError(f"recipe.proposal.estimate_samples={prop.get('estimate_samples')}: expected an even number "
+                          ">= 2 (half the samples under each request)")
+    e = cfg.engine
+    if e.name == "verl":
+        for key, low in (("cpus_per_node", 1), ("tq_storage_units", 1), ("wait_limit_s", 1)):
+            value = e.get(key)
+            if value is not None and float(value) < low:
+                raise RecipeError(f"engine.{key}={value}: expected at least {low}")
     if int(r.policy_epochs) != 1:
         raise RecipeError("recipe.policy_epochs must be 1 (one policy epoch per batch, App. D.1)")
     if cfg.engine.name not in ("trl", "verl"):
@@ -68,6 +80,30 @@ def train_items(cfg: Any) -> list[dict[str, Any]]:
         raise RecipeError(str(err)) from None
 
 
+def stratified_items(items: list[dict[str, Any]], proposal: Any, task: str) -> list[dict[str, Any]]:
+    """The training items with App. D.1's difficulty strata: from ``recipe.proposal.strata_file`` (its
+    sha256 checked against ``strata_sha256`` when given), else the task's own ``stratum`` field."""
+    from crossed_rlvr.train.strata import StrataError, attach_strata, file_sha256, read_strata
+
+    path = proposal.get("strata_file")
+    if path:
+        want = proposal.get("strata_sha256")
+        try:
+            if want and file_sha256(Path(path)) != want:
+                raise RecipeError(f"recipe.proposal.strata_file={path} changed since its sha256 {want[:12]} was "
+                                  "recorded; strata are frozen before training")
+            return attach_strata(items, read_strata(Path(path)), f"recipe.proposal.strata_file={path}")
+        except (StrataError, FileNotFoundError) as err:
+            raise RecipeError(str(err)) from None
+    if items and all(it.get("stratum") is not None for it in items):
+        return items
+    raise RecipeError(
+        f"recipe.proposal.enabled=true needs difficulty strata of the training items, and task={task} has none. "
+        "Give recipe.proposal.strata_file=PATH (JSON Lines: item_id, stratum for every training item), or let "
+        "crossed-study estimate them with the initial policy (it does so before the arms train; "
+        "train/strata.py, recipe.proposal.estimate_samples)")
+
+
 def training_rows(cfg: Any) -> list[dict[str, Any]]:
     """The arm's training stream: one row per sampled prompt, in update order.
 
@@ -81,6 +117,7 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
     r = cfg.recipe
     n_rows = int(r.prompts_per_update) * int(r.updates)
     if r.proposal.enabled:
+        items = stratified_items(items, r.proposal, cfg.task.name)
         try:
             proposal = frozen_proposal(items, list(r.proposal.target), list(r.proposal.proposal),
                                        float(r.proposal.epsilon))

@@ -52,10 +52,14 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
 
     The launch hygiene lives here: verl's synchronous trainer mode (the importance-weighted trainer
     replaces ``sync`` in its own process, train/verl_weighted.py), the arm seed in every seed, model-only
-    checkpoints unless ``engine.save_optimizer``, and crossed validation (issue 15): before training, every
-    ``validation.every`` updates (0: only at the end) and at the end, under every validation request, sampled
-    with the evaluation's settings (``eval.temperature``, ``eval.top_p``; one sample per prompt), dumped to
-    ``validation_data_dir`` for ``crossed-import verl --all-steps``.
+    checkpoints unless resumable ones are asked for (``recipe.save_every`` > 0 saves model, optimizer and
+    data-loader state every N updates, and verl's ``resume_mode=auto`` continues an interrupted arm from the
+    latest; ``engine.save_optimizer`` keeps optimizer state in the final one too), TransferQueue's storage
+    units (``engine.tq_storage_units``; they count in the Ray budget, train/budget.py), and crossed
+    validation (issue 15): before training, every ``validation.every`` updates (0: only at the end) and at
+    the end, under every validation request, greedy as App. D.1 (``validation.greedy=false``: sampled with
+    ``eval.temperature`` and ``eval.top_p``; one sample per prompt), dumped to ``validation_data_dir`` for
+    ``crossed-import verl --all-steps``.
     """
     r, e = cfg.recipe, cfg.engine
     batch_prompts = int(r.prompts_per_update)
@@ -64,9 +68,14 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
     rollout = "actor_rollout_ref.rollout"
     model_path = cfg.model.path
     seed = int(cfg.seed)
-    contents = "[model,optimizer,extra]" if e.get("save_optimizer", False) else "[model]"
-    val_every = int((cfg.get("validation") or {}).get("every") or 0) or int(r.updates)
-    ev = cfg.get("eval") or {"temperature": 0.0, "top_p": 1.0}  # no eval group: greedy validation
+    save_every = int(r.get("save_every") or 0)
+    resumable = 0 < save_every < int(r.updates)
+    contents = "[model,optimizer,extra]" if resumable or e.get("save_optimizer", False) else "[model]"
+    v = cfg.get("validation") or {}
+    val_every = int(v.get("every") or 0) or int(r.updates)
+    ev = cfg.get("eval") or {}
+    if v.get("greedy", True) or not ev:  # App. D.1: "validation is greedy"
+        ev = {"temperature": 0.0, "top_p": 1.0}
     tracked = cfg.tracking.mode not in ("off", False, None)
     return [
         "trainer.v1.trainer_mode=sync",
@@ -111,8 +120,11 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         f"trainer.nnodes={int(e.get('nnodes', 1))}", f"trainer.n_gpus_per_node={int(e.get('n_gpus_per_node', 1))}",
         f"trainer.project_name={cfg.tracking.project}", f"trainer.experiment_name={cfg.arm}",
         f"trainer.default_local_dir={out_dir}/checkpoints", f"trainer.validation_data_dir={out_dir}/validation",
-        # save_freq = updates: the final step is saved (and merged into a HF directory by the launch script)
-        f"trainer.save_freq={int(r.updates)}", "trainer.max_actor_ckpt_to_keep=1",
+        # the final step is always saved (and merged into a HF directory by the launch script); with
+        # recipe.save_every, every N updates too, and a relaunch resumes from the latest (verl keeps one)
+        f"trainer.save_freq={save_every if resumable else int(r.updates)}", "trainer.max_actor_ckpt_to_keep=1",
+        "trainer.resume_mode=auto",
+        f"transfer_queue.backend.SimpleStorage.num_data_storage_units={int(e.get('tq_storage_units') or 8)}",
         "trainer.val_before_train=True", f"trainer.test_freq={val_every}",
         f"trainer.logger={'[console,wandb]' if tracked else '[console]'}",
     ]

@@ -100,6 +100,9 @@ def _task_runner() -> Any:
                 raise ValueError("trainer.v1.trainer_mode must be sync for importance-weighted GRPO "
                                  f"(got {config.trainer.v1.trainer_mode!r}); verl runs other modes asynchronously")
             install_as_sync()
+            from verl.trainer.ppo.v1 import get_trainer_cls
+
+            print(f"crossed-rlvr trainer: {get_trainer_cls('sync').__name__}", flush=True)  # the rehearsal reads it
             super().run(config)
 
     return ray.remote(num_cpus=1)(CrossedTaskRunner)

@@ -1,0 +1,332 @@
+"""The launch scripts' entry into verl: preflight, a watchdog on Ray's waits, then verl's own ``run_ppo``.
+
+    python -m crossed_rlvr.train.verl_launch [--weighted] [--rehearse GPUS] [--wait-limit S] -- OVERRIDES...
+
+It composes verl's ``ppo_trainer`` config with the arm's overrides exactly as ``verl.trainer.main_ppo``
+does, runs verl's ``validate_config``, and then:
+
+1. **Preflight**: on a real launch, torch must see the GPUs (else it says why: driver too old for the
+   locked CUDA 13 stack, no driver, a CPU build of torch); the CPUs and GPUs Ray is given (the local
+   ``ray_kwargs.ray_init`` values, or every node of the cluster at ``RAY_ADDRESS``) must cover what verl
+   will reserve (``crossed_rlvr.train.budget``); otherwise it stops at once with the budget named.
+2. **Watchdog**: verl waits on Ray without timeouts; a thread in this driver watches Ray's placement
+   groups and actors and ends the run, with the budget and what Ray still has free, when any of them
+   has waited for resources longer than ``--wait-limit`` seconds.
+3. **verl**: ``run_ppo`` with verl's ``TaskRunnerV1``, or with our importance-weighted task runner
+   (``--weighted``, train/verl_weighted.py) that builds ``ImportanceWeightedTrainer`` in verl's sync mode.
+
+``--rehearse N`` is the launch rehearsal on a machine without GPUs: Ray is started locally with the
+preset's CPUs and N logical GPUs, verl starts for real (TransferQueue, resource pools, placement groups,
+trainer class, worker construction), and the first error that needs a CUDA device is reported as the
+point reached (``REACHED ...``, exit 0). Any other error, or a wait past the limit, fails (exit 1 or 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.train.budget import Budget, BudgetError, verl_budget
+
+# Errors that mean "this needs a CUDA device" (torch on a CPU machine, verl's workers, vLLM).
+CUDA_NEEDED = (r"doesn't have NCCL built in", r"Torch not compiled with CUDA enabled", r"No CUDA GPUs are available",
+               r"Found no NVIDIA driver", r"CUDA driver version is insufficient", r"no CUDA-capable device",
+               r"ProcessGroupNCCL", r"torch\.cuda\.\w+.*(not available|no device)")
+WAIT_EXIT = 3
+MARKER = "crossed-rlvr launch:"
+
+
+def say(text: str) -> None:
+    print(f"{MARKER} {text}", flush=True)
+
+
+# ------------------------------------------------------------------ preflight
+def gpu_problem() -> str | None:
+    """None when torch sees a GPU; else what is wrong, as exactly as this node lets us tell."""
+    import shutil
+    import subprocess
+
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    built = torch.version.cuda
+    if built is None:
+        return (f"torch {torch.__version__} is a CPU build: install the project's GPU stack "
+                "(pip install -e '.[gpu]', torch 2.11.0 for CUDA 13)")
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return (f"torch {torch.__version__} (CUDA {built}) sees no GPU and nvidia-smi is not on PATH: no NVIDIA "
+                "driver on this node, or no GPU allocated to this job")
+    out = subprocess.run([smi, "--query-gpu=driver_version,name", "--format=csv,noheader"], capture_output=True,
+                         text=True, check=False, timeout=30)
+    if out.returncode != 0:
+        return f"nvidia-smi failed ({out.stderr.strip() or out.stdout.strip()}): the NVIDIA driver is not working"
+    driver = out.stdout.strip().splitlines()[0].split(",")[0].strip() if out.stdout.strip() else "unknown"
+    need = minimum_driver(built)
+    major = int(driver.split(".")[0]) if driver[:1].isdigit() else 0
+    if need and major < need:
+        return (f"NVIDIA driver {driver} is too old for torch {torch.__version__} built for CUDA {built}: the locked "
+                f"GPU stack needs driver >= {need}. Update the driver, or install a torch built for an older CUDA")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (f"driver {driver} and torch {torch.__version__} (CUDA {built}) look compatible, but torch sees no GPU"
+            + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""))
+
+
+def minimum_driver(cuda: str) -> int | None:
+    """The oldest Linux driver branch for a CUDA major version (NVIDIA's compatibility table)."""
+    return {"13": 580, "12": 525, "11": 450}.get(cuda.split(".")[0])
+
+
+def offered(composed: Any, rehearse_gpus: int | None) -> list[tuple[str, float, float]]:
+    """(node, CPUs, GPUs) that Ray will offer: each live node of the cluster at RAY_ADDRESS, or the
+    local Ray that verl will start with ``ray_kwargs.ray_init``."""
+    if os.environ.get("RAY_ADDRESS") and rehearse_gpus is None:
+        import ray
+
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        try:
+            return [(n["NodeManagerAddress"], n["Resources"].get("CPU", 0), n["Resources"].get("GPU", 0))
+                    for n in ray.nodes() if n["Alive"]]
+        finally:
+            ray.shutdown()
+    init = composed.ray_kwargs.ray_init
+    cpus = init.get("num_cpus") or os.cpu_count() or 1
+    if rehearse_gpus is not None:
+        gpus = rehearse_gpus
+    else:
+        import torch
+
+        gpus = torch.cuda.device_count()
+    return [("this node", float(cpus), float(gpus))]
+
+
+def check_nodes(budget: Budget, nodes: list[tuple[str, float, float]]) -> None:
+    if len(nodes) < budget.nnodes:
+        raise BudgetError(f"Ray has {len(nodes)} live node(s), verl asks for trainer.nnodes={budget.nnodes}. "
+                          + budget.describe())
+    ranked = sorted(nodes, key=lambda n: (-n[2], -n[1]))[: budget.nnodes]
+    for name, cpus, gpus in ranked:
+        budget.check(cpus, gpus, where=name)
+
+
+# ------------------------------------------------------------------ watchdog
+EXPIRED = threading.Event()  # set when the watchdog ended a wait: the run exits with WAIT_EXIT
+
+
+def pending_waits() -> list[str]:
+    """Ray waits that lack resources (what verl's ``ray.get`` calls would wait on forever): placement
+    groups not placed, and actors pending while no CPU is free to schedule them. An actor whose process
+    is merely starting, with CPUs free, is not a resource wait."""
+    import ray
+    from ray._private.state import state
+
+    out = []
+    for pg_id, pg in ray.util.placement_group_table().items():
+        if pg.get("state") in ("PENDING", "RESCHEDULING"):
+            out.append(f"placement group {pg.get('name') or pg_id} {list(pg.get('bundles', {}).values())}")
+    free_cpu = ray.available_resources().get("CPU", 0.0)
+    if free_cpu < 1:
+        for actor_id, actor in state.actor_table(None).items():
+            if actor.get("State") == "PENDING_CREATION":
+                name = actor.get("ActorClassName") or actor_id
+                out.append(f"actor {name}" + (f" ({actor['Name']})" if actor.get("Name") else "")
+                           + " (no CPU free to schedule it)")
+    return out
+
+
+def watchdog(budget: Budget, limit: float, interval: float = 1.0) -> None:
+    """End the run when the same resource wait has lasted ``limit`` seconds."""
+    import ray
+
+    while not ray.is_initialized():
+        time.sleep(0.2)
+    since: dict[str, float] = {}
+    while True:
+        time.sleep(interval)
+        try:
+            waits = pending_waits()
+        except Exception:  # noqa: BLE001  (Ray shutting down: nothing left to watch)
+            return
+        now = time.monotonic()
+        since = {w: since.get(w, now) for w in waits}
+        stuck = [w for w, t in since.items() if now - t >= limit]
+        if stuck:
+            free = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+            total = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}
+            say(f"WAIT LIMIT: Ray could not place {'; '.join(stuck)} in {limit:g} s (Ray has {total}, free {free}). "
+                f"{budget.describe()}.")
+            EXPIRED.set()
+            stop_local_ray()
+            os._exit(WAIT_EXIT)  # verl's ray.get cannot be interrupted from here: end the driver
+
+
+def stop_local_ray() -> None:
+    """Stop the Ray daemons this driver started (a local ``ray.init``); a cluster's are left alone, and
+    this job's actors end with the driver."""
+    import contextlib
+
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    if node is not None and getattr(node, "head", False):
+        with contextlib.suppress(Exception):
+            node.kill_all_processes(check_alive=False, allow_graceful=False)
+
+
+# ------------------------------------------------------------------ verl
+def no_nccl() -> None:
+    """Ray worker set-up hook of a rehearsal on a node with GPUs: the NCCL process group, where a CPU
+    machine's torch stops by itself ("doesn't have NCCL built in"), is refused the same way."""
+    import torch.distributed as dist
+
+    real = dist.init_process_group
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        backend = str(kwargs.get("backend") or (args[0] if args else "") or "")
+        if "nccl" in backend or backend in ("", "None"):
+            raise RuntimeError("Distributed package doesn't have NCCL built in (refused: launch rehearsal)")
+        return real(*args, **kwargs)
+
+    dist.init_process_group = refuse
+
+
+def cuda_point(err: BaseException) -> str | None:
+    """'<actor>.<method>: <message>' when ``err`` is the first thing that needed a CUDA device."""
+    text = str(err)
+    hit = next((m for p in CUDA_NEEDED if (m := re.search(p, text))), None)
+    if hit is None:
+        return None
+    where = re.findall(r"ray::([\w.]+)", text)
+    line = next((x.strip() for x in text.splitlines() if hit.group(0) in x), hit.group(0))
+    return f"{where[-1] if where else 'driver'}: {line[:200]}"
+
+
+def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: float, preflight: bool) -> int:
+    from crossed_rlvr.train.verl_engine import validate_verl
+
+    if rehearse is not None:
+        # N logical GPUs on a local Ray: verl places its workers as on a GPU node
+        overrides = [*overrides, f"+ray_kwargs.ray_init.num_gpus={rehearse}"]
+        import torch
+
+        if torch.cuda.is_available():  # on a GPU node the workers would really start: stop them at NCCL
+            overrides.append(f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={__name__}.no_nccl")
+    composed = validate_verl(overrides)  # verl's own validate_config, as main_ppo runs it
+    budget = verl_budget(composed, weighted)
+    say(budget.describe())
+    if preflight:
+        if rehearse is None and (problem := gpu_problem()) is not None:
+            say(f"PREFLIGHT FAILED: {problem}")
+            return 2
+        try:
+            check_nodes(budget, offered(composed, rehearse))
+        except BudgetError as err:
+            say(f"PREFLIGHT FAILED: {err}")
+            return 2
+        say("preflight passed: Ray's CPUs and GPUs cover verl's budget")
+    threading.Thread(target=watchdog, args=(budget, wait_limit), daemon=True).start()
+
+    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.utils.device import auto_set_device
+
+    if not composed.trainer.use_v1:
+        raise SystemExit("trainer.use_v1=False: crossed-rlvr launches verl's v1 trainer only")
+    auto_set_device(composed)
+    if weighted:
+        from crossed_rlvr.train.verl_weighted import _task_runner
+
+        runner = _task_runner()
+    else:
+        from verl.trainer.ppo.v1 import get_trainer_cls
+
+        runner = TaskRunnerV1
+        print(f"crossed-rlvr trainer: {get_trainer_cls(composed.trainer.v1.trainer_mode).__name__}", flush=True)
+    start = time.perf_counter()
+    try:
+        run_ppo(composed, task_runner_class=runner)
+    except Exception as err:
+        if EXPIRED.is_set():
+            return WAIT_EXIT
+        point = cuda_point(err) if rehearse is not None else None
+        if point is None:
+            raise
+        say(f"REACHED {point} ({time.perf_counter() - start:.0f} s after verl started)")
+        return 0
+    if rehearse is not None:
+        say("FAILED: verl ran to the end without a GPU, which the rehearsal does not expect")
+        return 1
+    return 0
+
+
+def wait_for_nodes(address: str, n: int, timeout: float) -> int:
+    """Poll the Ray cluster at ``address`` until ``n`` nodes are alive (SLURM start-up); loud on timeout."""
+    # Ray 2.60 starts clusters with token authentication: a client must say so to present the token
+    # (~/.ray/auth_token, written by `ray start --head`; on a cluster it must reach every node). Ray reads
+    # this when it is imported: the SLURM script runs this in a fresh process.
+    if "RAY_AUTH_MODE" not in os.environ and (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get(
+            "RAY_AUTH_TOKEN_PATH") or (Path.home() / ".ray" / "auth_token").exists()):
+        os.environ["RAY_AUTH_MODE"] = "token"
+    import ray
+
+    deadline = time.monotonic() + timeout
+    alive, last = 0, ""
+    while time.monotonic() < deadline:
+        try:
+            ray.init(address=address, log_to_driver=False)
+            try:
+                alive = sum(1 for node in ray.nodes() if node["Alive"])
+            finally:
+                ray.shutdown()
+            if alive >= n:
+                say(f"{alive} of {n} Ray node(s) joined at {address}")
+                return 0
+        except Exception as err:  # noqa: BLE001  (the head may not be up yet)
+            last = f" (last error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        time.sleep(3)
+    say(f"JOIN TIMEOUT: {alive} of {n} Ray node(s) joined {address} within {timeout:g} s{last}; check that "
+        "ray start ran on every allocated node and that they reach the head's address and port")
+    return 4
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="verl_launch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--weighted", action="store_true", help="importance-weighted GRPO (frozen proposal)")
+    rehearse = os.environ.get("CROSSED_REHEARSE")
+    parser.add_argument("--rehearse", type=int, metavar="GPUS", default=int(rehearse) if rehearse else None,
+                        help="rehearse on a CPU with GPUS logical GPUs (default: $CROSSED_REHEARSE)")
+    parser.add_argument("--wait-limit", type=float, default=300.0,
+                        help="seconds a Ray resource wait may last before the run is ended (default 300; "
+                        "$CROSSED_WAIT_LIMIT wins)")
+    parser.add_argument("--no-preflight", action="store_true", help="skip the GPU and budget checks")
+    parser.add_argument("--wait-nodes", type=int, metavar="N", help="only wait until N Ray nodes joined, then exit")
+    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray address for --wait-nodes")
+    parser.add_argument("--join-timeout", type=float, default=300.0, help="seconds --wait-nodes waits (default 300)")
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args(argv)
+    if args.wait_nodes is not None:
+        if not args.address:
+            parser.error("--wait-nodes needs --address or RAY_ADDRESS")
+        return wait_for_nodes(args.address, args.wait_nodes, args.join_timeout)
+    limit = float(os.environ.get("CROSSED_WAIT_LIMIT") or args.wait_limit)
+    try:
+        code = run(args.overrides, args.weighted, args.rehearse, limit, not args.no_preflight)
+    finally:
+        import contextlib
+
+        import ray
+
+        with contextlib.suppress(Exception):  # Ray half shut down already: nothing left to stop
+            if ray.is_initialized():
+                ray.shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""verl started for real on the CPU: the Ray budget, the launch preflight and watchdog, the launch
+rehearsal of the 7B preset (importance-weighted trainer, 4 logical GPUs), the SLURM join wait, the
+App. D.1 strata and proposal, and verl's v1 validation dumps in a study's report.
+
+Measured on the 2-core machine: an arm's rehearsal reaches verl's first GPU worker
+(``WorkerDict.actor_rollout_init_model``, where torch asks for NCCL) in ~85-110 s; an under-provisioned
+node is refused by the preflight in ~10 s (composing verl's config); the watchdog ends an unsatisfiable
+wait ~limit + 30 s after start.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crossed_rlvr.train.budget import Budget, BudgetError, budget_for, verl_budget
+from crossed_rlvr.train.proposal import frozen_proposal
+from crossed_rlvr.train.verl_engine import compose_verl
+from tests.test_gpu_path import DEV, arm_files, local, paper_gsm8k, study_cfg, task_overrides  # noqa: F401  (fixtures below)  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- budget
+def test_budget_of_each_preset_node():
+    """What verl 0.9.1 holds per node (train/budget.py): 3 CPUs per GPU bundle, TransferQueue 8 + 1,
+    the weighted task runner's own CPU, one free CPU for default-resource actors."""
+    assert budget_for(1).cpus_per_node() == 13            # gpu-smoke on a 1-GPU node
+    assert budget_for(4, weighted=True).cpus_per_node() == 23   # the 7B preset (App. D.1: four GPUs)
+    assert budget_for(8, weighted=True).cpus_per_node() == 35   # the 7B preset on an 8-GPU node
+    assert budget_for(8, nnodes=2, weighted=True).cpus_per_node() == 24 + 4 + 3
+    with pytest.raises(BudgetError, match=r"8 CPUs < 13.*TransferQueue 8 storage unit"):
+        budget_for(1).check(8, 1)
+    with pytest.raises(BudgetError, match=r"0 GPUs < 1"):
+        budget_for(1).check(64, 0)
+    budget_for(1).check(13, 1)
+
+
+def test_budget_is_read_from_verls_composed_config(paper_gsm8k):  # noqa: F811
+    overrides = arm_files(paper_gsm8k)[2]
+    assert verl_budget(compose_verl(overrides), weighted=True) == Budget(1, 4, 8, 1)
+    smaller = verl_budget(compose_verl([*overrides, "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
+                                        "trainer.n_gpus_per_node=8"]), weighted=False)
+    assert smaller.cpus_per_node() == 24 + 2 + 2
+
+
+def test_configured_cpus_below_the_budget_are_refused_before_any_script(local, tmp_path):  # noqa: F811
+    from crossed_rlvr.study.pipeline import Study
+    from crossed_rlvr.train.recipe import RecipeError
+
+    with pytest.raises(RecipeError, match=r"engine.cpus_per_node=8 offers Ray 8 CPUs .*8 CPUs < 13"):
+        Study(study_cfg(tmp_path / "r", "experiment=gpu-smoke", "stages=prepare", "engine.cpus_per_node=8",
+                        f"model.path={local['model']}", *task_overrides(local, "gsm8k"))).prepare()
+    assert not (tmp_path / "r" / "train" / "hash" / "s83" / "launch_single_node.sh").exists()
+
+
+# ---------------------------------------------------------------- preflight and watchdog
+def launch(overrides: list[str], *flags: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.train.verl_launch", *flags, "--", *overrides],
+                          capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT)
+    return proc, time.perf_counter() - start
+
+
+def test_under_provisioned_node_is_refused_within_seconds(paper_gsm8k):  # noqa: F811
+    """1 GPU and 8 CPUs: verl would hang in its TransferQueue; the preflight says why at once."""
+    overrides = [*arm_files(paper_gsm8k)[2], "trainer.n_gpus_per_node=1", "ray_kwargs.ray_init.num_cpus=8"]
+    proc, seconds = launch(overrides, "--weighted", "--rehearse", "1")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    line = next(x for x in proc.stdout.splitlines() if "PREFLIGHT FAILED" in x)
+    assert "8 CPUs < 14" in line and "{CPU: 3, GPU: 1}" in line and "TransferQueue 8 storage unit" in line
+    assert seconds < 60
+
+
+def test_a_real_launch_without_a_gpu_says_why(paper_gsm8k):  # noqa: F811
+    proc, _ = launch(arm_files(paper_gsm8k)[2], "--weighted")
+    assert proc.returncode == 2
+    assert "PREFLIGHT FAILED: torch" in proc.stdout and "CPU build" in proc.stdout
+
+
+def test_driver_too_old_for_the_locked_cuda_13_stack(monkeypatch, tmp_path):
+    """A CUDA-13 torch on a node with driver 550: the preflight names the driver and the minimum (580)."""
+    import torch
+
+    from crossed_rlvr.train.verl_launch import gpu_problem, minimum_driver
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '550.54.15, NVIDIA H100 80GB HBM3'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    assert minimum_driver("13.0") == 580 and minimum_driver("12.8") == 525
+    problem = gpu_problem()
+    assert "NVIDIA driver 550.54.15 is too old" in problem and "driver >= 580" in problem
+    smi.write_text("#!/bin/sh\necho '580.65.06, NVIDIA H100 80GB HBM3'\n")
+    assert "look compatible, but torch sees no GPU" in gpu_problem()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert "nvidia-smi is not on PATH" in gpu_problem()
+
+
+@pytest.mark.timeout(400)
+def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):  # noqa: F811
+    """Preflight off, 12 CPUs for a 14-CPU budget: TransferQueue (9) and the weighted task runner (1) leave 2
+    free, and verl's {CPU: 3, GPU: 1} placement group can never be placed. The watchdog ends the run after
+    the wait limit, naming what waits, Ray's free resources and the budget. (With 13 the rehearsal reaches
+    the workers: the budget's 14th CPU is for the default-resource actors verl creates after them, the
+    vLLM servers and the reward- and agent-loop workers, which the CPU rehearsal cannot reach.)"""
+    overrides = [*arm_files(paper_gsm8k)[2], "trainer.n_gpus_per_node=1", "ray_kwargs.ray_init.num_cpus=12"]
+    proc, seconds = launch(overrides, "--weighted", "--rehearse", "1", "--no-preflight", "--wait-limit", "20",
+                           timeout=360)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    line = next(x for x in proc.stdout.splitlines() if "WAIT LIMIT" in x)
+    assert "placement group" in line and "in 20 s" in line and "'CPU': 12.0" in line
+    assert "'CPU': 2.0" in line.split("free", 1)[1]  # 12 less TransferQueue's 9 and the task runner's 1
+    assert "14 CPUs and 1 GPU(s)" in line
+    assert seconds < 300
+
+
+# ---------------------------------------------------------------- the launch rehearsal of the 7B preset
+@pytest.mark.timeout(900)
+def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_trainer(local, tmp_path):  # noqa: F811
+    """``stages=rehearse``: both arms' launch scripts run verl's start-up on a local Ray with the preset's
+    23 CPUs and 4 logical GPUs; our task runner builds ImportanceWeightedTrainer in verl's sync mode, the
+    TransferQueue and the 4-bundle placement group are placed, and the 4 FSDP workers are constructed up to
+    ``init_process_group(nccl)``, the first point that needs CUDA."""
+    run = tmp_path / "paper"
+    proc = subprocess.run(
+        [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=rehearse",
+         "arms.seeds=[83]", f"run_dir={run}", f"model.path={local['model']}", *task_overrides(local, "gsm8k")],
+        capture_output=True, text=True, timeout=880, check=False, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((run / "rehearsal.json").read_text())
+    assert sorted(result) == ["grpo-boxed/s83", "grpo-hash/s83"]
+    for arm in result.values():
+        assert arm["trainer"] == "ImportanceWeightedTrainer" and arm["gpus"] == 4 and arm["exit"] == 0
+        assert arm["reached"].startswith("WorkerDict.actor_rollout_init_model") and "NCCL" in arm["reached"]
+        assert any(x.startswith("preflight passed") for x in arm["launch_lines"])
+        assert "23 CPUs and 4 GPU(s)" in arm["launch_lines"][0]
+        log = Path(arm["log"]).read_text()
+        assert log.count("WorkerDict pid=") >= 4  # one worker per logical GPU was constructed
+    train = pd.read_parquet(run / "train" / "hash" / "s83" / "data" / "train.parquet")
+    # P/Q of App. D.1's three strata: w_s = t_s / ((1-ε) v_s + ε t_s), whatever the stratum sizes
+    t, v = np.array(T) / sum(T), np.array(V) / sum(V)
+    expected = sorted(np.round(t / ((1 - EPS) * v + EPS * t), 6))
+    assert sorted({round(e["is_weight"], 6) for e in train["extra_info"]}) == expected
+    left = subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True, check=False)
+    assert left.stdout.strip() == ""  # nothing of Ray is left running
+
+
+# ---------------------------------------------------------------- SLURM
+def test_slurm_script_waits_for_every_node_and_finds_the_head_address(paper_gsm8k):  # noqa: F811
+    _, slurm, _ = arm_files(paper_gsm8k)
+    assert "sleep" not in slurm
+    assert slurm.count("--wait-nodes 1 ") == 2  # the head first, then every node (1 here)
+    assert "${HEAD_IP:-" in slurm and "grep -v '^127\\.'" in slurm
+    assert 'RAY_ADDRESS="$head_ip:$port"' in slurm and "verl_launch \\\n  --weighted" in slurm
+
+
+@pytest.mark.timeout(300)
+def test_join_wait_counts_nodes_and_fails_loudly():
+    """The SLURM script's join wait against a real Ray head started with ``ray start`` (1 node)."""
+    import tempfile
+
+    ray = str(Path(sys.executable).parent / "ray")
+    port = "6391"
+    short = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 107 characters
+    subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
+                    f"--temp-dir={short}"], check=True, capture_output=True, timeout=120)
+    def wait(n: int, timeout: int) -> subprocess.CompletedProcess:  # as the SLURM script runs it
+        return subprocess.run([sys.executable, "-m", "crossed_rlvr.train.verl_launch", "--wait-nodes", str(n),
+                               "--address", f"127.0.0.1:{port}", "--join-timeout", str(timeout)],
+                              capture_output=True, text=True, timeout=240, check=False)
+
+    try:
+        joined = wait(1, 60)
+        assert joined.returncode == 0 and "1 of 1 Ray node(s) joined" in joined.stdout, joined.stdout + joined.stderr
+        start = time.perf_counter()
+        short_of = wait(2, 8)
+        assert short_of.returncode == 4 and "JOIN TIMEOUT: 1 of 2 Ray node(s) joined" in short_of.stdout
+        assert time.perf_counter() - start < 60
+    finally:
+        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120, check=False)
+        shutil.rmtree(short, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- App. D.1 strata and proposal
+T, V, EPS = (2302, 3282, 1912), (24334, 34693, 40973), 1e-6
+
+
+def test_proposal_masses_and_weights_match_app_d1():
+    """Strata of App. D.1's target sizes: P_i = t_s/n_s, Q_i = (1-ε)v_s/n_s + εP_i, weight P_i/Q_i, by hand
+    in exact fractions."""
+    names = ("s1_easy", "s2_medium", "s3_hard")
+    sizes = (23, 33, 19)  # n_s: any sizes; P and Q are per item
+    items = [{"item_id": f"train-{k}", "stratum": s} for s, n in zip(names, sizes, strict=True) for k in range(n)]
+    prop = frozen_proposal(items, list(T), list(V), EPS)
+    t = [Fraction(x, sum(T)) for x in T]
+    v = [Fraction(x, sum(V)) for x in V]
+    eps = Fraction(EPS)
+    for j, (s, n) in enumerate(zip(names, sizes, strict=True)):
+        idx = [k for k, it in enumerate(items) if it["stratum"] == s]
+        p = t[j] / n
+        q = (1 - eps) * v[j] / n + eps * p
+        assert np.allclose(prop.p[idx], float(p), rtol=1e-12) and np.allclose(prop.q[idx], float(q), rtol=1e-9)
+        assert np.allclose(prop.p[idx] / prop.q[idx], float(p / q), rtol=1e-9)
+    assert abs(prop.q.sum() - 1) < 1e-12 and abs(prop.p.sum() - 1) < 1e-12
+    # the hard stratum is over-proposed 1.6x: its weight is < 1, the others' > 1
+    first = {s: sum(sizes[:j]) for j, s in enumerate(names)}
+    w = {s: prop.p[k] / prop.q[k] for s, k in first.items()}
+    assert round(w["s1_easy"], 4) == round(w["s2_medium"], 4) == 1.2620 and round(w["s3_hard"], 4) == 0.6225
+    assert round(w["s1_easy"], 6) == 1.262008 and round(w["s2_medium"], 6) == 1.262022
+    draws = prop.sample(200_000, seed=83)
+    share = np.bincount([sum(i >= np.cumsum(sizes)[:-1]) for i, _ in draws[:60_000]], minlength=3) / 60_000
+    assert np.allclose(share, [float(x) for x in v], atol=0.01)  # prompts drawn from Q
+    weighted = np.bincount([sum(i >= np.cumsum(sizes)[:-1]) for i, _ in draws[:60_000]],
+                           weights=[w for _, w in draws[:60_000]], minlength=3) / 60_000
+    assert np.allclose(weighted, [float(x) for x in t], atol=0.01)  # weights undo Q: the target P
+
+
+def test_strata_files_are_checked_line_by_line(tmp_path):
+    from crossed_rlvr.train.strata import StrataError, attach_strata, read_strata, stratum_of
+
+    assert [stratum_of(c, 4) for c in (4, 3, 1, 0)] == ["s1_easy", "s2_medium", "s2_medium", "s3_hard"]
+    bad = tmp_path / "s.jsonl"
+    cases = [('{"item_id": "a", "stratum": "x"}\n{"item_id": "b"}\n', r"s.jsonl:2: field 'stratum'"),
+             ('{"item_id": "a", "stratum": "x"}\nnot json\n', r"s.jsonl:2: not JSON"),
+             ('{"item_id": "a", "stratum": "x"}\n{"item_id": "a", "stratum": "y"}\n', r"s.jsonl:2: item_id 'a' repeated"),
+             ("", r"empty strata file"), ('[1]\n', r"s.jsonl:1: expected an object")]
+    for text, message in cases:
+        bad.write_text(text)
+        with pytest.raises(StrataError, match=message):
+            read_strata(bad)
+    with pytest.raises(StrataError, match=r"no stratum for 1 of 2 training items \(first: b\)"):
+        attach_strata([{"item_id": "a"}, {"item_id": "b"}], {"a": "x"}, "f")
+
+
+def test_a_task_without_strata_gets_one_clear_error(local, tmp_path):  # noqa: F811
+    proc = subprocess.run(
+        [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare",
+         "arms.seeds=[83]", f"run_dir={tmp_path / 'r'}", f"model.path={local['model']}",
+         *task_overrides(local, "gsm8k")[:-1]], capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "no difficulty strata" in proc.stderr and "recipe.proposal.strata_file=PATH" in proc.stderr
+
+
+@pytest.mark.timeout(600)
+def test_strata_estimated_with_the_initial_policy_are_frozen_into_both_arms(local, tmp_path):  # noqa: F811
+    """With the CPU backend the study estimates the strata itself (2 samples per item, Math-Verify), freezes
+    them in data/strata.jsonl, and both arms' configs carry its sha256 (so the matched-arm check covers it)."""
+    from crossed_rlvr.study.pipeline import Study
+    from crossed_rlvr.train.recipe import RecipeError
+    from crossed_rlvr.train.strata import NAMES
+
+    run = tmp_path / "est"
+    overrides = ["experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare", "arms.seeds=[83]", "eval=cpu",
+                 "eval.max_new_tokens=8", "eval.batch_size=64", "recipe.proposal.estimate_samples=2",
+                 "arms.train_items=30", f"model.path={local['model']}", *task_overrides(local, "gsm8k")[:-1]]
+    study = Study(study_cfg(run, *overrides))
+    try:
+        study.prepare()
+    except RecipeError as err:  # a tiny random model answers nothing right: every item is hard
+        assert "non-empty strata (s3_hard)" in str(err)
+    rows = [json.loads(x) for x in (run / "data" / "strata.jsonl").read_text().splitlines()]
+    assert len(rows) == 30 and {r["k"] for r in rows} == {2} and {r["stratum"] for r in rows} <= set(NAMES)
+    assert all(r["stratum"] == {2: "s1_easy", 0: "s3_hard", 1: "s2_medium"}[r["correct"]] for r in rows)
+    # reused while nothing changed; its hash reaches each arm's config
+    weights = "not hashed (stages=prepare)"
+    sha = study.strata(str(local["model"]), weights)["sha256"]
+    mtime = (run / "data" / "strata.jsonl").stat().st_mtime_ns
+    assert study.strata(str(local["model"]), weights)["sha256"] == sha
+    assert (run / "data" / "strata.jsonl").stat().st_mtime_ns == mtime
+    cfg = study.train_config("hash", 83, str(local["model"]), weights, study.strata(str(local["model"]), weights))
+    assert cfg["recipe"]["proposal"]["strata_sha256"] == sha
+
+
+# ---------------------------------------------------------------- verl's v1 validation dumps in the study report
+@pytest.mark.timeout(900)
+def test_verl_v1_validation_dumps_reach_the_studys_over_training_section(local, tmp_path):  # noqa: F811
+    """A GPU study after its arms trained: verl's v1 trainer wrote ``<arm>/validation/{step}.jsonl`` (with
+    ``uid``) through its own ``PPOTrainer._write_generations``; the study imports every step of every arm and
+    its report has the crossed interactions over training (0 at step 0, +200 pp at step 10)."""
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    from crossed_rlvr.policies.loading import load_tokenizer
+    from crossed_rlvr.rewards.verl_entry import compute_score
+    from crossed_rlvr.study.pipeline import Study
+
+    run = tmp_path / "gpu-study"
+    study = Study(study_cfg(run, "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare", "arms.seeds=[83]",
+                            "eval=cpu", "eval.max_new_tokens=8", "evaluation.n_items=6", "evaluation.templates=[original]",
+                            "analysis.resamples=200", "tracking=off", f"model.path={local['model']}",
+                            *task_overrides(local, "gsm8k")))
+    summary = study.prepare()
+    tok = load_tokenizer(local["model"])
+    for arm in summary["arms"].values():
+        conv = arm["convention"]
+        shutil.copytree(local["model"], arm["path"])  # stands for the merged checkpoint the launch script writes
+        val = pd.read_parquet(Path(arm["run_dir"]) / "data" / "val.parquet")
+        inputs = [tok.decode(tok.apply_chat_template(list(p), tokenize=True, add_generation_prompt=True,
+                                                     return_dict=False), skip_special_tokens=True)
+                  for p in val["prompt"]]
+        gts = [rm["ground_truth"] for rm in val["reward_model"]]
+        marker = {"hash": "#### {}", "boxed": "\\boxed{{{}}}"}[conv]
+        for step, outputs in ((0, [f"The answer is {g}." for g in gts]), (10, [marker.format(g) for g in gts])):
+            results = [compute_score(ds, out, g, dict(info)) for ds, out, g, info in
+                       zip(val["data_source"], outputs, gts, val["extra_info"], strict=True)]
+            infos = {k: [r[k] for r in results] for k in results[0]}
+            uids = [f"{k:08x}_0_0" for k in range(len(val))]
+            PPOTrainer._write_generations(inputs, outputs, gts, infos["score"],
+                                          {"reward": infos["score"], **infos, "uid": uids},
+                                          str(Path(arm["run_dir"]) / "validation"), step)
+        assert "uid" in json.loads((Path(arm["run_dir"]) / "validation" / "10.jsonl").read_text().splitlines()[0])
+    initial = {"path": str(local["model"])}
+    arms = {"arms": {k: {"path": a["path"], "convention": a["convention"], "seed": a["seed"]}
+                     for k, a in summary["arms"].items()}}
+    study.evaluate(initial, arms)
+    info = study.score()
+    assert "validation_scores" in info
+    report = Path(study.analyze(arms)["report"]).read_text()
+    assert "## Crossed interactions over training" in report
+    rows = pd.read_csv(run / "analysis" / "over_training.csv")
+    ip = rows[(rows.contrast == "I_P") & (rows.seed == "s83")].set_index("step")["estimate"]
+    assert ip.loc[0] == 0 and ip.loc[10] == 200
