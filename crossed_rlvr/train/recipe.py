@@ -28,6 +28,11 @@ def check_config(cfg: Any) -> None:
     if conv not in CONVENTIONS:
         raise RecipeError(f"convention={conv!r} is unknown; expected one of {', '.join(CONVENTIONS)}")
     r = cfg.recipe
+    for key in ("updates", "prompts_per_update", "max_response_tokens", "max_context_tokens"):
+        if int(r[key]) < 1:
+            raise RecipeError(f"recipe.{key}={r[key]} must be at least 1")
+    if float(r.lr) <= 0:
+        raise RecipeError(f"recipe.lr={r.lr} must be positive")
     batch = int(r.prompts_per_update) * int(r.group_size)
     if int(r.group_size) < 2:
         raise RecipeError(f"recipe.group_size={r.group_size}: GRPO needs at least 2 responses per prompt")
