@@ -129,6 +129,7 @@ class EngineConf:
     # TRL
     micro_batch: int | None = None
     use_vllm: bool = False
+    nproc_per_node: int = 1        # TRL in crossed-study: each arm across this many processes (torchrun)
     # verl
     nnodes: int = 1
     n_gpus_per_node: int = 4

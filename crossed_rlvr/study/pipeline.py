@@ -202,8 +202,17 @@ class Study:
 
         parallel = max(1, int(self.cfg.arms.parallel))
         updates = int(self.cfg.recipe.updates)
+        nproc = int(self.cfg.engine.get("nproc_per_node") or 1)
         bar = tqdm(total=updates * len(configs), desc="GRPO updates (all arms)", unit="update")
         results: dict[str, dict[str, Any]] = {}
+        if nproc > 1 and self.cfg.engine.name == "trl":  # each arm across nproc processes (torchrun)
+            from crossed_rlvr.train.worker import run_arm
+
+            for name, cfg in configs.items():
+                results[name] = _arm_result(run_arm(cfg, Path(cfg["run_dir"]) / "worker.spec.json", nproc))
+                bar.update(updates)
+            bar.close()
+            return results
         if parallel == 1:
             from crossed_rlvr.train.cli import run_train
 

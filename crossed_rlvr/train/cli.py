@@ -43,10 +43,14 @@ def run_train(cfg: Any) -> dict[str, Any]:
             return {**old, "skipped": True}
         if not cfg.get("overwrite", False):
             raise RecipeError(f"{run_dir} holds a finished run of another config; pass overwrite=true or a new run_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "resolved_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    rows = training_rows(cfg)
-    write_rows(run_dir / "data" / "train.jsonl", rows)
+    import os
+
+    first = int(os.environ.get("RANK", "0")) == 0  # on several processes (torchrun) rank 0 writes
+    rows = training_rows(cfg)  # the same stream on every rank; each trains on its share of every update
+    if first:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "resolved_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        write_rows(run_dir / "data" / "train.jsonl", rows)
     if cfg.engine.name == "trl":
         from crossed_rlvr.train.trl_engine import train_trl
 
@@ -65,7 +69,8 @@ def run_train(cfg: Any) -> dict[str, Any]:
 
     summary = {"arm": cfg.arm, "convention": cfg.convention.name, "seed": cfg.seed, "engine": cfg.engine.name,
                "config_sha256": digest, **result, "machine": machine()}
-    summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    if first:
+        summary_path.write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 

@@ -40,6 +40,10 @@ def check_config(cfg: Any) -> None:
     if cfg.engine.name == "trl" and batch % micro:
         raise RecipeError(f"engine.micro_batch={micro} does not divide the batch of {batch} completions "
                           f"(recipe.prompts_per_update={r.prompts_per_update} x recipe.group_size={r.group_size})")
+    nproc = int(cfg.engine.get("nproc_per_node") or 1)
+    if cfg.engine.name == "trl" and nproc > 1 and batch % (micro * nproc):
+        raise RecipeError(f"engine.nproc_per_node={nproc}: the batch of {batch} completions does not split into "
+                          f"engine.micro_batch={micro} x {nproc} processes")
     if cfg.engine.name == "trl" and micro % int(r.group_size) and int(r.group_size) % micro:
         raise RecipeError(f"recipe.group_size={r.group_size} and engine.micro_batch={micro} must divide one another")
     if int(r.get("save_every") or 0) < 0:
@@ -54,6 +58,10 @@ def check_config(cfg: Any) -> None:
             value = e.get(key)
             if value is not None and float(value) < low:
                 raise RecipeError(f"engine.{key}={value}: expected at least {low}")
+    if e.name == "trl" and int(e.get("nproc_per_node") or 1) > 1 and int((cfg.get("validation") or {}).get(
+            "every") or 0) > 0:
+        raise RecipeError("validation.every > 0 runs on one process: with engine.nproc_per_node > 1 validate the "
+                          "arm's checkpoints with crossed-eval, or set validation.every=0")
     if int(r.policy_epochs) != 1:
         raise RecipeError("recipe.policy_epochs must be 1 (one policy epoch per batch, App. D.1)")
     if cfg.engine.name not in ("trl", "verl"):

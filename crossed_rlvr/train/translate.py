@@ -10,16 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 
-def trl_args(cfg: Any) -> dict[str, Any]:
-    """GRPOConfig keyword arguments for one arm."""
+def trl_args(cfg: Any, world: int = 1) -> dict[str, Any]:
+    """GRPOConfig keyword arguments for one arm on ``world`` processes: each process generates and trains
+    on ``micro`` completions at a time, and the accumulation keeps micro x accumulation x world equal to
+    the recipe's batch of completions, so an update is the same on any number of ranks."""
     r, e = cfg.recipe, cfg.engine
     batch = int(r.prompts_per_update) * int(r.group_size)
     micro = int(e.get("micro_batch") or r.group_size)
+    if batch % (micro * world):
+        raise ValueError(f"the batch of {batch} completions (recipe.prompts_per_update={r.prompts_per_update} x "
+                         f"recipe.group_size={r.group_size}) does not split into engine.micro_batch={micro} x "
+                         f"{world} processes")
     return {
         "learning_rate": float(r.lr), "weight_decay": float(r.weight_decay),
         "adam_beta1": float(r.betas[0]), "adam_beta2": float(r.betas[1]), "max_grad_norm": float(r.grad_clip),
         "lr_scheduler_type": "constant", "warmup_steps": 0,
-        "per_device_train_batch_size": micro, "gradient_accumulation_steps": batch // micro,
+        "per_device_train_batch_size": micro, "gradient_accumulation_steps": batch // (micro * world),
         "num_generations": int(r.group_size), "num_iterations": int(r.policy_epochs),
         "epsilon": float(r.clip_ratio), "epsilon_high": float(r.clip_ratio),  # symmetric clip
         "beta": 0.0 if not r.kl_loss else 0.001,  # no KL loss: TRL then loads no reference model

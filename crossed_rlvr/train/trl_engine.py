@@ -39,10 +39,13 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
 
     from crossed_rlvr.policies.loading import load_tokenizer
 
+    seen: list[list[str]] = []  # the prompts this rank generated for, per generation batch
+
     class WeightedGRPOTrainer(GRPOTrainer):
         """Scales each sample's advantage by its prompt's importance weight P_i/Q_i (App. D.1)."""
 
         def _generate_and_score_completions(self, inputs):
+            seen.append(sorted({str(x["item_id"]) + "#" + str(x["row"]) for x in inputs}))
             out = super()._generate_and_score_completions(inputs)
             w = torch.tensor([float(x.get("is_weight", 1.0)) for x in inputs], dtype=out["advantages"].dtype,
                              device=out["advantages"].device)
@@ -53,37 +56,44 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
 
     class MetricsFile(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "reward" in logs:
+            if logs and "reward" in logs and state.is_world_process_zero:  # one line per update, from rank 0
                 entry = {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, int | float)}}
                 with metrics_path.open("a") as fh:
                     fh.write(json.dumps(entry) + "\n")
 
+    world, first = world_size(), rank() == 0
+    if world > 1 and int((cfg.get("validation") or {}).get("every", 0) or 0) > 0:
+        raise ValueError("validation.every > 0 runs on one process; validate a multi-process arm's checkpoints "
+                         "with crossed-eval, or train it on one process")
     model_path = Path(cfg.model.path)
     tokenizer = load_tokenizer(model_path)
+    gpu = torch.cuda.is_available()
+    from crossed_rlvr.tracking import resolved_config, start_run
+
+    # One wandb run per arm, opened here so that transformers' callback logs into it and never into the
+    # previous arm's run (it does not finish runs between trainers, and study workers are reused); rank 0's.
+    run = start_run(cfg.tracking, name=str(cfg.arm), job_type="train", run_dir=run_dir, study=cfg.get("study"),
+                    config=resolved_config(cfg)) if first else None
+    report = ["wandb"] if run is not None else []
+    # the arguments first: on several processes they start the process group (gloo on a CPU)
+    args = GRPOConfig(
+        output_dir=str(run_dir / "trl"), logging_steps=1, save_strategy="no", report_to=report,
+        run_name=cfg.arm, use_cpu=not gpu, bf16=False, reward_weights=[1.0, 0.0],
+        log_completions=False, disable_tqdm=not first, ddp_backend="gloo" if world > 1 and not gpu else None,
+        **trl_args(cfg, world),
+    )
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
     ckpt = run_dir / "checkpoints"
     step0 = ckpt / "step-0"
-    if not step0.exists():
+    if first and not step0.exists():
         model.save_pretrained(step0)
         copy_tokenizer_files(model_path, step0)
     conv = cfg.convention.name
     dataset = Dataset.from_list([
         {"prompt": [{"role": "user", "content": r["prompt"]}], "reference": r["reference"], "convention": r["convention"],
-         "is_weight": r["is_weight"], "item_id": r["item_id"]}
+         "is_weight": r["is_weight"], "item_id": r["item_id"], "row": r["row"]}
         for r in rows
     ])
-    from crossed_rlvr.tracking import resolved_config, start_run
-
-    # One wandb run per arm, opened here so that transformers' callback logs into it and never into the
-    # previous arm's run (it does not finish runs between trainers, and study workers are reused).
-    run = start_run(cfg.tracking, name=str(cfg.arm), job_type="train", run_dir=run_dir, study=cfg.get("study"),
-                    config=resolved_config(cfg))
-    report = ["wandb"] if run is not None else []
-    args = GRPOConfig(
-        output_dir=str(run_dir / "trl"), logging_steps=1, save_strategy="no", report_to=report,
-        run_name=cfg.arm, use_cpu=not torch.cuda.is_available(), bf16=False, reward_weights=[1.0, 0.0],
-        log_completions=False, disable_tqdm=False, **trl_args(cfg),
-    )
     lora = cfg.recipe.get("lora") or {}
     peft_config = None
     if lora.get("enabled", False):
@@ -107,7 +117,9 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
         peft_config=peft_config,
     )
     start = time.perf_counter()
-    metrics_path.unlink(missing_ok=True)
+    if first:
+        metrics_path.unlink(missing_ok=True)
+    trainer.accelerator.wait_for_everyone()
     try:
         trainer.train()
     finally:
@@ -116,19 +128,58 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     seconds = time.perf_counter() - start
     final = ckpt / f"step-{int(cfg.recipe.updates)}"
     tmp = final.with_name(final.name + ".tmp")
+    ranks = across_ranks(trainer, seen) if world > 1 else None
     if peft_config is not None:  # the evaluator loads plain HF directories: merge the adapters in
-        trainer.model.merge_and_unload().save_pretrained(str(tmp))
+        if first:
+            trainer.model.merge_and_unload().save_pretrained(str(tmp))
     else:
-        trainer.save_model(str(tmp))
-    copy_tokenizer_files(model_path, tmp)
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
-    shutil.rmtree(run_dir / "trl", ignore_errors=True)
-    result = {"seconds": round(seconds, 1), "final_checkpoint": str(final), "metrics": str(metrics_path)}
+        trainer.save_model(str(tmp))  # written by rank 0
+    if first:
+        copy_tokenizer_files(model_path, tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        shutil.rmtree(run_dir / "trl", ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()  # no rank returns before the checkpoint is in place
+    result = {"seconds": round(seconds, 1), "final_checkpoint": str(final), "metrics": str(metrics_path),
+              "world_size": world}
+    if ranks is not None:
+        result.update(ranks)
     if validation is not None:
         result.update(validation_steps=sorted(validation.done), validation_seconds=round(validation.seconds, 1))
     return result
+
+
+def world_size() -> int:
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def rank() -> int:
+    import os
+
+    return int(os.environ.get("RANK", "0"))
+
+
+def across_ranks(trainer: Any, seen: list[list[str]]) -> dict[str, Any]:
+    """What the ranks did, gathered: each generation batch's prompts (rows of the training stream) per
+    rank, disjoint and together the update's prompts; and each rank's final weights, identical under DDP."""
+    import hashlib
+
+    import torch.distributed as dist
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(trainer.model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    mine = {"seen": seen, "weights": digest.hexdigest()}
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine)
+    batches = list(zip(*(g["seen"] for g in gathered), strict=True))
+    disjoint = all(sum(len(set(b)) for b in batch) == len(set().union(*map(set, batch))) for batch in batches)
+    return {"ranks_disjoint_prompts": disjoint, "ranks_identical_weights": len({g["weights"] for g in gathered}) == 1,
+            "weights_sha256": gathered[0]["weights"], "prompts_per_rank": [len(g["seen"][0]) for g in gathered]}
 
 
 def _request_of(convention: str) -> str:

@@ -1,0 +1,36 @@
+"""One GRPO arm on several processes (``engine.nproc_per_node`` > 1 with ``engine=trl``): the study runs
+``torchrun -m crossed_rlvr.train.worker SPEC.json``, every rank trains its share of each update, and rank
+0 writes the arm and ``SPEC.result.json``. The same as ``torchrun ... -m crossed_rlvr.train.cli`` by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def run_arm(cfg: dict[str, Any], spec_file: Path, nproc: int) -> dict[str, Any]:
+    spec_file.parent.mkdir(parents=True, exist_ok=True)
+    spec_file.write_text(json.dumps(cfg, indent=2) + "\n")
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                    "-m", "crossed_rlvr.train.worker", str(spec_file)], check=True)
+    return json.loads(spec_file.with_suffix(".result.json").read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.train.cli import run_train
+
+    spec_file = Path((argv or sys.argv[1:])[0])
+    summary = run_train(OmegaConf.create(json.loads(spec_file.read_text())))
+    if int(os.environ.get("RANK", "0")) == 0:
+        spec_file.with_suffix(".result.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
