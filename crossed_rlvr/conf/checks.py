@@ -97,7 +97,9 @@ def needs_gpu(cfg: Any, what: str) -> None:
 
     import torch
 
-    missing = [x for x, ok in (("a GPU (torch.cuda.is_available() is False)", torch.cuda.is_available()),
+    from crossed_rlvr.eval.generation import cpu_build
+
+    missing = [x for x, ok in (("a GPU (torch.cuda.is_available() is False)", torch.cuda.is_available() or cpu_build()),
                                ("the vllm package (pip install -e '.[gpu]')", importlib.util.find_spec("vllm")))
                if not ok]
     if missing:

