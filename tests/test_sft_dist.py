@@ -129,3 +129,31 @@ def test_batch_plan_and_deepspeed_names():
     assert deepspeed_config("zero3").endswith("conf/sft/deepspeed/zero3.json") and deepspeed_config(None) is None
     with pytest.raises(SFTRecipeError, match="zero2, zero3"):
         deepspeed_config("zero9")
+
+
+@pytest.mark.timeout(900)
+def test_arms_side_by_side_equal_arms_one_after_another(base, tmp_path):
+    """``sft.parallel_arms=2`` (the study's stage, crossed_rlvr/sft/worker.py): the hash arm and the boxed
+    control train at once, one process each (one GPU each on a node), and give the same weights, byte for
+    byte, as the same arms trained one after the other."""
+    from crossed_rlvr.sft.worker import run_stage
+
+    def spec(run: Path, parallel: int) -> dict:
+        return {"model": {"name": "tiny", "source": "local", "path": str(base), "system": None},
+                "task": {"name": "arith_tiny", "source": "arith", "split": "test", "n_test": 20, "n_dev": 4,
+                         "seed": 1, "strata": [1, 2], "max_operand": 9, "ops": ["+", "-"]},
+                "sft": {"epochs": 1, "learning_rate": 1e-3, "lr_scheduler": "cosine", "warmup_ratio": 0.0,
+                        "effective_batch": 16, "per_device_batch": 8, "max_length": 256, "weight_decay": 0.0,
+                        "deepspeed": None, "bf16": False, "nproc_per_node": 1, "parallel_arms": parallel},
+                "run_dir": str(run), "seeds": [83], "arm": "hash", "control": "boxed",
+                "train_items": {"n": 32, "seed": 7}, "tracking": {"mode": "off", "project": "x"}, "study": None}
+
+    side = run_stage(spec(tmp_path / "side", 2), tmp_path / "side" / "data" / "spec.json")
+    one = run_stage(spec(tmp_path / "one", 1), tmp_path / "one" / "data" / "spec.json")
+    assert sorted(k for k in side if k != "pairs") == ["sft-boxed/s83", "sft-hash/s83"]
+    for arm in ("sft-hash/s83", "sft-boxed/s83"):
+        conv, seed = arm[4:].split("/")
+        a = tmp_path / "side" / "models" / f"sft-{conv}" / seed / "model.safetensors"
+        b = tmp_path / "one" / "models" / f"sft-{conv}" / seed / "model.safetensors"
+        assert a.read_bytes() == b.read_bytes()
+        assert side[arm]["losses"] == one[arm]["losses"]

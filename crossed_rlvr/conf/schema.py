@@ -165,6 +165,7 @@ class SFTRecipeConf:
     deepspeed: str | None = None   # a DeepSpeed JSON file, or zero2 / zero3 (conf/sft/deepspeed/)
     bf16: bool = False             # bfloat16 autocast over fp32 master weights, on GPUs only
     nproc_per_node: int = 1        # the study runs each SFT stage on this many processes (torchrun)
+    parallel_arms: int = 1         # the study trains this many arms side by side, one process (GPU) each
 
 
 @dataclass

@@ -83,14 +83,31 @@ def warmstart(cfg: Any) -> dict[str, Any]:
     return tracked_sft(cfg, "initial", "sft-warmstart", base, rows, out, int(cfg.warmstart.seed))
 
 
-def arms(cfg: Any) -> dict[str, Any]:
+def pair_files(cfg: Any) -> tuple[Path, Path]:
     run = Path(cfg.run_dir)
-    items = train_items(cfg)
-    data_a, data_b = run / "data" / f"sft-{cfg.arm}.jsonl", run / "data" / f"sft-{cfg.control}.jsonl"
-    n = write_pairs(items, data_a, data_b, cfg.arm, cfg.control)
+    return run / "data" / f"sft-{cfg.arm}.jsonl", run / "data" / f"sft-{cfg.control}.jsonl"
+
+
+def write_arm_pairs(cfg: Any) -> int:
+    data_a, data_b = pair_files(cfg)
+    return write_pairs(train_items(cfg), data_a, data_b, cfg.arm, cfg.control)
+
+
+def arms(cfg: Any) -> dict[str, Any]:
+    """Every arm x seed, or only ``cfg.only`` (one arm, e.g. ``sft-hash/s83``, from pairs already written:
+    arms trained side by side in processes of their own, crossed_rlvr/sft/worker.py)."""
+    run = Path(cfg.run_dir)
+    data_a, data_b = pair_files(cfg)
+    only = cfg.get("only")
+    if only and data_a.exists() and data_b.exists():
+        n = sum(1 for _ in data_a.open())
+    else:
+        n = write_arm_pairs(cfg)
     results: dict[str, Any] = {"pairs": n}
     for seed in cfg.seeds:
         for conv, data in ((cfg.arm, data_a), (cfg.control, data_b)):
+            if only and only != f"sft-{conv}/s{seed}":
+                continue
             out = run / "models" / f"sft-{conv}" / f"s{seed}"
             if (out / "sft_summary.json").exists():
                 results[f"sft-{conv}/s{seed}"] = {"skipped": str(out)}

@@ -19,12 +19,42 @@ def command(spec_file: Path, nproc: int) -> list[str]:
 
 
 def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
-    """Write ``spec`` (a crossed-sft config) and run its arms in a child process; returns their results."""
+    """Write ``spec`` (a crossed-sft config) and run its arms in child processes; returns their results.
+
+    ``sft.parallel_arms`` = K > 1 trains K arms at a time side by side, one process each on its own GPU
+    (``CUDA_VISIBLE_DEVICES``; App. D.2.1: one GPU per arm); else all arms in one child, across
+    ``sft.nproc_per_node`` processes (torchrun) when that is > 1."""
+    sft = spec.get("sft") or {}
+    nproc, parallel = int(sft.get("nproc_per_node") or 1), int(sft.get("parallel_arms") or 1)
     spec_file.parent.mkdir(parents=True, exist_ok=True)
-    spec_file.write_text(json.dumps(spec, indent=2) + "\n")
-    nproc = int((spec.get("sft") or {}).get("nproc_per_node") or 1)
-    subprocess.run(command(spec_file, nproc), check=True)
-    return json.loads(spec_file.with_suffix(".result.json").read_text())
+    if parallel <= 1:
+        spec_file.write_text(json.dumps(spec, indent=2) + "\n")
+        subprocess.run(command(spec_file, nproc), check=True)
+        return json.loads(spec_file.with_suffix(".result.json").read_text())
+    if nproc > 1:
+        raise ValueError("sft.parallel_arms > 1 runs one process per arm: set sft.nproc_per_node=1")
+    import os
+
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.sft.cli import write_arm_pairs
+
+    write_arm_pairs(OmegaConf.create(spec))  # once, before the arms read them side by side
+    names = [f"sft-{conv}/s{seed}" for seed in spec["seeds"] for conv in (spec["arm"], spec["control"])]
+    results: dict[str, Any] = {}
+    for start in range(0, len(names), parallel):
+        running = []
+        for slot, name in enumerate(names[start:start + parallel]):
+            one = spec_file.with_name(f"{spec_file.stem}.{name.replace('/', '_')}.json")
+            one.write_text(json.dumps({**spec, "only": name}, indent=2) + "\n")
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(slot)}
+            running.append((name, one, subprocess.Popen(command(one, 1), env=env)))
+        failed = [name for name, _, proc in running if proc.wait() != 0]
+        if failed:
+            raise RuntimeError(f"SFT arm(s) {', '.join(failed)} failed (see their output above)")
+        for name, one, _ in running:
+            results.update(json.loads(one.with_suffix(".result.json").read_text()))
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
