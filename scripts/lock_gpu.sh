@@ -9,7 +9,8 @@ target=(--extra gpu --python-platform x86_64-manylinux_2_31 --python-version 3.1
 uv pip compile pyproject.toml "${target[@]}" --no-header -o locks/gpu-py312.txt --quiet
 sed -i '1i # GPU stack of crossed-rlvr (Linux x86_64, Python 3.12): made by scripts/lock_gpu.sh with\n#   uv pip compile pyproject.toml --extra gpu --python-platform x86_64-manylinux_2_31 --python-version 3.12' locks/gpu-py312.txt
 wheels=()
-for name in $(grep -oE '^[A-Za-z0-9_.-]+==' locks/gpu-py312.txt | sed 's/==//' | grep -v '^antlr4-python3-runtime$'); do
+# deepspeed ships only as a source archive too (its metadata is static: uv resolves it without building)
+for name in $(grep -oE '^[A-Za-z0-9_.-]+==' locks/gpu-py312.txt | sed 's/==//' | grep -vE '^(antlr4-python3-runtime|deepspeed)$'); do
   wheels+=(--only-binary "$name")
 done
 for v in 3.11 3.12; do

@@ -42,7 +42,7 @@ def test_lock_satisfies_every_requirement_of_pyproject():
 
 def test_gpu_extra_is_verls_own_tested_stack():
     pins = lock()
-    assert pyproject()["project"]["optional-dependencies"]["gpu"] == ["verl[vllm]==0.9.1"]
+    assert pyproject()["project"]["optional-dependencies"]["gpu"] == ["verl[vllm]==0.9.1", "deepspeed==0.19.8"]
     assert (pins["verl"], pins["vllm"], pins["torch"], pins["transformers"]) == ("0.9.1", "0.24.0", "2.11.0", "5.9.0")
     assert "flash-attn" not in pins  # a source build: a documented separate step, never resolved by the extra
 
