@@ -100,3 +100,23 @@ def test_study_trains_each_arm_on_two_ranks(tmp_path):
         arm = json.loads((run / "train" / conv / "s83" / "summary.json").read_text())
         assert arm["world_size"] == 2 and arm["ranks_identical_weights"] is True
     assert (run / "eval" / "responses" / "grpo-boxed_s83__hash__original.jsonl").exists()
+
+
+@pytest.mark.timeout(600)
+def test_an_arm_in_a_process_of_its_own(arms, tmp_path):
+    """What the study does on one GPU: the arm trains in a child process (the study's never holds training
+    memory when vLLM starts) and its summary comes back."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.train.worker import run_arm
+
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        cfg = compose(config_name="crossed_train", overrides=[
+            "tracking=off", "recipe=tiny", "recipe.updates=2", "task=arith_tiny", "convention=hash", "seed=83",
+            f"run_dir={tmp_path / 'arm'}", f"model.path={arms / 'model'}"])
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    result = run_arm(plain, tmp_path / "arm.spec.json", 1)
+    assert result["world_size"] == 1 and Path(result["final_checkpoint"]).name == "step-2"
+    assert (tmp_path / "arm" / "checkpoints" / "step-2" / "model.safetensors").exists()

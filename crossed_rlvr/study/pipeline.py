@@ -205,7 +205,11 @@ class Study:
         nproc = int(self.cfg.engine.get("nproc_per_node") or 1)
         bar = tqdm(total=updates * len(configs), desc="GRPO updates (all arms)", unit="update")
         results: dict[str, dict[str, Any]] = {}
-        if nproc > 1 and self.cfg.engine.name == "trl":  # each arm across nproc processes (torchrun)
+        import torch
+
+        # each arm across nproc processes (torchrun); on a GPU, one arm at a time in a process of its own too,
+        # so that the evaluation's vLLM later starts on memory that training no longer holds
+        if self.cfg.engine.name == "trl" and (nproc > 1 or (parallel == 1 and torch.cuda.is_available())):
             from crossed_rlvr.train.worker import run_arm
 
             for name, cfg in configs.items():

@@ -1,6 +1,7 @@
-"""One GRPO arm on several processes (``engine.nproc_per_node`` > 1 with ``engine=trl``): the study runs
-``torchrun -m crossed_rlvr.train.worker SPEC.json``, every rank trains its share of each update, and rank
-0 writes the arm and ``SPEC.result.json``. The same as ``torchrun ... -m crossed_rlvr.train.cli`` by hand."""
+"""One GRPO arm in processes of its own (``engine=trl``): on several (``engine.nproc_per_node`` > 1) the study
+runs ``torchrun -m crossed_rlvr.train.worker SPEC.json``, every rank trains its share of each update, and rank
+0 writes the arm and ``SPEC.result.json`` (the same as ``torchrun ... -m crossed_rlvr.train.cli`` by hand); on
+one GPU, plain ``python -m crossed_rlvr.train.worker``, so the study's process never holds training memory."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from typing import Any
 def run_arm(cfg: dict[str, Any], spec_file: Path, nproc: int) -> dict[str, Any]:
     spec_file.parent.mkdir(parents=True, exist_ok=True)
     spec_file.write_text(json.dumps(cfg, indent=2) + "\n")
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                    "-m", "crossed_rlvr.train.worker", str(spec_file)], check=True)
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
+    subprocess.run([sys.executable, *launcher, "-m", "crossed_rlvr.train.worker", str(spec_file)], check=True)
     return json.loads(spec_file.with_suffix(".result.json").read_text())
 
 
