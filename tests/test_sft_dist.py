@@ -55,20 +55,20 @@ def test_effective_batch_holds_on_any_number_of_processes(one_process, base, tmp
     assert (two["world_size"], two["per_device_batch"], two["accumulation"]) == (2, 8, 2)
     assert one_process["steps"] == two["steps"] == 2 * N_ITEMS // 32
     assert len(two["losses"]) == len(one_process["losses"]) == two["steps"]
-    assert two["losses"] == pytest.approx(one_process["losses"], rel=2e-3)
+    assert two["losses"] == pytest.approx(one_process["losses"], abs=1e-5)  # measured: equal to 1e-6
 
 
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize("stage", ["zero2", "zero3"])
 def test_deepspeed_zero_on_two_processes_matches_one(one_process, base, tmp_path, stage):
     """One arm across 2 processes under DeepSpeed ZeRO-2 / ZeRO-3 (gloo on the CPU): the loss curve equals the
-    1-process run within 0.2 %, only rank 0 writes the arm, and the arm loads as a model and tokenizer."""
+    1-process run to 1e-5, only rank 0 writes the arm, and the arm loads as a model and tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     run = tmp_path / stage
     dist = sft(run, str(base), 2, f"sft.deepspeed={stage}")
     assert dist["world_size"] == 2 and dist["steps"] == one_process["steps"]
-    assert dist["losses"] == pytest.approx(one_process["losses"], rel=2e-3)
+    assert dist["losses"] == pytest.approx(one_process["losses"], abs=1e-5)  # measured: equal to 1e-6
     arm = run / "models" / "sft-hash" / "s83"
     model = AutoModelForCausalLM.from_pretrained(arm)
     assert sum(p.numel() for p in model.parameters()) > 0
