@@ -134,3 +134,17 @@ def test_eval_sweep_gives_every_job_its_run_directory(tmp_path):
         meta = json.loads((tmp_path / "temps" / job / "responses" / "initial__hash__original.meta.json").read_text())
         assert meta["generation"]["temperature"] == float(job.split("=")[1])
         assert (tmp_path / "temps" / job / "hydra" / "overrides.yaml").exists()
+
+
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "crossed_rlvr" / "conf" / "experiment")
+                 .glob("*.yaml"))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_tracking_choice_on_the_command_line_beats_every_preset(preset):
+    """Presets pick groups with ``override``, never by setting values, so the user's group choice wins
+    (issue 22: experiment=smoke tracking=offline logged nothing)."""
+    for choice in ("off", "offline", "online"):
+        with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+            cfg = compose(config_name="crossed_study", overrides=[f"experiment={preset}", f"tracking={choice}"])
+        assert str(cfg.tracking.mode) == choice, (preset, choice, cfg.tracking.mode)
