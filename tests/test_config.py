@@ -148,3 +148,16 @@ def test_a_tracking_choice_on_the_command_line_beats_every_preset(preset):
         with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
             cfg = compose(config_name="crossed_study", overrides=[f"experiment={preset}", f"tracking={choice}"])
         assert str(cfg.tracking.mode) == choice, (preset, choice, cfg.tracking.mode)
+
+
+def test_a_train_sweep_honours_run_dir(tmp_path):
+    """``crossed-train -m ... run_dir=X``: the jobs go under X/<convention>/s<seed> (issue 22: the sweep
+    directory was fixed to runs/train whatever run_dir said)."""
+    build_tiny_model(tmp_path / "model", SMALL)
+    cmd = [str(BIN / "crossed-train"), "-m", "convention=hash,boxed", "seed=83", "tracking=off", "recipe=tiny",
+           "recipe.updates=1", "recipe.prompts_per_update=2", "recipe.max_response_tokens=16", "train_items.n=16",
+           f"model.path={tmp_path}/model", f"run_dir={tmp_path}/mine"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=tmp_path)
+    for conv in ("hash", "boxed"):
+        assert json.loads((tmp_path / "mine" / conv / "s83" / "summary.json").read_text())["convention"] == conv
+    assert not (tmp_path / "runs").exists()

@@ -12,5 +12,16 @@ def _swept(job_overrides, *exclude):  # imported lazily: the app module imports 
     return swept_dirname(job_overrides, *exclude)
 
 
+def _given(job_overrides, key, default):
+    """The value of ``key=...`` among a job's command-line overrides, else ``default`` (crossed-train -m:
+    a ``run_dir`` given on the command line is the sweep's root)."""
+    for o in job_overrides or []:
+        name, _, value = str(o).partition("=")
+        if name.lstrip("+~") == key and value:
+            return value
+    return default
+
+
 register()
 OmegaConf.register_new_resolver("crossed_swept", _swept, replace=True)
+OmegaConf.register_new_resolver("crossed_given", _given, replace=True)
