@@ -134,12 +134,32 @@ def test_verl_import_and_score(tmp_path):
     out = tmp_path / "resp" / "boxed.jsonl"
     out.parent.mkdir()
     assert main(["verl", str(folder), "-o", str(out), "--policy", "grpo-boxed/s1", "--training-convention", "boxed",
-                 "--train-seed", "1", "--request", "boxed"]) == 0
+                 "--train-seed", "1", "--request", "boxed", "--task", "gsm8k"]) == 0
     assert len(read_responses([out]).records) == 6
     assert main(["verl", str(folder), "-o", str(out), "--policy", "x"]) == 2  # never overwrites
     scores = pd.read_parquet(score_files([out], tmp_path / "s.parquet", workers=0, progress=False))
     by_ref = scores.groupby("reference")["boxed_first.correct"].mean()
     assert by_ref.to_dict() == {"5": 1.0, "6": 0.0}
+
+
+def test_verl_dump_task_is_read_or_refused_never_guessed(tmp_path, capsys):
+    """Issue 22: a MATH dump imported without --task was labelled gsm8k and scored strict 0.125 instead of
+    1.0. The task comes from the rows' data_source (crossed_rlvr/<task>/<request>) or --task, else refusal."""
+    row = {"input": "Simplify 2/4.\nPut the final answer in \\boxed{}.", "output": "\\boxed{\\frac12}",
+           "gts": "\\frac{1}{2}", "score": 1.0, "step": 5}
+    bare = tmp_path / "bare" / "5.jsonl"
+    bare.parent.mkdir()
+    bare.write_text(json.dumps(row) + "\n")
+    out = tmp_path / "a.jsonl"
+    assert main(["verl", str(bare.parent), "-o", str(out), "--policy", "grpo-boxed/s1", "--request", "boxed"]) == 2
+    err = capsys.readouterr().err
+    assert "does not say its task" in err and "give --task (one of" in err and "math500" in err
+    assert not out.exists()
+    said = tmp_path / "said" / "5.jsonl"
+    said.parent.mkdir()
+    said.write_text(json.dumps({**row, "data_source": "crossed_rlvr/math500/boxed"}) + "\n")
+    assert main(["verl", str(said.parent), "-o", str(out), "--policy", "grpo-boxed/s1", "--request", "boxed"]) == 0
+    assert {r["task"] for r in read_responses([out]).records} == {"math500"}
 
 
 def test_verl_dump_without_ground_truth(tmp_path):

@@ -278,6 +278,23 @@ def import_verl_steps(folder: str | Path, policy: str, **kw: Any) -> list[dict[s
     return records
 
 
+def verl_task(src: Path) -> str:
+    """The task of a verl dump from its rows' ``data_source`` (``crossed_rlvr/<task>[/<request>]``, as our
+    parquet writes it, where the dump keeps it); never a guess: readers differ by task (``\\frac12`` is
+    right on MATH, unreadable on GSM8K), so a dump that does not say is refused."""
+    tasks = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "conf" / "task").glob("*.yaml"))
+    files = [p for _, p in verl_steps(src)] if src.is_dir() else [src]
+    for path in files:
+        for row, where in _lines(path):
+            source = row.get("data_source") if isinstance(row, dict) else None
+            parts = str(source).split("/") if source else []
+            if len(parts) >= 2 and parts[0] == "crossed_rlvr" and parts[1] in tasks:
+                return parts[1]
+            break
+    raise ResponseFileError(f"{files[0]}: the dump does not say its task (no data_source crossed_rlvr/<task>); "
+                            f"give --task (one of {', '.join(tasks)})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crossed-import", description="Import outputs made elsewhere as response records.")
     parser.add_argument("kind", choices=["lm-eval", "verl"], help="source format")
@@ -312,8 +329,9 @@ def main(argv: list[str] | None = None) -> int:
             src = Path(args.input)
             convention, seed = policy_identity(args.policy, args.training_convention, args.train_seed)
             kw = {**common, "training_convention": convention, "train_seed": seed}
+            task = args.task or verl_task(src)
             if args.all_steps:
-                records = import_verl_steps(src, task=args.task or "gsm8k", **kw)
+                records = import_verl_steps(src, task=task, **kw)
             else:
                 if src.is_dir():
                     steps = verl_steps(src)
@@ -321,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
                     if chosen is None:
                         raise ResponseFileError(f"{src}: no {args.step}.jsonl")
                     src = chosen
-                records = import_verl_dump(src, task=args.task or "gsm8k", **kw)
+                records = import_verl_dump(src, task=task, **kw)
     except ResponseFileError as err:
         print(f"crossed-import: {err}", file=sys.stderr)
         return 2
