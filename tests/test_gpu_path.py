@@ -400,11 +400,11 @@ def test_verl_validation_dump_imports_into_crossed_cells(paper_gsm8k, local, tmp
     tok = load_tokenizer(local["model"])
     val = pd.read_parquet(paper_gsm8k / "train" / "hash" / "s83" / "data" / "val.parquet")
     rows = []
-    for prompt, reward_model in zip(val["prompt"], val["reward_model"], strict=True):
+    for k, (prompt, reward_model) in enumerate(zip(val["prompt"], val["reward_model"], strict=True)):
         text = tok.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
         ref = reward_model["ground_truth"]
         rows.append({"input": text, "output": f"So the answer is #### {ref}", "gts": ref, "score": 1.0, "step": 100,
-                     "acc": 1.0, "is_weight": 1.0, "uid": "x"})
+                     "acc": 1.0, "is_weight": 1.0, "uid": f"{k:08x}_0_0"})  # v1: one key per sample
     dump = tmp_path / "validation" / "100.jsonl"
     dump.parent.mkdir()
     dump.write_text("".join(json.dumps(r) + "\n" for r in rows))

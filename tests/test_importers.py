@@ -193,3 +193,78 @@ def test_imported_set_without_a_crossed_pair_says_what_is_missing(tmp_path, caps
     report = (tmp_path / "a" / "report.md").read_text()
     assert "- missing: gsm8k/original: arms trained on hash but none on boxed" in report
     assert "| n/a/n/a |" in report  # truncation of imported responses is unknown, not 0
+
+
+def _lm(doc, target="#### 5", resps=(("#### 5",),), question="What is 2+3?", suffix=None):
+    from crossed_rlvr.rewards.conventions import request_suffix
+
+    prompt = f"{question}\n{suffix or request_suffix('hash', 'original')}"
+    return {"doc_id": doc, "target": target, "resps": [list(r) for r in resps][:1] if resps else [],
+            "arguments": {"gen_args_0": {"arg_0": prompt, "arg_1": {}}}}
+
+
+# (what the file holds, the first words of the error): issue 22, bad rows never become data
+LM_EVAL_BAD = [
+    ([_lm(0, target=None)], "samples_gsm8k.jsonl:1: field 'target' is null"),
+    ([_lm(0, resps=((None,),))], "samples_gsm8k.jsonl:1: field 'resps' generation 0 is null, not text"),
+    ([_lm(0, resps=((),))], "samples_gsm8k.jsonl:1: field 'resps' holds no generation for doc_id 0"),
+    ([_lm(0), _lm(0, resps=(("#### 7",),))], "samples_gsm8k.jsonl:2: doc_id 0 repeated with other responses"),
+    ([_lm({"a": 1})], "samples_gsm8k.jsonl:1: field 'doc_id' must be an integer or a string, got dict"),
+    ([], "no samples (an empty input is never an empty result)"),
+]
+
+
+@pytest.mark.parametrize(("rows", "first"), LM_EVAL_BAD)
+def test_bad_lm_eval_rows_are_refused_with_file_line_and_field(tmp_path, rows, first):
+    path = tmp_path / "samples_gsm8k.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ResponseFileError) as info:
+        import_lm_eval(path, policy="initial")
+    assert first in str(info.value), str(info.value)
+
+
+def test_lm_eval_variants_pair_only_the_same_question(tmp_path):
+    from crossed_rlvr.rewards.conventions import request_suffix
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    hash_rows = [_lm(0, question="Q zero?"), _lm(1, question="Q one?")]
+    boxed_rows = [_lm(0, question="Q one?", suffix=request_suffix("boxed", "original")),  # reversed order
+                  _lm(1, question="Q zero?", suffix=request_suffix("boxed", "original"))]
+    (folder / "samples_gsm8k_hash.jsonl").write_text("".join(json.dumps(r) + "\n" for r in hash_rows))
+    (folder / "samples_gsm8k_boxed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in boxed_rows))
+    with pytest.raises(ResponseFileError, match=r"doc_id 0 holds another question than under request"):
+        import_lm_eval(folder, policy="initial", task="gsm8k")
+
+
+VERL_BAD = [
+    ('{"input": "q #### x", "output": null, "gts": "5"}\n', "5.jsonl:1: field 'output' is null"),
+    ('{"input": "q", "output": "a", "gts": null}\n', "5.jsonl:1: field 'gts' is null"),
+    ("7\n", "5.jsonl:1: a row must be a JSON object, got int"),
+    ("", "5.jsonl: no rows"),
+    ('{"input": "q", "output": "a", "gts": "5", "uid": "u1"}\n{"input": "q", "output": "b", "gts": "5", "uid": "u1"}\n',
+     "5.jsonl:2: the same sample as at"),
+]
+
+
+@pytest.mark.parametrize(("text", "first"), VERL_BAD)
+def test_bad_verl_rows_are_refused_with_file_line_and_field(tmp_path, text, first):
+    path = tmp_path / "5.jsonl"
+    path.write_text(text)
+    with pytest.raises(ResponseFileError) as info:
+        import_verl_dump(path, policy="initial", training_convention="initial", request="hash")
+    assert first in str(info.value), str(info.value)
+
+
+def test_non_utf8_bytes_and_missing_inputs_are_errors_not_tracebacks(tmp_path, capsys):
+    path = tmp_path / "5.jsonl"
+    path.write_bytes(b'{"input": "q", "output": "\xff\xfe", "gts": "5"}\n')
+    with pytest.raises(ResponseFileError, match=r"5\.jsonl:1: not UTF-8 text"):
+        import_verl_dump(path, policy="initial", training_convention="initial", request="hash")
+    lm = tmp_path / "samples_gsm8k.jsonl"
+    lm.write_bytes(b'{"doc_id": 0, "target": "\xff"}\n')
+    with pytest.raises(ResponseFileError, match=r"samples_gsm8k\.jsonl:1: not UTF-8 text"):
+        import_lm_eval(lm, policy="initial")
+    assert main(["verl", str(tmp_path / "nope"), "-o", str(tmp_path / "o.jsonl"), "--policy", "initial",
+                 "--task", "gsm8k"]) == 2
+    assert "no such file or folder" in capsys.readouterr().err

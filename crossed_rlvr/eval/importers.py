@@ -81,10 +81,16 @@ def policy_identity(policy: str, training_convention: str | None = None,
 
 
 def _lines(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
+    if not path.exists():
+        raise ResponseFileError(f"{path}: no such file or folder")
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            where = Source(str(path), n)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ResponseFileError(f"{where}: not UTF-8 text (byte {err.start} of the line)") from None
             if line.strip():
-                where = Source(str(path), n)
                 try:
                     yield json.loads(line), where
                 except json.JSONDecodeError as err:
@@ -94,13 +100,15 @@ def _lines(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
 def _lm_eval_samples(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
     """Samples of one lm-eval file: JSON Lines (0.4.3+) or one JSON array (0.4.0-0.4.2, whose
     entries are numbered by their position in the array)."""
-    with path.open(encoding="utf-8") as fh:
-        head = fh.read(4096).lstrip()
+    with path.open("rb") as fh:
+        head = fh.read(4096).decode("utf-8", errors="replace").lstrip()  # the format only; _lines checks bytes
     if not head.startswith("["):
         yield from _lines(path)
         return
     try:
         samples = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ResponseFileError(f"{path}: not UTF-8 text (byte {err.start})") from None
     except json.JSONDecodeError as err:
         raise ResponseFileError(f"{Source(str(path), err.lineno)}: not valid JSON ({err.msg})") from None
     for k, sample in enumerate(samples):
@@ -152,26 +160,49 @@ def import_lm_eval(
     convention, seed = policy_identity(policy, training_convention, train_seed)
     records: list[dict[str, Any]] = []
     tasks_by_request: dict[str, set[str]] = defaultdict(set)
+    questions: dict[tuple[str, str], tuple[str, str, Source]] = {}
     for file in lm_eval_files(path):
         file_task = task or task_of_file(file)
         if file_task is None:
             raise ResponseFileError(f"{file}: the task cannot be read from this file name; pass --task")
-        seen: set[Any] = set()
+        seen: dict[Any, tuple[Any, Any, Source]] = {}
         for sample, where in _lm_eval_samples(file):
             if not isinstance(sample, dict):
                 raise ResponseFileError(f"{where}: a sample must be a JSON object, got {type(sample).__name__}")
             for field in ("doc_id", "resps", "target"):
                 if field not in sample:
                     raise ResponseFileError(f"{where}: missing field '{field}' (lm-eval --log_samples format expected)")
-            if sample["doc_id"] in seen:  # the same document under another filter: same raw responses
-                continue
-            seen.add(sample["doc_id"])
-            prompt = _lm_eval_prompt(sample, where)
-            req, tmpl, _ = request_of(prompt, request, template, where)
-            tasks_by_request[req].add(file_task)
+            doc = sample["doc_id"]
+            if isinstance(doc, bool) or not isinstance(doc, int | str):
+                raise ResponseFileError(f"{where}: field 'doc_id' must be an integer or a string, got "
+                                        f"{type(doc).__name__}")
+            if sample["target"] is None:
+                raise ResponseFileError(f"{where}: field 'target' is null (no reference answer to score against)")
             resps = sample["resps"]
             if not (isinstance(resps, list) and resps and isinstance(resps[0], list)):
                 raise ResponseFileError(f"{where}: field 'resps' must be a list of lists of generations")
+            if not resps[0]:
+                raise ResponseFileError(f"{where}: field 'resps' holds no generation for doc_id {doc!r}")
+            bad = [k for k, text in enumerate(resps[0]) if not isinstance(text, str)]
+            if bad:
+                raise ResponseFileError(f"{where}: field 'resps' generation {bad[0]} is "
+                                        f"{'null' if resps[0][bad[0]] is None else type(resps[0][bad[0]]).__name__},"
+                                        " not text")
+            if doc in seen:  # the same document under another filter holds the same raw responses
+                first_resps, first_target, first_where = seen[doc]
+                if resps[0] != first_resps or sample["target"] != first_target:
+                    raise ResponseFileError(f"{where}: doc_id {doc!r} repeated with other responses or target than at "
+                                            f"{first_where} (two runs in one file?)")
+                continue
+            seen[doc] = (resps[0], sample["target"], where)
+            prompt = _lm_eval_prompt(sample, where)
+            req, tmpl, found = request_of(prompt, request, template, where)
+            tasks_by_request[req].add(file_task)
+            question = sha256_text(strip_request(prompt, found))
+            first = questions.setdefault((file_task, str(doc)), (question, req, where))
+            if first[0] != question:  # the hash and boxed variants pair by doc_id: only for the same question
+                raise ResponseFileError(f"{where}: doc_id {doc!r} holds another question than under request "
+                                        f"{first[1]!r} at {first[2]}: the variants' documents are not in the same order")
             for k, text in enumerate(resps[0]):
                 rec = {
                     "item_id": str(sample["doc_id"]), "task": file_task, **_policy_fields(policy, convention, seed),
@@ -181,6 +212,8 @@ def import_lm_eval(
                     "finish_reason_known": False, "source": str(where),
                 }
                 records.append(check_record(rec, where))
+    if not records:
+        raise ResponseFileError(f"{path}: no samples (an empty input is never an empty result)")
     names = set().union(*tasks_by_request.values()) if tasks_by_request else set()
     if task is None and len(names) > 1:
         shown = "; ".join(f"{r}: {', '.join(sorted(t))}" for r, t in sorted(tasks_by_request.items()))
@@ -235,11 +268,23 @@ def import_verl_dump(
     path = Path(path)
     counts: dict[tuple[str, str, str], int] = defaultdict(int)
     records = []
+    rows_seen: dict[Any, Source] = {}
     for row, where in _lines(path):
+        if not isinstance(row, dict):
+            raise ResponseFileError(f"{where}: a row must be a JSON object, got {type(row).__name__}")
         for field in ("input", "output", "gts"):
             if field not in row:
                 hint = " (verl before 0.5 wrote no 'gts'; re-run validation with a newer verl)" if field == "gts" else ""
                 raise ResponseFileError(f"{where}: missing field '{field}'{hint}")
+            if row[field] is None:
+                raise ResponseFileError(f"{where}: field '{field}' is null")
+        # verl's v1 writer keys each sample by uid: a uid seen twice is a dump written or concatenated twice.
+        # (The legacy writer has no uid, and equal rows are then legitimate: n > 1 greedy samples.)
+        if row.get("uid") is not None:
+            if row["uid"] in rows_seen:
+                raise ResponseFileError(f"{where}: the same sample as at {rows_seen[row['uid']]} (uid "
+                                        f"{row['uid']!r}): a dump written or concatenated twice")
+            rows_seen[row["uid"]] = where
         prompt = str(row["input"])
         sha = sha256_text(prompt)
         req, tmpl, found = request_of(prompt, request, template, where)
@@ -257,6 +302,8 @@ def import_verl_dump(
         rec["sample_idx"] = counts[key]
         counts[key] += 1
         records.append(check_record(rec, where))
+    if not records:
+        raise ResponseFileError(f"{path}: no rows (an empty dump is never an empty result)")
     return records
 
 
