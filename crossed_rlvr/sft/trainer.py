@@ -17,7 +17,6 @@ with its tokenizer and chat template, whether the base is a local folder or a hu
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -26,6 +25,7 @@ from typing import Any
 
 from crossed_rlvr.conf.schema import SFTRecipeConf
 from crossed_rlvr.prompts import messages, render
+from crossed_rlvr.ranks import world_size
 
 DEEPSPEED_DIR = Path(__file__).resolve().parent.parent / "conf" / "sft" / "deepspeed"
 
@@ -79,10 +79,6 @@ def _collate(pad_id: int):
         return {"input_ids": ids, "labels": labels, "attention_mask": mask}
 
     return collate
-
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def batch_plan(effective: int, per_device: int, world: int) -> tuple[int, int]:

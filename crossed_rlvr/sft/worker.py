@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.ranks import launch, rank
+
 
 def command(spec_file: Path, nproc: int) -> list[str]:
-    if nproc <= 1:
-        return [sys.executable, "-m", "crossed_rlvr.sft.worker", str(spec_file)]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-            "-m", "crossed_rlvr.sft.worker", str(spec_file)]
+    return launch("crossed_rlvr.sft.worker", str(spec_file), nproc=nproc)
 
 
 def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
@@ -58,8 +57,6 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import os
-
     from omegaconf import OmegaConf
 
     from crossed_rlvr.sft.cli import arms, warmstart
@@ -67,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     spec_file = Path((argv or sys.argv[1:])[0])
     cfg = OmegaConf.create(json.loads(spec_file.read_text()))
     result = warmstart(cfg) if cfg.get("mode") == "warmstart" else arms(cfg)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if rank() == 0:
         shown = {k: ({x: y for x, y in v.items() if x != "config"} if isinstance(v, dict) else v)
                  for k, v in result.items()}
         spec_file.with_suffix(".result.json").write_text(json.dumps(shown, indent=2) + "\n")

@@ -43,9 +43,9 @@ def run_train(cfg: Any) -> dict[str, Any]:
             return {**old, "skipped": True}
         if not cfg.get("overwrite", False):
             raise RecipeError(f"{run_dir} holds a finished run of another config; pass overwrite=true or a new run_dir")
-    import os
+    from crossed_rlvr.ranks import rank
 
-    first = int(os.environ.get("RANK", "0")) == 0  # on several processes (torchrun) rank 0 writes
+    first = rank() == 0  # on several processes (torchrun) rank 0 writes
     rows = training_rows(cfg)  # the same stream on every rank; each trains on its share of every update
     if first:
         run_dir.mkdir(parents=True, exist_ok=True)

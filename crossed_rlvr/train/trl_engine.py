@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.policies.loading import copy_tokenizer_files
+from crossed_rlvr.ranks import rank, world_size
 from crossed_rlvr.rewards.trl_entry import make_trl_reward
 from crossed_rlvr.train.translate import trl_args
 
@@ -148,18 +149,6 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     if validation is not None:
         result.update(validation_steps=sorted(validation.done), validation_seconds=round(validation.seconds, 1))
     return result
-
-
-def world_size() -> int:
-    import os
-
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def rank() -> int:
-    import os
-
-    return int(os.environ.get("RANK", "0"))
 
 
 def across_ranks(trainer: Any, seen: list[list[str]]) -> dict[str, Any]:

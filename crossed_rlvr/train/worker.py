@@ -6,18 +6,18 @@ one GPU, plain ``python -m crossed_rlvr.train.worker``, so the study's process n
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.ranks import launch, rank
+
 
 def run_arm(cfg: dict[str, Any], spec_file: Path, nproc: int) -> dict[str, Any]:
     spec_file.parent.mkdir(parents=True, exist_ok=True)
     spec_file.write_text(json.dumps(cfg, indent=2) + "\n")
-    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
-    subprocess.run([sys.executable, *launcher, "-m", "crossed_rlvr.train.worker", str(spec_file)], check=True)
+    subprocess.run(launch("crossed_rlvr.train.worker", str(spec_file), nproc=nproc), check=True)
     return json.loads(spec_file.with_suffix(".result.json").read_text())
 
 
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     spec_file = Path((argv or sys.argv[1:])[0])
     summary = run_train(OmegaConf.create(json.loads(spec_file.read_text())))
-    if int(os.environ.get("RANK", "0")) == 0:
+    if rank() == 0:
         spec_file.with_suffix(".result.json").write_text(json.dumps(summary, indent=2) + "\n")
     return 0
 
