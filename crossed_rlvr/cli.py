@@ -12,6 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from crossed_rlvr.interrupt import stops_cleanly
+
 EXAMPLES: list[dict[str, str]] = [
     {"response": "16 - 3 - 4 = 9 eggs, sold at $2 each: 9 * 2 = 18.\n#### 18", "reference": "18", "request": "hash"},
     {"response": "9 * 2 = 18 dollars.\n#### $18", "reference": "18", "request": "hash"},
@@ -69,6 +71,7 @@ def _panel(args: argparse.Namespace) -> int:
     return 0
 
 
+@stops_cleanly("crossed-rlvr")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crossed-rlvr", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

@@ -20,7 +20,7 @@ def user_content(question: str, request: str | None, template: str = "original")
 def messages(question: str, request: str | None, template: str = "original", system: str | None = None
              ) -> list[dict[str, str]]:
     out = [{"role": "system", "content": system}] if system else []
-    return out + [{"role": "user", "content": user_content(question, request, template)}]
+    return [*out, {"role": "user", "content": user_content(question, request, template)}]
 
 
 def render(tokenizer: Any, msgs: list[dict[str, str]]) -> tuple[str, list[int], str]:

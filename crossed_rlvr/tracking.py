@@ -2,14 +2,18 @@
 
 Every command and study stage opens its run through :func:`start_run`: name = the arm or stage, group =
 the study (or ``tracking.group``), job type = the stage, the resolved Hydra config as the run config,
-and an id derived from the run directory, so a resumed stage continues its own run (``resume=allow``)
-and a new arm never lands in the previous arm's run (``reinit=finish_previous``). ``offline_runs`` reads
-the offline run folders back (wandb 0.31 ships no Python reader of its transaction log).
+and an id of its own (``claim_run_id``). Every start of a stage is a new wandb run, so a stage redone,
+or run again with other settings, never writes a second history under an id that already has one; the
+one exception is explicit: a verl arm relaunched onto its own checkpoint with the same settings resumes
+its run (``resume=allow``). The ids are recorded in ``<run_dir>/wandb/crossed-runs.jsonl``. A new arm
+never lands in the previous arm's run (``reinit=finish_previous``). ``offline_runs`` reads the offline
+run folders back (wandb 0.31 ships no Python reader of its transaction log).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import struct
 from collections.abc import Iterator
@@ -26,16 +30,45 @@ def group_of(tracking: Any, study: str | None = None) -> str | None:
     return (tracking.get("group") if tracking is not None else None) or study
 
 
-def run_id(tracking: Any, job_type: str, name: str, run_dir: str | Path) -> str:
-    """Stable id of one run: the same stage in the same run directory resumes the same wandb run."""
+LEDGER = Path("wandb") / "crossed-runs.jsonl"
+
+
+def settings_sha(config: dict[str, Any] | None) -> str:
+    """What a run was started with, without the tracking block itself (logging offline or online is not a
+    setting of the experiment)."""
+    data = {k: v for k, v in (config or {}).items() if k not in ("tracking", "hydra")}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def claim_run_id(tracking: Any, job_type: str, name: str, run_dir: str | Path, config: dict[str, Any] | None,
+                 resume: bool = False) -> tuple[str, bool]:
+    """The wandb id for one start of a stage, and whether it continues an earlier run.
+
+    A start is a new run (id from the stage, the run directory, the settings and the number of earlier
+    starts, so the same sequence of commands gives the same ids) unless ``resume`` is asked for and the
+    last start of this stage had the same settings. Recorded in ``<run_dir>/wandb/crossed-runs.jsonl``.
+    """
+    ledger = Path(run_dir) / LEDGER
+    settings = settings_sha(config)
+    earlier = []
+    if ledger.exists():
+        earlier = [e for e in (json.loads(x) for x in ledger.read_text().splitlines() if x.strip())
+                   if e["job_type"] == job_type and e["name"] == name]
+    if resume and earlier and earlier[-1]["settings"] == settings:
+        return earlier[-1]["id"], True
     key = "|".join(str(x) for x in (tracking.get("entity"), tracking.get("project"), job_type, name,
-                                     Path(run_dir).resolve()))
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
+                                     Path(run_dir).resolve(), settings, len(earlier)))
+    new = hashlib.sha256(key.encode()).hexdigest()[:16]
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    with ledger.open("a") as fh:
+        fh.write(json.dumps({"job_type": job_type, "name": name, "settings": settings, "start": len(earlier),
+                             "id": new}) + "\n")
+    return new, False
 
 
 def start_run(tracking: Any, *, name: str, job_type: str, run_dir: str | Path, config: dict[str, Any] | None = None,
               study: str | None = None) -> Any:
-    """A wandb run for one arm or stage, or None when tracking is off."""
+    """A new wandb run for one start of an arm or stage, or None when tracking is off."""
     if not enabled(tracking):
         return None
     import wandb
@@ -43,12 +76,12 @@ def start_run(tracking: Any, *, name: str, job_type: str, run_dir: str | Path, c
     os.environ.setdefault("WANDB_SILENT", "true")
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    run_id, _ = claim_run_id(tracking, job_type, name, run_dir, config)
     return wandb.init(
         project=str(tracking.get("project") or "crossed-rlvr"), entity=tracking.get("entity") or None,
         group=group_of(tracking, study), name=name, job_type=job_type,
         tags=[str(t) for t in (tracking.get("tags") or [])], config=config or {}, dir=str(run_dir),
-        id=run_id(tracking, job_type, name, run_dir), resume="allow", mode=str(tracking.get("mode")),
-        reinit="finish_previous",
+        id=run_id, resume="never", mode=str(tracking.get("mode")), reinit="finish_previous",
     )
 
 

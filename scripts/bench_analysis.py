@@ -70,7 +70,7 @@ def main() -> None:
 
     start = time.perf_counter()
     draws = evaluate(contrasts, resample_stats(flat, args.resamples, args.rng_seed, used_stats(contrasts, len(flat))))
-    lo, hi = percentile_interval(draws)
+    _lo, _hi = percentile_interval(draws)
     fast = time.perf_counter() - start
     print(f"vectorized: {args.resamples:,} resamples of every contrast in {fast:.2f} s (one core)")
 

@@ -46,9 +46,9 @@ def hash_cell(ckpt: str) -> list[str]:
     payloads: list[str | None] = [None] * N
     readable_left = q
     groups = {"integer": range(N_INT), "other": range(N_INT, N)}
-    for group, items in groups.items():
+    for group, span in groups.items():
         digit, correct, _ = TABLE_17[group][ckpt]
-        items = list(items)
+        items = list(span)
         if group == "integer":  # right answers are digit-only; the rest of the digit-only ones are wrong
             for k, item in enumerate(items[:digit]):
                 payloads[item] = reference(item) if k < correct else wrong(item)

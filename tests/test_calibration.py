@@ -117,7 +117,7 @@ def test_bad_input_is_refused_and_nothing_is_written(calibration, tmp_path):
     other.replace(scores)  # the recorded scores file itself changed
     with pytest.raises(CalibrationError, match="not the scores file this sample was drawn from"):
         load_calibration(folder)
-    with pytest.raises(CalibrationError, match="calibration.json exists: a frozen sample is never redrawn"):
+    with pytest.raises(CalibrationError, match=r"calibration.json exists: a frozen sample is never redrawn"):
         from crossed_rlvr.calibration.sample import write_calibration
 
         write_calibration(folder, scores, rows, {})

@@ -59,7 +59,7 @@ def test_greedy_is_deterministic_and_length_checked(tiny):
     greedy = GenParams(temperature=0.0, top_p=1.0, max_new_tokens=10, context_limit=512)
     backend = HFBackend(model, tok, batch_size=2)
     assert backend.generate(ids, [1, 2, 3], greedy) == backend.generate(ids, [4, 5, 6], greedy)
-    with pytest.raises(ContextLengthError, match="exceed the context limit 60; .*never truncated"):
+    with pytest.raises(ContextLengthError, match=r"exceed the context limit 60; .*never truncated"):
         backend.generate(ids, [1, 2, 3], GenParams(max_new_tokens=10, context_limit=60))
 
 

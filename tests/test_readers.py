@@ -79,7 +79,7 @@ CASES = [
     ("18.002", "18", {"last_number": ("18.002", False)}),
     ('Result: {"answer": 42}', "42", {"json_first": ("42", True), "reward_json": ("42", True)}),
     ("<answer>42</answer>", "42", {"xml_first": ("42", True), "reward_xml": ("42", True)}),
-    ("no numbers here", "1", {name: (None, False) for name in ["strict_first_hash", "last_number", "boxed_first"]}),
+    ("no numbers here", "1", dict.fromkeys(["strict_first_hash", "last_number", "boxed_first"], (None, False))),
 ]
 
 

@@ -91,7 +91,7 @@ def test_trl_reward_reads_convention_column():
 
 
 def test_trl_reward_unknown_convention_fails_early():
-    with pytest.raises(KeyError, match="unknown|no training reward"):
+    with pytest.raises(KeyError, match=r"unknown|no training reward"):
         make_trl_reward("latex")
 
 

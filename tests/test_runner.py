@@ -89,7 +89,8 @@ def test_killed_run_resumes_to_identical_files(tmp_path, tiny):
 
 def test_cli_error_is_one_clear_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.eval.runner", f"run_dir={tmp_path}",
-                           f"model.path={tmp_path / 'missing'}", "tracking=off"], capture_output=True, text=True)
+                           f"model.path={tmp_path / 'missing'}", "tracking=off"], capture_output=True, text=True,
+                          check=False)
     assert proc.returncode != 0
     assert f"crossed-eval: model tiny: {tmp_path / 'missing'} does not exist" in proc.stderr
     assert not (Path(tmp_path) / "responses" / "initial__hash__original.jsonl").exists()

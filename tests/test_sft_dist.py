@@ -124,7 +124,7 @@ def test_batch_plan_and_deepspeed_names():
     assert batch_plan(32, 32, 2) == (16, 1)  # a per-device batch above the share is lowered to it
     with pytest.raises(SFTRecipeError, match="cannot be split over 3 processes"):
         batch_plan(32, 8, 3)
-    with pytest.raises(SFTRecipeError, match="not a multiple of sft.per_device_batch=5"):
+    with pytest.raises(SFTRecipeError, match=r"not a multiple of sft.per_device_batch=5"):
         batch_plan(32, 5, 1)
     assert deepspeed_config("zero3").endswith("conf/sft/deepspeed/zero3.json") and deepspeed_config(None) is None
     with pytest.raises(SFTRecipeError, match="zero2, zero3"):

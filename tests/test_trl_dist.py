@@ -58,12 +58,12 @@ def test_validation_during_training_is_refused_on_several_ranks(tmp_path):
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_train", overrides=["engine.nproc_per_node=2", "validation.every=5",
                                                               f"model.path={tmp_path}", "tracking=off"])
-    with pytest.raises(RecipeError, match="validation.every > 0 runs on one process"):
+    with pytest.raises(RecipeError, match=r"validation.every > 0 runs on one process"):
         check_config(cfg)
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_train", overrides=["engine.nproc_per_node=3", f"model.path={tmp_path}",
                                                               "tracking=off"])
-    with pytest.raises(RecipeError, match="does not split into engine.micro_batch=16 x 3 processes"):
+    with pytest.raises(RecipeError, match=r"does not split into engine.micro_batch=16 x 3 processes"):
         check_config(cfg)
 
 
@@ -81,7 +81,7 @@ def test_the_batch_splits_over_ranks_or_is_refused():
     one, two = trl_args(cfg, 1), trl_args(cfg, 2)
     assert (one["per_device_train_batch_size"], one["gradient_accumulation_steps"]) == (16, 4)
     assert (two["per_device_train_batch_size"], two["gradient_accumulation_steps"]) == (16, 2)
-    with pytest.raises(ValueError, match="does not split into engine.micro_batch=16 x 3 processes"):
+    with pytest.raises(ValueError, match=r"does not split into engine.micro_batch=16 x 3 processes"):
         trl_args(cfg, 3)
 
 

@@ -36,7 +36,7 @@ def prepared(tmp_path_factory):
 def test_overrides_compose_on_verl_config(prepared):
     from crossed_rlvr.train.verl_engine import compose_verl
 
-    tmp, summary = prepared
+    tmp, _summary = prepared
     overrides = (tmp / "arm" / "verl_overrides.txt").read_text().split()
     cfg = compose_verl(overrides)
     actor = cfg.actor_rollout_ref.actor
@@ -52,7 +52,9 @@ def test_overrides_compose_on_verl_config(prepared):
         assert "reward.custom_reward_function.name=compute_score" in text
         assert "verl.model_merger merge --backend fsdp" in text and "checkpoints/step-30" in text
     assert cfg.trainer.save_freq == 30  # the final step is saved
-    with pytest.raises(Exception):  # a key verl does not have is refused, not silently ignored
+    from hydra.errors import ConfigCompositionException
+
+    with pytest.raises(ConfigCompositionException, match="no_such_knob"):  # refused, not silently ignored
         compose_verl([*overrides, "actor_rollout_ref.actor.no_such_knob=1"])
 
 

@@ -25,7 +25,7 @@ def test_warm_start_follows_both_requests(tmp_path):
     # Held out: the training items exclude every item of this probe (the arith_tiny task).
     items = make_splits(200, 20, 20260908, (1, 2), 9, ("+", "-"))["test"][::5]
     backend = HFBackend(model, tok, batch_size=20)
-    for request, reader in (("hash", "strict_first_hash"), ("boxed", "boxed_first")):
+    for request, _reader in (("hash", "strict_first_hash"), ("boxed", "boxed_first")):
         ids = [render(tok, messages(it["question"], request))[1] for it in items]
         outs = backend.generate(ids, [20260908 + k for k in range(len(items))], GenParams(0.6, 0.95, 200, 1024))
         rows = [score_response(o.text, it["reference"], request, slow=False) for o, it in zip(outs, items)]

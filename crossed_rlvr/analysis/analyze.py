@@ -43,12 +43,12 @@ from crossed_rlvr.analysis.contrasts import (
 )
 from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k, pass_at_k_items
 from crossed_rlvr.analysis.paired import paired_tests
+from crossed_rlvr.eval.score_checks import ScoresTableError, read_scores
 from crossed_rlvr.eval.symbolic import is_symbolic_task
 from crossed_rlvr.files import sha256_file
+from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.machine import machine
 
-REQUIRED = ["task", "policy", "training_convention", "train_seed", "request", "template", "item_id", "sample_idx",
-            "finish_reason", "requested_payload", "extractable", "category"]
 DEFAULT_RESAMPLES = 2000
 DEFAULT_RNG_SEED = 20260910
 
@@ -58,19 +58,10 @@ class AnalysisError(ValueError):
 
 
 def load_scores(path: str | Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.exists():
-        raise AnalysisError(f"{path}: no such scores table")
     try:
-        df = pd.read_parquet(path)
-    except Exception as err:  # pyarrow raises several types for a file that is not Parquet
-        raise AnalysisError(f"{path}: not a readable Parquet scores table ({err})") from None
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise AnalysisError(f"{path}: scores table lacks column '{missing[0]}' (made by crossed-score?)")
-    if df.empty:
-        raise AnalysisError(f"{path}: scores table has no rows")
-    return df
+        return read_scores(path)
+    except ScoresTableError as err:
+        raise AnalysisError(str(err)) from None
 
 
 def cell_rows(df: pd.DataFrame, groups: list[Group]) -> pd.DataFrame:
@@ -111,7 +102,7 @@ def cell_rows(df: pd.DataFrame, groups: list[Group]) -> pd.DataFrame:
     cells = pd.DataFrame(rows)
     # Same-item payload changes against the initial policy (Table 12), paired by (item, sample).
     key = ["task", "template", "request", "item_id", "sample_idx"]
-    init = df[df["policy"] == "initial"][key + ["requested_payload"]].rename(columns={"requested_payload": "p0"})
+    init = df[df["policy"] == "initial"][[*key, "requested_payload"]].rename(columns={"requested_payload": "p0"})
     extra = []
     if not init.empty:
         merged = df[df["policy"] != "initial"].merge(init, on=key, how="inner")
@@ -147,7 +138,7 @@ def answer_type_rows(df: pd.DataFrame) -> pd.DataFrame:
     sym = sym.assign(ref_group=np.where(ref.str.fullmatch(r"\d+"), "integer", "other"))
     rows = []
     keys = ["task", "template", "policy", "request", "ref_group"]
-    for (task, template, policy, request, grp), part in sym.groupby(keys):
+    for (_task, _template, _policy, _request, grp), part in sym.groupby(keys):
         base = _cell_meta(part)
         for name, col in (("digit_only_hash", "hash_digit_only"), ("hash_correct", "math_first_hash.correct"),
                           ("mv_correct", "math_verify.correct")):
@@ -423,6 +414,7 @@ def analyze(
     return out
 
 
+@stops_cleanly("crossed-analyze")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crossed-analyze", description="Crossed analysis of a scores table.")
     parser.add_argument("scores", help="scores table (Parquet) from crossed-score")

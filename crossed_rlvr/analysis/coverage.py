@@ -24,7 +24,7 @@ def pass_at_k_items(correct_counts: np.ndarray, n_samples: int, k: int) -> np.nd
 def pass_at_k(correct_counts: np.ndarray, n_samples: int) -> np.ndarray:
     """pass@k for k = 1..N from per-item credited counts c (shape (..., n_items)) -> (..., N)."""
     c = np.asarray(correct_counts, dtype=float)
-    out = np.empty(c.shape[:-1] + (n_samples,))
+    out = np.empty((*c.shape[:-1], n_samples))
     for k in range(1, n_samples + 1):
         out[..., k - 1] = pass_at_k_items(c, n_samples, k).mean(axis=-1)
     return out

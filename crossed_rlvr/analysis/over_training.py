@@ -42,8 +42,8 @@ def half_final_steps(rows: pd.DataFrame) -> pd.DataFrame:
     I_P exceeds half of it (NaN when the final I_P is not positive)."""
     out = []
     ip = rows[rows["contrast"] == "I_P"]
-    for key, part in ip.groupby(["task", "template", "method", "seed"], sort=False):
-        part = part.sort_values("step")
+    for key, unsorted in ip.groupby(["task", "template", "method", "seed"], sort=False):
+        part = unsorted.sort_values("step")
         final = float(part["estimate"].iloc[-1])
         over = part[part["estimate"] > final / 2] if final > 0 else part.iloc[0:0]
         out.append({**dict(zip(["task", "template", "method", "seed"], key, strict=True)),
@@ -63,8 +63,8 @@ def plot(rows: pd.DataFrame, path: Path) -> Path:
     fig, axes = plt.subplots(1, len(MEASURES), figsize=(4.2 * len(MEASURES), 3.6), sharex=True)
     for ax, contrast in zip(axes, MEASURES.values(), strict=True):
         part = rows[rows["contrast"] == contrast]
-        for (method, seed), line in part.groupby(["method", "seed"], sort=False):
-            line = line.sort_values("step")
+        for (method, seed), unsorted in part.groupby(["method", "seed"], sort=False):
+            line = unsorted.sort_values("step")
             if seed == "mean":
                 ax.plot(line["step"], line["estimate"], "-o", color="black", lw=2, ms=3, label=f"{method} seed mean")
                 ax.fill_between(line["step"], line["ci_low"], line["ci_high"], color="black", alpha=0.15,

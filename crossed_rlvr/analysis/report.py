@@ -68,7 +68,9 @@ def payload_table(cells: pd.DataFrame, task: str, template: str) -> str:
         for request in _requests(part[part.policy == policy]["request"]):
             w, m = wide.loc[(policy, request)], meta.loc[(policy, request)]
             n = int(m["n"])
-            get = lambda k: w.get(k, np.nan)
+            def get(k: str, w: pd.Series = w) -> float:
+                return w.get(k, np.nan)
+
             rows.append([
                 _seed_label(m), policy, request,
                 *[int(get(f"count.{c}")) for c in ("requested_only", "other_only", "both", "neither")],
@@ -127,8 +129,11 @@ def interaction_table(contrasts: pd.DataFrame, task: str, template: str, cells: 
     rows = []
     for (policy, request), grp in part.groupby(["policy", "request"], sort=False):
         by = grp.set_index("measure")
-        cell = (lambda m: _fmt(by.loc[m]["estimate"], sign=False)) if policy.split("@")[0].endswith("/sd") else (
-            lambda m: _ci(by.loc[m]))
+        sd = policy.split("@")[0].endswith("/sd")  # a seed s.d. row has no interval
+
+        def cell(m: str, by: pd.DataFrame = by, sd: bool = sd) -> str:
+            return _fmt(by.loc[m]["estimate"], sign=False) if sd else _ci(by.loc[m])
+
         rows.append([policy, request] + [cell(m) if m in by.index else "—" for m, _ in cols])
     return _table(["Seed", "Pair"] + [c for _, c in cols], rows)
 
@@ -158,7 +163,7 @@ def counts_table(cells: pd.DataFrame, task: str, template: str) -> str:
             timeouts.append(str(int(w.get("count.timeout.math_verify", 0))))
             t = w.get("output_tokens", np.nan)
             tokens.append("n/a" if np.isnan(t) else f"{int(t):,}")
-        rows.append(row + ["/".join(trunc), "/".join(timeouts), "/".join(tokens)])
+        rows.append([*row, "/".join(trunc), "/".join(timeouts), "/".join(tokens)])
     joined = "/".join(requests)
     header = ["Policy"] + [f"{r} {k}" for r in requests for k in ("S", "MV")] + [
         f"Trunc. ({joined})", f"MV timeouts ({joined})", f"Output tokens ({joined})"]
@@ -241,7 +246,9 @@ def gains_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
     rows = []
     for (policy, request), grp in gains.groupby(["policy", "request"], sort=False):
         by = grp.set_index("measure")
-        get = lambda m: _ci(by.loc[m]) if m in by.index else "—"
+        def get(m: str, by: pd.DataFrame = by) -> str:
+            return _ci(by.loc[m]) if m in by.index else "—"
+
         rows.append([policy, request, get("acc.strict"), get("acc.lenient"), get("acc.strict|acc.lenient"),
                      get("acc.math_verify"), get("acc.reward")])
     return _table(["Policy", "Request", "Strict gain Δ_S", "Lenient gain Δ_len", "F", "MV gain", "Reward-program gain"],
@@ -532,8 +539,8 @@ def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) ->
     if dpb.template.nunique() > 1:
         fig, ax = plt.subplots(figsize=(6, 3.6))
         order = sorted(dpb.template.unique(), key=lambda t: TEMPLATE_ORDER.get(t, 9))
-        for policy, sub in dpb.groupby("policy"):
-            sub = sub.set_index("template").reindex(order)
+        for policy, rows in dpb.groupby("policy"):
+            sub = rows.set_index("template").reindex(order)
             ax.plot(order, sub.estimate, marker="o", label=policy)
         ax.axhline(0, color="black", lw=0.8)
         ax.set_ylabel("ΔP_{B,h}: boxed-trained − initial hash payload (pp)")

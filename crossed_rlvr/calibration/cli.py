@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from crossed_rlvr.calibration.sample import (
     load_calibration,
     write_calibration,
 )
+from crossed_rlvr.interrupt import stops_cleanly
 
 
 def _responses(paths: list[Path]) -> dict[tuple, dict]:
@@ -44,9 +46,13 @@ def _questions(paths: list[Path]) -> dict[tuple[str, str], str]:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
+    from crossed_rlvr.eval.score_checks import ScoresTableError, read_scores
+
     scores = Path(args.scores)
-    if not scores.exists():
-        raise CalibrationError(f"{scores}: no such scores file")
+    try:
+        read_scores(scores)  # every row checked before a sample is drawn from it
+    except ScoresTableError as err:
+        raise CalibrationError(str(err)) from None
     eval_dir = scores.parent
     responses = [Path(p) for p in args.responses] if args.responses else [eval_dir / "responses"]
     items = [Path(p) for p in args.items] if args.items else [eval_dir / "items"]
@@ -82,10 +88,8 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     server = serve(store, args.host, args.port)
     print(f"annotating {len(rows)} observations: http://{args.host}:{server.server_port}/  (Ctrl-C stops; every "
           "label is already saved)", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     return 0
 
 
@@ -129,6 +133,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+@stops_cleanly("crossed-calibrate")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crossed-calibrate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)

@@ -96,7 +96,9 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
                 raise SystemExit(2) from None
             run(cfg)
 
-        _main()
+        from crossed_rlvr.interrupt import stops_cleanly
+
+        stops_cleanly(command)(_main)()
 
     return main
 

@@ -33,7 +33,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.eval.records import ResponseFileError, Source, check_record, write_responses
+from crossed_rlvr.eval.records import ResponseFileError, Source, check_record, json_lines, write_responses
+from crossed_rlvr.interrupt import stops_cleanly
 
 _GSM8K_TARGET = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 
@@ -81,20 +82,7 @@ def policy_identity(policy: str, training_convention: str | None = None,
 
 
 def _lines(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
-    if not path.exists():
-        raise ResponseFileError(f"{path}: no such file or folder")
-    with path.open("rb") as fh:
-        for n, raw in enumerate(fh, 1):
-            where = Source(str(path), n)
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ResponseFileError(f"{where}: not UTF-8 text (byte {err.start} of the line)") from None
-            if line.strip():
-                try:
-                    yield json.loads(line), where
-                except json.JSONDecodeError as err:
-                    raise ResponseFileError(f"{where}: not valid JSON ({err.msg})") from None
+    return json_lines(path)
 
 
 def _lm_eval_samples(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
@@ -287,7 +275,18 @@ def import_verl_dump(
             rows_seen[row["uid"]] = where
         prompt = str(row["input"])
         sha = sha256_text(prompt)
-        req, tmpl, found = request_of(prompt, request, template, where)
+        # our val.parquet names each row's request in data_source (crossed_rlvr/<task>/<request>): it decides
+        # for a prompt without a suffix, so rows of another request never fold in as extra samples
+        named = _named_request(row.get("data_source"))
+        if named is not None:
+            suffix = find_request(prompt)
+            if suffix is not None and suffix[0] != named:
+                raise ResponseFileError(f"{where}: the prompt asks for {suffix[0]!r} but data_source "
+                                        f"{row['data_source']!r} says {named!r}")
+            if request is not None and named != request:
+                raise ResponseFileError(f"{where}: data_source {row['data_source']!r} says request {named!r} but "
+                                        f"--request says {request!r}")
+        req, tmpl, found = request_of(prompt, request if named is None else named, template, where)
         # The item id hashes the prompt without its request suffix: one item, one id under every request.
         item = sha256_text(strip_request(prompt, found))[:16]
         key = (item, req, tmpl)
@@ -305,6 +304,14 @@ def import_verl_dump(
     if not records:
         raise ResponseFileError(f"{path}: no rows (an empty dump is never an empty result)")
     return records
+
+
+def _named_request(source: Any) -> str | None:
+    """The request a verl row's ``data_source`` names (``crossed_rlvr/<task>/<request>``), if any."""
+    from crossed_rlvr.rewards.conventions import REQUESTS
+
+    parts = str(source).split("/") if source else []
+    return parts[2] if len(parts) == 3 and parts[0] == "crossed_rlvr" and parts[2] in REQUESTS else None
 
 
 def verl_steps(folder: Path) -> list[tuple[int, Path]]:
@@ -332,7 +339,7 @@ def verl_task(src: Path) -> str:
     tasks = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "conf" / "task").glob("*.yaml"))
     files = [p for _, p in verl_steps(src)] if src.is_dir() else [src]
     for path in files:
-        for row, where in _lines(path):
+        for row, _where in _lines(path):
             source = row.get("data_source") if isinstance(row, dict) else None
             parts = str(source).split("/") if source else []
             if len(parts) >= 2 and parts[0] == "crossed_rlvr" and parts[1] in tasks:
@@ -342,6 +349,7 @@ def verl_task(src: Path) -> str:
                             f"give --task (one of {', '.join(tasks)})")
 
 
+@stops_cleanly("crossed-import")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="crossed-import", description="Import outputs made elsewhere as response records.")
     parser.add_argument("kind", choices=["lm-eval", "verl"], help="source format")

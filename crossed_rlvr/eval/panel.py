@@ -109,6 +109,13 @@ def _warm() -> None:
     mathverify.verify_text("$1$", "1")
 
 
+def _worker_start() -> None:
+    from crossed_rlvr.interrupt import ignore_interrupts
+
+    ignore_interrupts()  # Ctrl-C is the parent's to handle: it stops the pool and prints one line
+    _warm()
+
+
 class Scorer:
     """A pool of scoring workers kept alive across calls (one fork and Math-Verify import per worker)."""
 
@@ -117,7 +124,7 @@ class Scorer:
 
         self.workers = workers or os.cpu_count() or 1
         self.chunk_size, self.limit_s = chunk_size, limit_s
-        self.pool = ProcessPool(max_workers=self.workers, initializer=_warm)
+        self.pool = ProcessPool(max_workers=self.workers, initializer=_worker_start)
 
     def __enter__(self) -> Self:
         return self
@@ -185,6 +192,6 @@ def score_many(
         return _score_chunk(items)
     from tqdm import tqdm
 
-    with tqdm(total=len(items), desc="scoring", unit="resp", disable=not progress) as bar:
-        with Scorer(workers, chunk_size, limit_s) as scorer:
-            return scorer.score(items, bar)
+    with tqdm(total=len(items), desc="scoring", unit="resp", disable=not progress) as bar, \
+            Scorer(workers, chunk_size, limit_s) as scorer:
+        return scorer.score(items, bar)

@@ -98,7 +98,5 @@ def last_payload(text: str, convention: str) -> str | None:
     pattern = {"json": _JSON_PAYLOAD_BODY, "xml": _XML_PAYLOAD_BODY}.get(convention)
     if pattern is None:
         raise KeyError(f"no payload syntax for convention {convention!r}")
-    last = None
-    for last in pattern.finditer(text):
-        pass
-    return last.group(1).strip().strip("*_`\"").strip() if last else None
+    found = list(pattern.finditer(text))
+    return found[-1].group(1).strip().strip("*_`\"").strip() if found else None

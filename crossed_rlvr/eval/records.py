@@ -98,17 +98,28 @@ class ResponseSet:
     files: list[Path] = field(default_factory=list)
 
 
-def iter_file(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+def json_lines(path: Path) -> Iterator[tuple[Any, Source]]:
+    """The values of a JSON Lines file with their file and line; bytes that are not UTF-8 and lines that
+    are not JSON are refused with the line named (every reader of JSON Lines input goes through here)."""
+    if not path.exists():
+        raise ResponseFileError(f"{path}: no such file or folder")
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
             where = Source(str(path), n)
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ResponseFileError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
-            yield check_record(rec, where), where
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ResponseFileError(f"{where}: not UTF-8 text (byte {err.start} of the line)") from None
+            if line.strip():
+                try:
+                    yield json.loads(line), where
+                except json.JSONDecodeError as err:
+                    raise ResponseFileError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+
+
+def iter_file(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
+    for rec, where in json_lines(path):
+        yield check_record(rec, where), where
 
 
 def find_response_files(paths: Iterable[str | Path]) -> list[Path]:

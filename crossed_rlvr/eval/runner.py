@@ -184,7 +184,7 @@ def run_eval(cfg: Any, progress: bool = True) -> dict[str, Any]:
                                     for _, it, _ in batch]
                         seeds = [item_seed(int(gen.base_seed), it, k, s) for k, it, s in batch]
                         outs = backend.generate([r[1] for r in rendered], seeds, params)
-                        for (k, it, s), (_, ids, sha), seed, out in zip(batch, rendered, seeds, outs):
+                        for (_k, it, s), (_, _ids, sha), seed, out in zip(batch, rendered, seeds, outs):
                             rec = {
                                 "item_id": str(it["item_id"]), "task": cfg.task.name, "policy": pol.name,
                                 "training_convention": pol.training_convention, "train_seed": pol.train_seed,

@@ -26,6 +26,7 @@ from crossed_rlvr.eval.panel import Item, Scorer, columns, score_response
 from crossed_rlvr.eval.readers import READERS
 from crossed_rlvr.eval.records import ResponseFileError, read_responses
 from crossed_rlvr.files import atomic_write_json, sha256_file
+from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.machine import machine
 from crossed_rlvr.tasks.items import item_order
 
@@ -165,6 +166,7 @@ def score_files(
     return output
 
 
+@stops_cleanly("crossed-score")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="crossed-score", description="Score response files with every reader and the payload detector."

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.rescore.harness import REGISTRY
 from crossed_rlvr.rescore.share import Outputs, comparisons, pooled, spread
 
@@ -46,7 +47,7 @@ def runs_from_records(records: list[dict], options: int, n_options: dict[tuple[s
         grouped[(r["policy"], r["task"], f"{r['request']}/{r['template']}", kind)][str(r["item_id"])] = r
     runs = {}
     by_bench: dict[tuple, list[set[str]]] = defaultdict(list)
-    for (policy, task, prompt, kind), recs in grouped.items():
+    for (_policy, task, prompt, kind), recs in grouped.items():
         by_bench[(task, prompt, kind)].append(set(recs))
     for (policy, task, prompt, kind), recs in grouped.items():
         shared = sorted(set.intersection(*by_bench[(task, prompt, kind)]), key=lambda x: (len(x), x))
@@ -139,6 +140,7 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
     return out / "report.md"
 
 
+@stops_cleanly("crossed-rescore")
 def main(argv: list[str] | None = None) -> int:
     from crossed_rlvr.eval.records import ResponseFileError, read_responses
 

@@ -60,7 +60,10 @@ def _lm_eval_filters() -> dict[str, Callable[[str], str]]:
 
 
 def _lm_eval(name: str) -> Callable[[str], str | None]:
-    return lambda text: _lm_eval_filters()[name](text)
+    def read(text: str) -> str | None:  # the filters are built on first use, not at import
+        return _lm_eval_filters()[name](text)
+
+    return read
 
 
 def _verl_gsm8k(method: str) -> Callable[[str], str | None]:

@@ -16,6 +16,7 @@ with its tokenizer and chat template, whether the base is a local folder or a hu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -174,10 +175,8 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
                "config": asdict(cfg), "base": str(base_dir)}
     if first:
         save_tokenizer(tokenizer, base_dir, tmp)
-        try:
+        with contextlib.suppress(OSError):  # the base may have no generation config
             GenerationConfig.from_pretrained(str(base_dir)).save_pretrained(str(tmp))
-        except OSError:
-            pass  # the base has no generation config
         (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         if out.exists():
             shutil.rmtree(out)

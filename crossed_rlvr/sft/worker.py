@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.ranks import launch, rank
 
 
@@ -51,11 +52,12 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
         failed = [name for name, _, proc in running if proc.wait() != 0]
         if failed:
             raise RuntimeError(f"SFT arm(s) {', '.join(failed)} failed (see their output above)")
-        for name, one, _ in running:
+        for _name, one, _ in running:
             results.update(json.loads(one.with_suffix(".result.json").read_text()))
     return results
 
 
+@stops_cleanly("crossed-sft", quiet=True)
 def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 

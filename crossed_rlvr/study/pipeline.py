@@ -609,6 +609,9 @@ def _arm_result(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _one_thread() -> None:
+    from crossed_rlvr.interrupt import ignore_interrupts
+
+    ignore_interrupts()  # the study's own process reports Ctrl-C
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
 

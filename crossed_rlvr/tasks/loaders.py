@@ -76,7 +76,7 @@ def _read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]
         raise ItemFileError("loading from the hub needs the 'datasets' package") from err
     try:
         return list(load_dataset(name, config, split=split))
-    except Exception as err:  # the hub client raises many types when offline
+    except Exception as err:  # noqa: BLE001 - the hub client raises many types when offline
         raise ItemFileError(
             f"could not load {name} ({split}) from the Hugging Face hub: {type(err).__name__}: {str(err)[:200]}; "
             "without network access, pass local JSON Lines or Parquet files as task.path= (test) and "

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.rewards.conventions import get_convention
 
 ALLOWED_CONFIG = ("convention.", "run_dir", "arm", "seed", "data_seed")  # intervention, outputs, seeds
@@ -72,6 +73,7 @@ def check_and_record(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     return verdict
 
 
+@stops_cleanly("crossed-match")
 def main(argv: list[str] | None = None) -> int:
     import argparse
 

@@ -13,6 +13,7 @@ the time limit (the process group, Ray's daemons included, is killed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -77,10 +78,8 @@ def _kill_group(sid: int) -> None:
                 os.kill(int(entry), signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(sid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def rehearse(arms: dict[str, dict[str, Any]], gpus: int, out: Path, timeout: float = 600.0,

@@ -10,6 +10,7 @@ that disagreements between readers can be filtered in the wandb UI. Everything i
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -50,17 +51,18 @@ def table_frame(scores: pd.DataFrame, step: int, files: list[Path]) -> pd.DataFr
     return frame.reset_index(drop=True)
 
 
-_WARM = False
+@functools.cache
+def _warm_once() -> None:
+    """Import Math-Verify once: the time-limited scoring processes forked per step inherit it."""
+    from crossed_rlvr.eval.panel import _warm
+
+    _warm()
 
 
 def _score_step(files: list[str], output: str, workers: int) -> str:
-    from crossed_rlvr.eval.panel import _warm
     from crossed_rlvr.eval.scoring import score_files
 
-    global _WARM
-    if not _WARM:  # import Math-Verify here once: the time-limited scoring processes forked per step inherit it
-        _warm()
-        _WARM = True
+    _warm_once()
 
     return str(score_files(files, output, workers=workers, overwrite=True, progress=False))
 
@@ -76,7 +78,10 @@ class StepScorer:
         import multiprocessing as mp
 
         self.out, self.convention, self.workers = out, convention, workers
-        self.pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
+        from crossed_rlvr.interrupt import ignore_interrupts
+
+        self.pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"),
+                                           initializer=ignore_interrupts)
         self.pending: dict[int, tuple[Any, Path, list[Path]]] = {}
 
     def submit(self, step: int, files: list[Path]) -> None:

@@ -106,15 +106,20 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
 def launch_env(cfg: Any) -> dict[str, str]:
     """The study's tracking block as wandb's environment: exported by the launch scripts and passed to
     every Ray actor (verl calls ``wandb.init`` inside one)."""
-    from crossed_rlvr.tracking import run_id
+    from crossed_rlvr.tracking import claim_run_id, enabled, resolved_config
 
     t = cfg.tracking
     mode = "disabled" if t.mode in ("off", False, None) else str(t.mode)
+    run_dir = Path(str(cfg.run_dir))
+    # a relaunch onto the arm's own verl checkpoint with the same settings resumes its wandb run; any
+    # other start of the arm is a new run (crossed_rlvr.tracking.claim_run_id)
+    resumable = any((run_dir / "checkpoints").glob("latest_checkpointed_iteration.txt"))
+    run_id = claim_run_id(t, "train", str(cfg.arm), run_dir, resolved_config(cfg), resume=resumable)[0] \
+        if enabled(t) else "untracked"
     env = {"WANDB_MODE": mode, "WANDB_PROJECT": str(t.project), "WANDB_NAME": str(cfg.arm),
            "WANDB_RUN_GROUP": str(t.get("group") or cfg.get("study") or "crossed-train"),
            "WANDB_JOB_TYPE": "train", "WANDB_DIR": str(Path(str(cfg.run_dir)).resolve()),
-           # a relaunch of the same arm resumes its own run (crossed_rlvr.tracking.run_id)
-           "WANDB_RUN_ID": run_id(t, "train", str(cfg.arm), str(cfg.run_dir)), "WANDB_RESUME": "allow"}
+           "WANDB_RUN_ID": run_id, "WANDB_RESUME": "allow"}
     if t.get("entity"):
         env["WANDB_ENTITY"] = str(t.entity)
     if t.get("tags"):

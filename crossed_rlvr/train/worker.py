@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.ranks import launch, rank
 
 
@@ -21,6 +22,7 @@ def run_arm(cfg: dict[str, Any], spec_file: Path, nproc: int) -> dict[str, Any]:
     return json.loads(spec_file.with_suffix(".result.json").read_text())
 
 
+@stops_cleanly("crossed-train", quiet=True)
 def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 

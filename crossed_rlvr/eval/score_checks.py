@@ -1,0 +1,124 @@
+"""Checks of a scores table before any number is computed from it (issue 22).
+
+``crossed-analyze``, ``crossed-calibrate`` and the validation analysis read scores tables that a user may
+have made or edited elsewhere. A table is refused, with its path, row and field, when a column the
+analysis needs is missing, a key is null or repeated, a request, template, finish reason or category is
+outside its fixed set, or a 0/1 measure holds anything but true/false (``"True"`` as text, a null, a
+number): pandas would otherwise turn such values into numbers silently (``"False"`` is truthy).
+Rows are numbered from 1 in the order stored in the Parquet file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from crossed_rlvr.eval.payload import CATEGORIES
+from crossed_rlvr.eval.records import FINISH_REASONS
+from crossed_rlvr.eval.symbolic import is_symbolic_task
+from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
+
+KEYS = ["task", "policy", "training_convention", "request", "template", "item_id", "sample_idx"]
+REQUIRED = [*KEYS, "train_seed", "finish_reason", "requested_payload", "extractable", "category"]
+STRICT = {"hash": "strict_first_hash", "boxed": "boxed_first", "json": "json_first", "xml": "xml_first"}
+LENIENT = {"hash": "lenient_hash_fallback", "boxed": "lenient_boxed_fallback"}
+SYMBOLIC = ["math_strict", "math_lenient"]
+FIXED = {"request": REQUESTS, "template": TEMPLATES, "finish_reason": FINISH_REASONS, "category": CATEGORIES}
+
+
+class ScoresTableError(ValueError):
+    """A scores table that would give wrong numbers; the message names the file, row and field."""
+
+
+def read_scores(path: str | Path) -> pd.DataFrame:
+    """A scores table read and checked, or ScoresTableError naming the file."""
+    path = Path(path)
+    if not path.exists():
+        raise ScoresTableError(f"{path}: no such scores table")
+    try:
+        df = pd.read_parquet(path)
+    except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a file that is not Parquet
+        raise ScoresTableError(f"{path}: not a readable Parquet scores table ({err})") from None
+    return check_scores(df, path)
+
+
+def _show(value: object) -> str:
+    """A stored value as a reader of the file would write it: null, a plain number, a quoted string."""
+    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
+        return "null"
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+def _row(df: pd.DataFrame, i: int) -> str:
+    r = df.iloc[i]
+    return (f"row {i + 1} (policy {_show(r.get('policy'))}, request {_show(r.get('request'))}, "
+            f"item {_show(r.get('item_id'))})")
+
+
+def needed_readers(df: pd.DataFrame) -> dict[str, str]:
+    """Reader columns the analysis reads, each with the reason it is needed."""
+    need = {"math_verify": "every request"}
+    sym = df["task"].map(is_symbolic_task).astype(bool)
+    for request in sorted(set(df.loc[~sym, "request"].dropna()) & set(STRICT)):
+        for reader in (STRICT[request], f"reward_{request}", LENIENT.get(request)):
+            if reader:
+                need.setdefault(reader, f"the {request} request")
+    if sym.any():
+        for reader in SYMBOLIC:
+            need.setdefault(reader, "symbolic (MATH) items")
+    return need
+
+
+def bool_columns(df: pd.DataFrame) -> list[str]:
+    return [c for c in df.columns if c in ("requested_payload", "extractable", "timed_out")
+            or c.endswith(".correct") or c.startswith(("payload.", "payload_any."))]
+
+
+def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
+    """``df`` unchanged when it is a scores table the analysis can use; otherwise ScoresTableError."""
+    where = str(path)
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise ScoresTableError(f"{where}: scores table lacks column '{missing[0]}' (made by crossed-score?)")
+    if df.empty:
+        raise ScoresTableError(f"{where}: scores table has no rows")
+    for col in [*KEYS, "finish_reason", "category"]:
+        null = df[col].isna().to_numpy()
+        if null.any():
+            i = int(np.argmax(null))
+            raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is null")
+    for col, allowed in FIXED.items():
+        bad = ~df[col].isin(allowed).to_numpy()
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(df[col].iloc[i])}; expected one "
+                                   f"of {', '.join(allowed)}")
+    for reader, why in needed_readers(df).items():
+        if f"{reader}.correct" not in df.columns:
+            raise ScoresTableError(f"{where}: scores table lacks column '{reader}.correct', needed for {why} "
+                                   "(score the responses again with crossed-score)")
+    for col in bool_columns(df):
+        values = df[col]
+        if values.dtype == bool:
+            continue
+        ok = values.map(lambda v: isinstance(v, bool | np.bool_)).to_numpy()
+        i = int(np.argmax(~ok))
+        v = values.iloc[i]
+        kind = "" if _show(v) == "null" else f" ({type(v).__name__})"
+        raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(v)}{kind}; expected true or false")
+    idx = pd.to_numeric(df["sample_idx"], errors="coerce")
+    bad = (idx.isna() | (idx < 0) | (idx != np.floor(idx))).to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ScoresTableError(f"{where}: {_row(df, i)}: field 'sample_idx' is {_show(df['sample_idx'].iloc[i])}; "
+                               "expected an integer >= 0")
+    dup = df.duplicated(KEYS, keep=False).to_numpy()
+    if dup.any():
+        rows = np.flatnonzero(dup)
+        first = rows[0]
+        same = rows[(df.iloc[rows][KEYS] == df.iloc[first][KEYS]).all(axis=1).to_numpy()]
+        raise ScoresTableError(f"{where}: {_row(df, int(same[1]))}: the same response key as row {first + 1} "
+                               f"({', '.join(KEYS)}); a table holds each response once")
+    return df

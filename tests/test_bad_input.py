@@ -1,0 +1,169 @@
+"""Issue 22: bad input never becomes data. One row per case: the input, the command, and the first line
+it must print (file, row or line, and field named), exit status 2, never a traceback and never an output.
+
+Cases of other tables: bad overrides and ranges in tests/test_config.py (BAD), bad lm-eval and verl rows in
+tests/test_importers.py (LM_EVAL_BAD, VERL_BAD), response-file fields in tests/test_records.py (BAD).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from crossed_rlvr.analysis.analyze import main as analyze_main
+from crossed_rlvr.calibration.cli import main as calibrate_main
+from crossed_rlvr.eval.importers import main as import_main
+from crossed_rlvr.eval.scoring import main as score_main
+from crossed_rlvr.rewards.conventions import request_suffix
+from tests.analysis_fixtures import cell
+from tests.test_records import rec
+
+
+def scores_table(tmp: Path, change: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> Path:
+    """A small valid crossed scores table, then ``change`` applied (the bad part)."""
+    rows = [r for policy, seed in (("initial", None), ("grpo-hash/s1", 1), ("grpo-boxed/s1", 1))
+            for request in ("hash", "boxed") for r in cell(policy, request, [1, 0, 1, 1], [1, 0, 0, 1], seed=seed)]
+    df = pd.DataFrame(rows)
+    df["train_seed"] = df["train_seed"].astype("Int64")
+    if change is not None:
+        df = change(df)
+    path = tmp / "scores.parquet"
+    df.to_parquet(path, index=False)
+    return path
+
+
+def _set(col: str, value, row: int = 3):
+    def change(df: pd.DataFrame) -> pd.DataFrame:
+        df[col] = df[col].astype(object)
+        df.at[row, col] = value
+        return df
+    return change
+
+
+def _strings(col: str):
+    return lambda df: df.assign(**{col: df[col].map(str)})
+
+
+def _drop(col: str):
+    return lambda df: df.drop(columns=[col])
+
+
+def _repeat_row(df: pd.DataFrame) -> pd.DataFrame:
+    df = pd.concat([df, df.iloc[[2]]], ignore_index=True)
+    df.loc[len(df) - 1, "requested_payload"] = not df.loc[2, "requested_payload"]
+    return df
+
+
+def analyze_case(change):
+    def run(tmp: Path) -> list[str]:
+        return [str(scores_table(tmp, change)), "-o", str(tmp / "out"), "--resamples", "10"]
+    return analyze_main, run
+
+
+def calibrate_case(change):
+    def run(tmp: Path) -> list[str]:
+        return ["sample", str(scores_table(tmp, change)), "-o", str(tmp / "out")]
+    return calibrate_main, run
+
+
+def score_case(raw: bytes):
+    def run(tmp: Path) -> list[str]:
+        (tmp / "a.jsonl").write_bytes(json.dumps(rec(0)).encode() + b"\n" + raw + b"\n")
+        return [str(tmp / "a.jsonl"), "-o", str(tmp / "out.parquet")]
+    return score_main, run
+
+
+def verl_case(rows: list[dict], *flags: str):
+    def run(tmp: Path) -> list[str]:
+        (tmp / "5.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return ["verl", str(tmp / "5.jsonl"), "-o", str(tmp / "out.jsonl"), "--policy", "initial", *flags]
+    return import_main, run
+
+
+def _verl_row(source: str, text: str = "Compute 2 + 3.") -> dict:
+    return {"input": text, "output": "#### 5", "gts": "5", "data_source": source}
+
+
+# (case, (command, arguments built in a fresh folder), first line of stderr)
+CASES = [
+    # crossed-score: response files
+    ("score: non-UTF-8 bytes", score_case(b'{"response": "\xff\xfe"}'),
+     "crossed-score: {tmp}/a.jsonl:2: not UTF-8 text (byte 14 of the line)"),
+    ("score: unknown request", score_case(json.dumps(rec(1, request="latex")).encode()),
+     "crossed-score: {tmp}/a.jsonl:2: field 'request' is 'latex'; expected one of ('hash', 'boxed', 'json', 'xml')"),
+    # crossed-analyze: scores tables
+    ("analyze: a reader column missing", analyze_case(_drop("math_verify.correct")),
+     "crossed-analyze: {tmp}/scores.parquet: scores table lacks column 'math_verify.correct', needed for every "
+     "request (score the responses again with crossed-score)"),
+    ("analyze: the strict reader of a request missing", analyze_case(_drop("boxed_first.correct")),
+     "crossed-analyze: {tmp}/scores.parquet: scores table lacks column 'boxed_first.correct', needed for the boxed "
+     "request (score the responses again with crossed-score)"),
+    ("analyze: unknown request", analyze_case(_set("request", "latex")),
+     "crossed-analyze: {tmp}/scores.parquet: row 4 (policy 'initial', request 'latex', item '3'): field 'request' is "
+     "'latex'; expected one of hash, boxed, json, xml"),
+    ("analyze: requested_payload as text", analyze_case(_strings("requested_payload")),
+     "crossed-analyze: {tmp}/scores.parquet: row 1 (policy 'initial', request 'hash', item '0'): field "
+     "'requested_payload' is 'True' (str); expected true or false"),
+    ("analyze: a null measure", analyze_case(_set("math_verify.correct", None)),
+     "crossed-analyze: {tmp}/scores.parquet: row 4 (policy 'initial', request 'hash', item '3'): field "
+     "'math_verify.correct' is null; expected true or false"),
+    ("analyze: a null key", analyze_case(_set("item_id", None)),
+     "crossed-analyze: {tmp}/scores.parquet: row 4 (policy 'initial', request 'hash', item null): field 'item_id' "
+     "is null"),
+    ("analyze: unknown template", analyze_case(_set("template", "para_z")),
+     "crossed-analyze: {tmp}/scores.parquet: row 4 (policy 'initial', request 'hash', item '3'): field 'template' "
+     "is 'para_z'; expected one of original, para_a, para_b"),
+    ("analyze: a response twice with other scores", analyze_case(_repeat_row),
+     "crossed-analyze: {tmp}/scores.parquet: row 25 (policy 'initial', request 'hash', item '2'): the same response "
+     "key as row 3 (task, policy, training_convention, request, template, item_id, sample_idx); a table holds "
+     "each response once"),
+    ("analyze: no rows", analyze_case(lambda df: df.iloc[0:0]),
+     "crossed-analyze: {tmp}/scores.parquet: scores table has no rows"),
+    ("analyze: negative sample index", analyze_case(_set("sample_idx", -1)),
+     "crossed-analyze: {tmp}/scores.parquet: row 4 (policy 'initial', request 'hash', item '3'): field 'sample_idx' "
+     "is -1; expected an integer >= 0"),
+    # crossed-calibrate: the same checks before a sample is frozen
+    ("calibrate: requested_payload as text", calibrate_case(_strings("requested_payload")),
+     "crossed-calibrate: {tmp}/scores.parquet: row 1 (policy 'initial', request 'hash', item '0'): field "
+     "'requested_payload' is 'True' (str); expected true or false"),
+    ("calibrate: unknown request", calibrate_case(_set("request", "latex")),
+     "crossed-calibrate: {tmp}/scores.parquet: row 4 (policy 'initial', request 'latex', item '3'): field 'request' "
+     "is 'latex'; expected one of hash, boxed, json, xml"),
+    # crossed-import verl: the request named by data_source decides; conflicts are refused
+    ("import: data_source and --request disagree",
+     verl_case([_verl_row("crossed_rlvr/gsm8k/boxed")], "--request", "hash"),
+     "crossed-import: {tmp}/5.jsonl:1: data_source 'crossed_rlvr/gsm8k/boxed' says request 'boxed' but --request "
+     "says 'hash'"),
+    ("import: data_source and the prompt's suffix disagree",
+     verl_case([_verl_row("crossed_rlvr/gsm8k/boxed", f"Compute 2 + 3.\n{request_suffix('hash', 'original')}")]),
+     "crossed-import: {tmp}/5.jsonl:1: the prompt asks for 'hash' but data_source 'crossed_rlvr/gsm8k/boxed' "
+     "says 'boxed'"),
+]
+
+
+@pytest.mark.parametrize(("case", "command", "first"), CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_with_its_first_line(tmp_path, capsys, case, command, first):
+    main, build = command
+    args = build(tmp_path)
+    assert main(args) == 2, case
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == first.format(tmp=tmp_path), err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.parquet").exists()
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_suffixless_rows_of_two_requests_stay_apart(tmp_path):
+    """A dump of our val.parquet whose prompts carry no suffix: data_source keeps each row's request, so the
+    boxed rows never fold into the hash cell as extra samples."""
+    from crossed_rlvr.eval.importers import import_verl_dump
+
+    rows = [_verl_row("crossed_rlvr/gsm8k/hash"), _verl_row("crossed_rlvr/gsm8k/boxed")]
+    (tmp_path / "5.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    records = import_verl_dump(tmp_path / "5.jsonl", policy="initial", training_convention="initial")
+    assert [(r["request"], r["sample_idx"]) for r in records] == [("hash", 0), ("boxed", 0)]
+    assert records[0]["item_id"] == records[1]["item_id"]  # one item under two requests
