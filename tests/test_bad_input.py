@@ -167,3 +167,38 @@ def test_suffixless_rows_of_two_requests_stay_apart(tmp_path):
     records = import_verl_dump(tmp_path / "5.jsonl", policy="initial", training_convention="initial")
     assert [(r["request"], r["sample_idx"]) for r in records] == [("hash", 0), ("boxed", 0)]
     assert records[0]["item_id"] == records[1]["item_id"]  # one item under two requests
+
+
+def test_ctrl_c_ends_a_command_with_one_line_and_its_resume_hint(tmp_path):
+    """Ctrl-C as a terminal sends it (SIGINT to the whole process group, scoring workers included): one
+    line with the resume hint, exit 130, no traceback from the command or its workers; the rerun finishes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from crossed_rlvr.eval.records import write_responses
+
+    records = [rec(i, policy, request, response=f"Step 1: {i} + 1 = {i + 1}\n#### {i + 1}")
+               for policy in ("initial", "grpo-hash/s83") for request in ("hash", "boxed") for i in range(2500)]
+    write_responses(tmp_path / "a.jsonl", records)
+    out = tmp_path / "scores.parquet"
+    cmd = [sys.executable, "-m", "crossed_rlvr.eval.scoring", str(tmp_path / "a.jsonl"), "-o", str(out),
+           "--workers", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    partial = tmp_path / "scores.parquet.partial"
+    deadline = time.monotonic() + 120
+    while not any(partial.glob("shard-*.parquet")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, "scoring ended before it could be interrupted"
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    lines = [x for x in err.replace("\r", "\n").splitlines() if x.strip() and "resp/s" not in x and "resp]" not in x]
+    assert lines == ["crossed-score: interrupted; run the same command again: the chunks already scored are kept "
+                     "and the rest scored (the table is written only when complete)."], err
+    assert not out.exists() and any(partial.glob("shard-*.parquet"))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0 and len(pd.read_parquet(out)) == len(records), done.stderr

@@ -49,28 +49,50 @@ def test_smoke_study_writes_the_crossed_report(smoke):
 
 
 def test_smoke_study_shows_the_interactions_over_training(smoke):
-    """Validation at every update (smoke: 0, 1, 2) is scored, analysed and reported per seed and seed mean;
-    at step 0 both arms are the initial policy with the same seeds, so every interaction is exactly 0."""
+    """Validation at every update (smoke: 0, 1, 2, 3) is scored, analysed and reported per seed and seed mean;
+    at step 0 both arms are the initial policy with the same seeds, so every interaction is 0."""
     import pandas as pd
 
     run, _ = smoke
     rows = pd.read_csv(run / "analysis" / "over_training.csv")
     assert set(rows["contrast"]) == {"I_P", "I_S", "I_MV"}
     for seed in ("s83", "s84", "mean"):
-        assert sorted(set(rows.loc[rows.seed == seed, "step"])) == [0, 1, 2]
+        assert sorted(set(rows.loc[rows.seed == seed, "step"])) == [0, 1, 2, 3]
     step0 = rows[rows.step == 0]
-    assert (step0[["estimate", "ci_low", "ci_high"]] == 0).all().all() and set(step0["n_items"]) == {6}
+    # zero up to float rounding (the seed mean of differences of non-trivial rates is not exactly 0.0)
+    assert (step0[["estimate", "ci_low", "ci_high"]].abs() < 1e-9).all().all() and set(step0["n_items"]) == {6}
     # the figures' numbers are the validation analysis's own contrasts
     sub = pd.read_csv(run / "analysis" / "validation" / "contrasts.csv")
-    pick = sub[(sub.name == "interaction") & (sub.measure == "payload") & (sub.policy == "grpo/mean@step2")]
-    assert rows.loc[(rows.seed == "mean") & (rows.step == 2) & (rows.contrast == "I_P"), "estimate"].item() == \
+    pick = sub[(sub.name == "interaction") & (sub.measure == "payload") & (sub.policy == "grpo/mean@step3")]
+    assert rows.loc[(rows.seed == "mean") & (rows.step == 3) & (rows.contrast == "I_P"), "estimate"].item() == \
         pick["estimate"].item()
     report = (run / "analysis" / "report.md").read_text()
     assert "## Crossed interactions over training" in report and "interaction_over_training.png" in report
     assert (run / "analysis" / "figures" / "interaction_over_training.png").stat().st_size > 10_000
     for conv in ("hash", "boxed"):
         summary = (run / "train" / conv / "s83" / "validation" / "summary.jsonl").read_text().splitlines()
-        assert [json.loads(x)["step"] for x in summary] == [0, 1, 2]
+        assert [json.loads(x)["step"] for x in summary] == [0, 1, 2, 3]
+
+
+def test_smoke_study_learns(smoke):
+    """The smoke preset trains for real (issue 22): rewards above zero in every arm's GRPO groups, hash and
+    boxed arms of one seed that end with different weights, and crossed interactions over training that
+    move away from zero, so the end-to-end tests built on it can see a training bug."""
+    import pandas as pd
+
+    run, _ = smoke
+    for conv in ("hash", "boxed"):
+        for seed in (83, 84):
+            lines = [json.loads(x) for x in (run / "train" / conv / f"s{seed}" / "metrics.jsonl").read_text().splitlines()]
+            assert len(lines) == 3 and max(x["reward"] for x in lines) > 0, (conv, seed, lines)
+            assert min(x["frac_reward_zero_std"] for x in lines) < 1  # some group had rewards that differ
+    for seed in (83, 84):
+        weights = [(run / "train" / conv / f"s{seed}" / "checkpoints" / "step-3" / "model.safetensors").read_bytes()
+                   for conv in ("hash", "boxed")]
+        assert weights[0] != weights[1]
+    rows = pd.read_csv(run / "analysis" / "over_training.csv")
+    later = rows[(rows.step > 0) & (rows.contrast == "I_P")]
+    assert (later["estimate"].abs() > 1e-9).any(), later
 
 
 def test_study_logs_one_wandb_run_per_arm_and_stage(smoke):
@@ -109,7 +131,7 @@ def test_every_model_directory_loads_with_plain_auto_classes(smoke, tmp_path):
     run, _ = smoke
     text = "Compute 7 × 8 − 3.\n\tSo  56 - 3 = 53.\n#### 53 and \\boxed{53} {\"answer\": 53} <answer>53</answer> é"
     for folder in (build_tiny_model(tmp_path / "fresh"), run / "models" / "initial",
-                   run / "train" / "hash" / "s83" / "checkpoints" / "step-2"):
+                   run / "train" / "hash" / "s83" / "checkpoints" / "step-3"):
         tok = AutoTokenizer.from_pretrained(folder)
         ids = tok(text, add_special_tokens=False)["input_ids"]
         assert tok.decode(ids) == text, folder
@@ -196,7 +218,7 @@ def test_output_hash_ignores_tracking_logs(tmp_path):
 def test_sft_marker_arms_study(tmp_path):
     """arms.kind=sft (the qwen2.5-1.5b-sft-marker design) through the same stages, at the smoke size."""
     run = tmp_path / "sft"
-    summary = Study(study_cfg(run, "experiment=smoke", "arms.kind=sft", "sft=arms_tiny", "evaluation.n_items=8",
+    summary = Study(study_cfg(run, "experiment=smoke", "arms.kind=sft", "sft=arms_tiny", "sft.epochs=1", "evaluation.n_items=8",
                               "evaluation.templates=[original]")).run_all()
     assert summary["stages"]["arms"]["reused"] is False
     names = sorted(p.name for p in (run / "eval" / "responses").glob("*.jsonl"))
@@ -214,14 +236,14 @@ def test_verl_arms_stop_until_their_launch_scripts_have_run(tmp_path):
     import shutil
 
     run = tmp_path / "verl"
-    overrides = ["experiment=smoke", "engine=verl", "arms.seeds=[83]", "evaluation.n_items=4",
+    overrides = ["experiment=smoke", "engine=verl", "sft.epochs=2", "arms.seeds=[83]", "evaluation.n_items=4",
                  "evaluation.templates=[original]"]
     with pytest.raises(SystemExit, match="no final checkpoint"):
         Study(study_cfg(run, *overrides)).run_all()
     for conv in ("hash", "boxed"):
         arm = run / "train" / conv / "s83"
         assert "verl.model_merger merge" in (arm / "launch_slurm_ray.sbatch").read_text()
-        shutil.copytree(run / "models" / "initial", arm / "checkpoints" / "step-2")  # what the script leaves
+        shutil.copytree(run / "models" / "initial", arm / "checkpoints" / "step-3")  # what the script leaves
     summary = Study(study_cfg(run, *overrides)).run_all()
     assert summary["stages"]["initial"]["reused"] and not summary["stages"]["arms"]["reused"]
     assert (run / "eval" / "responses" / "grpo-hash_s83__boxed__original.jsonl").exists()

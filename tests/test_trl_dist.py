@@ -92,7 +92,7 @@ def test_study_trains_each_arm_on_two_ranks(tmp_path):
     from tests.test_study import study_cfg
 
     run = tmp_path / "study"
-    summary = Study(study_cfg(run, "experiment=smoke", "engine.nproc_per_node=2", "engine.micro_batch=8",
+    summary = Study(study_cfg(run, "experiment=smoke", "sft.epochs=2", "engine.nproc_per_node=2", "engine.micro_batch=8",
                               "validation.every=0",
                               "arms.seeds=[83]", "evaluation.n_items=4", "evaluation.templates=[original]")).run_all()
     assert not summary["stages"]["arms"]["reused"]
