@@ -47,7 +47,7 @@ def main() -> None:
                         benchmark=bench)
     made = time.perf_counter() - start
     start = time.perf_counter()
-    table, extra = comparisons(runs, [(f"base{p}", f"rl{p}") for p in range(PAIRS)], list(REGISTRY), resamples=1000)
+    table, extra = comparisons(runs, [(f"base{p}", f"rl{p}") for p in range(PAIRS)], list(REGISTRY))  # 10,000 resamples
     scored = time.perf_counter() - start
     start = time.perf_counter()
     result = pooled(table, extra)

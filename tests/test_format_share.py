@@ -1,5 +1,7 @@
 """The format share on a synthetic grid whose answer is known by hand (paper 000 §2)."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -59,3 +61,97 @@ def test_spread_of_harness_gains():
     table, _ = grid()
     s = spread(table)
     assert (s.spread == 0).all()  # one harness: no spread
+
+
+# ---------------------------------------------------------------- issue 23: inputs that used to corrupt the share
+def _records(task, policy, keys, texts, request="boxed"):
+    from tests.test_records import rec
+
+    return [rec(k, policy, request, task=task, reference=key, response=text)
+            for k, (key, text) in enumerate(zip(keys, texts, strict=True))]
+
+
+def _write(tmp_path, records, name="r.jsonl"):
+    from crossed_rlvr.eval.records import write_responses
+
+    write_responses(tmp_path / name, records)
+    return tmp_path / name
+
+
+def test_a_key_outside_the_assumed_options_is_refused_not_misread(tmp_path, capsys):
+    """MMLU-Pro keys run to J: without item files, omega would read only A-D (issue 23, case 1)."""
+    from crossed_rlvr.rescore.cli import main
+
+    keys = ["E", "B", "J", "A"]
+    recs = _records("mmlu_pro", "initial", keys, ["The answer is E."] * 4) + \
+        _records("mmlu_pro", "grpo-boxed/s83", keys, ["\\boxed{E}"] * 4)
+    path = _write(tmp_path, recs)
+    assert main([str(path), "--pair", "initial=grpo-boxed/s83", "-o", str(tmp_path / "out"), "--no-audit"]) == 2
+    err = capsys.readouterr().err.splitlines()[0]
+    assert err == ("crossed-rescore: mmlu_pro item '0': key 'E' lies outside the 4 options assumed (A-D); give the "
+                   "item files (--items, or the run's items/ folder beside its responses) or --options")
+    # the items file the loaders freeze says 10 options: read from the run's items/ folder beside responses/
+    run = tmp_path / "run"
+    (run / "responses").mkdir(parents=True)
+    (run / "items").mkdir()
+    (run / "items" / "mmlu_pro-test.jsonl").write_text("".join(
+        json.dumps({"item_id": str(k), "task": "mmlu_pro", "reference": key, "n_options": 10}) + "\n"
+        for k, key in enumerate(keys)))
+    _write(run / "responses", recs)
+    assert main([str(run / "responses"), "--pair", "initial=grpo-boxed/s83", "-o", str(tmp_path / "o2"),
+                 "--no-audit", "--resamples", "200"]) == 0
+
+
+def test_benchmarks_with_the_same_item_ids_pool_in_one_run(tmp_path):
+    """Loaders number MMLU, AQuA-RAT, SAT-Math and BBH items by row: the record key holds the task, so
+    several benchmarks are re-scored and pooled in one command (issue 23, case 2)."""
+    from crossed_rlvr.eval.records import read_responses
+    from crossed_rlvr.rescore.cli import runs_from_records
+
+    recs = []
+    for task in ("mmlu", "aqua_rat", "sat_math"):
+        keys = ["ABCD"[k % 4] for k in range(40)]
+        recs += _records(task, "initial", keys, [f"The answer is {k}." for k in keys])
+        recs += _records(task, "grpo-boxed/s83", keys, [f"\\boxed{{{k}}}" for k in keys])
+    path = _write(tmp_path, recs)
+    runs = runs_from_records(read_responses([path]).records, 4)
+    table, extra = comparisons(runs, [("initial", "grpo-boxed/s83")], ["math-boxed"], resamples=300)
+    assert sorted(table.benchmark) == ["aqua_rat", "mmlu", "sat_math"] and set(table["items"]) == {40}
+    result = pooled(table, extra)
+    assert result["comparisons"] == 3 and result["share"] == 1.0  # boxed-only h: the whole gain is format
+
+
+def test_comparisons_of_one_benchmark_with_other_item_sets_share_draws_over_their_own_items():
+    """Two prompts with 30 and 50 items, and a benchmark mixing letter and free-form keys (BBH as loaded):
+    each comparison's interval is over exactly its items, drawn from one per-benchmark resample (case 3)."""
+    from crossed_rlvr.rescore.share import RESAMPLES, bootstrap_gains
+
+    def out(n, style, right, kind="mc", offset=0):
+        keys = ["ABCD"[k % 4] for k in range(n)] if kind == "mc" else [str(k) for k in range(n)]
+        texts = [(f"\\boxed{{{key}}}" if style == "box" else f"The answer is {key}.") if k < right else "none"
+                 for k, key in enumerate(keys)]
+        return Outputs(items=[str(k + offset) for k in range(n)], keys=keys, responses=texts, kind=kind,
+                       n_options=[4] * n, benchmark="bbh")
+
+    runs = {("b", "bbh", "boxed/original", "mc"): out(30, "text", 20), ("r", "bbh", "boxed/original", "mc"): out(30, "box", 20),
+            ("b", "bbh", "hash/original", "mc"): out(50, "text", 30), ("r", "bbh", "hash/original", "mc"): out(50, "box", 30),
+            ("b", "bbh", "boxed/original", "free"): out(7, "text", 3, "free", 100),
+            ("r", "bbh", "boxed/original", "free"): out(7, "box", 5, "free", 100)}
+    table, extra = comparisons(runs, [("b", "r")], ["math-boxed"], resamples=400)
+    assert sorted(table["items"]) == [7, 30, 50]
+    for r in table.itertuples():
+        assert r.g_rep_low <= r.g_rep <= r.g_rep_high and len(extra["boot"][r.key][0]) == 400
+    # a comparison's draws are means over its own drawn items: the same draws again from its items alone
+    # within the benchmark's union, and the paper's 10,000 resamples by default
+    again = bootstrap_gains(extra["per_item"], 400, 20260930)
+    assert all(np.array_equal(again[k][0], extra["boot"][k][0], equal_nan=True) for k in again)
+    assert RESAMPLES == 10_000
+
+
+def test_the_20_point_rule_is_decided_on_counts():
+    """56.4% vs 76.4% of 500 outputs: a gap of exactly 20 points, readable (floats gave 20.000000000000014)."""
+    from crossed_rlvr.rescore.share import readable
+
+    assert 76.4 - 56.4 > 20  # the float trap
+    assert readable(282, 382, 500) and not readable(282, 383, 500)
+    assert readable(250, 350, 500) and not readable(249, 349, 500)  # 50% read is enough, 49.8% is not

@@ -70,7 +70,7 @@ def test_bad_record(tmp_path, label, change, raw, message):
 
 def test_duplicate_key(tmp_path):
     path = write(good(tmp_path), [rec(1, "grpo-hash/s83", response="other")])
-    with pytest.raises(ResponseFileError, match=r"a\.jsonl:7: duplicate key \(item_id='1', policy='grpo-hash/s83'.*"
+    with pytest.raises(ResponseFileError, match=r"a\.jsonl:7: duplicate key \(task='gsm8k', item_id='1', policy='grpo-hash/s83'.*"
                                                  r"first seen at .*a\.jsonl:5"):
         read_responses([path])
 

@@ -36,7 +36,8 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "response_tokens": (int,),
     "reference": (str,),
 }
-KEY = ("item_id", "policy", "request", "template", "sample_idx")
+# task first: benchmarks whose loaders number items by row (MMLU, AQuA-RAT, BBH) share ids, never responses
+KEY = ("task", "item_id", "policy", "request", "template", "sample_idx")
 CELL = ("task", "policy", "request", "template")
 FINISH_REASONS = ("stop", "length", "unknown")  # unknown: imported outputs that do not record it
 

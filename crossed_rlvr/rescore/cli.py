@@ -20,7 +20,21 @@ import pandas as pd
 
 from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.rescore.harness import REGISTRY
-from crossed_rlvr.rescore.share import Outputs, comparisons, pooled, spread
+from crossed_rlvr.rescore.share import RESAMPLES, Outputs, comparisons, pooled, spread
+
+LETTERS = "ABCDEFGHIJ"
+
+
+def item_files(inputs: list[str]) -> list[str]:
+    """The item files frozen beside response inputs (crossed-eval's ``<run>/items/*.jsonl``): the loaders'
+    own record of each item's options."""
+    found = []
+    for raw in inputs:
+        p = Path(raw)
+        for folder in {p / "items", p.parent / "items", p.parent.parent / "items"}:
+            if folder.is_dir():
+                found += [str(f) for f in sorted(folder.glob("*.jsonl"))]
+    return sorted(set(found))
 
 
 def item_options(paths: list[str]) -> dict[tuple[str, str], int]:
@@ -43,7 +57,14 @@ def runs_from_records(records: list[dict], options: int, n_options: dict[tuple[s
         if r.get("sample_idx", 0) != 0:
             continue  # one response per item and model: the first sample
         known = (r["task"], str(r["item_id"])) in n_options
-        kind = "mc" if known or (len(r["reference"].strip()) == 1 and r["reference"].strip() in "ABCDEFGHIJ") else "free"
+        key = r["reference"].strip()
+        kind = "mc" if known or (len(key) == 1 and key in LETTERS) else "free"
+        if kind == "mc" and not known and LETTERS.index(key) >= options:
+            # the key itself shows the assumption is wrong (MMLU-Pro, AQuA-RAT, 5-option ARC): omega would read
+            # only A-D and misscore the item, so refuse rather than guess
+            raise ValueError(f"{r['task']} item {r['item_id']!r}: key {key!r} lies outside the {options} options "
+                             f"assumed (A-{LETTERS[options - 1]}); give the item files (--items, or the run's "
+                             "items/ folder beside its responses) or --options")
         grouped[(r["policy"], r["task"], f"{r['request']}/{r['template']}", kind)][str(r["item_id"])] = r
     runs = {}
     by_bench: dict[tuple, list[set[str]]] = defaultdict(list)
@@ -150,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--harness", default=",".join(REGISTRY), help=f"extractors (default all: {', '.join(REGISTRY)})")
     parser.add_argument("--options", type=int, default=4, help="options per multiple-choice item without an item file")
     parser.add_argument("--items", nargs="*", default=[], help="item files with n_options per item (MMLU-Pro: A-J)")
-    parser.add_argument("--resamples", type=int, default=2000)
+    parser.add_argument("--resamples", type=int, default=RESAMPLES, help="item resamples (paper 000: 10,000)")
     parser.add_argument("--no-audit", action="store_true", help="skip the reader audit of the extractors")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
@@ -161,7 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [h for h in args.harness.split(",") if h not in REGISTRY]
         if unknown:
             raise ValueError(f"--harness {', '.join(unknown)} unknown; known: {', '.join(REGISTRY)}")
-        runs = runs_from_records(read_responses(args.inputs).records, args.options, item_options(args.items))
+        if args.options < 2 or args.options > len(LETTERS):
+            raise ValueError(f"--options {args.options} must lie in 2..{len(LETTERS)}")
+        runs = runs_from_records(read_responses(args.inputs).records, args.options,
+                                 item_options(args.items or item_files(args.inputs)))
         names = {m for m, *_ in runs}
         missing = sorted({x for p in pairs for x in p} - names)
         if missing:

@@ -5,22 +5,28 @@ Per comparison (pair, benchmark, prompt, harness extractor): accuracies under h 
 models, g_rep = acc_h(RL) - acc_h(base), g_fix = acc_omega(RL) - acc_omega(base), the format gain
 D = g_rep - g_fix and its share D / g_rep, extraction rates, and the two admission criteria (g_rep's
 lower 95% bound >= 2 points; omega reads >= 50% of each model's outputs, the two rates within 20
-points). The pooled share sum(D) / sum(g_rep) over admitted comparisons has an item-bootstrap
-interval (items resampled within benchmark, the same draw for every comparison of that benchmark),
-with leave-one-pair-out and leave-one-benchmark-out shares.
+points, decided on counts). The pooled share sum(D) / sum(g_rep) over admitted comparisons has an
+item-bootstrap interval (10,000 draws; items resampled within benchmark, the same draw for every
+comparison of that benchmark, each comparison over exactly its own items), with leave-one-pair-out and
+leave-one-benchmark-out shares.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from crossed_rlvr.analysis.bootstrap import draw_counts
 from crossed_rlvr.rescore import omega
 from crossed_rlvr.rescore.harness import REGISTRY, correct
 
 MIN_GAIN, MIN_READ, MAX_GAP = 2.0, 50.0, 20.0
+RESAMPLES = 10_000  # item resamples per comparison, as paper 000 §2
 
 
 @dataclass
@@ -73,13 +79,58 @@ def read_matrix(out: Outputs, harness: str) -> dict[str, np.ndarray]:
             "e_h": np.array([a is not None for a in answers(out, harness)], float), **omega_matrix(out)}
 
 
+def _bench_seed(seed: int, bench: str) -> int:
+    """A benchmark's own bootstrap stream: the same draws whatever other benchmarks are in the run."""
+    return seed + int(hashlib.sha256(bench.encode()).hexdigest()[:8], 16)
+
+
+def bootstrap_gains(per_item: dict[str, tuple[str, list[str], np.ndarray, np.ndarray]], resamples: int,
+                    seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Paired item-bootstrap draws of g_rep and D per comparison (paper 000 §2: items resampled within
+    benchmark, the two models paired). Each benchmark's items (the union over its prompts and answer
+    forms) are resampled once per draw for all its comparisons; a comparison's draw is the mean over the
+    drawn items it has, so comparisons with different item sets share draws without being cut or padded."""
+    by_bench: dict[str, list[str]] = defaultdict(list)
+    for key, (bench, *_rest) in per_item.items():
+        by_bench[bench].append(key)
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for bench, keys in sorted(by_bench.items()):
+        union = sorted({i for k in keys for i in per_item[k][1]}, key=lambda x: (len(x), x))
+        at = {item: j for j, item in enumerate(union)}
+        # comparisons over the same items share one product: counts[:, items] @ [g_1, d_1, g_2, d_2, ...]
+        groups: dict[tuple[int, ...], list[str]] = defaultdict(list)
+        for k in keys:
+            groups[tuple(at[i] for i in per_item[k][1])].append(k)
+        cols = {pos: np.stack([v for k in ks for v in per_item[k][2:4]], axis=1) for pos, ks in groups.items()}
+        everything = tuple(range(len(union)))
+        boot = {k: (np.empty(resamples), np.empty(resamples)) for k in keys}
+        block = max(1, min(2000, 5_000_000 // len(union)))  # bounded memory on 12,000-item benchmarks
+        row = 0
+        for counts in draw_counts(len(union), resamples, _bench_seed(seed, bench), block=block):
+            for pos, ks in groups.items():
+                w = counts if pos == everything else counts[:, list(pos)]
+                with np.errstate(invalid="ignore", divide="ignore"):  # none of its items drawn: NaN, never 0
+                    means = (w @ cols[pos]) / w.sum(axis=1)[:, None]
+                for j, k in enumerate(ks):
+                    boot[k][0][row:row + len(w)] = means[:, 2 * j]
+                    boot[k][1][row:row + len(w)] = means[:, 2 * j + 1]
+            row += len(counts)
+        out.update(boot)
+    return out
+
+
+def readable(read_base: int, read_rl: int, n: int) -> bool:
+    """Paper 000's readability rule in counts (exact, never a float comparison at the boundary): omega
+    reads at least 50% of each model's n outputs and the two rates are within 20 points."""
+    return (100 * read_base >= MIN_READ * n and 100 * read_rl >= MIN_READ * n
+            and 100 * abs(read_base - read_rl) <= MAX_GAP * n)
+
+
 def comparisons(runs: dict[tuple[str, str, str, str], Outputs], pairs: list[tuple[str, str]],
-                harnesses: list[str], resamples: int = 2000, seed: int = 20260930
-                ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+                harnesses: list[str], resamples: int = RESAMPLES, seed: int = 20260930
+                ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """One row per (pair, benchmark, prompt, harness); ``runs`` is keyed (model, benchmark, prompt, kind)."""
     rows, per_item = [], {}
-    rng = np.random.default_rng(seed)
-    draws: dict[str, np.ndarray] = {}
     for base, rl in pairs:
         for (model, bench, prompt, kind), out_b in sorted(runs.items()):
             if model != base or (rl, bench, prompt, kind) not in runs:
@@ -88,56 +139,56 @@ def comparisons(runs: dict[tuple[str, str, str, str], Outputs], pairs: list[tupl
             if out_b.items != out_r.items:
                 raise ValueError(f"{base} and {rl} on {bench}/{prompt}: different items; align them first")
             n = len(out_b.items)
-            if bench not in draws:  # one draw of items per benchmark, shared by its comparisons
-                draws[bench] = rng.integers(0, n, size=(resamples, n))
             for name in harnesses:
                 if kind not in REGISTRY[name].kinds:
                     continue
                 mb, mr = read_matrix(out_b, name), read_matrix(out_r, name)
                 g_items = 100 * (mr["c_h"] - mb["c_h"])
                 d_items = g_items - 100 * (mr["c_w"] - mb["c_w"])
-                g_boot = g_items[draws[bench]].mean(axis=1)
-                key = f"{base}|{rl}|{bench}|{prompt}|{name}"
-                per_item[key] = np.stack([g_items, d_items])
+                key = f"{base}|{rl}|{bench}|{prompt}|{kind}|{name}"
+                per_item[key] = (bench, list(out_b.items), g_items, d_items)
                 g_rep, d = float(g_items.mean()), float(d_items.mean())
-                read_b, read_r = 100 * mb["e_w"].mean(), 100 * mr["e_w"].mean()
-                lo = float(np.percentile(g_boot, 2.5))
+                read_b, read_r = int(mb["e_w"].sum()), int(mr["e_w"].sum())
                 rows.append({
-                    "pair": f"{base} -> {rl}", "base": base, "rl": rl, "benchmark": bench, "prompt": prompt,
-                    "kind": kind, "harness": name, "items": n,
+                    "key": key, "pair": f"{base} -> {rl}", "base": base, "rl": rl, "benchmark": bench,
+                    "prompt": prompt, "kind": kind, "harness": name, "items": n,
                     "acc_h_base": 100 * mb["c_h"].mean(), "acc_h_rl": 100 * mr["c_h"].mean(),
                     "acc_omega_base": 100 * mb["c_w"].mean(), "acc_omega_rl": 100 * mr["c_w"].mean(),
-                    "g_rep": g_rep, "g_rep_low": lo, "g_rep_high": float(np.percentile(g_boot, 97.5)),
-                    "g_fix": g_rep - d, "D": d, "share": d / g_rep if g_rep else np.nan,
+                    "g_rep": g_rep, "g_fix": g_rep - d, "D": d, "share": d / g_rep if g_rep else np.nan,
                     "read_h_base": 100 * mb["e_h"].mean(), "read_h_rl": 100 * mr["e_h"].mean(),
-                    "read_omega_base": read_b, "read_omega_rl": read_r,
-                    "significant_gain": lo >= MIN_GAIN,
-                    "readable": min(read_b, read_r) >= MIN_READ and abs(read_b - read_r) <= MAX_GAP,
+                    "read_omega_base": 100 * read_b / n, "read_omega_rl": 100 * read_r / n,
+                    "readable": readable(read_b, read_r, n),
                     **{f"omega_{w}_{m}": float((mm["where"] == w).mean() * 100)
                        for m, mm in (("base", mb), ("rl", mr)) for w in ("box", "text", "other", "none")},
                 })
+    boot = bootstrap_gains(per_item, resamples, seed)
+    for r in rows:
+        g_boot = boot[r["key"]][0]
+        r["g_rep_low"] = float(np.nanpercentile(g_boot, 2.5))
+        r["g_rep_high"] = float(np.nanpercentile(g_boot, 97.5))
+        # the bound is a percentile of item means (multiples of 100/n): compared with a rounding margin
+        r["significant_gain"] = r["g_rep_low"] >= MIN_GAIN - 1e-9
     table = pd.DataFrame(rows)
     if len(table):
         table["admitted"] = table.significant_gain & table.readable
-    return table, {"per_item": per_item, "draws": draws}
+    return table, {"per_item": per_item, "boot": boot}
 
 
 def pooled(table: pd.DataFrame, extra: dict, resamples: int | None = None) -> dict[str, float]:
-    """sum(D) / sum(g_rep) over admitted comparisons, its 95% item-bootstrap interval, and the
-    leave-one-out extremes."""
+    """sum(D) / sum(g_rep) over admitted comparisons, its 95% item-bootstrap interval (each benchmark's
+    items resampled once per draw for all its comparisons), and the leave-one-out extremes."""
     adm = table[table.admitted] if len(table) else table
     if adm.empty:
         return {"share": np.nan, "low": np.nan, "high": np.nan, "comparisons": 0}
-    keys = [f"{r.base}|{r.rl}|{r.benchmark}|{r.prompt}|{r.harness}" for r in adm.itertuples()]
     G = D = 0.0
-    for k, bench in zip(keys, adm.benchmark, strict=True):
-        g_items, d_items = extra["per_item"][k]
-        idx = extra["draws"][bench]
-        G = G + g_items[idx].mean(axis=1)
-        D = D + d_items[idx].mean(axis=1)
-    boot = D / G
-    out = {"share": float(adm.D.sum() / adm.g_rep.sum()), "low": float(np.percentile(boot, 2.5)),
-           "high": float(np.percentile(boot, 97.5)), "comparisons": len(adm)}
+    for k in adm.key:
+        g_boot, d_boot = extra["boot"][k]
+        G = G + g_boot
+        D = D + d_boot
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = D / G
+    out = {"share": float(adm.D.sum() / adm.g_rep.sum()), "low": float(np.nanpercentile(boot, 2.5)),
+           "high": float(np.nanpercentile(boot, 97.5)), "comparisons": len(adm)}
     for col in ("pair", "benchmark"):
         loo = [float(adm[adm[col] != v].D.sum() / adm[adm[col] != v].g_rep.sum()) for v in adm[col].unique()
                if (adm[col] != v).any()]
