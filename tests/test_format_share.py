@@ -100,6 +100,9 @@ def test_a_key_outside_the_assumed_options_is_refused_not_misread(tmp_path, caps
     _write(run / "responses", recs)
     assert main([str(run / "responses"), "--pair", "initial=grpo-boxed/s83", "-o", str(tmp_path / "o2"),
                  "--no-audit", "--resamples", "200"]) == 0
+    report = (tmp_path / "o2" / "report.md").read_text()
+    assert "Of the outputs in which ω reads an answer, 0.0% of the base models' contain a `\\boxed{}`, against " \
+           "100.0% of the RL models'" in report
 
 
 def test_benchmarks_with_the_same_item_ids_pool_in_one_run(tmp_path):

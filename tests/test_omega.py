@@ -73,3 +73,49 @@ def test_free_form_rules(text, variant, expected):
 ])
 def test_light_normalisation(answer, key, equal):
     assert same(answer, key) is equal
+
+
+# issue 23, case 7: App. B's rules where omega used to differ from them
+APP_B = [
+    ("mc", "So the answer is \\boxed {B}.", "B"),           # a space before the brace is still a box
+    ("mc", "Thinking.\r\nB\r\n", "B"),                       # position 5 with CRLF line ends
+    ("free", "The answer is\n7", None),                      # "up to the next period or line end": nothing
+    ("free", "The answer is 7\nand more", "7"),
+]
+
+
+@pytest.mark.parametrize(("kind", "text", "expected"), APP_B)
+def test_app_b_rules(kind, text, expected):
+    from crossed_rlvr.rescore import omega
+
+    assert (omega.mc(text, 4) if kind == "mc" else omega.free(text)) == expected
+
+
+def test_app_b_normalisation():
+    from crossed_rlvr.rescore import omega
+
+    assert omega.same(omega.free("\\boxed{\\$18}"), "18")     # an escaped dollar sign is a dollar sign
+    assert not omega.same("1e3", "1000") and not omega.same("inf", "Infinity")
+    assert omega.same("1,000", "1000") and omega.same("2.50", "2.5") and omega.same("40%", "40")
+
+
+def test_strict_variant_nests_inside_omega():
+    """Whatever the strict variant reads, omega reads the same (the variants are nested, App. B)."""
+    from crossed_rlvr.rescore import omega
+
+    for text in ("\\boxed {B}", "\\boxed{ (C) }", "\\boxed{\\text{D}}", "x \\boxed {\\text {A}} y"):
+        strict = omega.mc(text, 4, "strict")
+        assert strict is not None and omega.mc(text, 4) == strict, text
+
+
+def test_fig3_categories_as_the_paper_counts_them():
+    """Box: the output contains a \\boxed{} anywhere; other: a line with only the letter or a letter after
+    "option"/"choice"; text: the rest of what omega reads (paper 000 Fig. 3)."""
+    from crossed_rlvr.rescore import omega
+
+    assert omega.where("Speed is \\boxed{5 m/s}, so the answer is B", "mc") == "box"
+    assert omega.where("The correct choice is option C", "mc") == "other"
+    assert omega.where("Reasoning.\nC", "mc") == "other"
+    assert omega.where("The answer is C.", "mc") == "text" and omega.where("Answer: C", "mc") == "text"
+    assert omega.where("No letter here", "mc") is None
+    assert omega.where("so \\boxed{12}", "free") == "box" and omega.where("The answer is 12.", "free") == "text"

@@ -127,18 +127,26 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
               "| pair | benchmark | prompt | spread (points) |", "|---|---|---|---|",
               *[f"| {r.pair} | {r.benchmark} | {r.prompt} | {r.spread:.2f} |" for r in spreads.itertuples()],
               "", "![where omega found the answer](where_omega.png)", ""]
-    where = table.drop_duplicates(["pair", "benchmark", "prompt"])
+    where = table.drop_duplicates(["pair", "benchmark", "prompt", "kind"])
+    # Fig. 3 divides the outputs in which omega reads an answer: box / text / other, as shares of those
+    read = {m: sum(where[f"omega_{w}_{m}"] * where["items"] for w in ("box", "text", "other")) for m in ("base", "rl")}
+    box = {m: float((where[f"omega_box_{m}"] * where["items"]).sum() / read[m].sum()) if read[m].sum() else float("nan")
+           for m in ("base", "rl")}
+    lines[2:2] = [f"Of the outputs in which ω reads an answer, {100 * box['base']:.1f}% of the base models' contain a "
+                  f"`\\boxed{{}}`, against {100 * box['rl']:.1f}% of the RL models' (Fig. 3; every comparison's "
+                  "outputs once).", ""]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     labels = [f"{r.benchmark}/{r.prompt}\n{r.pair}" for r in where.itertuples()]
     bottom = {m: [0.0] * len(where) for m in ("base", "rl")}
-    for w, color in (("box", "#3a7"), ("text", "#37a"), ("other", "#a73"), ("none", "#bbb")):
+    for w, color in (("box", "#3a7"), ("text", "#37a"), ("other", "#a73")):
         for k, m in enumerate(("base", "rl")):
-            vals = where[f"omega_{w}_{m}"].tolist()
+            total = sum(where[f"omega_{x}_{m}"] for x in ("box", "text", "other")).replace(0, float("nan"))
+            vals = (100 * where[f"omega_{w}_{m}"] / total).fillna(0).tolist()
             xs = [i * 3 + k for i in range(len(where))]
             ax.bar(xs, vals, bottom=bottom[m], color=color, label=w if k == 0 else None)
             bottom[m] = [b + v for b, v in zip(bottom[m], vals, strict=True)]
     ax.set_xticks([i * 3 + 0.5 for i in range(len(where))], labels, fontsize=7)
-    ax.set_ylabel("% of outputs (base | RL)")
+    ax.set_ylabel("% of outputs ω reads (base | RL)")
     ax.set_title("Where ω found the answer (Fig. 3)")
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -31,15 +31,15 @@ def _positions(letters: str) -> list[re.Pattern[str]]:
     ci = re.IGNORECASE
     return [
         # 1. a letter alone inside \boxed{}: \boxed{B}, \boxed{(B)}
-        re.compile(rf"\\boxed\{{\s*\(?({L})\)?\s*\}}"),
+        re.compile(rf"\\boxed\s*\{{\s*\(?({L})\)?\s*\}}"),
         # 2. a letter inside \boxed{\text{}}
-        re.compile(rf"\\boxed\{{\s*\\text\{{\s*\(?({L})\)?\s*\}}\s*\}}"),
+        re.compile(rf"\\boxed\s*\{{\s*\\text\s*\{{\s*\(?({L})\)?\s*\}}\s*\}}"),
         # 3. after "answer is" / "the answer is" / "the correct answer is", colon, bold marks, parentheses optional
         re.compile(rf"answer\s+is\s*:?\s*(?:\*\*)?\s*\(?({L}){_NOT_A_WORD}", ci),
         # 4. after "Answer:"
         re.compile(rf"answer\s*:\s*(?:\*\*)?\s*\(?({L}){_NOT_A_WORD}", ci),
         # 5. a line that holds only the letter: B, (B), B., B)
-        re.compile(rf"^[ \t]*(?:\(({L})\)|({L})[.)]?)[ \t]*$", re.MULTILINE),
+        re.compile(rf"^[ \t]*(?:\(({L})\)|({L})[.)]?)[ \t]*\r?$", re.MULTILINE),  # CRLF line ends too
         # 6. after "option" or "choice"
         re.compile(rf"(?:option|choice)\s*:?\s*\(?({L}){_NOT_A_WORD}", ci),
     ]
@@ -60,7 +60,7 @@ def last_boxed(text: str) -> str | None:
 
 def strip_text(content: str) -> str:
     """``\\text{X}`` enclosing the whole content becomes X."""
-    m = re.fullmatch(r"\s*\\text\{(.*)\}\s*", content, re.DOTALL)
+    m = re.fullmatch(r"\s*\\text\s*\{(.*)\}\s*", content, re.DOTALL)
     return m.group(1) if m else content
 
 
@@ -92,8 +92,10 @@ def mc(text: str, n_options: int, variant: str = "omega") -> str | None:
     return _last(re.compile(rf"\b([{letters}])\b"), text)
 
 
-_ANSWER_IS = re.compile(r"(?:the answer is|final answer is)\s*:?\s*(.*?)(?:\.(?!\d)|\n|$)", re.IGNORECASE)
-_ANSWER_COLON = re.compile(r"answer:\s*(.*?)(?:\n|$)", re.IGNORECASE)
+# "up to the next period or line end": the cue's answer never continues on the next line
+_ANSWER_IS = re.compile(r"(?:the answer is|final answer is)[ \t]*:?[ \t]*(.*?)(?:\.(?!\d)|\r?\n|$)", re.IGNORECASE)
+_ANSWER_COLON = re.compile(r"answer:[ \t]*(.*?)(?:\r?\n|$)", re.IGNORECASE)
+_DECIMAL = re.compile(r"-?\d+(?:\.\d+)?")  # "numbers compared as numbers": decimals, not 1e3 or inf
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -117,7 +119,7 @@ def free(text: str, variant: str = "omega") -> str | None:
 
 def normalize(answer: str) -> str:
     """Dollar signs, spaces, a final period, a percent sign and thousands separators removed."""
-    a = answer.replace("$", "").replace(" ", "").replace("%", "")
+    a = answer.replace("\\$", "").replace("$", "").replace(" ", "").replace("%", "")  # \$ is a dollar sign too
     a = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", a)
     return a.removesuffix(".")
 
@@ -129,24 +131,26 @@ def same(answer: str | None, key: str) -> bool:
     a, k = normalize(answer), normalize(key)
     if a == k:
         return True
-    try:
-        return abs(float(a) - float(k)) <= 1e-9 * max(1.0, abs(float(k)))
-    except ValueError:
+    if not (_DECIMAL.fullmatch(a) and _DECIMAL.fullmatch(k)):
         return False
+    return abs(float(a) - float(k)) <= 1e-9 * max(1.0, abs(float(k)))
 
 
 def where(text: str, kind: str, n_options: int = 4) -> str | None:
-    """Where omega found its answer (paper 000 Fig. 3): ``box`` (positions 1-2 / a box), ``text`` (an
-    answer cue: positions 3, 4, 6 / "the answer is", "answer:"), ``other`` (a letter on its own line), or
-    None when it found nothing."""
+    """Where the answer omega read is written (paper 000 Fig. 3), None when it reads nothing: ``box`` when
+    the output contains a ``\\boxed{}`` anywhere, else ``other`` when omega's answer is a line holding
+    only the letter or a letter after "option"/"choice" (positions 5 and 6), else ``text`` (stated in the
+    text, after "the answer is", "Answer:" and the like)."""
     if kind == "mc":
         for k, pattern in enumerate(_positions(option_letters(n_options))):
             if _last(pattern, text) is not None:
-                return "box" if k < 2 else "other" if k == 4 else "text"
+                if "\\boxed" in text:
+                    return "box"
+                return "other" if k >= 4 else "text"
         return None
-    if last_boxed(text) is not None:
-        return "box"
-    return "text" if free(text) is not None else None
+    if free(text) is None:
+        return None
+    return "box" if "\\boxed" in text else "text"
 
 
 def reader(kind: str, variant: str = "omega") -> Callable[..., str | None]:
