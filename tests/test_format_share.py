@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from crossed_rlvr.rescore.share import Outputs, comparisons, pooled, spread
@@ -158,3 +159,28 @@ def test_the_20_point_rule_is_decided_on_counts():
     assert 76.4 - 56.4 > 20  # the float trap
     assert readable(282, 382, 500) and not readable(282, 383, 500)
     assert readable(250, 350, 500) and not readable(249, 349, 500)  # 50% read is enough, 49.8% is not
+
+
+def test_variants_pooling_rules_and_leave_one_out_in_the_cli(tmp_path):
+    """--omega selects App. B's variant; the report has Table 9's rules and leave-one-harness/prompt-out."""
+    from crossed_rlvr.rescore.cli import main
+
+    keys = ["ABCD"[k % 4] for k in range(60)]
+    recs = []
+    for request in ("hash", "boxed"):
+        recs += _records("mmlu", "initial", keys, [f"I think {k}" for k in keys], request)  # only permissive reads
+        recs += _records("mmlu", "grpo-boxed/s83", keys, [f"\\boxed{{{k}}}" for k in keys], request)
+    path = _write(tmp_path, recs)
+    for variant, read_base in (("omega", 0.0), ("permissive", 100.0)):
+        out = tmp_path / variant
+        assert main([str(path), "--pair", "initial=grpo-boxed/s83", "-o", str(out), "--no-audit",
+                     "--resamples", "200", "--omega", variant]) == 0
+        table = pd.read_csv(out / "comparisons.csv")
+        assert set(table.read_omega_base) == {read_base}
+        report = (out / "report.md").read_text()
+        assert "leave one harness out" in report and "leave one prompt out" in report
+        assert "## Which comparisons enter the ratio (App. D, Table 9)" in report
+        rules = pd.read_csv(out / "pooling_rules.csv")
+        assert list(rules.rule) == ["significant reported gain (main)", "reported gain not zero",
+                                    "every readable comparison"]
+    assert "Fixed extractor: ω (permissive variant)." in (tmp_path / "permissive" / "report.md").read_text()

@@ -20,7 +20,8 @@ import pandas as pd
 
 from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.rescore.harness import REGISTRY
-from crossed_rlvr.rescore.share import RESAMPLES, Outputs, comparisons, pooled, spread
+from crossed_rlvr.rescore.omega import VARIANTS
+from crossed_rlvr.rescore.share import RESAMPLES, Outputs, comparisons, pooled, pooling_rules, spread
 
 LETTERS = "ABCDEFGHIJ"
 
@@ -49,8 +50,8 @@ def item_options(paths: list[str]) -> dict[tuple[str, str], int]:
     return out
 
 
-def runs_from_records(records: list[dict], options: int, n_options: dict[tuple[str, str], int] | None = None
-                      ) -> dict[tuple[str, str, str, str], Outputs]:
+def runs_from_records(records: list[dict], options: int, n_options: dict[tuple[str, str], int] | None = None,
+                      variant: str = "omega") -> dict[tuple[str, str, str, str], Outputs]:
     grouped: dict[tuple, dict[str, dict]] = defaultdict(dict)
     n_options = n_options or {}
     for r in records:
@@ -74,7 +75,8 @@ def runs_from_records(records: list[dict], options: int, n_options: dict[tuple[s
         shared = sorted(set.intersection(*by_bench[(task, prompt, kind)]), key=lambda x: (len(x), x))
         runs[(policy, task, prompt, kind)] = Outputs(
             items=shared, keys=[recs[i]["reference"] for i in shared], responses=[recs[i]["response"] for i in shared],
-            kind=kind, n_options=[n_options.get((task, i), options) for i in shared], benchmark=task)
+            kind=kind, n_options=[n_options.get((task, i), options) for i in shared], benchmark=task,
+            variant=variant)
     return runs
 
 
@@ -111,11 +113,11 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
     table.to_csv(out / "comparisons.csv", index=False, float_format="%.10g")
     cols = ["pair", "benchmark", "prompt", "harness", "g_rep", "g_rep_low", "g_fix", "D", "share", "read_omega_base",
             "read_omega_rl", "admitted"]
-    loo = (f"leave one pair out {result.get('leave_one_pair_out_min', float('nan')):.3f}–"
-           f"{result.get('leave_one_pair_out_max', float('nan')):.3f}, leave one benchmark out "
-           f"{result.get('leave_one_benchmark_out_min', float('nan')):.3f}–"
-           f"{result.get('leave_one_benchmark_out_max', float('nan')):.3f}")
-    headline = (f"Pooled format share over {result['comparisons']} admitted comparisons: **{result['share']:.3f}** "
+    loo = ", ".join(f"leave one {col} out {result.get(f'leave_one_{col}_out_min', float('nan')):.3f}–"
+                    f"{result.get(f'leave_one_{col}_out_max', float('nan')):.3f}"
+                    for col in ("pair", "benchmark", "harness", "prompt"))
+    variant = table.attrs.get("omega", "omega")
+    headline = (f"Fixed extractor: ω{'' if variant == 'omega' else f' ({variant} variant)'}. Pooled format share over {result['comparisons']} admitted comparisons: **{result['share']:.3f}** "
                 f"[{result['low']:.3f}, {result['high']:.3f}] (items resampled within benchmark); {loo}.")
     criteria = ("Admitted: the reported gain's lower 95% bound is at least 2 points, and ω reads at least 50% of "
                 "each model's outputs with the two rates within 20 points.")
@@ -123,6 +125,12 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in table[cols].itertuples(index=False):
         lines.append("| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in r) + " |")
+    rules = pooling_rules(table)
+    rules.to_csv(out / "pooling_rules.csv", index=False, float_format="%.10g")
+    lines += ["", "## Which comparisons enter the ratio (App. D, Table 9)", "",
+              "| rule | comparisons | Σ g_rep | Σ D | share |", "|---|---|---|---|---|",
+              *[f"| {r.rule} | {r.comparisons} | {r.sum_g_rep:.1f} | {r.sum_D:.1f} | {r.share:.3f} |"
+                for r in rules.itertuples()]]
     lines += ["", "## Spread of reported gains across harness extractors (Fig. 5)", "",
               "| pair | benchmark | prompt | spread (points) |", "|---|---|---|---|",
               *[f"| {r.pair} | {r.benchmark} | {r.prompt} | {r.spread:.2f} |" for r in spreads.itertuples()],
@@ -180,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--options", type=int, default=4, help="options per multiple-choice item without an item file")
     parser.add_argument("--items", nargs="*", default=[], help="item files with n_options per item (MMLU-Pro: A-J)")
     parser.add_argument("--resamples", type=int, default=RESAMPLES, help="item resamples (paper 000: 10,000)")
+    parser.add_argument("--omega", default="omega", choices=list(VARIANTS),
+                        help="the fixed extractor's variant (App. B): strict, omega (default), permissive, maximal")
     parser.add_argument("--no-audit", action="store_true", help="skip the reader audit of the extractors")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args(argv)
@@ -193,12 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.options < 2 or args.options > len(LETTERS):
             raise ValueError(f"--options {args.options} must lie in 2..{len(LETTERS)}")
         runs = runs_from_records(read_responses(args.inputs).records, args.options,
-                                 item_options(args.items or item_files(args.inputs)))
+                                 item_options(args.items or item_files(args.inputs)), args.omega)
         names = {m for m, *_ in runs}
         missing = sorted({x for p in pairs for x in p} - names)
         if missing:
             raise ValueError(f"no outputs of {', '.join(missing)}; have {', '.join(sorted(names))}")
         table, extra = comparisons(runs, pairs, args.harness.split(","), args.resamples)
+        table.attrs["omega"] = args.omega
     except (ResponseFileError, ValueError) as err:
         print(f"crossed-rescore: {err}", file=sys.stderr)
         return 2

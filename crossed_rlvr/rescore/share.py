@@ -41,6 +41,7 @@ class Outputs:
     omega: dict[str, np.ndarray] | None = None  # omega's reading, filled on first use
     benchmark: str = ""  # for benchmark-aware extractors (Qwen2.5-Math)
     answers: dict[str, list[str | None]] = field(default_factory=dict)  # reader -> answers, filled on first use
+    variant: str = "omega"  # the fixed extractor's variant (App. B: strict, omega, permissive, maximal)
 
 
 def answers(out: Outputs, reader: str) -> list[str | None]:
@@ -48,7 +49,7 @@ def answers(out: Outputs, reader: str) -> list[str | None]:
     (the comparisons and the reader audit share it)."""
     if reader not in out.answers:
         if reader == "omega":
-            out.answers[reader] = [omega.mc(t, n) if out.kind == "mc" else omega.free(t)
+            out.answers[reader] = [omega.mc(t, n, out.variant) if out.kind == "mc" else omega.free(t, out.variant)
                                    for t, n in zip(out.responses, out.n_options, strict=True)]
         else:
             h = REGISTRY[reader]
@@ -189,12 +190,30 @@ def pooled(table: pd.DataFrame, extra: dict, resamples: int | None = None) -> di
         boot = D / G
     out = {"share": float(adm.D.sum() / adm.g_rep.sum()), "low": float(np.nanpercentile(boot, 2.5)),
            "high": float(np.nanpercentile(boot, 97.5)), "comparisons": len(adm)}
-    for col in ("pair", "benchmark"):
+    # App. D Table 12: leave out one pair, benchmark, harness extractor or prompt
+    for col in ("pair", "benchmark", "harness", "prompt"):
         loo = [float(adm[adm[col] != v].D.sum() / adm[adm[col] != v].g_rep.sum()) for v in adm[col].unique()
                if (adm[col] != v).any()]
         out[f"leave_one_{col}_out_min"] = min(loo) if loo else np.nan
         out[f"leave_one_{col}_out_max"] = max(loo) if loo else np.nan
     return out
+
+
+def pooling_rules(table: pd.DataFrame) -> pd.DataFrame:
+    """App. D Table 9: the share under each rule for which comparisons enter the ratio, all among the
+    comparisons that meet the extraction-rate criterion: a significant reported gain (the main result),
+    any non-zero reported gain, and every comparison (reported gain of zero included)."""
+    readable_rows = table[table.readable] if len(table) else table
+    rules = {"significant reported gain (main)": readable_rows[readable_rows.significant_gain] if len(table) else table,
+             "reported gain not zero": readable_rows[readable_rows.g_rep != 0] if len(table) else table,
+             "every readable comparison": readable_rows}
+    rows = []
+    for rule, part in rules.items():
+        g = float(part.g_rep.sum()) if len(part) else 0.0
+        rows.append({"rule": rule, "comparisons": len(part), "sum_g_rep": g,
+                     "sum_D": float(part.D.sum()) if len(part) else 0.0,
+                     "share": float(part.D.sum()) / g if g else np.nan})
+    return pd.DataFrame(rows)
 
 
 def spread(table: pd.DataFrame) -> pd.DataFrame:
