@@ -27,22 +27,37 @@ def test_lm_eval_filters_are_the_installed_packages():
     assert REGISTRY["lm-eval-gsm8k-strict"].source.startswith("lm-evaluation-harness 0.4")
 
 
-def test_verl_gsm8k_is_the_installed_package():
+def test_installed_verl_gsm8k_is_the_installed_package():
     from verl.utils.reward_score.gsm8k import extract_solution
 
     texts = ["#### 1,234", "#### 5 then #### 6", "no number", "the answer is 42.", ". . 7 .", "x" * 400 + " 9",
              "#### 3" + "y" * 400]
     for t in texts:
-        assert run("verl-gsm8k-strict", t) == extract_solution(t, "strict")
-        assert run("verl-gsm8k-flexible", t) == extract_solution(t, "flexible")
-    assert [run("verl-gsm8k-strict", t) for t in texts] == ["1234", "6", None, None, None, None, None]
-    assert [run("verl-gsm8k-flexible", t) for t in texts] == ["1,234", "6", None, "42.", "7", "9", None]
+        assert run("verl-installed-gsm8k-strict", t) == extract_solution(t, "strict")
+        assert run("verl-installed-gsm8k-flexible", t) == extract_solution(t, "flexible")
+    assert [run("verl-installed-gsm8k-strict", t) for t in texts] == ["1234", "6", None, None, None, None, None]
+    assert [run("verl-installed-gsm8k-flexible", t) for t in texts] == ["1,234", "6", None, "42.", "7", "9", None]
+    # the copy paper 000's pairs were trained with (simpleRL-reason 2204dd1) reads the first '####' anywhere
+    assert [run("verl-gsm8k-strict", t) for t in texts] == ["1234", "5", None, None, None, None, "3"]
 
 
-MATH_BOXED = [  # the MATH evaluation code (hendrycks/math util.py), as verl ships it
+def test_pinned_extractors_equal_the_upstream_files():
+    """Our transcriptions against the upstream files' own outputs at paper 000's pinned commits
+    (tests/data/pinned_harness.json, written by scripts/pinned_harness_table.py): zero differences."""
+    import json
+    from pathlib import Path
+
+    table = json.loads((Path(__file__).parent / "data" / "pinned_harness.json").read_text())
+    assert len(table["strings"]) >= 40 and len(table["outputs"]) == 6
+    diffs = [(name, text, want, run(name, text)) for name, outs in table["outputs"].items()
+             for text, want in zip(table["strings"], outs, strict=True) if run(name, text) != want]
+    assert diffs == []
+
+
+MATH_BOXED = [  # the MATH evaluation code (hendrycks/math 940d1bf util.py): no "\\boxed " branch
     ("\\boxed{5}", "5"), ("a \\boxed{1} b \\boxed{2}", "2"), ("\\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
     ("\\boxed{x^{2}+1}", "x^{2}+1"), ("no box", None), ("\\boxed{unclosed", None), ("\\fbox{7}", None),
-    ("\\boxed 9$ end", "9"), ("\\boxed{}", ""), ("\\boxed{\\text{B}}", "\\text{B}"), ("\\boxed{(C)}", "(C)"),
+    ("\\boxed 9$ end", None), ("\\boxed{}", ""), ("\\boxed{\\text{B}}", "\\text{B}"), ("\\boxed{(C)}", "(C)"),
     ("$\\boxed{12}$.", "12"), ("\\boxed{1,000}", "1,000"), ("\\boxed{-3}", "-3"), ("\\boxed{ 4 }", " 4 "),
     ("\\boxed{a}\\boxed{b}\\boxed{c}", "c"), ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"), ("text \\boxed{A} text", "A"),
     ("\\boxed{\\sqrt{2}}", "\\sqrt{2}"), ("\\boxed{3.14}", "3.14"), ("boxed{B} without backslash", None),
@@ -53,7 +68,8 @@ ORZ = [  # Open-Reasoner-Zero's reader on the whole response: the last box, else
     ("\\boxed{(C)}", "(C)"), ("$\\boxed{12}$.", "12"), ("\\boxed{1,000}", "1,000"), ("\\boxed{-3}", "-3"),
     ("\\boxed{a}\\boxed{b}", "b"), ("\\boxed{\\sqrt{2}}", "\\sqrt{2}"), ("B) is right", "B) is right"),
     ("The answer is C", "The answer is C"), ("\\boxed{x^{2}}", "x^{2}"), ("end \\boxed{D}", "D"),
-    ("\\boxed{A} and then \\boxed{unclosed", "A"), ("boxed{B} without backslash", "boxed{B} without backslash"),
+    ("\\boxed{A} and then \\boxed{unclosed", "\\boxed{A} and then \\boxed{unclosed"),  # rfind: the cut-off box
+    ("boxed{B} without backslash", "boxed{B} without backslash"),
 ]
 SIMPLE_MC = [  # simple-evals: the first "Answer: X", X one of A-D, case-insensitive cue
     ("Answer: B", "B"), ("answer: c", "c"), ("ANSWER: D", "D"), ("Answer:A", "A"), ("Answer : B", "B"),
@@ -62,10 +78,10 @@ SIMPLE_MC = [  # simple-evals: the first "Answer: X", X one of A-D, case-insensi
     ("Answer: Because", "B"), ("My answer: C.", "C"), ("answer:A and answer:B", "A"), ("Answer -> B", None),
     ("Answer:\nB", None), ("**Answer: D**", "D"),
 ]
-SIMPLE_MATH = [  # simple-evals math: the text after the first "Answer:", to the line end
+SIMPLE_MATH = [  # simple-evals math: ANSWER_PATTERN = r"(?i)Answer\s*:\s*([^\n]+)", group 1 as it is
     ("Answer: 42", "42"), ("answer: x+1", "x+1"), ("Answer:7\nAnswer: 8", "7"), ("The answer is 5", None),
-    ("Answer: \\frac{1}{2}", "\\frac{1}{2}"), ("Answer:   12  ", "12"), ("", None), ("\\boxed{3}", None),
-    ("Final Answer: 9", "9"), ("Answer: $18", "$18"), ("ANSWER: 1,000", "1,000"), ("Answer:\n5", None),
+    ("Answer: \\frac{1}{2}", "\\frac{1}{2}"), ("Answer:   12  ", "12  "), ("", None), ("\\boxed{3}", None),
+    ("Final Answer: 9", "9"), ("Answer: $18", "$18"), ("ANSWER: 1,000", "1,000"), ("Answer:\n5", "5"),
     ("Answer: 3 apples\nmore", "3 apples"), ("Answer: -4", "-4"), ("Answer: \\boxed{6}", "\\boxed{6}"),
     ("So Answer: 10.", "10."), ("Answer: 2, 3", "2, 3"), ("Answer:x", "x"), ("answer : 5", "5"),
     ("**Answer:** 7", "** 7"),

@@ -4,10 +4,11 @@ Those that ship in installed packages are called from them, never copied: lm-eva
 GSM8K strict-match and flexible-extract filters (its own ``RegexFilter`` with the patterns of its own
 ``gsm8k.yaml``), verl's GSM8K ``extract_solution`` (strict and flexible), and the MATH benchmark's
 last-``\\boxed{}`` reader (``last_boxed_only_string`` / ``remove_boxed``, which verl ships verbatim
-from hendrycks/math). The others are written here from their documented behaviour: Open-Reasoner-
-Zero's boxed reader applied to the whole response (the whole response when there is no box), and
-simple-evals' multiple-choice ("the first 'Answer: X', X in A-D") and math ("the text after the first
-'Answer:' to the line end") readers. Each returns the extracted string or None (an abstention);
+from hendrycks/math). The versions paper 000 pinned, which no package ships, are transcribed from the
+files at those commits (``rescore/pinned.py``, checked against the upstream files' own outputs): the
+MATH reader (hendrycks/math), Open-Reasoner-Zero's boxed reader applied to the whole response,
+verl's GSM8K reader as simpleRL-reason shipped it, and simple-evals' multiple-choice and math
+patterns; the installed verl's differing copies are registered beside them as ``verl-installed-*``. Each returns the extracted string or None (an abstention);
 a returned string, empty or not, is an answer. Multiple choice is scored on the answer's first
 character (App. E, "First-character scoring").
 """
@@ -21,7 +22,8 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-from crossed_rlvr.rescore.omega import last_boxed, same
+from crossed_rlvr.rescore import pinned
+from crossed_rlvr.rescore.omega import same
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,8 @@ def _verl_gsm8k(method: str) -> Callable[[str], str | None]:
     return extract
 
 
-def math_boxed(text: str) -> str | None:
-    """The MATH evaluation code's reader: the last ``\\boxed{}`` (or ``\\fbox{}``), its content."""
+def verl_math_boxed(text: str) -> str | None:
+    """The installed verl's copy of the MATH reader (it adds a ``\\boxed `` branch hendrycks/math lacks)."""
     from verl.utils.reward_score.math_reward import last_boxed_only_string, remove_boxed
 
     box = last_boxed_only_string(text)
@@ -88,43 +90,30 @@ def math_boxed(text: str) -> str | None:
         return None
 
 
-def orz_boxed(text: str) -> str:
-    """Open-Reasoner-Zero's reader applied to the whole response: the last box's content, else the response."""
-    box = last_boxed(text)
-    return text if box is None else box
-
-
-_SIMPLE_MC = re.compile(r"(?i)Answer[ \t]*:[ \t]*\$?([A-D])\$?")
-_SIMPLE_MATH = re.compile(r"(?i)Answer[ \t]*:([^\n]+)")
-
-
-def simple_evals_mc(text: str) -> str | None:
-    m = _SIMPLE_MC.search(text)
-    return m.group(1) if m else None
-
-
-def simple_evals_math(text: str) -> str | None:
-    m = _SIMPLE_MATH.search(text)
-    return m.group(1).strip() if m else None
-
-
 REGISTRY: dict[str, Harness] = {h.name: h for h in (
     Harness("lm-eval-gsm8k-strict", f"lm-evaluation-harness {_version('lm-eval')}: gsm8k.yaml strict-match",
             ("free",), _lm_eval("strict-match")),
     Harness("lm-eval-gsm8k-flexible", f"lm-evaluation-harness {_version('lm-eval')}: gsm8k.yaml flexible-extract",
             ("free",), _lm_eval("flexible-extract")),
-    Harness("verl-gsm8k-strict", f"verl {_version('verl')}: utils/reward_score/gsm8k.py extract_solution strict",
-            ("free",), _verl_gsm8k("strict")),
-    Harness("verl-gsm8k-flexible", f"verl {_version('verl')}: utils/reward_score/gsm8k.py extract_solution flexible",
-            ("free",), _verl_gsm8k("flexible")),
-    Harness("math-boxed", f"hendrycks/math last_boxed_only_string + remove_boxed, as shipped in verl {_version('verl')}",
-            ("mc", "free"), math_boxed),
-    Harness("orz-boxed", "Open-Reasoner-Zero f6d1ec7 orz/ppo/tools/math_utils.py, applied to the whole response "
-            "(written here from paper 000 App. E)", ("mc", "free"), orz_boxed),
-    Harness("simple-evals-mc", "openai/simple-evals 5e623c2 common.py ANSWER_PATTERN_MULTICHOICE (written here)",
-            ("mc",), simple_evals_mc),
-    Harness("simple-evals-math", "openai/simple-evals 5e623c2 common.py ANSWER_PATTERN (written here)",
-            ("free",), simple_evals_math),
+    # the copy the paper used (its pairs' training reward) and the installed verl's, under their own names
+    Harness("verl-gsm8k-strict", "hkust-nlp/simpleRL-reason 2204dd1 verl/utils/reward_score/gsm8k.py strict "
+            "(paper 000; transcribed, rescore/pinned.py)", ("free",), lambda t: pinned.simplerl_gsm8k(t, "strict")),
+    Harness("verl-gsm8k-flexible", "hkust-nlp/simpleRL-reason 2204dd1 verl/utils/reward_score/gsm8k.py flexible "
+            "(paper 000; transcribed)", ("free",), lambda t: pinned.simplerl_gsm8k(t, "flexible")),
+    Harness("verl-installed-gsm8k-strict", f"verl {_version('verl')}: utils/reward_score/gsm8k.py extract_solution "
+            "strict (the last '####' in the final 300 characters; not the paper's)", ("free",), _verl_gsm8k("strict")),
+    Harness("verl-installed-gsm8k-flexible", f"verl {_version('verl')}: utils/reward_score/gsm8k.py extract_solution "
+            "flexible (not the paper's)", ("free",), _verl_gsm8k("flexible")),
+    Harness("math-boxed", "hendrycks/math 940d1bf last_boxed_only_string + remove_boxed (paper 000; transcribed)",
+            ("mc", "free"), pinned.math_boxed),
+    Harness("verl-installed-math-boxed", f"verl {_version('verl')}: math_reward.py's copy of the MATH reader (adds a "
+            "'\\boxed ' branch; not the paper's)", ("mc", "free"), verl_math_boxed),
+    Harness("orz-boxed", "Open-Reasoner-Zero f6d1ec7 orz/ppo/tools/math_utils.py get_answer_str, applied to the "
+            "whole response (paper 000; transcribed)", ("mc", "free"), pinned.orz_boxed),
+    Harness("simple-evals-mc", "openai/simple-evals 5e623c2 common.py ANSWER_PATTERN_MULTICHOICE (transcribed)",
+            ("mc",), pinned.simple_evals_mc),
+    Harness("simple-evals-math", "openai/simple-evals 5e623c2 common.py ANSWER_PATTERN (transcribed)",
+            ("free",), pinned.simple_evals_math),
 )}
 
 
