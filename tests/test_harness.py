@@ -136,3 +136,20 @@ def test_qwen_math_documented_cases(text, bench, key, with_step, alone):
 
 def test_qwen_cases_are_enough():
     assert len(QWEN) >= 20
+
+
+def test_qwen_runs_mmlu_as_mmlu_stem_and_normalises_keys():
+    """Paper 000 ran MMLU as Qwen2.5-Math's MMLU-STEM (its letter rule) and its parse_ground_truth strips the
+    key as it strips answers (issue 23, case 4)."""
+    from crossed_rlvr.rescore.harness import qwen_extract
+    from crossed_rlvr.rescore.share import Outputs, credited
+
+    text = "First \\boxed{B}, on reflection the answer is C"
+    assert qwen_extract(text, "mmlu") == qwen_extract(text, "mmlu_stem") == "C"  # the letter rule after the cue
+    assert qwen_extract(text, "math") == "B"  # the box path (what "mmlu" used to get)
+    keys = ["\\dfrac{1}{2}", "\\left(1,2\\right)", "30^\\circ", "\\text{(C)}"]
+    responses = ["\\boxed{\\frac{1}{2}}", "\\boxed{(1,2)}", "\\boxed{30}", "\\boxed{\\text{(C)}}"]
+    out = Outputs(items=list("0123"), keys=keys, responses=responses, kind="free", n_options=[4] * 4,
+                  benchmark="math500")
+    assert credited(out, "qwen2.5-math") == [True, True, True, True]
+    assert credited(out, "math-boxed")[:3] == [False, False, False]  # the MATH reader compares as written

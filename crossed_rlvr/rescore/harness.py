@@ -33,6 +33,7 @@ class Harness:
     kinds: tuple[str, ...]  # "mc", "free"
     extract: Callable[..., str | None]
     uses_item: bool = False  # called as extract(text, {"benchmark": ..., "key": ...})
+    normalize_key: Callable[[str], str] | None = None  # a harness that normalises the key too (Qwen2.5-Math)
 
     def read(self, text: str, benchmark: str = "", key: str = "") -> str | None:
         return self.extract(text, {"benchmark": benchmark, "key": key}) if self.uses_item else self.extract(text)
@@ -128,7 +129,13 @@ def correct(answer: str | None, key: str, kind: str) -> bool:
 
 
 # ---------------------------------------------------------------------- Qwen2.5-Math (written here)
-QWEN_LETTER_BENCHMARKS = ("mmlu_stem", "sat_math", "aqua", "aqua_rat", "gaokao2023")
+QWEN_LETTER_BENCHMARKS = ("mmlu_stem", "sat_math", "aqua", "gaokao2023")
+# Our task names as Qwen2.5-Math's data names: paper 000 ran MMLU as its MMLU-STEM and AQuA-RAT as "aqua"
+QWEN_DATA_NAME = {"mmlu": "mmlu_stem", "aqua_rat": "aqua"}
+
+
+def qwen_data_name(benchmark: str) -> str:
+    return QWEN_DATA_NAME.get(benchmark, benchmark)
 _QWEN_TRIGGERS = ("choice is", "answer is")
 _QWEN_LETTER = re.compile(r"\b(A|B|C|D|E)\b")
 
@@ -185,6 +192,7 @@ def qwen_normalize(pred: str) -> str:
 def qwen_extract(text: str, benchmark: str = "") -> str:
     """Qwen2.5-Math's extraction function (benchmark-aware), without its evaluation loop's letter step."""
     text = text.replace("\u043a\u0438", "")
+    benchmark = qwen_data_name(benchmark)
     if benchmark in QWEN_LETTER_BENCHMARKS:
         return qwen_letter_rule(text)
     if "final answer is $" in text and "$. I hope" in text:
@@ -202,7 +210,7 @@ def qwen_extract(text: str, benchmark: str = "") -> str:
     else:
         numbers = re.findall(r"-?\d*\.?\d+", text.replace(",", ""))
         pred = numbers[-1] if numbers else ""
-    if benchmark in ("sat_math", "aqua", "aqua_rat") or "mmlu" in benchmark:  # MMLU-Pro: narrowed to A-E
+    if benchmark in ("sat_math", "aqua") or "mmlu" in benchmark:  # MMLU-Pro: narrowed to A-E
         letters = _QWEN_LETTER.findall(pred.upper())
         pred = letters[-1] if letters else pred.strip().strip(".")
     pred = re.sub(r"\n\s*", "", pred)
@@ -221,9 +229,18 @@ def qwen_math(text: str, item: dict | None = None) -> str:
     return pred
 
 
+def qwen_key(key: str) -> str:
+    """The key as Qwen2.5-Math's ``parse_ground_truth`` leaves it: ``strip_string`` (the same part as for
+    answers), so a ``\\dfrac`` or ``^\\circ`` key matches the answer spelled without it."""
+    k = key.strip()
+    return k if k in tuple("ABCDEFGHIJ") else qwen_normalize(k)
+
+
 REGISTRY["qwen2.5-math"] = Harness(
     "qwen2.5-math", "QwenLM/Qwen2.5-Math cb098e1 evaluation/parser.py extract_answer + math_eval.py letter step "
-    "(written here; strip_string in part)", ("mc", "free"), qwen_math, uses_item=True)
+    "(written here; strip_string in part, on answers and keys)", ("mc", "free"), qwen_math, uses_item=True,
+    normalize_key=qwen_key)
 REGISTRY["qwen2.5-math-no-letter-step"] = Harness(
     "qwen2.5-math-no-letter-step", "QwenLM/Qwen2.5-Math cb098e1 evaluation/parser.py extract_answer alone (written "
-    "here)", ("mc", "free"), lambda text, item=None: qwen_extract(text, (item or {}).get("benchmark", "")), uses_item=True)
+    "here)", ("mc", "free"), lambda text, item=None: qwen_extract(text, (item or {}).get("benchmark", "")), uses_item=True,
+    normalize_key=qwen_key)

@@ -62,7 +62,8 @@ def credited(out: Outputs, reader: str) -> list[bool]:
     if reader == "omega":
         return [w is not None and (w == k.strip() if out.kind == "mc" else omega.same(w, k))
                 for w, k in zip(answers(out, "omega"), out.keys, strict=True)]
-    return [correct(a, k, out.kind) for a, k in zip(answers(out, reader), out.keys, strict=True)]
+    norm = REGISTRY[reader].normalize_key or (lambda k: k)
+    return [correct(a, norm(k), out.kind) for a, k in zip(answers(out, reader), out.keys, strict=True)]
 
 
 def omega_matrix(out: Outputs) -> dict[str, np.ndarray]:
