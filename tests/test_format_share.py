@@ -184,3 +184,27 @@ def test_variants_pooling_rules_and_leave_one_out_in_the_cli(tmp_path):
         assert list(rules.rule) == ["significant reported gain (main)", "reported gain not zero",
                                     "every readable comparison"]
     assert "Fixed extractor: ω (permissive variant)." in (tmp_path / "permissive" / "report.md").read_text()
+
+
+def test_a_pair_with_its_own_chat_templates_is_reported_but_not_pooled(tmp_path):
+    """Open-Reasoner-Zero's base and RL models ship different chat templates: their prompts differ, which
+    the response checks refuse elsewhere; crossed-rescore records it, reports the pair, and keeps it out of
+    the pooled share and Fig. 3 (paper 000 App. A; issue 23, case 8)."""
+    from crossed_rlvr.rescore.cli import main
+
+    keys = ["ABCD"[k % 4] for k in range(60)]
+    recs = _records("mmlu", "initial", keys, [f"The answer is {k}." for k in keys])
+    recs += _records("mmlu", "grpo-boxed/s83", keys, [f"\\boxed{{{k}}}" for k in keys])
+    recs += [{**r, "policy": "orz-base", "training_convention": "boxed", "train_seed": 1,
+              "prompt_sha256": "f" * 64} for r in _records("mmlu", "initial", keys, [f"The answer is {k}." for k in keys])]
+    path = _write(tmp_path, recs)
+    out = tmp_path / "out"
+    assert main([str(path), "--pair", "initial=grpo-boxed/s83", "--pair", "orz-base=grpo-boxed/s83", "-o", str(out),
+                 "--no-audit", "--resamples", "200"]) == 0
+    table = pd.read_csv(out / "comparisons.csv")
+    orz = table[table.base == "orz-base"]
+    assert len(orz) and not orz.same_input.any() and not orz.admitted.any()
+    assert table[table.base == "initial"].same_input.all()
+    report = (out / "report.md").read_text()
+    assert "Pairs whose two models saw different prompts" in report and "grpo-boxed/s83 / orz-base" in report
+    assert json.loads((out / "pooled.json").read_text())["comparisons"] == int(table[table.base == "initial"].admitted.sum())

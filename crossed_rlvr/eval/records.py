@@ -97,6 +97,7 @@ class ResponseSet:
     records: list[dict[str, Any]] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    prompt_differences: dict[frozenset, str] = field(default_factory=dict)  # policy pair -> first line
 
 
 def json_lines(path: Path) -> Iterator[tuple[Any, Source]]:
@@ -143,8 +144,10 @@ def find_response_files(paths: Iterable[str | Path]) -> list[Path]:
     return sorted(set(files))
 
 
-def read_responses(paths: Iterable[str | Path]) -> ResponseSet:
-    """Read and validate response files as one collection (all checks above)."""
+def read_responses(paths: Iterable[str | Path], different_prompts: str = "refuse") -> ResponseSet:
+    """Read and validate response files as one collection (all checks above). ``different_prompts="record"``
+    records policies that saw different prompts for the same item (models with their own chat templates,
+    paper 000 App. A) in ``prompt_differences`` instead of refusing them."""
     out = ResponseSet(files=find_response_files(paths))
     seen: dict[tuple, Source] = {}
     for path in out.files:
@@ -156,28 +159,35 @@ def read_responses(paths: Iterable[str | Path]) -> ResponseSet:
             seen[key] = where
             out.records.append(rec)
             out.sources.append(where)
-    check_collection(out)
+    check_collection(out, different_prompts)
     return out
 
 
-def check_collection(rs: ResponseSet) -> None:
+def check_collection(rs: ResponseSet, different_prompts: str = "refuse") -> None:
     """Cross-record checks: equal item sets and samples across compared cells; shared prompt hashes."""
     cells: dict[tuple, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
     first_line: dict[tuple, Source] = {}
     prompts: dict[tuple, tuple[str, str, Source]] = {}
+    seen_by: dict[tuple, dict[str, str]] = defaultdict(dict)  # item prompt -> policy -> its prompt hash
     for rec, where in zip(rs.records, rs.sources):
         cell = tuple(rec[k] for k in CELL)
         cells[cell][rec["item_id"]].add(rec["sample_idx"])
         first_line.setdefault(cell, where)
         pkey = (rec["task"], rec["item_id"], rec["request"], rec["template"])
-        if pkey in prompts and prompts[pkey][0] != rec["prompt_sha256"]:
+        sha = rec["prompt_sha256"]
+        if different_prompts == "record":  # every pair of policies that saw different prompts for one item
+            for pol, other_sha in seen_by[pkey].items():
+                if other_sha != sha:
+                    rs.prompt_differences.setdefault(frozenset((pol, rec["policy"])), str(where))
+            seen_by[pkey].setdefault(rec["policy"], sha)
+        elif pkey in prompts and prompts[pkey][0] != sha:
             _sha, policy, other = prompts[pkey]
             raise ResponseFileError(
                 f"{where}: field 'prompt_sha256' for item {rec['item_id']!r} under request {rec['request']!r}, "
                 f"template {rec['template']!r} differs between policy {rec['policy']!r} and policy {policy!r} "
                 f"({other}): the policies did not see the same prompt"
             )
-        prompts.setdefault(pkey, (rec["prompt_sha256"], rec["policy"], where))
+        prompts.setdefault(pkey, (sha, rec["policy"], where))
     # Cells are compared within a task and template (across policies and requests).
     reference: dict[tuple, tuple] = {}
     for cell, items in cells.items():

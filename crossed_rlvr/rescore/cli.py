@@ -112,7 +112,7 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "comparisons.csv", index=False, float_format="%.10g")
     cols = ["pair", "benchmark", "prompt", "harness", "g_rep", "g_rep_low", "g_fix", "D", "share", "read_omega_base",
-            "read_omega_rl", "admitted"]
+            "read_omega_rl", "admitted"] + (["same_input"] if "same_input" in table else [])
     loo = ", ".join(f"leave one {col} out {result.get(f'leave_one_{col}_out_min', float('nan')):.3f}–"
                     f"{result.get(f'leave_one_{col}_out_max', float('nan')):.3f}"
                     for col in ("pair", "benchmark", "harness", "prompt"))
@@ -135,7 +135,13 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
               "| pair | benchmark | prompt | spread (points) |", "|---|---|---|---|",
               *[f"| {r.pair} | {r.benchmark} | {r.prompt} | {r.spread:.2f} |" for r in spreads.itertuples()],
               "", "![where omega found the answer](where_omega.png)", ""]
-    where = table.drop_duplicates(["pair", "benchmark", "prompt", "kind"])
+    where = table[table["same_input"]] if "same_input" in table else table
+    where = where.drop_duplicates(["pair", "benchmark", "prompt", "kind"])
+    different = table.attrs.get("different_inputs") or {}
+    if different:
+        lines[2:2] = ["Pairs whose two models saw different prompts (their own chat templates), reported below but "
+                      "kept out of the pooled share and of Fig. 3 (paper 000 App. A): "
+                      + "; ".join(f"{k} (first at {v})" for k, v in sorted(different.items())) + ".", ""]
     # Fig. 3 divides the outputs in which omega reads an answer: box / text / other, as shares of those
     read = {m: sum(where[f"omega_{w}_{m}"] * where["items"] for w in ("box", "text", "other")) for m in ("base", "rl")}
     box = {m: float((where[f"omega_box_{m}"] * where["items"]).sum() / read[m].sum()) if read[m].sum() else float("nan")
@@ -202,14 +208,22 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--harness {', '.join(unknown)} unknown; known: {', '.join(REGISTRY)}")
         if args.options < 2 or args.options > len(LETTERS):
             raise ValueError(f"--options {args.options} must lie in 2..{len(LETTERS)}")
-        runs = runs_from_records(read_responses(args.inputs).records, args.options,
-                                 item_options(args.items or item_files(args.inputs)), args.omega)
+        rs = read_responses(args.inputs, different_prompts="record")
+        runs = runs_from_records(rs.records, args.options, item_options(args.items or item_files(args.inputs)),
+                                 args.omega)
         names = {m for m, *_ in runs}
         missing = sorted({x for p in pairs for x in p} - names)
         if missing:
             raise ValueError(f"no outputs of {', '.join(missing)}; have {', '.join(sorted(names))}")
         table, extra = comparisons(runs, pairs, args.harness.split(","), args.resamples)
         table.attrs["omega"] = args.omega
+        if len(table):
+            # a pair whose models saw different prompts (their own chat templates) is reported but kept out of
+            # every pooled share and of Fig. 3 (paper 000 App. A)
+            table["same_input"] = [frozenset((b, r)) not in rs.prompt_differences for b, r in zip(table.base, table.rl)]
+            table["admitted"] = table.admitted & table.same_input
+            table.attrs["different_inputs"] = {" / ".join(sorted(k)): v for k, v in rs.prompt_differences.items()
+                                               if any(frozenset(p) == k for p in pairs)}
     except (ResponseFileError, ValueError) as err:
         print(f"crossed-rescore: {err}", file=sys.stderr)
         return 2
