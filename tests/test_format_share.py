@@ -208,3 +208,38 @@ def test_a_pair_with_its_own_chat_templates_is_reported_but_not_pooled(tmp_path)
     report = (out / "report.md").read_text()
     assert "Pairs whose two models saw different prompts" in report and "grpo-boxed/s83 / orz-base" in report
     assert json.loads((out / "pooled.json").read_text())["comparisons"] == int(table[table.base == "initial"].admitted.sum())
+
+
+def test_six_benchmarks_as_the_loaders_freeze_them_pool_in_one_command(tmp_path):
+    """MMLU, MMLU-Pro, ARC-Challenge, AQuA-RAT, SAT-Math and BBH items from the loaders (row ids 0, 1, ...
+    in every benchmark), their frozen item files beside the responses, re-scored and pooled in one
+    command; MMLU-Pro's key J and AQuA-RAT's E are read from the items' own option counts."""
+    from crossed_rlvr.rescore.cli import main
+    from crossed_rlvr.tasks.choice import load_benchmark
+    from tests.test_choice import ROWS
+
+    run = tmp_path / "run"
+    (run / "items").mkdir(parents=True)
+    (run / "responses").mkdir()
+    recs = []
+    for bench, row in ROWS.items():
+        src = tmp_path / f"{bench}.jsonl"
+        ids = {"mmlu_pro": "question_id", "arc_challenge": "id"}  # the two with ids of their own
+        src.write_text("".join(json.dumps({**row, **({ids[bench]: k} if bench in ids else {})}) + "\n"
+                               for k in range(30)))
+        items = load_benchmark(bench, src)
+        if bench not in ids:
+            assert [it["item_id"] for it in items[:2]] == ["0", "1"]  # row numbers: the same ids in each
+        (run / "items" / f"{bench}-test.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
+        keys = [it["reference"] for it in items]
+        recs += _records(bench, "initial", keys, [f"The answer is {k}." for k in keys])
+        recs += _records(bench, "grpo-boxed/s83", keys, [f"\\boxed{{{k}}}" for k in keys])
+    _write(run / "responses", recs)
+    out = tmp_path / "out"
+    assert main([str(run / "responses"), "--pair", "initial=grpo-boxed/s83", "--harness", "math-boxed", "-o",
+                 str(out), "--no-audit", "--resamples", "200"]) == 0
+    table = pd.read_csv(out / "comparisons.csv")
+    assert sorted(table.benchmark) == sorted(ROWS)
+    assert (table.read_omega_base == 100).all() and (table.acc_omega_base == 100).all()  # J and E read too
+    pooled_result = json.loads((out / "pooled.json").read_text())
+    assert pooled_result["comparisons"] == 6 and pooled_result["share"] == 1.0
