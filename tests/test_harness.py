@@ -153,3 +153,23 @@ def test_qwen_runs_mmlu_as_mmlu_stem_and_normalises_keys():
                   benchmark="math500")
     assert credited(out, "qwen2.5-math") == [True, True, True, True]
     assert credited(out, "math-boxed")[:3] == [False, False, False]  # the MATH reader compares as written
+
+
+def test_qwen_equals_its_repository_at_the_pinned_commit():
+    """Qwen2.5-Math's own evaluation code at cb098e1 (extract_answer with the benchmark's data name as paper 000
+    ran it, math_eval.py's letter step, strip_string of keys), run by scripts/pinned_qwen_table.py:
+    224 responses x 2 and 12 keys, zero differences."""
+    import json
+    from pathlib import Path
+
+    from crossed_rlvr.rescore.harness import qwen_key
+
+    table = json.loads((Path(__file__).parent / "data" / "pinned_qwen.json").read_text())
+    diffs = []
+    for r in table["rows"]:
+        full = REGISTRY["qwen2.5-math"].read(r["response"], r["benchmark"], r["key"])
+        alone = REGISTRY["qwen2.5-math-no-letter-step"].read(r["response"], r["benchmark"], r["key"])
+        if (alone, full) != (r["extract_answer"], r["with_letter_step"]):
+            diffs.append((r["benchmark"], r["response"], alone, full))
+    assert len(table["rows"]) == 224 and diffs == []
+    assert {k: qwen_key(k) for k in table["keys"]} == table["keys"]
