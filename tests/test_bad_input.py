@@ -18,6 +18,7 @@ from crossed_rlvr.analysis.analyze import main as analyze_main
 from crossed_rlvr.calibration.cli import main as calibrate_main
 from crossed_rlvr.eval.importers import main as import_main
 from crossed_rlvr.eval.scoring import main as score_main
+from crossed_rlvr.rescore.cli import main as rescore_main
 from crossed_rlvr.rewards.conventions import request_suffix
 from tests.analysis_fixtures import cell
 from tests.test_records import rec
@@ -68,6 +69,18 @@ def calibrate_case(change):
     def run(tmp: Path) -> list[str]:
         return ["sample", str(scores_table(tmp, change)), "-o", str(tmp / "out")]
     return calibrate_main, run
+
+
+def rescore_items_case(item_line: bytes):
+    def run(tmp: Path) -> list[str]:
+        from crossed_rlvr.eval.records import write_responses
+
+        write_responses(tmp / "r.jsonl", [rec(0, "initial", reference="A", response="The answer is A."),
+                                          rec(0, "grpo-hash/s83", reference="A", response="#### A")])
+        (tmp / "gsm8k-test.jsonl").write_bytes(item_line + b"\n")
+        return [str(tmp / "r.jsonl"), "--pair", "initial=grpo-hash/s83", "--items", str(tmp / "gsm8k-test.jsonl"),
+                "-o", str(tmp / "out"), "--no-audit"]
+    return rescore_main, run
 
 
 def score_case(raw: bytes):
@@ -133,6 +146,16 @@ CASES = [
     ("calibrate: unknown request", calibrate_case(_set("request", "latex")),
      "crossed-calibrate: {tmp}/scores.parquet: row 4 (policy 'initial', request 'latex', item '3'): field 'request' "
      "is 'latex'; expected one of hash, boxed, json, xml"),
+    # crossed-rescore: item files checked like every input
+    ("rescore: an item file with n_options out of range",
+     rescore_items_case(b'{"item_id": "0", "question": "q", "reference": "A", "n_options": 12}'),
+     "crossed-rescore: {tmp}/gsm8k-test.jsonl:1: field 'n_options' is 12; expected an integer from 2 to 10"),
+    ("rescore: an item file with non-UTF-8 bytes",
+     rescore_items_case(b'{"item_id": "0", "question": "\xff", "reference": "A"}'),
+     "crossed-rescore: {tmp}/gsm8k-test.jsonl:1: not UTF-8 text"),
+    ("rescore: an item with a null reference",
+     rescore_items_case(b'{"item_id": "0", "question": "q", "reference": null}'),
+     "crossed-rescore: {tmp}/gsm8k-test.jsonl:1: field 'reference' is null"),
     # crossed-import verl: the request named by data_source decides; conflicts are refused
     ("import: data_source and --request disagree",
      verl_case([_verl_row("crossed_rlvr/gsm8k/boxed")], "--request", "hash"),

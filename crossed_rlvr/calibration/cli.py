@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 from pathlib import Path
 
@@ -33,15 +32,15 @@ def _responses(paths: list[Path]) -> dict[tuple, dict]:
 
 
 def _questions(paths: list[Path]) -> dict[tuple[str, str], str]:
+    from crossed_rlvr.tasks.items import read_items
+
     out = {}
     for path in paths:
         files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
         for f in files:
             task = f.stem.rsplit("-", 1)[0]
-            for line in f.read_text().splitlines():
-                if line.strip():
-                    it = json.loads(line)
-                    out[(task, str(it["item_id"]))] = it["question"]
+            for it in read_items(f)[0]:  # checked: file, line and field named on a bad row
+                out[(task, it["item_id"])] = it["question"]
     return out
 
 
@@ -169,9 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scores", default=None, help="check this scores file against the frozen sample's")
     p.set_defaults(fn=cmd_analyze)
     args = parser.parse_args(argv)
+    from crossed_rlvr.eval.records import ResponseFileError
+    from crossed_rlvr.tasks.items import ItemFileError
+
     try:
         return args.fn(args)
-    except CalibrationError as err:
+    except (CalibrationError, ResponseFileError, ItemFileError) as err:  # every bad input: one line, exit 2
         print(f"crossed-calibrate: {err}", file=sys.stderr)
         return 2
 

@@ -40,13 +40,13 @@ def item_files(inputs: list[str]) -> list[str]:
 
 def item_options(paths: list[str]) -> dict[tuple[str, str], int]:
     """(task, item id) -> number of options, from item files (crossed_rlvr.tasks.choice writes ``n_options``)."""
+    from crossed_rlvr.tasks.items import read_items
+
     out = {}
     for path in paths:
-        for line in Path(path).read_text().splitlines():
-            if line.strip():
-                it = json.loads(line)
-                if it.get("n_options"):
-                    out[(str(it.get("task", Path(path).stem.rsplit("-", 1)[0])), str(it["item_id"]))] = int(it["n_options"])
+        for it in read_items(path)[0]:  # checked: file, line and field named on a bad row
+            if it.get("n_options"):
+                out[(str(it.get("task", Path(path).stem.rsplit("-", 1)[0])), it["item_id"])] = it["n_options"]
     return out
 
 

@@ -50,16 +50,29 @@ def read_items(path: str | Path, expected_sha256: str | None = None) -> tuple[li
             "a run must not mix item sets: restore the file or start a new run directory"
         )
     items, seen = [], set()
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[:err.start].count(b"\n") + 1
+        raise ItemFileError(f"{path}:{line}: not UTF-8 text") from None
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             it = json.loads(line)
         except json.JSONDecodeError as err:
             raise ItemFileError(f"{path}:{n}: not valid JSON ({err.msg})") from None
+        if not isinstance(it, dict):
+            raise ItemFileError(f"{path}:{n}: an item must be a JSON object, got {type(it).__name__}")
         for field in REQUIRED:
             if field not in it:
                 raise ItemFileError(f"{path}:{n}: missing field '{field}'")
+            if it[field] is None:
+                raise ItemFileError(f"{path}:{n}: field '{field}' is null")
+        n_options = it.get("n_options")
+        if n_options is not None and (isinstance(n_options, bool) or not isinstance(n_options, int)
+                                      or not 2 <= n_options <= 10):
+            raise ItemFileError(f"{path}:{n}: field 'n_options' is {n_options!r}; expected an integer from 2 to 10")
         it["item_id"] = str(it["item_id"])
         if it["item_id"] in seen:
             raise ItemFileError(f"{path}:{n}: duplicate item_id {it['item_id']!r}")
