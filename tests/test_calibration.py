@@ -2,6 +2,7 @@
 
 import json
 import sqlite3
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -137,3 +138,36 @@ def test_candidate_fidelity_maps_back_to_its_reader(tmp_path):
         store.put("A", "stage2", r["sample_id"], {"correctness": "correct", "fidelity": marks})
         assert store.fidelity("A", r["sample_id"]) == {"strict_first_hash": True, "lenient_hash_fallback": False,
                                                        "math_verify": False}
+
+
+@pytest.mark.parametrize(("extra", "first"), [
+    (["--state", "initial:hash", "--state", "initial:hash"], "--state initial:hash:original is given more than once"),
+    (["--cap", "0"], "--cap 0: a stratum needs at least 1 sampled response"),
+    (["--cap", "-3"], "--cap -3: a stratum needs at least 1 sampled response"),
+    (["--census", "strict=0|fallbak=1|mv=0"], "--census 'strict=0|fallbak=1|mv=0' names no stratum of the sampled "
+                                               "states; their strata: "),
+])
+def test_bad_sample_options_are_refused_before_anything_is_frozen(tmp_path, capsys, extra, first):
+    """Issue 24, cases 2 and 9: a repeated state (human accuracy 1.3125), a census typo (ignored), caps below 1."""
+    scores = scored_study(tmp_path)
+    assert main(["sample", str(scores), "-o", str(tmp_path / "cal"), *extra]) == 2
+    err = capsys.readouterr().err.splitlines()[0]
+    assert err.startswith(f"crossed-calibrate: {first}"), err
+    assert not (tmp_path / "cal" / "calibration.json").exists()
+
+
+def test_the_calibration_folder_moves_with_its_scores_or_without_them(calibration, tmp_path, monkeypatch):
+    """Issue 24, case 5: the scores path is kept relative to the folder; commands that do not read the scores
+    (annotate, export, import) never ask for them."""
+    import shutil
+
+    folder, _scores = calibration
+    head = json.loads((folder / "calibration.json").read_text())
+    assert not Path(head["scores"]).is_absolute()
+    monkeypatch.chdir(tmp_path.parent)  # another working directory: still found
+    load_calibration(folder)
+    laptop = tmp_path / "laptop" / "cal"
+    shutil.copytree(folder, laptop)  # without the scores: labels can be made and exported
+    assert main(["export", str(laptop), str(tmp_path / "labels.jsonl")]) == 0
+    with pytest.raises(CalibrationError, match="no such scores file"):
+        load_calibration(laptop)

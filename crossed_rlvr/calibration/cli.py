@@ -18,6 +18,7 @@ from crossed_rlvr.calibration.sample import (
     State,
     build_sample,
     load_calibration,
+    scores_file,
     write_calibration,
 )
 from crossed_rlvr.interrupt import stops_cleanly
@@ -55,7 +56,12 @@ def cmd_sample(args: argparse.Namespace) -> int:
     eval_dir = scores.parent
     responses = [Path(p) for p in args.responses] if args.responses else [eval_dir / "responses"]
     items = [Path(p) for p in args.items] if args.items else [eval_dir / "items"]
+    if args.cap < 1:
+        raise CalibrationError(f"--cap {args.cap}: a stratum needs at least 1 sampled response")
     states = [State.parse(s) for s in args.state] if args.state else _default_states(scores)
+    repeated = sorted({s.key() for s in states if [t.key() for t in states].count(s.key()) > 1})
+    if repeated:  # a state twice would be sampled twice and weighted as if it were two (App. A's n_h)
+        raise CalibrationError(f"--state {repeated[0]} is given more than once")
     rows = build_sample(scores, _responses(responses), _questions(items), states, args.cap, args.seed, args.census,
                         tuple(args.readers.split(",")) if args.readers else None)
     out = write_calibration(Path(args.out), scores, rows, {
@@ -73,10 +79,10 @@ def _default_states(scores: Path) -> list[State]:
     return [State(p, r) for p, r in keys]
 
 
-def _store(folder: Path):
+def _store(folder: Path, check_scores: bool = False):
     from crossed_rlvr.calibration.labels import LabelStore
 
-    head, rows = load_calibration(folder)
+    head, rows = load_calibration(folder, check_scores)  # the scores are checked only where they are read
     return LabelStore(folder, rows, int(head["seed"])), head, rows
 
 
@@ -111,7 +117,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from crossed_rlvr.files import sha256_file
 
     folder = Path(args.folder)
-    store, head, rows = _store(folder)
+    store, head, rows = _store(folder, check_scores=not args.scores)
     if args.scores and sha256_file(Path(args.scores)) != head["scores_sha256"]:
         raise CalibrationError(f"{args.scores}: not the scores file this sample was drawn from "
                                f"({folder}/calibration.json records {head['scores_sha256'][:12]}...)")
@@ -126,7 +132,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                        "fidelity": int(next(iter(store.fidelity(pair[0], sid).values()), False))}
                  for sid in store.sample}
     obs = observation_table(rows, final, agreement)
-    tables = analyze_calibration(obs, pd.read_parquet(head["scores"]))
+    tables = analyze_calibration(obs, pd.read_parquet(args.scores or scores_file(folder, head)))
     report = write_outputs(Path(args.out or folder / "analysis"), tables)
     print(report)
     return 0

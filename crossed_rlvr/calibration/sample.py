@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,7 @@ def build_sample(scores_path: Path, responses: dict[tuple, dict[str, Any]], ques
 
     scores = pd.read_parquet(scores_path)
     rows: list[dict[str, Any]] = []
+    seen_strata: set[str] = set()
     rng = random.Random(seed)
     for state in states:
         part = scores[(scores.policy == state.policy) & (scores.request == state.request)
@@ -82,6 +84,7 @@ def build_sample(scores_path: Path, responses: dict[tuple, dict[str, Any]], ques
         state_roles = roles or (MATH_READERS if symbolic else GSM8K_READERS)
         cols = [reader_column(r, state.request, symbolic) for r in state_roles]
         strata = part.apply(stratum_of, axis=1, args=(state_roles, cols))
+        seen_strata.update(strata.unique())
         for h in sorted(strata.unique()):
             members = part[strata == h].sort_values(["item_id", "sample_idx"])
             is_census = h in census
@@ -105,6 +108,10 @@ def build_sample(scores_path: Path, responses: dict[tuple, dict[str, Any]], ques
                     "candidates": {c.split(".")[0]: (None if pd.isna(r[c.replace(".correct", ".answer")]) else
                                                      str(r[c.replace(".correct", ".answer")])) for c in cols},
                 })
+    unknown = [c for c in census if c not in seen_strata]
+    if unknown:  # a misspelt census would silently sample that stratum instead of taking it whole
+        raise CalibrationError(f"--census {unknown[0]!r} names no stratum of the sampled states; their strata: "
+                               f"{', '.join(sorted(seen_strata))}")
     order = list(range(len(rows)))
     random.Random(seed + 1).shuffle(order)  # anonymous ids: no model or stratum in the id or its order
     for sid, k in enumerate(order):
@@ -118,11 +125,21 @@ def write_calibration(out: Path, scores_path: Path, rows: list[dict[str, Any]], 
     if (out / "calibration.json").exists():
         raise CalibrationError(f"{out}/calibration.json exists: a frozen sample is never redrawn; use a new folder")
     atomic_write_jsonl(out / "sample.jsonl", rows)
+    # the scores path relative to the calibration folder: the folder can move (to an annotator's laptop)
+    # with or without the scores, and every command finds them from wherever it runs
     atomic_write_json(out / "calibration.json", {
-        **meta, "scores": str(scores_path), "scores_sha256": sha256_file(scores_path),
+        **meta, "scores": os.path.relpath(Path(scores_path).resolve(), out.resolve()),
+        "scores_sha256": sha256_file(scores_path),
         "sample_sha256": sha256_file(out / "sample.jsonl"), "n_sample": len(rows),
     })
     return out
+
+
+def scores_file(folder: Path, head: dict[str, Any]) -> Path:
+    """The scores file of a frozen sample: recorded relative to the calibration folder (absolute in
+    samples frozen before that rule)."""
+    path = Path(head["scores"])
+    return path if path.is_absolute() else (Path(folder) / path).resolve()
 
 
 def load_calibration(folder: Path, check_scores: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -134,8 +151,11 @@ def load_calibration(folder: Path, check_scores: bool = True) -> tuple[dict[str,
     sample_path = folder / "sample.jsonl"
     if sha256_file(sample_path) != head["sample_sha256"]:
         raise CalibrationError(f"{sample_path}: changed since it was frozen (sha256 differs from {head_path})")
-    scores = Path(head["scores"])
-    if check_scores and (not scores.exists() or sha256_file(scores) != head["scores_sha256"]):
+    scores = scores_file(folder, head)
+    if check_scores and not scores.exists():
+        raise CalibrationError(f"{scores}: no such scores file (the sample was drawn from it; {head_path} records "
+                               "its path relative to the calibration folder)")
+    if check_scores and sha256_file(scores) != head["scores_sha256"]:
         raise CalibrationError(f"{scores}: not the scores file this sample was drawn from (sha256 recorded in "
                                f"{head_path}: {head['scores_sha256'][:12]}...)")
     rows = [json.loads(x) for x in sample_path.read_text().splitlines() if x.strip()]
