@@ -171,3 +171,51 @@ def test_the_calibration_folder_moves_with_its_scores_or_without_them(calibratio
     assert main(["export", str(laptop), str(tmp_path / "labels.jsonl")]) == 0
     with pytest.raises(CalibrationError, match="no such scores file"):
         load_calibration(laptop)
+
+
+def test_import_keeps_the_stage_order_refuses_duplicates_and_writes_all_or_nothing(calibration, tmp_path):
+    """Issue 24, case 7: Stage 2 without Stage 1 (which crashed the adjudication queue), duplicate rows
+    (last-wins), bad JSON in a CSV cell (a traceback), and an import killed midway (partial rows)."""
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    store = LabelStore(folder, rows, head["seed"])
+    labels = labels_for(rows, "A")
+    stage2_only = tmp_path / "s2.jsonl"
+    stage2_only.write_text("".join(json.dumps(x) + "\n" for x in labels if x["stage"] == "stage2"))
+    with pytest.raises(LabelError, match=r"s2\.jsonl:1: A has no Stage 1 commitment for S\d+; Stage 2 comes after it"):
+        store.import_labels(stage2_only, lock=True)
+    both = tmp_path / "both.jsonl"
+    both.write_text("".join(json.dumps(x) + "\n" for x in labels))
+    with pytest.raises(LabelError, match=r"both\.jsonl:2: A's Stage 1 is not locked"):
+        store.import_labels(both)
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text(json.dumps(labels[0]) + "\n" + json.dumps({**labels[0], "status": "ambiguous"}) + "\n")
+    with pytest.raises(LabelError, match=r"dup\.jsonl:2: A's stage1 label of S\d+ again \(first at .*dup\.jsonl:1\)"):
+        store.import_labels(dup)
+    bad_csv = tmp_path / "bad.csv"
+    bad_csv.write_text("annotator,stage,sample_id,correctness,fidelity\nA,stage2,S0001,correct,[true\n")
+    with pytest.raises(LabelError, match=r"bad\.csv:2: field 'fidelity' is not valid JSON"):
+        store.import_labels(bad_csv)
+    assert store.db.execute("select count(*) from labels").fetchone()[0] == 0
+
+    class Killed(Exception):
+        pass
+
+    class Dies:  # the connection, dying at the fifth row written
+        def __init__(self, db):
+            self.db, self.rows = db, 0
+
+        def execute(self, sql, *args):
+            if sql.startswith("insert"):
+                self.rows += 1
+                if self.rows == 5:
+                    raise Killed
+            return self.db.execute(sql, *args)
+
+    real = store.db
+    store.db = Dies(real)
+    with pytest.raises(Killed):
+        store.import_labels(both, lock=True)
+    store.db = real
+    assert real.execute("select count(*) from labels").fetchone()[0] == 0  # nothing, not four rows
+    assert store.import_labels(both, lock=True) == len(labels)

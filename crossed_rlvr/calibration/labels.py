@@ -9,11 +9,13 @@ concordant items. Every row is written in its own transaction, so a killed serve
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import random
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,18 @@ class LabelStore:
         self.db.executescript(SCHEMA)
 
     # ------------------------------------------------------------------ reading
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """An explicit transaction: under ``isolation_level=None`` sqlite3's ``with db:`` begins none, so every
+        statement would commit on its own."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
     def order(self, annotator: str) -> list[str]:
         """The annotator's own ordering of the sample (seeded by calibration seed and name)."""
         ids = sorted(self.sample)
@@ -123,7 +137,7 @@ class LabelStore:
         if stage == "stage2" and (annotator, "stage1", sample_id) not in self.labels(annotator, "stage1"):
             raise LabelError(f"{where}: {annotator} has no Stage 1 commitment for {sample_id}")
         clean = check_label(stage, label, len(self.sample[sample_id]["candidates"]), where)
-        with self.db:  # one transaction per label
+        with self.transaction():  # one transaction per label
             self.db.execute("insert or replace into labels values (?, ?, ?, ?, ?)",
                             (annotator, stage, sample_id, json.dumps(clean), time.time()))
         return clean
@@ -134,7 +148,7 @@ class LabelStore:
         if missing:
             raise LabelError(f"{annotator}'s {stage} cannot be locked: {len(missing)} samples unlabelled "
                              f"(first {missing[0]})")
-        with self.db:
+        with self.transaction():
             self.db.execute("insert or ignore into locks values (?, ?, ?)", (annotator, stage, time.time()))
 
     # ------------------------------------------------------------------ adjudication and final labels
@@ -194,7 +208,7 @@ class LabelStore:
         """Labels made elsewhere, in the export format; all are checked before any is written."""
         if path.suffix == ".csv":
             with path.open(newline="") as fh:
-                raw = [(n + 2, {k: _csv_value(k, v) for k, v in row.items() if v != ""})
+                raw = [(n + 2, {k: _csv_value(k, v, f"{path}:{n + 2}") for k, v in row.items() if v != ""})
                        for n, row in enumerate(csv.DictReader(fh))]
         else:
             raw = []
@@ -205,8 +219,11 @@ class LabelStore:
                     except json.JSONDecodeError as err:
                         raise LabelError(f"{path}:{n}: not valid JSON ({err.msg})") from None
         checked = []
+        first: dict[tuple[str, str, str], str] = {}
         for n, row in raw:
             where = f"{path}:{n}"
+            if not isinstance(row, dict):
+                raise LabelError(f"{where}: a label must be a JSON object, got {type(row).__name__}")
             for field in ("annotator", "stage", "sample_id"):
                 if not row.get(field):
                     raise LabelError(f"{where}: missing field '{field}'")
@@ -216,9 +233,23 @@ class LabelStore:
                 raise LabelError(f"{where}: {row['annotator']}'s {row['stage']} is locked")
             if row["stage"] not in STAGES:
                 raise LabelError(f"{where}: field 'stage' is {row['stage']!r}; expected one of {', '.join(STAGES)}")
-            checked.append((row["annotator"], row["stage"], row["sample_id"],
-                            check_label(row["stage"], row, len(self.sample[row["sample_id"]]["candidates"]), where)))
-        with self.db:
+            key = (row["annotator"], row["stage"], row["sample_id"])
+            if key in first:  # last-wins would hide which of two labels was meant
+                raise LabelError(f"{where}: {key[0]}'s {key[1]} label of {key[2]} again (first at {first[key]})")
+            first[key] = where
+            checked.append((*key, check_label(row["stage"], row, len(self.sample[row["sample_id"]]["candidates"]),
+                                              where)))
+        # App. A's stage order: a Stage-2 label needs its annotator's Stage-1 commitment for the item, and Stage 1
+        # locked (already, or by this import's --lock)
+        stage1 = set(self.labels(stage="stage1")) | {(a, "stage1", i) for a, s, i, _ in checked if s == "stage1"}
+        for a, s, i, _ in checked:
+            if s != "stage2":
+                continue
+            if (a, "stage1", i) not in stage1:
+                raise LabelError(f"{first[(a, s, i)]}: {a} has no Stage 1 commitment for {i}; Stage 2 comes after it")
+            if not (self.locked(a, "stage1") or lock):
+                raise LabelError(f"{first[(a, s, i)]}: {a}'s Stage 1 is not locked (lock it, or import with --lock)")
+        with self.transaction():  # all rows or none, also when the process is killed midway
             for a, s, i, lab in checked:
                 self.db.execute("insert or replace into labels values (?, ?, ?, ?, ?)", (a, s, i, json.dumps(lab),
                                                                                        time.time()))
@@ -228,9 +259,12 @@ class LabelStore:
         return len(checked)
 
 
-def _csv_value(key: str, value: str) -> Any:
+def _csv_value(key: str, value: str, where: str) -> Any:
     if key == "fidelity":
-        return json.loads(value)
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as err:
+            raise LabelError(f"{where}: field 'fidelity' is not valid JSON ({err.msg})") from None
     if key in ("self_correction", "withdrawal"):
         return value.lower() == "true"
     return value
