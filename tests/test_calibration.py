@@ -219,3 +219,51 @@ def test_import_keeps_the_stage_order_refuses_duplicates_and_writes_all_or_nothi
     store.db = real
     assert real.execute("select count(*) from labels").fetchone()[0] == 0  # nothing, not four rows
     assert store.import_labels(both, lock=True) == len(labels)
+
+
+def test_the_server_answers_every_malformed_request_with_a_4xx_and_is_not_stalled(calibration):
+    """Issue 24, cases 4 and 8: bodies that are not JSON objects of UTF-8 text, bad lengths, oversize bodies,
+    other origins and foreign Host headers get a 4xx and a message; an idle connection stalls no one."""
+    import http.client
+    import socket
+    import threading
+    import time
+
+    from crossed_rlvr.calibration.server import serve
+
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    store = LabelStore(folder, rows, head["seed"])
+    server = serve(store, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    idle = socket.create_connection(("127.0.0.1", port))  # connects and sends nothing
+    try:
+        def post(body: bytes, headers: dict | None = None, path: str = "/api/label"):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.putrequest("POST", path, skip_host=True)
+            hdrs = {"Host": f"127.0.0.1:{port}", "Content-Length": str(len(body)), **(headers or {})}
+            for k, v in hdrs.items():
+                conn.putheader(k, v)
+            conn.endheaders(body)
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read() or b"{}").get("error", "")
+
+        sid = rows[0]["sample_id"]
+        start = time.perf_counter()
+        assert post(b"[1, 2]") == (400, "the body must be a JSON object, got list")
+        assert post(json.dumps({"annotator": "A", "stage": "stage1", "sample_id": sid, "label": "x"}).encode()) == \
+            (400, "field 'label' must be a JSON object")
+        assert post(b'{"annotator": "\xff"}') == (400, "the body is not UTF-8 text")
+        assert post(b"{}", {"Content-Length": "abc"})[0] == 400
+        assert post(b"x" * 10, {"Content-Length": str(2 << 20)})[0] == 413
+        assert post(b"{}", {"Origin": "http://evil.example"})[0] == 403
+        assert post(b"{}", {"Host": "evil.example"})[0] == 421
+        ok = json.dumps({"annotator": "A", "stage": "stage1", "sample_id": sid, "label": {"status": "clear", "span": "x"}})
+        assert post(ok.encode(), {"Origin": f"http://127.0.0.1:{port}"})[0] == 200
+        assert time.perf_counter() - start < 5  # the idle connection held up nothing
+    finally:
+        idle.close()
+        server.shutdown()
+    with pytest.raises(PermissionError, match="pass --allow-remote"):
+        serve(store, "0.0.0.0", 0)

@@ -90,7 +90,13 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     from crossed_rlvr.calibration.server import serve
 
     store, _, rows = _store(Path(args.folder))
-    server = serve(store, args.host, args.port)
+    try:
+        server = serve(store, args.host, args.port, args.allow_remote)
+    except PermissionError as err:
+        raise CalibrationError(str(err)) from None
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"WARNING: serving on {args.host}: anyone who can reach this machine can read and write labels",
+              file=sys.stderr, flush=True)
     print(f"annotating {len(rows)} observations: http://{args.host}:{server.server_port}/  (Ctrl-C stops; every "
           "label is already saved)", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
@@ -158,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folder")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--allow-remote", action="store_true", help="let --host be an address other machines reach")
     p.set_defaults(fn=cmd_annotate)
     p = sub.add_parser("export", help="labels to JSON Lines or CSV")
     p.add_argument("folder")

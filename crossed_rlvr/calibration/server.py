@@ -1,7 +1,10 @@
 """The annotation page, served on localhost (``crossed-calibrate annotate``).
 
-A single-threaded HTTP server (one writer to the SQLite store, so labels never interleave) with a
-JSON API and one static page. What a stage may show is decided here, not in the page: Stage 1 items
+A threaded HTTP server (one slow or idle client never stalls the others: each connection has its own
+thread and a read timeout; writes to the SQLite store are serialised by a lock, so labels never
+interleave) with a JSON API and one static page. Every malformed request gets a 4xx and a message:
+a body that is not a JSON object of UTF-8 text, a missing or bad Content-Length, a body over 1 MiB,
+a request from another origin, or a Host header that is not this server's (DNS rebinding). What a stage may show is decided here, not in the page: Stage 1 items
 carry only the anonymous id, question and response; Stage 2 items add the annotator's own locked
 commitment, the reference and the permuted anonymous candidates; adjudication items add the two
 annotators' labels. Model identity and reader scores are never sent.
@@ -10,7 +13,8 @@ annotators' labels. Model identity and reader scores are never sent.
 from __future__ import annotations
 
 import json
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -18,6 +22,15 @@ from urllib.parse import parse_qs, urlparse
 from crossed_rlvr.calibration.labels import LabelError, LabelStore
 
 PAGE = Path(__file__).with_name("page.html")
+MAX_BODY = 1 << 20  # bytes: a label is a few hundred
+READ_TIMEOUT_S = 30.0
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class BadRequest(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def next_item(store: LabelStore, annotator: str, stage: str) -> dict[str, Any]:
@@ -52,7 +65,11 @@ def next_item(store: LabelStore, annotator: str, stage: str) -> dict[str, Any]:
 
 
 def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
+    writing = threading.Lock()
+
     class Handler(BaseHTTPRequestHandler):
+        timeout = READ_TIMEOUT_S  # a connection that sends nothing is dropped, never waited on
+
         def log_message(self, *args: Any) -> None:  # quiet: the page shows progress
             pass
 
@@ -65,37 +82,82 @@ def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _check_origin(self) -> None:
+            """This server's own Host only (DNS rebinding), and writes only from its own page's origin."""
+            host, port = self.server.server_address[:2]
+            allowed = {f"{h}:{port}" for h in (*LOOPBACK, host)} | {f"[::1]:{port}"}
+            if self.headers.get("Host") not in allowed:
+                raise BadRequest(421, f"Host {self.headers.get('Host')!r} is not this server")
+            origin = self.headers.get("Origin")
+            if origin is not None and urlparse(origin).netloc not in allowed:
+                raise BadRequest(403, f"requests from origin {origin!r} are refused")
+
+        def _body(self) -> dict[str, Any]:
+            raw_length = self.headers.get("Content-Length")
+            if raw_length is None or not raw_length.isdigit():
+                raise BadRequest(411 if raw_length is None else 400, f"Content-Length {raw_length!r} is not a length")
+            length = int(raw_length)
+            if length > MAX_BODY:
+                raise BadRequest(413, f"a body of {length} bytes is over the limit of {MAX_BODY}")
+            try:
+                body = json.loads(self.rfile.read(length).decode("utf-8") or "{}")
+            except UnicodeDecodeError:
+                raise BadRequest(400, "the body is not UTF-8 text") from None
+            except json.JSONDecodeError as err:
+                raise BadRequest(400, f"the body is not JSON ({err.msg})") from None
+            if not isinstance(body, dict):
+                raise BadRequest(400, f"the body must be a JSON object, got {type(body).__name__}")
+            for key in ("annotator", "stage", "sample_id"):
+                if not isinstance(body.get(key, ""), str):
+                    raise BadRequest(400, f"field '{key}' must be text")
+            if not isinstance(body.get("label", {}), dict):
+                raise BadRequest(400, "field 'label' must be a JSON object")
+            return body
+
         def do_GET(self) -> None:
             url = urlparse(self.path)
             q = {k: v[0] for k, v in parse_qs(url.query).items()}
-            if url.path in ("/", "/index.html"):
-                self._send(200, PAGE.read_text(), "text/html; charset=utf-8")
-            elif url.path == "/api/next":
-                try:
-                    self._send(200, next_item(store, q.get("annotator", ""), q.get("stage", "stage1")))
-                except PermissionError as err:
-                    self._send(409, {"error": str(err)})
-            else:
-                self._send(404, {"error": f"no such page {url.path}"})
+            try:
+                self._check_origin()
+                if url.path in ("/", "/index.html"):
+                    self._send(200, PAGE.read_text(), "text/html; charset=utf-8")
+                elif url.path == "/api/next":
+                    with writing:
+                        self._send(200, next_item(store, q.get("annotator", ""), q.get("stage", "stage1")))
+                else:
+                    self._send(404, {"error": f"no such page {url.path}"})
+            except PermissionError as err:
+                self._send(409, {"error": str(err)})
+            except BadRequest as err:
+                self._send(err.code, {"error": str(err)})
 
         def do_POST(self) -> None:
             url = urlparse(self.path)
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if url.path == "/api/label":
-                    label = store.put(body.get("annotator", ""), body.get("stage", ""), body.get("sample_id", ""),
-                                      body.get("label", {}), where="label")
-                    self._send(200, {"saved": label})
-                elif url.path == "/api/lock":
-                    store.lock(body.get("annotator", ""), body.get("stage", ""))
-                    self._send(200, {"locked": True})
-                else:
-                    self._send(404, {"error": f"no such endpoint {url.path}"})
-            except (LabelError, json.JSONDecodeError) as err:
+                self._check_origin()
+                body = self._body()
+                with writing:
+                    if url.path == "/api/label":
+                        label = store.put(body.get("annotator", ""), body.get("stage", ""), body.get("sample_id", ""),
+                                          body.get("label", {}), where="label")
+                        self._send(200, {"saved": label})
+                    elif url.path == "/api/lock":
+                        store.lock(body.get("annotator", ""), body.get("stage", ""))
+                        self._send(200, {"locked": True})
+                    else:
+                        self._send(404, {"error": f"no such endpoint {url.path}"})
+            except BadRequest as err:
+                self._send(err.code, {"error": str(err)})
+            except LabelError as err:
                 self._send(409, {"error": str(err)})
 
     return Handler
 
 
-def serve(store: LabelStore, host: str = "127.0.0.1", port: int = 8765) -> HTTPServer:
-    return HTTPServer((host, port), make_handler(store))
+def serve(store: LabelStore, host: str = "127.0.0.1", port: int = 8765, allow_remote: bool = False
+          ) -> ThreadingHTTPServer:
+    if host not in LOOPBACK and not allow_remote:
+        raise PermissionError(f"--host {host} serves the labels beyond this machine; pass --allow-remote to mean it")
+    server = ThreadingHTTPServer((host, port), make_handler(store))
+    server.daemon_threads = True
+    return server
