@@ -267,3 +267,37 @@ def test_the_server_answers_every_malformed_request_with_a_4xx_and_is_not_stalle
         server.shutdown()
     with pytest.raises(PermissionError, match="pass --allow-remote"):
         serve(store, "0.0.0.0", 0)
+
+
+@pytest.mark.parametrize("names", [("alice", "bob"), ("zed", "bob")])
+def test_adjudication_decides_whatever_the_annotators_are_called(calibration, tmp_path, names):
+    """Issue 24, case 1: alice = no_answer/incorrect, bob = clear/correct, carol adjudicates correct: the final
+    label is correct with an answer, also when alice is renamed zed (it used to flip z between (0,0) and (1,1));
+    an adjudicated 'unresolved' stays unresolved (eq. 10); two differing adjudications are refused."""
+    from crossed_rlvr.calibration.analysis import z_values as z_of
+
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    store = LabelStore(folder, rows, head["seed"])
+    first, second = names
+    for who, status, correctness in ((first, "no_answer", "incorrect"), (second, "clear", "correct")):
+        for r in rows:
+            store.put(who, "stage1", r["sample_id"], {"status": status if r is rows[0] else "clear", "span": "x"})
+        store.lock(who, "stage1")
+        for r in rows:
+            store.put(who, "stage2", r["sample_id"], {"correctness": correctness if r is rows[0] else "correct",
+                                                      "fidelity": [True] * len(r["candidates"])})
+        store.lock(who, "stage2")
+    disputed, other = rows[0]["sample_id"], rows[1]["sample_id"]
+    assert disputed in store.to_adjudicate()
+    store.put("carol", "adjudication", disputed, {"correctness": "correct"})
+    final = store.final()[disputed]
+    assert (final["correctness"], final["status"]) == ("correct", "clear") and z_of(final) == (1, 1)
+    store.put("carol", "adjudication", disputed, {"correctness": "unresolved"})
+    assert z_of(store.final()[disputed]) == (0, 1)
+    store.put("dave", "adjudication", disputed, {"correctness": "incorrect"})
+    with pytest.raises(LabelError, match=f"sample {disputed}: adjudications differ"):
+        store.final()
+    if other not in store.to_adjudicate():
+        with pytest.raises(LabelError, match="is not in the adjudication queue"):
+            store.put("carol", "adjudication", other, {"correctness": "incorrect"})

@@ -136,6 +136,9 @@ class LabelStore:
             raise LabelError(f"{where}: {annotator} must lock Stage 1 before Stage 2 reveals references")
         if stage == "stage2" and (annotator, "stage1", sample_id) not in self.labels(annotator, "stage1"):
             raise LabelError(f"{where}: {annotator} has no Stage 1 commitment for {sample_id}")
+        if stage == "adjudication" and sample_id not in self.to_adjudicate():
+            raise LabelError(f"{where}: {sample_id} is not in the adjudication queue (disagreements of the two "
+                             "annotators and the review sample of their agreements)")
         clean = check_label(stage, label, len(self.sample[sample_id]["candidates"]), where)
         with self.transaction():  # one transaction per label
             self.db.execute("insert or replace into labels values (?, ?, ?, ?, ?)",
@@ -171,15 +174,29 @@ class LabelStore:
         return disagree + review
 
     def final(self) -> dict[str, dict[str, Any]]:
-        """Final label per sample: the adjudicator's where given, else the concordant A/B label."""
+        """Final label per sample (App. A): the adjudication decides a disputed or reviewed item, else the
+        concordant A/B label. The adjudicator's correctness stands as given ("unresolved" stays unresolved,
+        eq. 10); the answer status is the adjudicator's when given, else the annotators' shared status, else
+        the one the adjudicated correctness implies (an answer judged correct or incorrect is one that was
+        given: "clear"; an unresolved one "ambiguous"). Never an annotator's name or its sort order decides.
+        Two adjudications of one item that differ are refused."""
         pair = self.annotators()[:2]
         s1, s2, adj = self.labels(stage="stage1"), self.labels(stage="stage2"), self.labels(stage="adjudication")
-        adjudicated = {sid: lab for (_, _, sid), lab in adj.items()}
+        adjudicated: dict[str, tuple[str, dict[str, Any]]] = {}
+        for (who, _, sid), lab in sorted(adj.items()):
+            if sid in adjudicated and (adjudicated[sid][1]["correctness"], adjudicated[sid][1].get("status")) != \
+                    (lab["correctness"], lab.get("status")):
+                raise LabelError(f"sample {sid}: adjudications differ ({adjudicated[sid][0]}: "
+                                 f"{adjudicated[sid][1]['correctness']}, {who}: {lab['correctness']}); keep one")
+            adjudicated.setdefault(sid, (who, lab))
         out: dict[str, dict[str, Any]] = {}
         for sid in self.sample:
+            statuses = {s1[(x, "stage1", sid)]["status"] for x in pair if (x, "stage1", sid) in s1}
             if sid in adjudicated:
-                out[sid] = {"correctness": adjudicated[sid]["correctness"],
-                            "status": adjudicated[sid].get("status") or s1.get((pair[0], "stage1", sid), {}).get("status"),
+                lab = adjudicated[sid][1]
+                shared = next(iter(statuses)) if len(statuses) == 1 and len(pair) == 2 else None
+                implied = "ambiguous" if lab["correctness"] == "unresolved" else "clear"
+                out[sid] = {"correctness": lab["correctness"], "status": lab.get("status") or shared or implied,
                             "source": "adjudication"}
                 continue
             labs = [(s1.get((x, "stage1", sid)), s2.get((x, "stage2", sid))) for x in pair]
