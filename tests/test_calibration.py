@@ -301,3 +301,22 @@ def test_adjudication_decides_whatever_the_annotators_are_called(calibration, tm
     if other not in store.to_adjudicate():
         with pytest.raises(LabelError, match="is not in the adjudication queue"):
             store.put("carol", "adjudication", other, {"correctness": "incorrect"})
+
+
+def test_csv_export_is_safe_to_open_in_a_spreadsheet_and_round_trips(calibration, tmp_path):
+    """Issue 24, case 10: a span such as '=HYPERLINK(...)' is written with a leading quote and read back as typed."""
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    store = LabelStore(folder, rows, head["seed"])
+    store.put("A", "stage1", rows[0]["sample_id"], {"status": "clear", "span": "=HYPERLINK(\"x\")"})
+    out = tmp_path / "labels.csv"
+    store.export(out)
+    assert "'=HYPERLINK" in out.read_text()
+    other = tmp_path / "other"
+    import shutil
+
+    shutil.copytree(folder, other)
+    (other / "labels.sqlite").unlink()
+    again = LabelStore(other, rows, head["seed"])
+    again.import_labels(out)
+    assert again.labels("A", "stage1")[("A", "stage1", rows[0]["sample_id"])]["span"] == "=HYPERLINK(\"x\")"

@@ -216,7 +216,8 @@ class LabelStore:
             with path.open("w", newline="") as fh:
                 w = csv.DictWriter(fh, fieldnames=fields)
                 w.writeheader()
-                w.writerows([{k: json.dumps(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows])
+                w.writerows([{k: _csv_cell(json.dumps(v) if isinstance(v, list) else v) for k, v in r.items()}
+                             for r in rows])
         else:
             path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         return len(rows)
@@ -276,7 +277,18 @@ class LabelStore:
         return len(checked)
 
 
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula (a span such as "=1+1") gets a leading quote
+    (OWASP's CSV-injection rule); import takes it off again."""
+    return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value
+
+
 def _csv_value(key: str, value: str, where: str) -> Any:
+    if value.startswith("'") and value[1:].startswith(_FORMULA):
+        value = value[1:]
     if key == "fidelity":
         try:
             return json.loads(value)
