@@ -55,6 +55,8 @@ def test_point_identification_and_simultaneous_coverage():
     assert census_estimate_equals_truth()  # nothing unresolved, whole strata: the population value itself
     assert successes_interval(3, 10, 10, 0.01) == (3, 3)
     result = coverage_simulation(1000)
+    # the event the union bound guarantees: every endpoint x stratum cell holds its true count at once
+    assert result["cells"] >= 0.95 - 3 * result["cells_mcse"], result
     print(f"\ncoverage over {result['draws']} frozen samples: states and gain together {result['all']:.3f} "
           f"({result['seconds']:.2f} s)")
     assert result["all"] >= 0.95 and result["gain"] >= 0.95
@@ -320,3 +322,15 @@ def test_csv_export_is_safe_to_open_in_a_spreadsheet_and_round_trips(calibration
     again = LabelStore(other, rows, head["seed"])
     again.import_labels(out)
     assert again.labels("A", "stage1")[("A", "stage1", rows[0]["sample_id"])]["span"] == "=HYPERLINK(\"x\")"
+
+
+
+@pytest.mark.parametrize("mutation", ["no multiplicity correction", "Wald intervals"])
+def test_the_coverage_check_catches_a_wrong_method(mutation):
+    """Issue 24, case 6: the check fails for a wrong method (the identification ranges alone held ~100% for
+    every method tried, so they could not)."""
+    from crossed_rlvr.calibration.simulate import wald_interval
+
+    kwargs = {"corrected": False} if mutation.startswith("no") else {"interval": wald_interval}
+    result = coverage_simulation(500, 0, **kwargs)
+    assert result["cells"] + 3 * result["cells_mcse"] < 0.95, result

@@ -2,30 +2,66 @@
 
 Draws frozen stratified samples (uniform without replacement within each stratum, one census stratum
 per state) and counts how often the 95% simultaneous bounds hold the population identification ranges
-of both states and of the gain. Used by the tests and ``scripts/bench_calibration.py``.
+of both states and of the gain, and how often every endpoint x stratum cell holds its true count at once
+(``cells``: the event the union bound guarantees with probability >= 0.95). The ranges are so conservative
+that they hold near 100% even for wrong methods; the cells are not, so the check can fail: without the
+multiplicity correction or with Wald intervals it drops below 0.95 (``interval``, ``corrected``; the tests
+run both mutations). Each share comes with its Monte Carlo standard error. Used by the tests and
+``scripts/bench_calibration.py``.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import time
+from collections.abc import Callable
 
 import numpy as np
+from scipy.stats import norm
 
-from crossed_rlvr.calibration.bounds import Stratum, bounds, cells, estimate, gain_range
+from crossed_rlvr.calibration import bounds as exact
+from crossed_rlvr.calibration.bounds import Stratum, cells, estimate, gain_range
+
+# per state: strata (N_h, n_h, true ones of z^L, true ones of z^U); rare and common labels both, as in
+# App. A's strata (most responses of a stratum agree with its readers)
+POPULATION = {
+    "initial": [(300, 30, 60, 75), (120, 30, 100, 104), (400, 30, 8, 12), (40, 40, 10, 12)],  # last: a census
+    "trained": [(250, 30, 200, 210), (150, 30, 30, 45), (500, 30, 490, 494), (60, 20, 5, 5)],
+}
 
 
-def coverage_simulation(draws: int = 1000, seed: int = 0) -> dict[str, float]:
+@functools.lru_cache(maxsize=100_000)
+def wald_interval(k: int, n: int, N: int, alpha: float) -> tuple[int, int]:
+    """A mutation for the check: the normal-approximation interval with the finite-population correction."""
+    if n >= N:
+        return k, k
+    p = k / n
+    se = math.sqrt(p * (1 - p) / n * (N - n) / (N - 1))
+    z = float(norm.ppf(1 - alpha / 2))
+    return max(0, math.floor(N * (p - z * se))), min(N, math.ceil(N * (p + z * se)))
+
+
+def coverage_simulation(draws: int = 1000, seed: int = 0,
+                        interval: Callable[[int, int, int, float], tuple[int, int]] = exact.successes_interval,
+                        corrected: bool = True) -> dict[str, float]:
     """Frozen stratified samples of a synthetic two-state population whose truth is known: how often the
-    simultaneous 95% bounds hold the population identification ranges of both states and of the gain."""
+    simultaneous 95% bounds hold the population identification ranges of both states and of the gain, and
+    how often all cells hold their true counts at once; ``<share>_mcse`` is each share's Monte Carlo error."""
     rng = np.random.default_rng(seed)
-    # per state: strata (N_h, n_h, true ones of z^L, true ones of z^U)
-    population = {
-        "initial": [(300, 30, 60, 75), (120, 30, 100, 104), (40, 40, 10, 12)],  # the last stratum is a census
-        "trained": [(250, 30, 200, 210), (150, 30, 30, 45), (60, 20, 5, 5)],
-    }
+    population = POPULATION
     truth = {s: tuple(sum(h[k] for h in st) / sum(h[0] for h in st) for k in (2, 3)) for s, st in population.items()}
     true_gain = (truth["trained"][0] - truth["initial"][1], truth["trained"][1] - truth["initial"][0])
-    covered = {"initial": 0, "trained": 0, "gain": 0, "all": 0}
+    covered = {"initial": 0, "trained": 0, "gain": 0, "all": 0, "cells": 0}
+
+    def state_bounds(strata: list[Stratum], endpoint: str, alpha: float) -> tuple[float, float]:
+        total = sum(s.N for s in strata)
+        lo = hi = 0
+        for s in strata:
+            a, b = interval(s.ones[endpoint], s.n, s.N, alpha)
+            lo, hi = lo + a, hi + b
+        return lo / total, hi / total
+
     start = time.perf_counter()
     for _ in range(draws):
         states = {}
@@ -37,8 +73,15 @@ def coverage_simulation(draws: int = 1000, seed: int = 0) -> dict[str, float]:
                 pick = labels[rng.choice(N, size=n, replace=False)]
                 drawn.append(Stratum(N=N, n=n, ones={"zL": int((pick == 1).sum()), "zU": int((pick >= 1).sum())}))
             states[s] = drawn
-        alpha = 0.05 / cells(states, 2)
-        ci = {s: (bounds(st, "zL", alpha)[0], bounds(st, "zU", alpha)[1]) for s, st in states.items()}
+        alpha = 0.05 / cells(states, 2) if corrected else 0.05
+        ci = {s: (state_bounds(st, "zL", alpha)[0], state_bounds(st, "zU", alpha)[1]) for s, st in states.items()}
+        every_cell = True
+        for s, strata in states.items():
+            for stratum, (_N, _n, ones_l, ones_u) in zip(strata, population[s], strict=True):
+                for endpoint, true_ones in (("zL", ones_l), ("zU", ones_u)):
+                    a, b = interval(stratum.ones[endpoint], stratum.n, stratum.N, alpha)
+                    every_cell &= a <= true_ones <= b
+        covered["cells"] += every_cell
         ok_state = {s: ci[s][0] <= truth[s][0] and truth[s][1] <= ci[s][1] for s in states}
         g = gain_range([ci["trained"]], ci["initial"])
         ok_gain = g[0] <= true_gain[0] and true_gain[1] <= g[1]
@@ -46,7 +89,9 @@ def coverage_simulation(draws: int = 1000, seed: int = 0) -> dict[str, float]:
             covered[s] += ok_state[s]
         covered["gain"] += ok_gain
         covered["all"] += all(ok_state.values()) and ok_gain
-    return {**{k: v / draws for k, v in covered.items()}, "seconds": time.perf_counter() - start, "draws": draws}
+    shares = {k: v / draws for k, v in covered.items()}
+    mcse = {f"{k}_mcse": math.sqrt(v * (1 - v) / draws) for k, v in shares.items()}
+    return {**shares, **mcse, "seconds": time.perf_counter() - start, "draws": draws}
 
 
 def census_estimate_equals_truth() -> bool:
