@@ -17,10 +17,10 @@ ROWS = {
                  "correct": "A"},
     "sat_math": {"query": "Q: What is 5? Answer Choices: (A)5 (B)6 (C)7 (D)8\nA: Among A through D, the answer is",
                  "choices": ["(A)5", "(B)6", "(C)7", "(D)8"], "gold": [0]},
-    "bbh": {"input": "Today is Monday. What day is tomorrow?\nOptions:\n(A) Tuesday\n(B) Sunday", "target": "(A)"},
 }
+BBH = {"input": "Today is Monday. What day is tomorrow?\nOptions:\n(A) Tuesday\n(B) Sunday", "target": "(A)"}
 EXPECTED = {"mmlu": ("B", 4, "4"), "mmlu_pro": ("J", 10, "9"), "arc_challenge": ("B", 3, "steam"),
-            "aqua_rat": ("A", 5, "21"), "sat_math": ("A", 4, "5"), "bbh": ("A", 2, "Tuesday")}
+            "aqua_rat": ("A", 5, "21"), "sat_math": ("A", 4, "5")}
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))
@@ -35,7 +35,11 @@ def test_each_format_keeps_its_letters(name, tmp_path):
 
 
 def test_free_form_bbh_and_bad_rows(tmp_path):
+    """BBH is free form as paper 000 scores it, "(A)" targets included, options left in the question."""
     path = tmp_path / "bbh.jsonl"
+    path.write_text(json.dumps(BBH) + "\n")
+    (item,) = load_benchmark("bbh", path)
+    assert (item["kind"], item["reference"]) == ("free", "(A)") and "(B) Sunday" in item["question"]
     path.write_text(json.dumps({"input": "not ( True )", "target": "False"}) + "\n")
     (item,) = load_benchmark("bbh", path)
     assert (item["kind"], item["reference"]) == ("free", "False")

@@ -96,7 +96,7 @@ def test_a_key_outside_the_assumed_options_is_refused_not_misread(tmp_path, caps
     (run / "responses").mkdir(parents=True)
     (run / "items").mkdir()
     (run / "items" / "mmlu_pro-test.jsonl").write_text("".join(
-        json.dumps({"item_id": str(k), "task": "mmlu_pro", "reference": key, "n_options": 10}) + "\n"
+        json.dumps({"item_id": str(k), "task": "mmlu_pro", "question": "q", "reference": key, "n_options": 10}) + "\n"
         for k, key in enumerate(keys)))
     _write(run / "responses", recs)
     assert main([str(run / "responses"), "--pair", "initial=grpo-boxed/s83", "-o", str(tmp_path / "o2"),
@@ -216,13 +216,13 @@ def test_six_benchmarks_as_the_loaders_freeze_them_pool_in_one_command(tmp_path)
     command; MMLU-Pro's key J and AQuA-RAT's E are read from the items' own option counts."""
     from crossed_rlvr.rescore.cli import main
     from crossed_rlvr.tasks.choice import load_benchmark
-    from tests.test_choice import ROWS
+    from tests.test_choice import BBH, ROWS
 
     run = tmp_path / "run"
     (run / "items").mkdir(parents=True)
     (run / "responses").mkdir()
     recs = []
-    for bench, row in ROWS.items():
+    for bench, row in {**ROWS, "bbh": BBH}.items():
         src = tmp_path / f"{bench}.jsonl"
         ids = {"mmlu_pro": "question_id", "arc_challenge": "id"}  # the two with ids of their own
         src.write_text("".join(json.dumps({**row, **({ids[bench]: k} if bench in ids else {})}) + "\n"
@@ -239,7 +239,8 @@ def test_six_benchmarks_as_the_loaders_freeze_them_pool_in_one_command(tmp_path)
     assert main([str(run / "responses"), "--pair", "initial=grpo-boxed/s83", "--harness", "math-boxed", "-o",
                  str(out), "--no-audit", "--resamples", "200"]) == 0
     table = pd.read_csv(out / "comparisons.csv")
-    assert sorted(table.benchmark) == sorted(ROWS)
+    assert sorted(table.benchmark) == sorted([*ROWS, "bbh"])
+    assert table.set_index("benchmark").kind["bbh"] == "free"  # BBH's "(A)" targets are free form (paper 000)
     assert (table.read_omega_base == 100).all() and (table.acc_omega_base == 100).all()  # J and E read too
     pooled_result = json.loads((out / "pooled.json").read_text())
     assert pooled_result["comparisons"] == 6 and pooled_result["share"] == 1.0

@@ -150,8 +150,9 @@ def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_traine
     t, v = np.array(T) / sum(T), np.array(V) / sum(V)
     expected = sorted(np.round(t / ((1 - EPS) * v + EPS * t), 6))
     assert sorted({round(e["is_weight"], 6) for e in train["extra_info"]}) == expected
-    left = subprocess.run(["pgrep", "-f", "raylet|gcs_server"], capture_output=True, text=True, check=False)
-    assert left.stdout.strip() == ""  # nothing of Ray is left running
+    from crossed_rlvr.train.rehearsal import tagged
+
+    assert tagged() == []  # nothing of a rehearsal (Ray's daemons included) is left running
 
 
 # ---------------------------------------------------------------- SLURM

@@ -37,8 +37,9 @@ def rehearse_arm(arm_dir: Path, gpus: int, timeout: float = 600.0, wait_limit: f
         raise RehearsalError(f"{script}: no launch script (run stages=prepare with engine=verl first)")
     log = Path(arm_dir) / "rehearsal.log"
     # verl_launch hides the GPUs from verl's actors, so the rehearsal never trains, on a GPU node too
+    tag = f"{os.getpid()}-{time.monotonic_ns()}"  # marks every process of this rehearsal, daemons included
     env = {**os.environ, "CROSSED_REHEARSE": str(int(gpus)), "CROSSED_WAIT_LIMIT": f"{wait_limit:g}",
-           "RAY_DEDUP_LOGS": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+           "RAY_DEDUP_LOGS": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", TAG: tag}
     start = time.perf_counter()
     with log.open("w") as fh:
         # a session of its own: on a timeout the whole group goes, Ray's GCS, raylet and workers included
@@ -49,7 +50,7 @@ def rehearse_arm(arm_dir: Path, gpus: int, timeout: float = 600.0, wait_limit: f
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            _kill_group(proc.pid)
+            _kill_group(proc.pid, tag)
     seconds = round(time.perf_counter() - start, 1)
     text = log.read_text(errors="replace")
     lines = [x[len(MARKER):].strip() for x in text.splitlines() if x.startswith(MARKER)]
@@ -68,8 +69,30 @@ def rehearse_arm(arm_dir: Path, gpus: int, timeout: float = 600.0, wait_limit: f
     return result
 
 
-def _kill_group(sid: int) -> None:
-    """Kill every process of the rehearsal's session (Ray's workers set process groups of their own)."""
+TAG = "CROSSED_REHEARSAL_ID"
+
+
+def tagged(tag: str | None = None) -> list[int]:
+    """Live processes started by a rehearsal (``tag``: by this one), found by the variable every process
+    of it inherits: Ray's GCS and raylet may leave the rehearsal's session, never its environment."""
+    needle = f"{TAG}={tag}".encode() if tag else f"{TAG}=".encode()
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(v == needle or (tag is None and v.startswith(needle)) for v in environ.split(b"\0")):
+            found.append(int(entry))
+    return found
+
+
+def _kill_group(sid: int, tag: str | None = None) -> None:
+    """Kill every process of the rehearsal: its session (Ray's workers set process groups of their own) and
+    every process carrying its tag (daemons that left the session); waits up to 10 s for them to go."""
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit():
             continue
@@ -80,6 +103,14 @@ def _kill_group(sid: int) -> None:
             pass
     with contextlib.suppress(ProcessLookupError):
         os.killpg(sid, signal.SIGKILL)
+    if tag is None:
+        return
+    deadline = time.monotonic() + 10.0
+    while (left := tagged(tag)) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
 
 
 def rehearse(arms: dict[str, dict[str, Any]], gpus: int, out: Path, timeout: float = 600.0,
