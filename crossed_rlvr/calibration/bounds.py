@@ -10,6 +10,7 @@ population-weighted sums and signed contrasts by taking each term's worst endpoi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -49,12 +50,15 @@ def estimate(strata: list[Stratum], endpoint: str) -> float:
     return sum(s.N * s.ones[endpoint] / s.n for s in strata) / N
 
 
-def bounds(strata: list[Stratum], endpoint: str, alpha_cell: float) -> tuple[float, float]:
-    """Lower and upper bound of the population mean of ``endpoint`` from per-stratum exact intervals."""
+def bounds(strata: list[Stratum], endpoint: str, alpha_cell: float,
+           interval: Callable[[int, int, int, float], tuple[int, int]] | None = None) -> tuple[float, float]:
+    """Lower and upper bound of the population mean of ``endpoint`` from per-stratum exact intervals
+    (``interval``: another per-cell interval, for the coverage check's mutations)."""
+    interval = interval or successes_interval
     N = sum(s.N for s in strata)
     lo = hi = 0
     for s in strata:
-        a, b = successes_interval(s.ones[endpoint], s.n, s.N, alpha_cell)
+        a, b = interval(s.ones[endpoint], s.n, s.N, alpha_cell)
         lo, hi = lo + a, hi + b
     return lo / N, hi / N
 

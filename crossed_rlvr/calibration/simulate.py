@@ -21,7 +21,7 @@ import numpy as np
 from scipy.stats import norm
 
 from crossed_rlvr.calibration import bounds as exact
-from crossed_rlvr.calibration.bounds import Stratum, cells, estimate, gain_range
+from crossed_rlvr.calibration.bounds import Stratum, bounds, cells, estimate, gain_range
 
 # per state: strata (N_h, n_h, true ones of z^L, true ones of z^U); rare and common labels both, as in
 # App. A's strata (most responses of a stratum agree with its readers)
@@ -54,14 +54,6 @@ def coverage_simulation(draws: int = 1000, seed: int = 0,
     true_gain = (truth["trained"][0] - truth["initial"][1], truth["trained"][1] - truth["initial"][0])
     covered = {"initial": 0, "trained": 0, "gain": 0, "all": 0, "cells": 0}
 
-    def state_bounds(strata: list[Stratum], endpoint: str, alpha: float) -> tuple[float, float]:
-        total = sum(s.N for s in strata)
-        lo = hi = 0
-        for s in strata:
-            a, b = interval(s.ones[endpoint], s.n, s.N, alpha)
-            lo, hi = lo + a, hi + b
-        return lo / total, hi / total
-
     start = time.perf_counter()
     for _ in range(draws):
         states = {}
@@ -74,7 +66,8 @@ def coverage_simulation(draws: int = 1000, seed: int = 0,
                 drawn.append(Stratum(N=N, n=n, ones={"zL": int((pick == 1).sum()), "zU": int((pick >= 1).sum())}))
             states[s] = drawn
         alpha = 0.05 / cells(states, 2) if corrected else 0.05
-        ci = {s: (state_bounds(st, "zL", alpha)[0], state_bounds(st, "zU", alpha)[1]) for s, st in states.items()}
+        ci = {s: (bounds(st, "zL", alpha, interval)[0], bounds(st, "zU", alpha, interval)[1])
+              for s, st in states.items()}
         every_cell = True
         for s, strata in states.items():
             for stratum, (_N, _n, ones_l, ones_u) in zip(strata, population[s], strict=True):
