@@ -334,3 +334,12 @@ def test_the_coverage_check_catches_a_wrong_method(mutation):
     kwargs = {"corrected": False} if mutation.startswith("no") else {"interval": wald_interval}
     result = coverage_simulation(500, 0, **kwargs)
     assert result["cells"] + 3 * result["cells_mcse"] < 0.95, result
+
+
+def test_a_label_text_has_a_size_limit(calibration):
+    """Issue 24, case 8: a 50 MB span was stored."""
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    store = LabelStore(folder, rows, head["seed"])
+    with pytest.raises(LabelError, match="field 'span' holds 50,000 characters; a label's text is at most 20,000"):
+        store.put("A", "stage1", rows[0]["sample_id"], {"status": "clear", "span": "x" * 50_000})

@@ -25,6 +25,7 @@ STATUS = ("clear", "no_answer", "ambiguous", "conflict")
 CORRECTNESS = ("correct", "incorrect", "unresolved")
 STAGES = ("stage1", "stage2", "adjudication")
 REVIEW_SHARE = 0.10
+MAX_TEXT = 20_000  # characters of a span or note: longer than any response's answer passage
 
 SCHEMA = """
 create table if not exists labels (annotator text, stage text, sample_id text, label text, at real,
@@ -39,6 +40,10 @@ class LabelError(CalibrationError):
 
 def check_label(stage: str, label: dict[str, Any], candidates: int, where: str) -> dict[str, Any]:
     """A label's fields, checked; the message names where it came from and the field."""
+    for field in ("span", "note"):
+        if len(str(label.get(field, ""))) > MAX_TEXT:
+            raise LabelError(f"{where}: field '{field}' holds {len(str(label[field])):,} characters; a label's text "
+                             f"is at most {MAX_TEXT:,}")
     if stage == "stage1":
         if label.get("status") not in STATUS:
             raise LabelError(f"{where}: field 'status' is {label.get('status')!r}; expected one of {', '.join(STATUS)}")
