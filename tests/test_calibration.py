@@ -343,3 +343,56 @@ def test_a_label_text_has_a_size_limit(calibration):
     store = LabelStore(folder, rows, head["seed"])
     with pytest.raises(LabelError, match="field 'span' holds 50,000 characters; a label's text is at most 20,000"):
         store.put("A", "stage1", rows[0]["sample_id"], {"status": "clear", "span": "x" * 50_000})
+
+
+def test_declared_roles_decide_who_reads_and_writes(calibration):
+    """Issue 24, cases 3 and 4: with roles declared, a person is their link's token, not a typed name: a third
+    name reads nothing, A cannot write B's labels, annotators cannot adjudicate nor adjudicators annotate, and
+    a name that locks Stage 2 never becomes A or B."""
+    import http.client
+    import threading
+    from urllib.parse import quote
+
+    from crossed_rlvr.calibration.roles import declare_roles
+    from crossed_rlvr.calibration.server import serve
+
+    folder, _ = calibration
+    roles = declare_roles(folder, ["ann", "bob"], ["carol"])
+    assert declare_roles(folder, ["ann", "bob"], ["carol"]) == roles  # the same declaration again
+    with pytest.raises(CalibrationError, match="roles are already declared"):
+        declare_roles(folder, ["ann", "trainee"], ["carol"])
+    assert (folder / "roles.json").stat().st_mode & 0o077 == 0  # the links are credentials
+    head, rows = load_calibration(folder)
+    store = LabelStore(folder, rows, head["seed"])
+    server = serve(store, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+
+    def call(method, path, body=None):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request(method, path, body=data, headers={"Content-Length": str(len(data or b""))})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read() or b"{}")
+
+    ann, bob, carol = (roles.token_of(n) for n in ("ann", "bob", "carol"))
+    sid = rows[0]["sample_id"]
+    label = {"status": "clear", "span": "x"}
+    try:
+        assert call("GET", "/api/next?annotator=mallory&stage=stage2")[0] == 403  # a typed name is no one
+        assert call("GET", f"/api/next?annotator=bob&stage=stage1&token={quote(ann)}")[0] == 403
+        assert call("GET", f"/api/whoami?token={quote(ann)}")[1] == {"name": "ann", "role": "annotator",
+                                                                      "declared": True}
+        status, body = call("POST", "/api/label", {"annotator": "bob", "stage": "stage1", "sample_id": sid,
+                                                   "label": label, "token": ann})
+        assert (status, body["error"]) == (403, "this link is ann's; it cannot read or write bob's labels")
+        assert call("POST", "/api/label", {"stage": "stage1", "sample_id": sid, "label": label, "token": ann})[0] == 200
+        assert store.labels("ann", "stage1") and not store.labels("bob", "stage1")
+        assert call("GET", f"/api/next?stage=stage2&token={quote(ann)}")[0] == 409  # Stage 2 waits for the lock
+        assert call("GET", f"/api/next?stage=adjudication&token={quote(ann)}")[0] == 403
+        assert call("GET", f"/api/next?stage=stage1&token={quote(carol)}")[0] == 403
+        assert call("GET", f"/api/next?stage=adjudication&token={quote(bob)}")[0] == 403
+    finally:
+        server.shutdown()
+    with pytest.raises(LabelError, match="'trainee' has no stage1 role"):
+        store.put("trainee", "stage1", sid, label)

@@ -166,3 +166,34 @@ def test_two_annotators_in_a_real_browser(twelve, tmp_path):
     if target:
         for name in ("stage1.png", "stage2.png"):
             shutil.copy(shots / name, Path(target) / f"calibration_{name}")
+
+
+def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
+    """Declared roles (issue 24): each person's link carries their token; the page shows their name, which
+    cannot be edited, and the labels land under it whatever is typed; a third name's page reads nothing."""
+    from playwright.sync_api import sync_playwright
+
+    from crossed_rlvr.calibration.roles import declare_roles
+
+    folder, rows = twelve
+    roles = declare_roles(folder, ["A", "B"], ["C"])
+    server = Server(folder)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+            page = browser.new_page()
+            page.goto(f"{server.url}?token={roles.token_of('A')}")
+            page.wait_for_function("document.getElementById('annotator').value === 'A'")
+            assert page.eval_on_selector("#annotator", "x => x.readOnly") is True
+            page.select_option("#stage", "stage1")
+            page.click("#start")
+            page.wait_for_selector("#sid")
+            assert stage1(page, rows, "A", None, stop_after=2) == 2
+            # a page without a link (a typed third name) gets nothing
+            other = browser.new_page()
+            open_stage(other, server.url, "mallory", "stage2")
+            assert "own link" in other.inner_text("#error") and other.query_selector("#sid") is None
+            browser.close()
+    finally:
+        server.kill()
+    assert labelled(folder, "A", "stage1") == 2 and labelled(folder, "mallory", "stage1") == 0

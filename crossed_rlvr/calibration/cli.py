@@ -87,9 +87,14 @@ def _store(folder: Path, check_scores: bool = False):
 
 
 def cmd_annotate(args: argparse.Namespace) -> int:
+    from crossed_rlvr.calibration.roles import declare_roles
     from crossed_rlvr.calibration.server import serve
 
-    store, _, rows = _store(Path(args.folder))
+    folder = Path(args.folder)
+    if args.annotators or args.adjudicator:
+        declare_roles(folder, [a.strip() for a in (args.annotators or "").split(",") if a.strip()],
+                      list(args.adjudicator or []))
+    store, _, rows = _store(folder)
     try:
         server = serve(store, args.host, args.port, args.allow_remote)
     except PermissionError as err:
@@ -97,8 +102,15 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"WARNING: serving on {args.host}: anyone who can reach this machine can read and write labels",
               file=sys.stderr, flush=True)
-    print(f"annotating {len(rows)} observations: http://{args.host}:{server.server_port}/  (Ctrl-C stops; every "
-          "label is already saved)", flush=True)
+    url = f"http://{args.host}:{server.server_port}/"
+    print(f"annotating {len(rows)} observations: {url}  (Ctrl-C stops; every label is already saved)", flush=True)
+    if store.roles is not None:
+        for name in (*store.roles.annotators, *store.roles.adjudicators):
+            role = "adjudicator" if name in store.roles.adjudicators else "annotator"
+            print(f"  {name} ({role}): {url}?token={store.roles.token_of(name)}", flush=True)
+    else:
+        print("  no declared roles: names are typed on the page; declare them with --annotators A,B --adjudicator C "
+              "(each person then gets a link of their own)", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
     return 0
@@ -165,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--allow-remote", action="store_true", help="let --host be an address other machines reach")
+    p.add_argument("--annotators", help="the two annotators A,B (declared once into roles.json; links printed)")
+    p.add_argument("--adjudicator", action="append", help="an adjudicator (repeat for several)")
     p.set_defaults(fn=cmd_annotate)
     p = sub.add_parser("export", help="labels to JSON Lines or CSV")
     p.add_argument("folder")

@@ -76,6 +76,9 @@ class LabelStore:
         self.db.execute("pragma journal_mode=wal")
         self.db.execute("pragma synchronous=full")
         self.db.executescript(SCHEMA)
+        from crossed_rlvr.calibration.roles import load_roles
+
+        self.roles = load_roles(folder)
 
     # ------------------------------------------------------------------ reading
     @contextlib.contextmanager
@@ -135,6 +138,8 @@ class LabelStore:
             raise LabelError(f"{where}: stage {stage!r} is unknown; expected one of {', '.join(STAGES)}")
         if sample_id not in self.sample:
             raise LabelError(f"{where}: sample id {sample_id!r} is not in this calibration's frozen sample")
+        if self.roles is not None and not self.roles.may(annotator, stage):
+            raise LabelError(f"{where}: {annotator!r} has no {stage} role in this calibration (roles.json)")
         if stage in ("stage1", "stage2") and self.locked(annotator, stage):
             raise LabelError(f"{where}: {annotator}'s {stage} is locked; a locked label is never replaced")
         if stage == "stage2" and not self.locked(annotator, "stage1"):
@@ -161,7 +166,12 @@ class LabelStore:
 
     # ------------------------------------------------------------------ adjudication and final labels
     def annotators(self) -> list[str]:
-        return sorted({a for (a, s) in self.db.execute("select annotator, stage from locks") if s == "stage2"})
+        """Annotators who locked Stage 2: the declared pair in its order when roles are declared (roles.json),
+        so another name that locks never becomes A or B; without roles, the names in sorted order."""
+        locked = {a for (a, s) in self.db.execute("select annotator, stage from locks") if s == "stage2"}
+        if self.roles is not None:
+            return [a for a in self.roles.annotators if a in locked]
+        return sorted(locked)
 
     def to_adjudicate(self) -> list[str]:
         """Disagreements of the first two annotators who locked Stage 2, then the fixed random review share
@@ -256,6 +266,9 @@ class LabelStore:
                 raise LabelError(f"{where}: {row['annotator']}'s {row['stage']} is locked")
             if row["stage"] not in STAGES:
                 raise LabelError(f"{where}: field 'stage' is {row['stage']!r}; expected one of {', '.join(STAGES)}")
+            if self.roles is not None and not self.roles.may(row["annotator"], row["stage"]):
+                raise LabelError(f"{where}: {row['annotator']!r} has no {row['stage']} role in this calibration "
+                                 "(roles.json)")
             key = (row["annotator"], row["stage"], row["sample_id"])
             if key in first:  # last-wins would hide which of two labels was meant
                 raise LabelError(f"{where}: {key[0]}'s {key[1]} label of {key[2]} again (first at {first[key]})")

@@ -107,12 +107,26 @@ def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
                 raise BadRequest(400, f"the body is not JSON ({err.msg})") from None
             if not isinstance(body, dict):
                 raise BadRequest(400, f"the body must be a JSON object, got {type(body).__name__}")
-            for key in ("annotator", "stage", "sample_id"):
+            for key in ("annotator", "stage", "sample_id", "token"):
                 if not isinstance(body.get(key, ""), str):
                     raise BadRequest(400, f"field '{key}' must be text")
             if not isinstance(body.get("label", {}), dict):
                 raise BadRequest(400, "field 'label' must be a JSON object")
             return body
+
+        def _person(self, token: str | None, typed: str, stage: str) -> str:
+            """Who asks: with declared roles, the token's person (a typed name that differs is refused) and only
+            for a stage of their role; without roles, the typed name."""
+            if store.roles is None:
+                return typed
+            name = store.roles.name_of(token)
+            if name is None:
+                raise BadRequest(403, "no such link: open the page from your own link (token)")
+            if typed and typed != name:
+                raise BadRequest(403, f"this link is {name}'s; it cannot read or write {typed}'s labels")
+            if stage and not store.roles.may(name, stage):
+                raise BadRequest(403, f"{name} has no {stage} role in this calibration")
+            return name
 
         def do_GET(self) -> None:
             url = urlparse(self.path)
@@ -122,8 +136,14 @@ def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
                 if url.path in ("/", "/index.html"):
                     self._send(200, PAGE.read_text(), "text/html; charset=utf-8")
                 elif url.path == "/api/next":
+                    stage = q.get("stage", "stage1")
+                    who = self._person(q.get("token"), q.get("annotator", ""), stage)
                     with writing:
-                        self._send(200, next_item(store, q.get("annotator", ""), q.get("stage", "stage1")))
+                        self._send(200, next_item(store, who, stage))
+                elif url.path == "/api/whoami":
+                    who = self._person(q.get("token"), "", "")
+                    role = "adjudicator" if store.roles and who in store.roles.adjudicators else "annotator"
+                    self._send(200, {"name": who, "role": role, "declared": store.roles is not None})
                 else:
                     self._send(404, {"error": f"no such page {url.path}"})
             except PermissionError as err:
@@ -136,13 +156,14 @@ def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
             try:
                 self._check_origin()
                 body = self._body()
+                who = self._person(body.get("token"), body.get("annotator", ""), body.get("stage", ""))
                 with writing:
                     if url.path == "/api/label":
-                        label = store.put(body.get("annotator", ""), body.get("stage", ""), body.get("sample_id", ""),
+                        label = store.put(who, body.get("stage", ""), body.get("sample_id", ""),
                                           body.get("label", {}), where="label")
                         self._send(200, {"saved": label})
                     elif url.path == "/api/lock":
-                        store.lock(body.get("annotator", ""), body.get("stage", ""))
+                        store.lock(who, body.get("stage", ""))
                         self._send(200, {"locked": True})
                     else:
                         self._send(404, {"error": f"no such endpoint {url.path}"})
