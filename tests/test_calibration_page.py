@@ -114,6 +114,8 @@ def test_two_annotators_in_a_real_browser(twelve, tmp_path):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             page = browser.new_page(viewport={"width": 1000, "height": 900})
+            asked = []
+            page.on("dialog", lambda d: (asked.append(d.message), d.accept()))  # Lock asks for confirmation
             # annotator A: half of Stage 1, then the server dies mid-session
             open_stage(page, server.url, "A", "stage1")
             assert stage1(page, rows, "A", shots, stop_after=5) == 5
@@ -129,6 +131,7 @@ def test_two_annotators_in_a_real_browser(twelve, tmp_path):
             open_stage(page, server.url, "A", "stage1")
             page.click("#lock")
             page.wait_for_selector("text=(locked)")
+            assert asked and asked[0].startswith("Lock Stage 1")
             open_stage(page, server.url, "A", "stage2")
             assert stage2(page, rows, "A", shots) == 12
             page.click("#lock")
@@ -186,6 +189,9 @@ def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
             page.wait_for_function("document.getElementById('annotator').value === 'A'")
             assert page.eval_on_selector("#annotator", "x => x.readOnly") is True
             page.select_option("#stage", "stage1")
+            page.focus("#stage")
+            page.keyboard.press("s")  # the self-correction key typed on the selector switches nothing
+            assert page.eval_on_selector("#stage", "x => x.value") == "stage1"
             page.click("#start")
             page.wait_for_selector("#sid")
             assert stage1(page, rows, "A", None, stop_after=2) == 2
