@@ -388,6 +388,10 @@ def test_declared_roles_decide_who_reads_and_writes(calibration):
         assert (status, body["error"]) == (403, "this link is ann's; it cannot read or write bob's labels")
         assert call("POST", "/api/label", {"stage": "stage1", "sample_id": sid, "label": label, "token": ann})[0] == 200
         assert store.labels("ann", "stage1") and not store.labels("bob", "stage1")
+        # undo before the lock: one's own labelled item comes back with its label; another's never does
+        status, body = call("GET", f"/api/item?stage=stage1&sample_id={sid}&token={quote(ann)}")
+        assert status == 200 and body["label"]["span"] == "x" and body["item"]["sample_id"] == sid
+        assert call("GET", f"/api/item?stage=stage1&sample_id={sid}&token={quote(bob)}")[0] == 409
         assert call("GET", f"/api/next?stage=stage2&token={quote(ann)}")[0] == 409  # Stage 2 waits for the lock
         assert call("GET", f"/api/next?stage=adjudication&token={quote(ann)}")[0] == 403
         assert call("GET", f"/api/next?stage=stage1&token={quote(carol)}")[0] == 403

@@ -195,6 +195,21 @@ def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
             page.click("#start")
             page.wait_for_selector("#sid")
             assert stage1(page, rows, "A", None, stop_after=2) == 2
+            # undo before the lock: Back re-opens the last item labelled, with its label, and saving changes it
+            page.click("#back")
+            page.wait_for_selector("#sid")
+            sid = page.inner_text("#sid")
+            assert page.eval_on_selector("#span", "x => x.value") == rows[sid]["response"][-6:]
+            page.fill("#span", "changed")
+            page.click("#sid")
+            page.keyboard.press("3")  # ambiguous now
+            page.keyboard.press("Enter")
+            page.wait_for_function("s => !document.getElementById('sid') || document.getElementById('sid').innerText != s",
+                                   arg=sid)
+            db = sqlite3.connect(folder / "labels.sqlite")
+            saved = json.loads(db.execute("select label from labels where annotator='A' and stage='stage1' and "
+                                          "sample_id=?", (sid,)).fetchone()[0])
+            assert (saved["status"], saved["span"]) == ("ambiguous", "changed")
             # a page without a link (a typed third name) gets nothing
             other = browser.new_page()
             open_stage(other, server.url, "mallory", "stage2")

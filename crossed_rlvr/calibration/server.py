@@ -48,7 +48,25 @@ def next_item(store: LabelStore, annotator: str, stage: str) -> dict[str, Any]:
     remaining = [i for i in todo if i not in done]
     if not remaining:
         return {"done": True, **progress}
-    sid = remaining[0]
+    return {"done": False, "item": item_view(store, annotator, stage, remaining[0]), **progress}
+
+
+def labelled_item(store: LabelStore, annotator: str, stage: str, sid: str) -> dict[str, Any]:
+    """An item the person already labelled in ``stage``, with that label, to change it before the lock (undo)."""
+    if stage == "stage2" and not store.locked(annotator, "stage1"):
+        raise PermissionError("Stage 2 opens after you lock Stage 1: references stay hidden until then")
+    if stage != "adjudication" and store.locked(annotator, stage):
+        raise PermissionError(f"your {stage} is locked: its labels are final")
+    saved = store.labels(None if stage == "adjudication" else annotator, stage)
+    mine = {i: lab for (a, _, i), lab in saved.items() if stage == "adjudication" or a == annotator}
+    if sid not in mine:
+        raise PermissionError(f"{sid}: you have no {stage} label to change")
+    return {"done": False, "item": item_view(store, annotator, stage, sid), "label": mine[sid]}
+
+
+def item_view(store: LabelStore, annotator: str, stage: str, sid: str) -> dict[str, Any]:
+    """What ``stage`` may show of one item (Stage 1: id, question, response; Stage 2 adds the person's locked
+    commitment, the reference and the anonymous candidates; adjudication adds the two annotators' labels)."""
     row = store.sample[sid]
     item: dict[str, Any] = {"sample_id": sid, "question": row["question"], "response": row["response"]}
     if stage == "stage2":
@@ -61,7 +79,7 @@ def next_item(store: LabelStore, annotator: str, stage: str) -> dict[str, Any]:
         item["labels"] = [{**s1.get((a, "stage1", sid), {}), **{k: v for k, v in s2.get((a, "stage2", sid), {}).items()
                                                                if k == "correctness"}}
                           for a in store.annotators()[:2]]
-    return {"done": False, "item": item, **progress}
+    return item
 
 
 def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
@@ -140,6 +158,11 @@ def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
                     who = self._person(q.get("token"), q.get("annotator", ""), stage)
                     with writing:
                         self._send(200, next_item(store, who, stage))
+                elif url.path == "/api/item":
+                    stage = q.get("stage", "stage1")
+                    who = self._person(q.get("token"), q.get("annotator", ""), stage)
+                    with writing:
+                        self._send(200, labelled_item(store, who, stage, q.get("sample_id", "")))
                 elif url.path == "/api/whoami":
                     who = self._person(q.get("token"), "", "")
                     role = "adjudicator" if store.roles and who in store.roles.adjudicators else "annotator"
