@@ -399,6 +399,8 @@ def test_wording_summary_compares_the_same_items(tmp_path):
     assert shared.n_items.iloc[0] == 2
     report = (out / "report.md").read_text()
     assert "| t | original | grpo | hashxboxed | 1 | +0.00 (—) | +100.00 (—) |" in report
+    # the header counts generated responses: 6 cells x 4 + 6 x 2 = 36, not the @shared re-uses as well (issue 26)
+    assert "36 responses in 12 cells." in report
 
 
 def test_truncation_sensitivity_and_pass_at_k_gains(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossed_rlvr.analysis.cells import SHARED
 from crossed_rlvr.eval.symbolic import is_symbolic_task
 
 TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2}
@@ -369,11 +370,14 @@ def undefined_table(contrasts: pd.DataFrame) -> str:
 
 def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, coverage: pd.DataFrame,
                  paired: pd.DataFrame, checks: dict, figures: list[Path], n_resamples: int, rng_seed: int) -> None:
-    n_resp = int(cells.drop_duplicates(["task", "template", "policy", "request"])["n"].sum())
+    # the generated responses: a wording's "@shared" cells re-use its own responses on a subset, never new ones
+    own = cells[~cells["template"].astype(str).str.endswith(SHARED)]
+    own_cells = own.drop_duplicates(["task", "template", "policy", "request"])
+    n_resp = int(own_cells["n"].sum())
     parts = [
         "# Crossed study report",
         "",
-        (f"{n_resp:,} responses in {cells[['task', 'template', 'policy', 'request']].drop_duplicates().shape[0]} cells. "
+        (f"{n_resp:,} responses in {len(own_cells)} cells. "
         f"Intervals: paired item bootstrap, {n_resamples:,} resamples (RNG seed {rng_seed}), item indices shared "
         "across all cells and seeds of a template; they condition on the fixed checkpoints and saved responses and "
         "do not quantify training-seed uncertainty. Seed means weight seeds equally; SDs are sample SDs."),
