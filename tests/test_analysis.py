@@ -422,3 +422,14 @@ def test_truncation_sensitivity_and_pass_at_k_gains(tmp_path):
     assert cov.estimate == pytest.approx(100 * (p["grpo-hash/s1"] - p["initial"]))  # coverage: 2/4 vs 2/4
     assert cov.ci_low <= cov.estimate <= cov.ci_high
     assert "gain_untruncated" in (out / "report.md").read_text()
+
+
+def test_crossed_analyze_defaults_to_the_studys_bootstrap_seed(tmp_path):
+    """Re-analysing a study's scores with crossed-analyze's defaults gives the study's own intervals (issue 26)."""
+    from hydra import compose, initialize_config_module
+
+    from crossed_rlvr.analysis.analyze import DEFAULT_RNG_SEED
+
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        cfg = compose(config_name="crossed_study", overrides=[f"run_dir={tmp_path}"])
+    assert cfg.analysis.rng_seed == DEFAULT_RNG_SEED

@@ -50,7 +50,7 @@ from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.machine import machine
 
 DEFAULT_RESAMPLES = 2000
-DEFAULT_RNG_SEED = 20260910
+DEFAULT_RNG_SEED = 20260919  # the study's analysis.rng_seed too: re-analysing its scores with defaults gives its intervals
 
 
 class AnalysisError(ValueError):
