@@ -64,3 +64,14 @@ def test_verl_relaunch_resumes_only_onto_its_checkpoint(tmp_path):
     assert launch_env(cfg)["WANDB_RUN_ID"] == second  # the relaunch continues the checkpoint's run
     cfg.recipe.lr = 2e-6
     assert launch_env(cfg)["WANDB_RUN_ID"] not in (first, second)  # other settings: a new run
+
+
+def test_env_values_reach_ray_as_strings_whatever_they_look_like():
+    """A run id such as 8817e40312345678 parsed as a float (inf) in an unquoted Hydra override and Ray refused
+    the launch (seen in a launch rehearsal); every value is now a quoted string, quotes and backslashes kept."""
+    from crossed_rlvr.train.verl_engine import compose_verl, env_overrides
+
+    values = {"WANDB_RUN_ID": "8817e40312345678", "WANDB_RUN_GROUP": "2024", "WANDB_NAME": "it's",
+              "WANDB_DIR": "C:\\runs\\x", "WANDB_TAGS": "a,b\\"}
+    env = compose_verl(env_overrides(values)).ray_kwargs.ray_init.runtime_env.env_vars
+    assert {k: env[k] for k in values} == values and all(isinstance(env[k], str) for k in values)
