@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossed_rlvr.analysis.cells import LENIENT, STRICT, SYMBOLIC_LENIENT, SYMBOLIC_STRICT
 from crossed_rlvr.eval.payload import CATEGORIES
 from crossed_rlvr.eval.records import FINISH_REASONS
 from crossed_rlvr.eval.symbolic import is_symbolic_task
@@ -22,9 +23,8 @@ from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
 KEYS = ["task", "policy", "training_convention", "request", "template", "item_id", "sample_idx"]
 REQUIRED = [*KEYS, "train_seed", "finish_reason", "requested_payload", "extractable", "category"]
-STRICT = {"hash": "strict_first_hash", "boxed": "boxed_first", "json": "json_first", "xml": "xml_first"}
-LENIENT = {"hash": "lenient_hash_fallback", "boxed": "lenient_boxed_fallback"}
-SYMBOLIC = ["math_strict", "math_lenient"]
+# the readers the analysis itself reads per request (one definition: analysis/cells.py)
+SYMBOLIC = sorted({*SYMBOLIC_STRICT.values(), *SYMBOLIC_LENIENT.values()})
 FIXED = {"request": REQUESTS, "template": TEMPLATES, "finish_reason": FINISH_REASONS, "category": CATEGORIES}
 
 
