@@ -107,7 +107,8 @@ CASES = [
     ("score: non-UTF-8 bytes", score_case(b'{"response": "\xff\xfe"}'),
      "crossed-score: {tmp}/a.jsonl:2: not UTF-8 text (byte 14 of the line)"),
     ("score: unknown request", score_case(json.dumps(rec(1, request="latex")).encode()),
-     "crossed-score: {tmp}/a.jsonl:2: field 'request' is 'latex'; expected one of ('hash', 'boxed', 'json', 'xml')"),
+     "crossed-score: {tmp}/a.jsonl:2: field 'request' is 'latex'; expected one of ('hash', 'boxed', 'json', 'xml') "
+     "(another prompt's outputs can be re-scored with crossed-rescore, not scored crossed)"),
     # crossed-analyze: scores tables
     ("analyze: a reader column missing", analyze_case(_drop("math_verify.correct")),
      "crossed-analyze: {tmp}/scores.parquet: scores table lacks column 'math_verify.correct', needed for every "

@@ -244,3 +244,48 @@ def test_six_benchmarks_as_the_loaders_freeze_them_pool_in_one_command(tmp_path)
     assert (table.read_omega_base == 100).all() and (table.acc_omega_base == 100).all()  # J and E read too
     pooled_result = json.loads((out / "pooled.json").read_text())
     assert pooled_result["comparisons"] == 6 and pooled_result["share"] == 1.0
+
+
+def test_a_plain_prompt_and_a_harness_prompt_are_names_crossed_rescore_reads(tmp_path, capsys):
+    """Paper 000 re-scored outputs made under prompts other than the four requests (a "plain" prompt, the
+    harnesses' own): lm-eval samples of a prompt with no request suffix import under ``--request plain`` (or
+    a harness prompt's name), crossed-rescore pools them, and crossed-score refuses them with the reason
+    (its readers need a requested convention) -- issue 23, case 8."""
+    from crossed_rlvr.eval.importers import main as import_main
+    from crossed_rlvr.eval.scoring import main as score_main
+    from crossed_rlvr.rescore.cli import main
+
+    def samples(name, answers):
+        rows = [{"doc_id": k, "target": f"#### {k + 3}", "resps": [[text]],
+                 "arguments": {"gen_args_0": {"arg_0": f"Question: what is {k} + 3?\nAnswer:", "arg_1": {}}}}
+                for k, text in enumerate(answers)]
+        path = tmp_path / f"samples_gsm8k_{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+
+    n = 40
+    base = samples("base", [f"The answer is {k + 3}." for k in range(n)])
+    rl = samples("rl", [f"\\boxed{{{k + 3}}}" for k in range(n)])
+    for prompt in ("plain", "gsm8k-cot"):
+        for policy, src in (("initial", base), ("grpo-boxed/s83", rl)):
+            out = tmp_path / prompt / f"{policy.replace('/', '-')}.jsonl"
+            out.parent.mkdir(exist_ok=True)
+            assert import_main(["lm-eval", str(src), "--policy", policy, "--request", prompt, "--task", "gsm8k",
+                                "-o", str(out)]) == 0
+    first = tmp_path / "plain" / "initial.jsonl"
+    assert {json.loads(line)["request"] for line in first.read_text().splitlines()} == {"plain"}
+    assert import_main(["lm-eval", str(base), "--policy", "initial", "--request", "Plain Prompt", "--task", "gsm8k",
+                        "-o", str(tmp_path / "bad.jsonl")]) == 2
+    assert "field 'request' is 'Plain Prompt'" in capsys.readouterr().err
+    res = tmp_path / "share"
+    assert main([str(tmp_path / "plain"), str(tmp_path / "gsm8k-cot"), "--pair", "initial=grpo-boxed/s83",
+                 "--harness", "math-boxed", "-o", str(res), "--no-audit", "--resamples", "200"]) == 0
+    table = pd.read_csv(res / "comparisons.csv")
+    assert sorted(table.prompt) == ["gsm8k-cot/original", "plain/original"]
+    assert (table.acc_omega_base == 100).all() and (table.g_fix == 0).all()
+    # the base model's answers are right but unboxed: the harness's whole gain is format
+    assert (table.g_rep == 100).all() and (table.share == 1).all()
+    capsys.readouterr()
+    assert score_main([str(first), "-o", str(tmp_path / "s.parquet"), "--workers", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "field 'request' is 'plain'" in err and "crossed-rescore" in err, err

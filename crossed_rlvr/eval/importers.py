@@ -199,7 +199,7 @@ def import_lm_eval(
                     "prompt_tokens": -1, "response_tokens": -1, "reference": reference_from_target(sample["target"]),
                     "finish_reason_known": False, "source": str(where),
                 }
-                records.append(check_record(rec, where))
+                records.append(check_record(rec, where, prompt_names=True))
     if not records:
         raise ResponseFileError(f"{path}: no samples (an empty input is never an empty result)")
     names = set().union(*tasks_by_request.values()) if tasks_by_request else set()
@@ -362,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-seed", type=int, default=None)
     parser.add_argument("--request", default=None,
                         help="the request of responses whose prompt carries no known request suffix (default: read "
-                             "from each prompt)")
+                             "from each prompt); lm-eval also takes another prompt's name (plain, gsm8k-cot, ...), "
+                             "whose outputs crossed-rescore reads")
     parser.add_argument("--template", default="original")
     parser.add_argument("--task", default=None, help="task name of every record (lm-eval: default from each "
                         "file name, refused when one policy's requests fall under different names)")

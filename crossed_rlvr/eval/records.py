@@ -10,6 +10,7 @@ request and template across policies (which would mean the policies did not see 
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,15 @@ FIELDS: dict[str, tuple[type, ...]] = {
 KEY = ("task", "item_id", "policy", "request", "template", "sample_idx")
 CELL = ("task", "policy", "request", "template")
 FINISH_REASONS = ("stop", "length", "unknown")  # unknown: imported outputs that do not record it
+# Outputs re-scored from harnesses (paper 000) were made under prompts other than the four requests: a "plain"
+# prompt, or a harness's own (lm-eval's gsm8k-cot, Qwen's chat template ...). Their records name the prompt in
+# ``request``; crossed-rescore reads them, crossed-score (whose readers need a requested convention) does not.
+PROMPT_NAME = re.compile(r"[a-z0-9][a-z0-9_.:-]{0,63}\Z")
+
+
+def is_prompt_name(name: str) -> bool:
+    """A valid name for a prompt outside the four requests (lower case, digits, ``_ . : -``)."""
+    return bool(PROMPT_NAME.match(name))
 
 
 class ResponseFileError(ValueError):
@@ -59,8 +69,9 @@ def _type_name(types: tuple[type, ...]) -> str:
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
-def check_record(rec: Any, where: Source) -> dict[str, Any]:
-    """Check one parsed record against the contract and return it with ``item_id`` as a string."""
+def check_record(rec: Any, where: Source, prompt_names: bool = False) -> dict[str, Any]:
+    """Check one parsed record against the contract and return it with ``item_id`` as a string.
+    ``prompt_names``: ``request`` may also name another prompt (see ``PROMPT_NAME``), for re-scoring."""
     if not isinstance(rec, dict):
         raise ResponseFileError(f"{where}: a record must be a JSON object, got {type(rec).__name__}")
     for name, types in FIELDS.items():
@@ -72,8 +83,11 @@ def check_record(rec: Any, where: Source) -> dict[str, Any]:
             raise ResponseFileError(
                 f"{where}: field '{name}' must be {_type_name(types)}, got {type(value).__name__} {value!r:.60}"
             )
-    if rec["request"] not in REQUESTS:
-        raise ResponseFileError(f"{where}: field 'request' is {rec['request']!r}; expected one of {REQUESTS}")
+    if rec["request"] not in REQUESTS and not (prompt_names and is_prompt_name(rec["request"])):
+        hint = ("" if prompt_names or not is_prompt_name(rec["request"]) else
+                " (another prompt's outputs can be re-scored with crossed-rescore, not scored crossed)")
+        wanted = "one of the requests or a prompt name [a-z0-9_.:-]" if prompt_names else f"one of {REQUESTS}"
+        raise ResponseFileError(f"{where}: field 'request' is {rec['request']!r}; expected {wanted}{hint}")
     if rec["template"] not in TEMPLATES:
         raise ResponseFileError(f"{where}: field 'template' is {rec['template']!r}; expected one of {TEMPLATES}")
     if rec["finish_reason"] not in FINISH_REASONS:
@@ -119,9 +133,9 @@ def json_lines(path: Path) -> Iterator[tuple[Any, Source]]:
                     raise ResponseFileError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
 
 
-def iter_file(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
+def iter_file(path: Path, prompt_names: bool = False) -> Iterator[tuple[dict[str, Any], Source]]:
     for rec, where in json_lines(path):
-        yield check_record(rec, where), where
+        yield check_record(rec, where, prompt_names), where
 
 
 def find_response_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -144,14 +158,16 @@ def find_response_files(paths: Iterable[str | Path]) -> list[Path]:
     return sorted(set(files))
 
 
-def read_responses(paths: Iterable[str | Path], different_prompts: str = "refuse") -> ResponseSet:
+def read_responses(paths: Iterable[str | Path], different_prompts: str = "refuse",
+                   prompt_names: bool = False) -> ResponseSet:
     """Read and validate response files as one collection (all checks above). ``different_prompts="record"``
     records policies that saw different prompts for the same item (models with their own chat templates,
-    paper 000 App. A) in ``prompt_differences`` instead of refusing them."""
+    paper 000 App. A) in ``prompt_differences`` instead of refusing them; ``prompt_names`` admits prompts
+    other than the four requests (re-scoring harness outputs)."""
     out = ResponseSet(files=find_response_files(paths))
     seen: dict[tuple, Source] = {}
     for path in out.files:
-        for rec, where in iter_file(path):
+        for rec, where in iter_file(path, prompt_names):
             key = tuple(rec[k] for k in KEY)
             if key in seen:
                 names = ", ".join(f"{k}={v!r}" for k, v in zip(KEY, key))

@@ -4,7 +4,7 @@
     crossed-rescore lm_eval_resp/ --pair base=rl --harness lm-eval-gsm8k-flexible,math-boxed -o rescore/
 
 Inputs are response files (crossed-eval's, or ``crossed-import lm-eval`` output). A benchmark is a
-record's ``task``, a prompt its request and wording; an item whose reference is a single letter A-J is
+record's ``task``, a prompt its request (or another prompt's name: plain, a harness's own) and wording; an item whose reference is a single letter A-J is
 multiple choice (``--options`` gives its number of options, default 4), any other is free form.
 """
 
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--harness {', '.join(unknown)} unknown; known: {', '.join(REGISTRY)}")
         if args.options < 2 or args.options > len(LETTERS):
             raise ValueError(f"--options {args.options} must lie in 2..{len(LETTERS)}")
-        rs = read_responses(args.inputs, different_prompts="record")
+        rs = read_responses(args.inputs, different_prompts="record", prompt_names=True)
         runs = runs_from_records(rs.records, args.options, item_options(args.items or item_files(args.inputs)),
                                  args.omega)
         names = {m for m, *_ in runs}
