@@ -93,6 +93,8 @@ def needs_gpu(cfg: Any, what: str) -> None:
     """``eval=vllm`` runs vLLM: refuse it before any stage on a machine where it cannot start."""
     if _get(cfg, "eval.backend") != "vllm":
         return
+    if (_get(cfg, "distribute.workers") or 0) > 0 and _get(cfg, "distribute.address"):
+        return  # generation runs on the cluster's workers; the driver (a head node) needs no GPU
     import importlib.util
 
     import torch
@@ -104,6 +106,23 @@ def needs_gpu(cfg: Any, what: str) -> None:
                if not ok]
     if missing:
         raise ConfigError(f"eval.backend=vllm ({what}) needs {' and '.join(missing)}; on a CPU machine use eval=cpu")
+
+
+def check_distribute(cfg: Any) -> None:
+    """Ray workers of the crossed evaluation (eval/workers.py)."""
+    if _get(cfg, "distribute") is None:
+        return
+    _at_least(cfg, "distribute.workers", 0)
+    _at_least(cfg, "distribute.shard_size", 1)
+    _at_least(cfg, "distribute.max_retries", 0)
+    _at_least(cfg, "distribute.cpus_per_worker", 0)
+    _at_least(cfg, "distribute.gpus_per_worker", 0)
+    _at_least(cfg, "distribute.start_timeout_s", 1)
+    if _get(cfg, "eval.backend") == "vllm" and _get(cfg, "distribute.workers") and _get(cfg, "distribute.gpus_per_worker"):
+        tp, gpus = _get(cfg, "eval.tensor_parallel_size"), _get(cfg, "distribute.gpus_per_worker")
+        if int(tp) != gpus:
+            raise ConfigError(f"distribute.gpus_per_worker={gpus:g} but eval.tensor_parallel_size={tp}: each worker's "
+                              "vLLM engine spans exactly its own GPUs")
 
 
 def check_train(cfg: Any) -> None:
@@ -126,6 +145,7 @@ def check_eval(cfg: Any) -> None:
 
     common(cfg)
     needs_gpu(cfg, "crossed-eval generates with it")
+    check_distribute(cfg)
     _all_of(cfg, "requests", REQUESTS)
     _all_of(cfg, "templates", TEMPLATES)
     _at_least(cfg, "samples", 1)
@@ -171,6 +191,7 @@ def check_study(cfg: Any) -> None:
     if not cfg.arms.seeds:
         raise ConfigError("arms.seeds=[] is empty; give at least one training seed")
     _at_least(cfg, "arms.parallel", 1)
+    check_distribute(cfg)
     _all_of(cfg, "evaluation.requests", REQUESTS)
     _all_of(cfg, "evaluation.templates", TEMPLATES)
     _at_least(cfg, "evaluation.samples", 1)

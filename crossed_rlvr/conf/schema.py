@@ -65,6 +65,20 @@ class EvalConf:
 
 
 @dataclass
+class DistributeConf:
+    """crossed-eval on Ray workers (eval/workers.py); 0 workers: serial in the driver's process. Not part
+    of any cell's settings: a run split differently writes the same files."""
+    workers: int = 0               # Ray workers, each with its own engine (one per GPU on a GPU node)
+    address: str | None = None     # null: a local Ray on this machine; auto or HOST:PORT: a running cluster
+    cpus_per_worker: float = 1.0   # CPU workers: also their torch threads
+    gpus_per_worker: float = 0.0   # 1 per vLLM engine (= eval.tensor_parallel_size)
+    shard_size: int = 64           # responses per shard: the unit of scheduling, of progress and of resume
+    max_retries: int = 2           # a shard whose worker died is retried this often, then reported
+    start_timeout_s: float = 300.0  # a worker that does not start in time (no free resources) is given up
+    log_to_driver: bool = False    # workers' own output on the driver's console
+
+
+@dataclass
 class TrackingConf:
     mode: str = "offline"          # off | offline | online
     project: str = "crossed-rlvr"
@@ -236,6 +250,7 @@ class EvalCommandConf:
     template_subset_seed: int = 20260919
     samples: int = 1
     overwrite: bool = False
+    distribute: DistributeConf = field(default_factory=DistributeConf)
 
 
 @dataclass
@@ -319,6 +334,7 @@ class StudyConf:
     validation: ValidationConf = field(default_factory=ValidationConf)
     rehearsal: RehearsalConf = field(default_factory=RehearsalConf)
     analysis: AnalysisConf = field(default_factory=AnalysisConf)
+    distribute: DistributeConf = field(default_factory=DistributeConf)  # the eval stage's workers
 
 
 SCHEMAS = {"crossed_train": TrainConf, "crossed_eval": EvalCommandConf, "crossed_sft": SFTCommandConf,

@@ -18,7 +18,9 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,10 +122,43 @@ def _read_partial(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
     return done
 
 
-def run_eval(cfg: Any, progress: bool = True) -> dict[str, Any]:
-    """Generate every missing response of the crossed design; returns a summary per cell."""
+@dataclass
+class Cell:
+    """One policy x request x wording of the crossed design, with its files."""
+
+    name: str
+    pol: PolicySpec
+    request: str
+    template: str
+    items: list[dict[str, Any]]
+    meta: dict[str, Any]
+    final: Path
+    meta_path: Path
+    partial: Path       # a serial run's scratch, appended batch by batch
+    partial_meta: Path
+    shards: Path        # a distributed run's scratch: one file per finished shard (eval/workers.py)
+
+    @property
+    def size(self) -> int:
+        return len(self.items) * int(self.meta["samples"])
+
+
+@dataclass
+class Plan:
+    """The crossed design of one crossed-eval run: its cells and what every record carries."""
+
+    cells: list[Cell]
+    task: str
+    items_sha: str
+    items_file: str
+    run_dir: Path
+    params: GenParams
+    system: str | None
+
+
+def plan(cfg: Any) -> Plan:
+    """The cells of the design (policies x requests x wordings), the item set frozen on first use."""
     from omegaconf import OmegaConf
-    from tqdm import tqdm
 
     run_dir = Path(cfg.run_dir)
     (run_dir / "responses" / ".partial").mkdir(parents=True, exist_ok=True)
@@ -137,94 +172,167 @@ def run_eval(cfg: Any, progress: bool = True) -> dict[str, Any]:
     for pol in policies:
         for request in cfg.requests:
             for template in cfg.templates:
-                cells.append((pol, request, template,
-                              template_items(items, template, cfg.template_subset, cfg.template_subset_seed)))
-    total = sum(len(c[3]) * cfg.samples for c in cells)
+                cell_items = template_items(items, template, cfg.template_subset, cfg.template_subset_seed)
+                name = cell_name(pol.name, request, template)
+                meta = {"policy": pol.__dict__, "request": request, "template": template, "items_sha256": items_sha,
+                        "n_items": len(cell_items), "samples": cfg.samples, "system": system,
+                        "generation": OmegaConf.to_container(gen, resolve=True)}
+                meta["sha256"] = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+                responses = run_dir / "responses"
+                cells.append(Cell(name, pol, request, template, cell_items, meta, responses / f"{name}.jsonl",
+                                  responses / f"{name}.meta.json", responses / ".partial" / f"{name}.jsonl",
+                                  responses / ".partial" / f"{name}.meta.json",
+                                  responses / ".partial" / f"{name}.shards"))
+    return Plan(cells, cfg.task.name, items_sha, items_path.name, run_dir, params, system)
+
+
+def open_cell(cell: Cell, overwrite: bool) -> dict[tuple[str, int], dict[str, Any]] | None:
+    """The responses a cell already has (its scratch files read back), or None when it is finished with
+    these settings. A finished cell of other settings is refused unless ``overwrite``."""
+    if cell.final.exists():
+        old = json.loads(cell.meta_path.read_text()) if cell.meta_path.exists() else {}
+        if old.get("sha256") == cell.meta["sha256"]:
+            return None
+        if not overwrite:
+            raise RunError(f"{cell.final} was generated with other settings; pass overwrite=true or use a new run_dir")
+    stale = not cell.partial_meta.exists() or json.loads(cell.partial_meta.read_text()).get("sha256") != cell.meta["sha256"]
+    if stale:  # an interrupted cell of other settings: our own scratch, not results
+        cell.partial.unlink(missing_ok=True)
+        shutil.rmtree(cell.shards, ignore_errors=True)
+    cell.partial_meta.write_text(json.dumps(cell.meta, indent=2, sort_keys=True) + "\n")
+    done = _read_partial(cell.partial)
+    for shard in sorted(cell.shards.glob("*.jsonl")) if cell.shards.is_dir() else []:
+        done.update(_read_partial(shard))  # written whole (atomically) by the driver of a distributed run
+    return done
+
+
+def todo_of(cell: Cell, done: dict[tuple[str, int], dict[str, Any]]) -> list[tuple[int, dict[str, Any], int]]:
+    """(position, item, sample) of every response the cell still lacks, in the cell's order."""
+    return [(k, it, s) for k, it in enumerate(cell.items) for s in range(int(cell.meta["samples"]))
+            if (str(it["item_id"]), s) not in done]
+
+
+def generate(backend: Any, tokenizer: Any, todo: list[tuple[int, dict[str, Any], int]], request: str,
+             template: str, system: str | None, base_seed: int, batch_size: int,
+             params: GenParams) -> Iterator[list[tuple[int, str, Any]]]:
+    """(item seed, prompt sha256, generation) of each response of ``todo``, batch by batch. The one
+    generation loop of the serial run and of every distributed worker."""
+    for b in range(0, len(todo), batch_size):
+        batch = todo[b : b + batch_size]
+        rendered = [render(tokenizer, messages(it["question"], request, template, system)) for _, it, _ in batch]
+        seeds = [item_seed(base_seed, it, k, s) for k, it, s in batch]
+        outs = backend.generate([r[1] for r in rendered], seeds, params)
+        yield [(seed, sha, out) for seed, (_, _ids, sha), out in zip(seeds, rendered, outs, strict=True)]
+
+
+def make_record(p: Plan, cell: Cell, it: dict[str, Any], s: int, seed: int, sha: str, out: Any) -> dict[str, Any]:
+    """One response record (DESIGN.md "Contracts"), the same whichever process generated it."""
+    pol = cell.pol
+    rec = {
+        "item_id": str(it["item_id"]), "task": p.task, "policy": pol.name,
+        "training_convention": pol.training_convention, "train_seed": pol.train_seed,
+        "request": cell.request, "template": cell.template, "sample_idx": s, "gen_seed": seed,
+        "prompt_sha256": sha, "response": out.text, "finish_reason": out.finish_reason,
+        "prompt_tokens": out.prompt_tokens, "response_tokens": out.response_tokens,
+        "reference": str(it["reference"]), "items_sha256": p.items_sha,
+        "items_file": p.items_file, "model_path": recorded_path(pol.path, p.run_dir),
+    }
+    if it.get("stratum") is not None:  # e.g. operations per expression (Table 20)
+        rec["stratum"] = str(it["stratum"])
+    return rec
+
+
+def finish_cell(cell: Cell, done: dict[tuple[str, int], dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """Write a whole cell's final file (sorted by item and sample) and clear its scratch; a cell that lacks
+    any response is never written."""
+    missing = todo_of(cell, done)
+    if missing:
+        _k, it, s = missing[0]
+        raise RunError(f"{cell.name}: {len(missing)} responses missing (first: item {it['item_id']!r}, sample {s}); "
+                       "re-run to generate them")
+    order = {str(it["item_id"]): k for k, it in enumerate(cell.items)}
+    records = sorted(done.values(), key=lambda r: (order[r["item_id"]], r["sample_idx"]))
+    atomic_write_jsonl(cell.final, records)
+    cell.meta_path.write_text(json.dumps(cell.meta, indent=2, sort_keys=True) + "\n")
+    cell.partial.unlink(missing_ok=True)
+    shutil.rmtree(cell.shards, ignore_errors=True)
+    cell.partial_meta.unlink(missing_ok=True)
+    return _cell_summary(records, cell.request, seconds)
+
+
+def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str, Any]:
+    """Generate every missing response of the crossed design; returns a summary per cell.
+
+    ``distribute.workers`` > 0 spreads the cells (split into shards) over Ray workers, each with its own
+    engine (``eval/workers.py``); the files are the same as this process alone would write.
+    ``on_event(kind, info)`` is told of worker starts and finished shards (tests, monitoring)."""
+    from tqdm import tqdm
+
+    p = plan(cfg)
+    total = sum(c.size for c in p.cells)
     summary: dict[str, Any] = {}
     tracker = _tracker(cfg)
-    loaded: dict[str, Any] = {}
     bar = tqdm(total=total, desc="crossed-eval", unit="resp", disable=not progress)
+    machines: list[dict[str, Any]] = []
+    dist = cfg.get("distribute")
     try:
-        for pol, request, template, cell_items in cells:
-            name = cell_name(pol.name, request, template)
-            final = run_dir / "responses" / f"{name}.jsonl"
-            meta_path = run_dir / "responses" / f"{name}.meta.json"
-            meta = {"policy": pol.__dict__, "request": request, "template": template, "items_sha256": items_sha,
-                    "n_items": len(cell_items), "samples": cfg.samples, "system": system,
-                    "generation": OmegaConf.to_container(gen, resolve=True)}
-            meta["sha256"] = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
-            if final.exists():
-                old = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-                if old.get("sha256") == meta["sha256"]:
-                    bar.update(len(cell_items) * cfg.samples)
-                    summary[name] = {"skipped": True}
-                    continue
-                if not cfg.overwrite:
-                    raise RunError(f"{final} was generated with other settings; pass overwrite=true or use a new run_dir")
-            partial = run_dir / "responses" / ".partial" / f"{name}.jsonl"
-            partial_meta = partial.with_suffix(".meta.json")
-            if partial.exists() and (not partial_meta.exists()
-                                     or json.loads(partial_meta.read_text()).get("sha256") != meta["sha256"]):
-                partial.unlink()  # an interrupted cell of other settings: our own scratch, not results
-            partial_meta.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-            done = _read_partial(partial)
-            bar.update(len(done))
-            todo = [(k, it, s) for k, it in enumerate(cell_items) for s in range(cfg.samples)
-                    if (str(it["item_id"]), s) not in done]
-            start = time.perf_counter()
-            if todo:
-                if pol.path not in loaded:
-                    _release(loaded)  # one policy in memory at a time, its engine shut down first
-                    loaded[pol.path] = _backend(pol.path, gen)
-                backend, tokenizer = loaded[pol.path]
-                with partial.open("a", encoding="utf-8") as fh:
-                    for b in range(0, len(todo), int(gen.batch_size)):
-                        batch = todo[b : b + int(gen.batch_size)]
-                        rendered = [render(tokenizer, messages(it["question"], request, template, system))
-                                    for _, it, _ in batch]
-                        seeds = [item_seed(int(gen.base_seed), it, k, s) for k, it, s in batch]
-                        outs = backend.generate([r[1] for r in rendered], seeds, params)
-                        for (_k, it, s), (_, _ids, sha), seed, out in zip(batch, rendered, seeds, outs):
-                            rec = {
-                                "item_id": str(it["item_id"]), "task": cfg.task.name, "policy": pol.name,
-                                "training_convention": pol.training_convention, "train_seed": pol.train_seed,
-                                "request": request, "template": template, "sample_idx": s, "gen_seed": seed,
-                                "prompt_sha256": sha, "response": out.text, "finish_reason": out.finish_reason,
-                                "prompt_tokens": out.prompt_tokens, "response_tokens": out.response_tokens,
-                                "reference": str(it["reference"]), "items_sha256": items_sha,
-                                "items_file": items_path.name, "model_path": recorded_path(pol.path, run_dir),
-                            }
-                            if it.get("stratum") is not None:  # e.g. operations per expression (Table 20)
-                                rec["stratum"] = str(it["stratum"])
-                            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                            done[(rec["item_id"], s)] = rec
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                        bar.update(len(batch))
-            order = {str(it["item_id"]): k for k, it in enumerate(cell_items)}
-            records = sorted(done.values(), key=lambda r: (order[r["item_id"]], r["sample_idx"]))
-            atomic_write_jsonl(final, records)
-            meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-            partial.unlink(missing_ok=True)
-            partial_meta.unlink(missing_ok=True)
-            summary[name] = _cell_summary(records, request, time.perf_counter() - start)
-            if tracker is not None:
-                tracker.log({f"{name}/{k}": v for k, v in summary[name].items()})
+        if dist is not None and int(dist.workers) > 0:
+            from crossed_rlvr.eval.workers import run_distributed
+
+            machines = run_distributed(cfg, p, summary, bar, tracker, on_event)
+        else:
+            _run_serial(cfg, p, summary, bar, tracker)
     finally:
         bar.close()
-        _release(loaded)
         if tracker is not None:
             tracker.finish()
     if any(not v.get("skipped") for v in summary.values()):  # where these responses were generated
         from crossed_rlvr.machine import machine
 
-        manifest = json.loads((run_dir / "run.json").read_text())
-        here = machine()
-        if not manifest.get("machines") or manifest["machines"][-1] != here:
-            manifest.setdefault("machines", []).append(here)
-            atomic_write_json(run_dir / "run.json", manifest)
-    (run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        manifest = json.loads((p.run_dir / "run.json").read_text())
+        for here in machines or [machine()]:
+            if here not in manifest.setdefault("machines", []):
+                manifest["machines"].append(here)
+        atomic_write_json(p.run_dir / "run.json", manifest)
+    (p.run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+def _run_serial(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any) -> None:
+    gen = cfg.eval
+    loaded: dict[str, Any] = {}
+    try:
+        for cell in p.cells:
+            done = open_cell(cell, bool(cfg.overwrite))
+            if done is None:
+                bar.update(cell.size)
+                summary[cell.name] = {"skipped": True}
+                continue
+            bar.update(len(done))
+            todo = todo_of(cell, done)
+            start = time.perf_counter()
+            if todo:
+                if cell.pol.path not in loaded:
+                    _release(loaded)  # one policy in memory at a time, its engine shut down first
+                    loaded[cell.pol.path] = _backend(cell.pol.path, gen)
+                backend, tokenizer = loaded[cell.pol.path]
+                with cell.partial.open("a", encoding="utf-8") as fh:
+                    at = 0
+                    for outs in generate(backend, tokenizer, todo, cell.request, cell.template, p.system,
+                                         int(gen.base_seed), int(gen.batch_size), p.params):
+                        for (_k, it, s), (seed, sha, out) in zip(todo[at : at + len(outs)], outs, strict=True):
+                            rec = make_record(p, cell, it, s, seed, sha, out)
+                            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                            done[(rec["item_id"], s)] = rec
+                        at += len(outs)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                        bar.update(len(outs))
+            summary[cell.name] = finish_cell(cell, done, time.perf_counter() - start)
+            if tracker is not None:
+                tracker.log({f"{cell.name}/{k}": v for k, v in summary[cell.name].items()})
+    finally:
+        _release(loaded)
 
 
 def _release(loaded: dict[str, Any]) -> None:

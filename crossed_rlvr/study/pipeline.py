@@ -440,6 +440,7 @@ class Study:
             "run_dir": str(self.run / "eval"), "policies": self.policies(initial, arms),
             "requests": list(ev.requests), "templates": list(ev.templates), "template_subset": ev.template_subset,
             "template_subset_seed": int(ev.template_subset_seed), "samples": int(ev.samples), "overwrite": True,
+            "distribute": _plain(c.distribute),
         })
 
     def evaluate(self, initial: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
@@ -574,7 +575,7 @@ class Study:
 
 
 # Settings that change how a stage is watched, not what it produces: never part of a fingerprint.
-UNTRACKED = ("tracking", "study", "overwrite")
+UNTRACKED = ("tracking", "study", "overwrite", "distribute")  # how, not what: the same files either way
 
 
 def untracked(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,132 @@
+"""crossed-eval on Ray workers (issue 25): a local Ray with 2 CPU workers writes the serial run's files
+byte for byte; a worker or the driver killed mid-run loses at most its shard, and the resumed run
+writes the same files; a cell split across workers equals the unsplit cell."""
+
+import filecmp
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from crossed_rlvr.eval.runner import RunError, run_eval
+from tests.test_runner import cfg_for, overrides, tiny  # noqa: F401  (tiny: the module's model fixture)
+
+N_ITEMS = 12
+
+
+def args(run_dir, tiny, extra=()):
+    policies = (f"policies=[{{name: initial, path: {tiny}, training_convention: initial, train_seed: null}},"
+                f"{{name: grpo-hash/s1, path: {tiny}, training_convention: hash, train_seed: 1}}]")
+    return overrides(run_dir, tiny, n_items=N_ITEMS, extra=["eval.max_new_tokens=40", policies, *extra])
+
+
+def workers(n=2, shard=5, *more):
+    return [f"distribute.workers={n}", f"distribute.shard_size={shard}", *more]
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory, tiny):  # noqa: F811
+    run = tmp_path_factory.mktemp("serial") / "run"
+    run_eval(cfg_for(*args(run, tiny)), progress=False)
+    return run
+
+
+def same_files(a: Path, b: Path) -> None:
+    left = sorted(p.name for p in (a / "responses").iterdir() if p.is_file())
+    right = sorted(p.name for p in (b / "responses").iterdir() if p.is_file())
+    assert left == right and len(left) == 16  # 2 policies x 2 requests x 2 wordings: records and settings
+    differ = [n for n in left if not filecmp.cmp(a / "responses" / n, b / "responses" / n, shallow=False)]
+    assert differ == []
+    assert not list((b / "responses" / ".partial").iterdir())  # no scratch left behind
+
+
+def test_two_workers_write_the_serial_files_and_split_cells(tmp_path, tiny, serial):  # noqa: F811
+    events = []
+    run = tmp_path / "run"
+    summary = run_eval(cfg_for(*args(run, tiny, workers())), progress=False,
+                       on_event=lambda kind, info: events.append((kind, info)))
+    same_files(serial, run)
+    assert len(summary) == 8 and all(s["n"] in (N_ITEMS, 3) for s in summary.values())
+    started = [i["pid"] for k, i in events if k == "worker"]
+    assert len(set(started)) == 2
+    by_cell: dict[str, set[int]] = {}
+    for kind, info in events:
+        if kind == "shard":
+            by_cell.setdefault(info["cell"], set()).add(info["pid"])
+    # 12 items in shards of 5: three shards per original-wording cell, and some cell is served by both workers
+    assert any(len(p) == 2 for p in by_cell.values())
+    # the run's manifest names the workers' machine; a second run finds every cell finished
+    import json
+
+    assert json.loads((run / "run.json").read_text())["machines"]
+    again = run_eval(cfg_for(*args(run, tiny, workers())), progress=False)
+    assert all(v == {"skipped": True} for v in again.values())
+
+
+def test_a_killed_worker_is_replaced_and_its_shard_retried(tmp_path, tiny, serial):  # noqa: F811
+    events = []
+    pids: list[int] = []
+
+    def on_event(kind, info):
+        events.append((kind, info))
+        if kind == "worker":
+            pids.append(info["pid"])
+        if kind == "shard" and not any(k == "worker_died" for k, _ in events) and len(pids) == 2:
+            other = next(p for p in pids if p != info["pid"])  # busy with a shard of its own
+            if not any(k == "killed" for k, _ in events):
+                events.append(("killed", {"pid": other}))
+                os.kill(other, signal.SIGKILL)
+
+    run = tmp_path / "run"
+    run_eval(cfg_for(*args(run, tiny, workers(2, 4))), progress=False, on_event=on_event)
+    assert any(k == "worker_died" for k, _ in events) and len(pids) == 3  # a third worker replaced it
+    same_files(serial, run)
+
+
+def test_a_shard_out_of_retries_is_reported_and_the_rerun_completes(tmp_path, tiny, serial):  # noqa: F811
+    killed = []
+
+    def on_event(kind, info):
+        if kind == "shard" and not killed:
+            killed.append(info["pid"])
+            os.kill(info["pid"], signal.SIGKILL)  # it is idle for a moment: kill it as it takes its next shard
+
+    run = tmp_path / "run"
+    with pytest.raises(RunError) as err:
+        run_eval(cfg_for(*args(run, tiny, workers(1, 4, "distribute.max_retries=0"))), progress=False,
+                 on_event=on_event)
+    text = str(err.value)
+    assert "not generated after 0 retries" in text and "initial__hash__original" in text, text
+    assert "re-run to generate the rest" in text
+    kept = list((run / "responses" / ".partial").glob("*.shards/*.jsonl"))
+    assert kept  # the shard finished before the kill is on disk, and reused
+    run_eval(cfg_for(*args(run, tiny, workers(2, 4))), progress=False)
+    same_files(serial, run)
+
+
+def test_a_killed_driver_resumes_to_the_serial_files(tmp_path, tiny, serial):  # noqa: F811
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "crossed_rlvr.eval.runner", *args(run, tiny, workers(2, 3))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 180
+    shards = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        shards = list((run / "responses" / ".partial").glob("*.shards/*.jsonl"))
+        if len(shards) >= 2:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert len(shards) >= 2, "the driver wrote no shard before the deadline"
+    assert not list((run / "responses").glob("*.jsonl")) or len(list((run / "responses").glob("*.jsonl"))) < 8
+    run_eval(cfg_for(*args(run, tiny, workers(2, 3))), progress=False)
+    same_files(serial, run)
+
+
+def test_more_workers_than_the_cluster_holds_is_refused(tmp_path, tiny):  # noqa: F811
+    with pytest.raises(RunError, match=r"distribute.workers=64 needs 64 CPU \(the cluster has \d+\)"):
+        run_eval(cfg_for(*args(tmp_path / "run", tiny, workers(64))), progress=False)
