@@ -18,10 +18,10 @@ from tests.test_runner import cfg_for, overrides, tiny  # noqa: F401  (tiny: the
 N_ITEMS = 12
 
 
-def args(run_dir, tiny, extra=()):
-    policies = (f"policies=[{{name: initial, path: {tiny}, training_convention: initial, train_seed: null}},"
-                f"{{name: grpo-hash/s1, path: {tiny}, training_convention: hash, train_seed: 1}}]")
-    return overrides(run_dir, tiny, n_items=N_ITEMS, extra=["eval.max_new_tokens=40", policies, *extra])
+def args(run_dir, model, extra=()):
+    policies = (f"policies=[{{name: initial, path: {model}, training_convention: initial, train_seed: null}},"
+                f"{{name: grpo-hash/s1, path: {model}, training_convention: hash, train_seed: 1}}]")
+    return overrides(run_dir, model, n_items=N_ITEMS, extra=["eval.max_new_tokens=40", policies, *extra])
 
 
 def workers(n=2, shard=5, *more):
@@ -130,3 +130,48 @@ def test_a_killed_driver_resumes_to_the_serial_files(tmp_path, tiny, serial):  #
 def test_more_workers_than_the_cluster_holds_is_refused(tmp_path, tiny):  # noqa: F811
     with pytest.raises(RunError, match=r"distribute.workers=64 needs 64 CPU \(the cluster has \d+\)"):
         run_eval(cfg_for(*args(tmp_path / "run", tiny, workers(64))), progress=False)
+
+
+@pytest.mark.timeout(400)
+def test_a_ray_cluster_the_user_runs_is_joined_and_left_running(tmp_path, tiny, serial):  # noqa: F811
+    """``ray start --head`` as on a cluster (or as the SLURM script does), then distribute.address: the
+    workers run on that cluster, the files equal the serial run's, and the cluster is still up after."""
+    import shutil
+    import tempfile
+
+    ray = str(Path(sys.executable).parent / "ray")
+    port = "6393"
+    short = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 107 characters
+    subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                    f"--temp-dir={short}"], check=True, capture_output=True, timeout=120)
+    try:
+        run = tmp_path / "run"
+        run_eval(cfg_for(*args(run, tiny, workers(2, 6, f"distribute.address=127.0.0.1:{port}"))), progress=False)
+        same_files(serial, run)
+        status = subprocess.run([ray, "status", f"--address=127.0.0.1:{port}"], capture_output=True, text=True,
+                                timeout=120, check=False)
+        assert status.returncode == 0 and "2.0 CPU" in status.stdout.replace("0.0/2.0 CPU", "2.0 CPU"), status.stdout
+    finally:
+        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120, check=False)
+        shutil.rmtree(short, ignore_errors=True)
+
+
+def test_the_slurm_script_starts_ray_as_the_arms_do_then_drives_every_gpu(tmp_path):
+    from crossed_rlvr.eval.workers import main
+    from crossed_rlvr.train.verl_engine import RAY_CLUSTER
+
+    out = tmp_path / "eval.sbatch"
+    assert main(["slurm", "--nodes", "2", "--gpus-per-node", "8", "--cpus-per-node", "32", "-o", str(out), "--",
+                 "crossed-study", "experiment=paper-gsm8k", "evaluation.n_items=100"]) == 0
+    text = out.read_text()
+    subprocess.run(["bash", "-n", str(out)], check=True)
+    python = Path(sys.executable).absolute()
+    cluster = RAY_CLUSTER.format(python=python, ray=python.parent / "ray", nodes=2, gpus=8, cpus=32)
+    assert cluster in text and "--wait-nodes 2 " in cluster  # the arms' own cluster start, every node joined
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text
+    assert text.rstrip().endswith('distribute.address="$head_ip:$port" distribute.workers=16 '
+                                  "distribute.gpus_per_worker=1")
+    assert str(Path(sys.executable).parent / "crossed-study") + " experiment=paper-gsm8k" in text
+    assert main(["slurm", "--nodes", "1", "--gpus-per-node", "8", "-o", str(out), "--", "crossed-eval"]) == 2
+    assert main(["slurm", "--nodes", "1", "--gpus-per-node", "8", "--gpus-per-worker", "3", "-o",
+                 str(tmp_path / "b.sbatch"), "--", "crossed-eval"]) == 2

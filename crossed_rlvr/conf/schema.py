@@ -72,7 +72,9 @@ class DistributeConf:
     address: str | None = None     # null: a local Ray on this machine; auto or HOST:PORT: a running cluster
     cpus_per_worker: float = 1.0   # CPU workers: also their torch threads
     gpus_per_worker: float = 0.0   # 1 per vLLM engine (= eval.tensor_parallel_size)
-    shard_size: int = 64           # responses per shard: the unit of scheduling, of progress and of resume
+    # responses per shard, the unit of scheduling, progress and resume; null: 4 x eval.batch_size (a multiple
+    # of the batch keeps the serial run's batches, which bfloat16 vLLM's samples depend on)
+    shard_size: int | None = None
     max_retries: int = 2           # a shard whose worker died is retried this often, then reported
     start_timeout_s: float = 300.0  # a worker that does not start in time (no free resources) is given up
     log_to_driver: bool = False    # workers' own output on the driver's console

@@ -87,18 +87,19 @@ def shards_of(cell: Cell, todo: list, size: int) -> list[Shard]:
 
 
 def _connect(dist: Any, need: dict[str, float]) -> bool:
-    """Join the Ray cluster at ``distribute.address`` or start a local one; True when started here.
-    Refuses a request the cluster cannot hold (Ray would wait for it forever)."""
+    """Join the Ray cluster at ``distribute.address`` or start a local one; True when connected here (the
+    run disconnects at its end: a local Ray stops, a cluster stays up). Refuses a request the cluster
+    cannot hold (Ray would wait for it forever)."""
     import ray
 
     started = False
     if not ray.is_initialized():
-        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": bool(dist.log_to_driver)}
+        kw: dict[str, Any] = {"log_to_driver": bool(dist.log_to_driver)}
         if dist.address:
             ray.init(address=str(dist.address), **kw)
         else:
-            ray.init(**kw)
-            started = True
+            ray.init(include_dashboard=False, **kw)
+        started = True
     have = ray.cluster_resources()
     short = {k: (v, have.get(k, 0.0)) for k, v in need.items() if v > have.get(k, 0.0)}
     if short:
@@ -129,6 +130,7 @@ def run_distributed(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracke
     dist = cfg.distribute
     tell = on_event or (lambda kind, info: None)
     # what is left: every unfinished cell's missing responses, in shards, queued per policy
+    size = int(dist.shard_size) if dist.shard_size is not None else 4 * int(cfg.eval.batch_size)
     queues: dict[str, deque[Shard]] = defaultdict(deque)
     remaining: dict[str, int] = {}
     done_of: dict[str, dict] = {}
@@ -141,7 +143,7 @@ def run_distributed(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracke
             continue
         bar.update(len(done))
         done_of[cell.name] = done
-        shards = shards_of(cell, todo_of(cell, done), int(dist.shard_size))
+        shards = shards_of(cell, todo_of(cell, done), size)
         remaining[cell.name] = len(shards)
         queues[cell.pol.path].extend(shards)
     for cell in p.cells:  # cells already whole on disk (every shard written before a kill)
@@ -270,3 +272,82 @@ def run_distributed(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracke
                        f"{', '.join(sorted({w for _, w in failed})) or 'none left'}) in cells {', '.join(cells)}; "
                        "the other shards are kept: re-run to generate the rest")
     return machines
+
+
+EVAL_SLURM_HEADER = """#!/usr/bin/env bash
+#SBATCH --job-name={job}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={gpus}
+#SBATCH --cpus-per-task={cpus}
+#SBATCH --exclusive
+# A Ray cluster across the allocated nodes (the same start as the verl arms' scripts), then the crossed
+# evaluation driven from its head: {workers} workers, {per_worker} GPU(s) each.
+# HEAD_IP overrides the head's address; RAY_JOIN_TIMEOUT (s) bounds the wait for every node to join.
+set -euo pipefail
+"""
+EVAL_SLURM_RUN = """srun --overlap --nodes=1 --ntasks=1 -w "$head" \\
+  {command} \\
+  distribute.address="$head_ip:$port" distribute.workers={workers} distribute.gpus_per_worker={per_worker}
+"""
+
+
+def slurm_script(command: list[str], nodes: int, gpus: int, cpus: int, per_worker: int = 1) -> str:
+    """An sbatch script: Ray over ``nodes`` nodes of ``gpus`` GPUs, then ``command`` (crossed-eval or
+    crossed-study with its overrides) on the head, with one worker per ``per_worker`` GPUs of the cluster."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from crossed_rlvr.train.verl_engine import RAY_CLUSTER
+
+    if nodes < 1 or gpus < 1 or cpus < 1 or per_worker < 1 or gpus % per_worker:
+        raise ValueError(f"--nodes {nodes}, --gpus-per-node {gpus}, --cpus-per-node {cpus}, --gpus-per-worker "
+                         f"{per_worker}: positive, and a node's GPUs a multiple of a worker's")
+    if not command:
+        raise ValueError("no command after --: give crossed-eval or crossed-study with its overrides")
+    bin_dir = Path(sys.executable).absolute().parent
+    head = str(bin_dir / command[0]) if (bin_dir / command[0]).exists() else command[0]  # this install's
+    fields = {"python": shlex.quote(str(Path(sys.executable).absolute())), "ray": shlex.quote(str(bin_dir / "ray")),
+              "nodes": nodes, "gpus": gpus, "cpus": cpus, "workers": nodes * gpus // per_worker,
+              "per_worker": per_worker, "job": "crossed-eval",
+              "command": " ".join(shlex.quote(x) for x in [head, *command[1:]])}
+    return (EVAL_SLURM_HEADER + RAY_CLUSTER + EVAL_SLURM_RUN).format(**fields)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m crossed_rlvr.eval.workers slurm ... -- crossed-eval OVERRIDES``: write the sbatch script."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(prog="python -m crossed_rlvr.eval.workers",
+                                     description="Write an sbatch script that runs the crossed evaluation on "
+                                                 "every GPU of a SLURM allocation through Ray.")
+    parser.add_argument("kind", choices=["slurm"])
+    parser.add_argument("--nodes", type=int, required=True)
+    parser.add_argument("--gpus-per-node", type=int, required=True)
+    parser.add_argument("--cpus-per-node", type=int, default=16)
+    parser.add_argument("--gpus-per-worker", type=int, default=1, help="= eval.tensor_parallel_size")
+    parser.add_argument("-o", "--output", required=True)
+    parser.epilog = "after --: crossed-eval or crossed-study with its overrides"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    command = argv[cut + 1 :]
+    out = Path(args.output)
+    try:
+        if out.exists():
+            raise ValueError(f"{out} exists; refusing to overwrite it")
+        text = slurm_script(command, args.nodes, args.gpus_per_node, args.cpus_per_node, args.gpus_per_worker)
+    except ValueError as err:
+        print(f"crossed-eval slurm: {err}", file=sys.stderr)
+        return 2
+    out.write_text(text)
+    out.chmod(0o755)
+    print(f"{out}: sbatch {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

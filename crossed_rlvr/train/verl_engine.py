@@ -173,19 +173,8 @@ if [ -n "${{CROSSED_REHEARSE:-}}" ]; then exit 0; fi
 {merge}
 """
 
-SLURM = """#!/usr/bin/env bash
-#SBATCH --job-name={job}
-#SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node={gpus}
-#SBATCH --cpus-per-task={cpus}
-#SBATCH --exclusive
-# A Ray cluster across the allocated nodes, then GRPO arm {arm} through verl on its head.
-# HEAD_IP overrides the head's address; RAY_JOIN_TIMEOUT (s) bounds the wait for every node to join.
-set -euo pipefail
-{exports}
-{attention}
-cpus=${{SLURM_CPUS_PER_TASK:-{cpus}}}
+# A Ray cluster over a SLURM allocation, ready on "$head_ip:$port" (shared with crossed-eval's script).
+RAY_CLUSTER = """cpus=${{SLURM_CPUS_PER_TASK:-{cpus}}}
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 head=${{nodes[0]}}
 # the head's IPv4 address on the interface that routes off the node (never a loopback name entry)
@@ -203,7 +192,23 @@ for node in "${{nodes[@]:1}}"; do
 done
 # every node joined, or a loud failure (verl would otherwise stop with "Total available GPUs ...")
 {python} -m crossed_rlvr.train.verl_launch --wait-nodes {nodes} --address "$head_ip:$port" --join-timeout "${{RAY_JOIN_TIMEOUT:-300}}"
-RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" {python} -m crossed_rlvr.train.verl_launch \\
+"""
+
+SLURM_HEADER = """#!/usr/bin/env bash
+#SBATCH --job-name={job}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={gpus}
+#SBATCH --cpus-per-task={cpus}
+#SBATCH --exclusive
+# A Ray cluster across the allocated nodes, then GRPO arm {arm} through verl on its head.
+# HEAD_IP overrides the head's address; RAY_JOIN_TIMEOUT (s) bounds the wait for every node to join.
+set -euo pipefail
+{exports}
+{attention}
+"""
+
+SLURM = SLURM_HEADER + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" {python} -m crossed_rlvr.train.verl_launch \\
   {flags} -- \\
 {args} "${{ATTN[@]}}"
 {merge}
