@@ -13,7 +13,8 @@ from importlib import metadata
 from typing import Any
 
 LIBRARIES = ("crossed-rlvr", "torch", "transformers", "trl", "tokenizers", "accelerate", "numpy", "pandas", "scipy",
-             "pyarrow", "math-verify", "hydra-core", "wandb", "verl", "vllm", "lm-eval")
+             "pyarrow", "math-verify", "sympy", "latex2sympy2_extended", "hydra-core", "wandb", "verl", "vllm",
+             "lm-eval")
 
 
 def cpu_model() -> str:
@@ -50,5 +51,40 @@ def machine() -> dict[str, Any]:
         info["threads"]["torch"] = torch.get_num_threads()
         if torch.cuda.is_available():
             info["gpu"] = {"name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count(),
-                           "cuda": torch.version.cuda}
+                           "cuda": torch.version.cuda, "driver": nvidia_driver()}
     return info
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver version (nvidia-smi), or None without one."""
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def source_commit() -> str:
+    """The project's git commit (with ``+dirty`` when its tracked files differ), or why it is unknown. Kept
+    out of ``machine()``: a new commit is not a new machine."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return "unknown (not a git checkout)"
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=20, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=20, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (git failed)"
+    return head + ("+dirty" if dirty else "")

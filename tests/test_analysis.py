@@ -91,7 +91,7 @@ def test_outputs_and_report(result):
     out, _, _ = result
     report = (out / "report.md").read_text()
     for heading in ("Requested reporting (Tables 11–12)", "Crossed interactions (Table 10)", "Table 8", "Table 9",
-                    "Attenuation", "coverage", "Paired tests"):
+                    "Attenuation", "coverage", "paired t-tests over items"):
         assert heading.lower() in report.lower()
     assert (out / "figures" / "fig1a_payload_by_seed.png").stat().st_size > 1000
     assert (out / "figures" / "fig2b_preference.png").stat().st_size > 1000

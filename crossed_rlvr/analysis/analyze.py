@@ -24,7 +24,12 @@ import numpy as np
 import pandas as pd
 
 from crossed_rlvr import __version__
-from crossed_rlvr.analysis.bootstrap import paired_mean_intervals, percentile_interval, resample_stats
+from crossed_rlvr.analysis.bootstrap import (
+    endpoint_mc_error,
+    paired_mean_intervals,
+    percentile_interval,
+    resample_stats,
+)
 from crossed_rlvr.analysis.cells import (
     SHARED,
     Group,
@@ -49,7 +54,7 @@ from crossed_rlvr.files import sha256_file
 from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.machine import machine
 
-DEFAULT_RESAMPLES = 2000
+DEFAULT_RESAMPLES = 20_000  # MC error of endpoints ~0.1 pp on GSM8K-size cells; ~2 s per 22-cell study (bench_analysis)
 DEFAULT_RNG_SEED = 20260919  # the study's analysis.rng_seed too: re-analysing its scores with defaults gives its intervals
 
 
@@ -174,10 +179,12 @@ def contrast_rows(groups: list[Group], policies: pd.DataFrame, n_resamples: int,
         flat = g.flat()
         point = flat.mean(axis=1)  # a statistic with an undefined item is undefined (NaN), never imputed
         est = evaluate(contrasts, point)
-        lows = highs = np.full(len(contrasts), np.nan)
+        lows = highs = mc = np.full(len(contrasts), np.nan)
         if n_resamples:
             draws = resample_stats(flat, n_resamples, rng_seed, used_stats(contrasts, len(flat)), g.n_samples)
-            lows, highs = percentile_interval(evaluate(contrasts, draws))
+            values = evaluate(contrasts, draws)
+            lows, highs = percentile_interval(values)
+            mc = endpoint_mc_error(values)
         identity_err = max(identity_err, _identity_error(contrasts, est))
         for j, c in enumerate(contrasts):
             lo, hi = (np.nan, np.nan) if c.members or np.isnan(est[j]) else (lows[j], highs[j])
@@ -185,6 +192,7 @@ def contrast_rows(groups: list[Group], policies: pd.DataFrame, n_resamples: int,
                 "task": g.task, "template": g.template, "name": c.name, "measure": c.measure, "policy": c.policy,
                 "request": c.request, "unit": c.unit, "estimate": float(est[j]), "ci_low": float(lo),
                 "ci_high": float(hi), "n_resamples": 0 if c.members else n_resamples, "rng_seed": rng_seed,
+                "mc_error": float(mc[j]) if not (c.members or np.isnan(est[j])) else np.nan,
                 "n_items": len(g.items), "seeds": " ".join(str(x) for x in c.seeds),
                 "note": undefined_reason(g, c, point) if np.isnan(est[j]) else "",
             })
@@ -310,12 +318,64 @@ def paired_test_rows(groups: list[Group], policies: pd.DataFrame) -> pd.DataFram
                     if np.isnan(trained).any() or np.isnan(initial).any():
                         continue
                     res = paired_tests(trained, initial)
+                    per_seed = [100 * float(np.mean(g.X[g.cells.index((p, request)), i])) for p in present]
                     rows.append({"task": g.task, "template": g.template, "name": "paired_tests", "measure": m,
                                  "policy": arm, "request": request, "unit": "pp", "n_seeds": len(present),
+                                 "initial_accuracy": 100 * float(initial.mean()),
+                                 "trained_mean": float(np.mean(per_seed)),
+                                 "trained_sd": float(np.std(per_seed, ddof=1)) if len(per_seed) > 1 else np.nan,
                                  "estimate": 100 * res["mean_diff"], "t_statistic": res["t"], "t_p_value": res["t_p"],
                                  "t_p_two_sided": res["t_p_two"], "wilcoxon_statistic": res["w"],
                                  "wilcoxon_p_value": res["w_p"], "wilcoxon_p_two_sided": res["w_p_two"],
                                  "n_items": len(g.items)})
+    return pd.DataFrame(rows)
+
+
+def length_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean output tokens of correct and incorrect responses (requested strict reader) per cell (paper 002
+    §5.2); empty when token counts were not recorded (imported outputs write -1)."""
+    own = df[~df["template"].str.endswith(SHARED) & (df["response_tokens"] >= 0)]
+    if own.empty:
+        return pd.DataFrame()
+    ok = own["acc.strict"].astype(float) == 1
+    return (own.assign(ok=ok, tok=own["response_tokens"].astype(float))
+            .groupby(["task", "template", "policy", "request"], sort=False)
+            .apply(lambda g: pd.Series({"n_correct": int(g.ok.sum()), "tokens_correct": g.tok[g.ok].mean(),
+                                        "n_incorrect": int((~g.ok).sum()), "tokens_incorrect": g.tok[~g.ok].mean()}),
+                   include_groups=False).reset_index()
+            .astype({"n_correct": int, "n_incorrect": int}))
+
+
+def example_rows(df: pd.DataFrame, inputs: list[Path], per_template: int = 2, rng_seed: int = DEFAULT_RNG_SEED
+                 ) -> pd.DataFrame:
+    """``per_template`` items per wording (seeded choice) with every policy's first response under every
+    request, its strict correctness and payload, read back from the scored response files."""
+    from crossed_rlvr.eval.records import ResponseFileError, read_responses
+
+    files = [f for f in inputs if f.exists()]
+    if not files:
+        return pd.DataFrame()
+    try:
+        records = read_responses(files).records
+    except ResponseFileError:
+        return pd.DataFrame()  # the files changed since scoring: no examples rather than wrong ones
+    text = {(r["task"], r["template"], r["policy"], r["request"], r["item_id"]): r["response"] for r in records
+            if r["sample_idx"] == 0}
+    own = df[~df["template"].str.endswith(SHARED) & (df["sample_idx"] == 0)]
+    rng = np.random.default_rng(rng_seed)
+    rows = []
+    for (task, template), part in own.groupby(["task", "template"], sort=False):
+        items = sorted(part["item_id"].unique(), key=lambda x: (len(x), x))
+        chosen = sorted(rng.choice(items, size=min(per_template, len(items)), replace=False), key=lambda x: (len(x), x))
+        for item in chosen:
+            for r in part[part["item_id"] == item].itertuples():
+                key = (task, template, r.policy, r.request, item)
+                if key in text:
+                    rows.append({"task": task, "template": template, "item_id": item, "policy": r.policy,
+                                 "request": r.request, "reference": r.reference,
+                                 "correct": bool(part.loc[r.Index, "acc.strict"] == 1),
+                                 "payload": bool(part.loc[r.Index, "payload"] == 1),
+                                 "response": text[key]})
     return pd.DataFrame(rows)
 
 
@@ -365,8 +425,19 @@ def analyze(
         from crossed_rlvr.analysis.report import write_figures, write_report
 
         figs = write_figures(cells, contrasts, tmp / "figures") if figures else []
+        from crossed_rlvr.analysis.protocol import collect, response_files
+        from crossed_rlvr.analysis.report import examples_section, length_table, significance_table
+
+        protocol = collect(scores_path, scores, n_resamples, rng_seed)
+        lengths = length_rows(df)
+        lengths.to_csv(tmp / "lengths.csv", index=False, float_format="%.10g")
+        examples = example_rows(df, response_files(scores_path), rng_seed=rng_seed)
+        examples.to_json(tmp / "examples.jsonl", orient="records", lines=True, force_ascii=False)
+        extra = ["\n## Significance of the gains (paper 002 §4.2)\n", significance_table(paired),
+                 "\n## Appendix: response length by correctness (paper 002 §5.2)\n", length_table(lengths),
+                 "\n## Appendix: example responses per crossed cell\n", examples_section(examples)]
         write_report(tmp / "report.md", cells, contrasts, coverage, paired, checks, figs,
-                     n_resamples=n_resamples, rng_seed=rng_seed)
+                     n_resamples=n_resamples, rng_seed=rng_seed, protocol=protocol, extra_sections=extra)
         from crossed_rlvr.analysis.over_training import write_over_training
 
         over = write_over_training(contrasts, tmp, figure=figures)
@@ -389,9 +460,13 @@ def analyze(
             "kind": "crossed-rlvr analysis", "crossed_rlvr_version": __version__,
             "inputs": [{"path": str(scores_path), "sha256": sha256_file(Path(scores_path))}],
             "n_resamples": n_resamples, "rng_seed": rng_seed, "checks": checks, "machine": machine(),
+            "protocol": protocol,
             "outputs": sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()),
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        from crossed_rlvr.analysis.headline import add_contents
+
+        add_contents(tmp / "report.md")
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

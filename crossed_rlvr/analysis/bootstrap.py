@@ -12,6 +12,7 @@ training-seed uncertainty.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 
 import numpy as np
@@ -96,6 +97,22 @@ def percentile_interval(draws: np.ndarray, level: float = 0.95) -> tuple[np.ndar
             lo[part], hi[part] = np.nanquantile(np.where(finite[:, part], draws[:, part], np.nan),
                                                 [alpha, 1 - alpha], axis=0)
     return lo, hi
+
+
+def endpoint_mc_error(draws: np.ndarray, batches: int = 10, level: float = 0.95) -> np.ndarray:
+    """Monte Carlo error of the percentile interval's endpoints (paper 002 §4: state the precision):
+    the draws cut into ``batches`` equal batches, each batch's endpoints, and their SD / sqrt(batches)
+    (a batch's endpoint varies ``batches`` times as much as the full run's). The larger of the two
+    endpoints' errors per column, in the draws' units; NaN without enough draws."""
+    n = draws.shape[0] // batches
+    if n < 20:
+        return np.full(draws.shape[1:], np.nan)
+    ends = [percentile_interval(draws[b * n : (b + 1) * n], level) for b in range(batches)]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column undefined in every batch: NaN, said so
+        lo = np.nanstd(np.stack([e[0] for e in ends]), axis=0, ddof=1)
+        hi = np.nanstd(np.stack([e[1] for e in ends]), axis=0, ddof=1)
+    return np.fmax(lo, hi) / np.sqrt(batches)
 
 
 def _linear_quantiles(x: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:

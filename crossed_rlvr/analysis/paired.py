@@ -35,3 +35,15 @@ def paired_tests(trained: np.ndarray, initial: np.ndarray) -> dict[str, float]:
         out.update(w=float(w.statistic), w_p=float(w.pvalue),
                    w_p_two=float(wilcoxon(diff, alternative="two-sided", zero_method="wilcox").pvalue))
     return out
+
+
+def holm(p_values: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjustment of a family of p-values (paper 002 §4.2: correct for the family tested);
+    NaN p-values stay NaN and do not count. Written out: five lines, and scipy has no Holm."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = len(order)
+    out[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    return out

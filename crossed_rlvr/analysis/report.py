@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from crossed_rlvr.analysis.cells import SHARED
+from crossed_rlvr.analysis.headline import collapse_columns, collapsed_note
 from crossed_rlvr.eval.symbolic import is_symbolic_task
 
 TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2}
@@ -24,13 +25,19 @@ def _fmt(v: float, digits: int = 2, sign: bool = True) -> str:
     return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
 
 
+# Decimals of interval endpoints: what the bootstrap's Monte Carlo error supports (set by write_report
+# from headline.precision; one report is written at a time).
+STYLE = {"endpoint_digits": 2}
+
+
 def _ci(row: pd.Series) -> str:
     if np.isnan(row["estimate"]):
         return "n/a"  # undefined: the report's "Undefined contrasts" section says why
     est = _fmt(row["estimate"])
     if np.isnan(row.get("ci_low", np.nan)):
         return est
-    return f"{est} [{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"
+    d = STYLE["endpoint_digits"]
+    return f"{est} [{row['ci_low']:+.{d}f}, {row['ci_high']:+.{d}f}]"
 
 
 def _is_summary(policy: str) -> bool:
@@ -136,7 +143,8 @@ def interaction_table(contrasts: pd.DataFrame, task: str, template: str, cells: 
             return _fmt(by.loc[m]["estimate"], sign=False) if sd else _ci(by.loc[m])
 
         rows.append([policy, request] + [cell(m) if m in by.index else "—" for m, _ in cols])
-    return _table(["Seed", "Pair"] + [c for _, c in cols], rows)
+    header, rows, notes = collapse_columns(["Seed", "Pair"] + [c for _, c in cols], rows, 2)
+    return _table(header, rows) + collapsed_note(notes)
 
 
 def counts_table(cells: pd.DataFrame, task: str, template: str) -> str:
@@ -252,8 +260,9 @@ def gains_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
 
         rows.append([policy, request, get("acc.strict"), get("acc.lenient"), get("acc.strict|acc.lenient"),
                      get("acc.math_verify"), get("acc.reward")])
-    return _table(["Policy", "Request", "Strict gain Δ_S", "Lenient gain Δ_len", "F", "MV gain", "Reward-program gain"],
-                  rows)
+    header, rows, notes = collapse_columns(
+        ["Policy", "Request", "Strict gain Δ_S", "Lenient gain Δ_len", "F", "MV gain", "Reward-program gain"], rows, 2)
+    return _table(header, rows) + collapsed_note(notes)
 
 
 def other_contrasts(contrasts: pd.DataFrame) -> str:
@@ -263,44 +272,107 @@ def other_contrasts(contrasts: pd.DataFrame) -> str:
     part = contrasts[contrasts.name.isin(names) | ((contrasts.name == "delta_P") & contrasts.policy.map(_is_summary))]
     if part.empty:
         return "_No intervention/control arms or D contrasts in this input._"
-    rows = []
+    rows, unbounded = [], 0
+    d = STYLE["endpoint_digits"]
     for r in part.itertuples():
         est = "n/a" if np.isnan(r.estimate) else f"{100 * r.estimate:.1f}%" if r.unit == "ratio" else _fmt(
             r.estimate, sign=not r.name.endswith("_sd"))
-        ci = "" if np.isnan(r.ci_low) else (
-            f"[{100 * r.ci_low:.1f}%, {100 * r.ci_high:.1f}%]" if r.unit == "ratio" else f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]")
+        if r.unit == "ratio" and np.isfinite(r.ci_low) and not (r.ci_low >= RATIO_LOW and r.ci_high <= RATIO_HIGH):
+            # a ratio whose denominator's draws reach 0: its interval is unbounded, and so is its estimate's meaning
+            est, ci, unbounded = "unbounded", "", unbounded + 1
+        else:
+            ci = "" if np.isnan(r.ci_low) else (
+                f"[{100 * r.ci_low:.1f}%, {100 * r.ci_high:.1f}%]" if r.unit == "ratio" else
+                f"[{r.ci_low:+.{d}f}, {r.ci_high:+.{d}f}]")
         seeds = "" if not isinstance(r.seeds, str) else r.seeds
         rows.append([r.template, r.name, r.measure, r.policy, r.request, seeds, est, ci])
-    return _table(["Template", "Contrast", "Measure", "Policy", "Request", "Seeds", "Estimate", "95% CI"], rows)
+    note = (f"\n\n_{unbounded} ratio(s) marked unbounded: the interval leaves [{100 * RATIO_LOW:.0f}%, "
+            f"{100 * RATIO_HIGH:.0f}%] because the denominator's resamples reach zero; their draws are in "
+            "`contrasts.csv`._" if unbounded else "")
+    return _table(["Template", "Contrast", "Measure", "Policy", "Request", "Seeds", "Estimate", "95% CI"], rows) + note
+
+
+RATIO_LOW, RATIO_HIGH = -1.0, 2.0  # a share outside [-100%, 200%] is not a share any more
 
 
 def coverage_table(coverage: pd.DataFrame) -> str:
     if coverage.empty:
         return "_No initial policy to compare coverage with._"
     keep = coverage[coverage.measure.isin(["acc.strict", "acc.lenient", "acc.last_number", "acc.math_verify"])]
+    if (keep.k == 1).all():
+        return ("_One sample per item: coverage at k = 1 is each cell's accuracy (the tables above); the McNemar "
+                "counts of items lost and gained are in `coverage.csv`._")
     rows = [[r.template, r.policy, r.request, r.measure[4:], r.k, f"{r.initial:.2f}", f"{r.trained:.2f}", r.lost,
              r.gained, f"{r.p_value:.3g}"] for r in keep.itertuples()]
     return _table(["Template", "Policy", "Request", "Reader", "k", "Initial (%)", "Trained (%)", "Lost", "Gained",
                    "McNemar p"], rows)
 
 
-def paired_table(paired: pd.DataFrame) -> str:
-    if paired.empty:
-        return "_No trained arm to test._"
-    keep = paired[paired.measure.isin(["acc.strict", "acc.math_verify"]) & (paired.template == "original")]
-    if keep.empty:
-        keep = paired[paired.measure.isin(["acc.strict", "acc.math_verify"])]
-    rows = [[r.template, r.policy, r.request, r.measure[4:], r.n_seeds, _fmt(r.estimate), f"{r.t_p_value:.3g}",
-             f"{r.t_p_two_sided:.3g}", f"{r.wilcoxon_p_value:.3g}", f"{r.wilcoxon_p_two_sided:.3g}"]
-            for r in keep.itertuples()]
-    return _table(["Template", "Arm", "Request", "Reader", "Seeds", "Mean diff (pp)", "paired t p (>)",
-                   "paired t p (two-sided)", "Wilcoxon p (>)", "Wilcoxon p (two-sided)"], rows)
+SIGNIFICANCE_READERS = {"acc.strict": "S", "acc.math_verify": "MV"}
+
+
+def significance_table(paired: pd.DataFrame) -> str:
+    """Paper 002 §4.2's table: initial accuracy, the arm's mean ± SD over seeds, the gain, the one-sided
+    paired t-test over items and its Holm-adjusted p over every test in the table (marks: * < 0.05,
+    ** < 0.01 after adjustment)."""
+    from crossed_rlvr.analysis.paired import holm
+
+    part = paired[paired.measure.isin(SIGNIFICANCE_READERS) & ~paired.template.astype(str).str.endswith(SHARED)] \
+        if len(paired) else paired
+    if part.empty:
+        return "_No trained arm with an initial policy under the same request._"
+    part = part.assign(holm=holm(part.t_p_value.to_numpy()))
+    tested = int(part.t_p_value.notna().sum())
+
+    def mark(p: float) -> str:
+        return "" if not np.isfinite(p) else "**" if p < 0.01 else "*" if p < 0.05 else ""
+
+    rows = []
+    for r in part.itertuples():
+        spread = "" if not np.isfinite(r.trained_sd) else f" ± {r.trained_sd:.2f}"
+        rows.append([r.template, r.policy, r.request, SIGNIFICANCE_READERS[r.measure], r.n_items, r.n_seeds,
+                     f"{r.initial_accuracy:.2f}", f"{r.trained_mean:.2f}{spread}", _fmt(r.estimate) + mark(r.holm),
+                     "—" if not np.isfinite(r.t_p_value) else f"{r.t_p_value:.3g}",
+                     "—" if not np.isfinite(r.holm) else f"{r.holm:.3g}"])
+    return (f"One-sided paired t-tests over items (trained better than initial; an item's accuracy is averaged "
+            f"over the arm's seeds and samples), **{tested} tests**, Holm-corrected over all of them; * adjusted "
+            "p < 0.05, ** < 0.01. A decline (paper 001's boxed arms under a hash request) is never marked: its "
+            "two-sided p is in `paired_tests.csv`.\n\n" + _table(
+                ["Wording", "Arm", "Request", "Reader", "Items", "Seeds", "Initial (%)", "Trained mean ± SD (%)",
+                 "Δ (pp)", "p (one-sided t)", "Holm p"], rows))
+
+
+def length_table(lengths: pd.DataFrame) -> str:
+    """Response length by correctness (paper 002 §5.2): mean output tokens of correct and incorrect
+    responses (the requested strict reader) per cell."""
+    if lengths.empty:
+        return "_Output token counts were not recorded (imported outputs)._"
+    rows = [[r.template, r.policy, r.request, r.n_correct, _fmt(r.tokens_correct, 1, sign=False), r.n_incorrect,
+             _fmt(r.tokens_incorrect, 1, sign=False)] for r in lengths.itertuples()]
+    return _table(["Wording", "Policy", "Request", "Correct", "Mean tokens", "Incorrect", "Mean tokens"], rows)
+
+
+def examples_section(examples: pd.DataFrame, width: int = 240) -> str:
+    """A few responses per crossed cell (paper 002 §4.1): the same items under every request, for the
+    initial policy and each arm; the full texts are in ``examples.jsonl``."""
+    if examples.empty:
+        return "_The response files behind these scores were not found: no examples._"
+    out = []
+    for (template, item), grp in examples.groupby(["template", "item_id"], sort=False):
+        out.append(f"\n**`{template}` · item {item}** (reference `{grp.reference.iloc[0]}`)\n")
+        rows = []
+        order = sorted(range(len(grp)), key=lambda k: (grp.policy.iloc[k] != "initial", grp.policy.iloc[k],
+                                                        REQUEST_ORDER.get(grp.request.iloc[k], 9)))
+        for r in grp.iloc[order].itertuples():
+            text = r.response.replace("\n", " ⏎ ").replace("|", "\\|")
+            text = text if len(text) <= width else text[: width - 1] + "…"
+            rows.append([r.policy, r.request, "✓" if r.correct else "✗", "yes" if r.payload else "no", f"`{text}`"])
+        out.append(_table(["Policy", "Request", "Strict", "Payload", "Response"], rows))
+    return "\n".join(out)
 
 
 def _wording_view(contrasts: pd.DataFrame) -> pd.DataFrame:
     """The rows that compare wordings on the same items: a template's ``@shared`` rows replace its own."""
-    from crossed_rlvr.analysis.cells import SHARED
-
     shared = {t[: -len(SHARED)] for t in contrasts.template.unique() if t.endswith(SHARED)}
     if not shared:
         return contrasts
@@ -354,9 +426,21 @@ def item_contrasts_table(contrasts: pd.DataFrame) -> str:
     part = contrasts[(contrasts.name == "gain_untruncated") | contrasts.name.str.match(r"pass@\d+_gain$")]
     if part.empty:
         return "_No trained policy with an initial policy under the same request._"
+    untr = part[part.name == "gain_untruncated"]
+    gains = contrasts[contrasts.name == "gain"].set_index(["task", "template", "measure", "policy", "request"])
+    same = [gains.estimate.get((r.task, r.template, r.measure, r.policy, r.request)) == r.estimate
+            and r.n_items == gains.n_items.get((r.task, r.template, r.measure, r.policy, r.request))
+            for r in untr.itertuples()]
+    note = ""
+    if len(untr) and all(same):  # nothing was cut at the length limit: the section would repeat the gains
+        part = part[part.name != "gain_untruncated"]
+        note = "_No response was cut at the length limit: every gain over untruncated pairs equals its gain._"
+        if part.empty:
+            return note
     rows = [[r.template, r.name, r.measure[4:], r.policy, r.request, r.n_items, _ci(pd.Series(r._asdict()))]
             for r in part.itertuples()]
-    return _table(["Template", "Contrast", "Reader", "Policy", "Request", "Items", "Estimate [95% CI] (pp)"], rows)
+    return (note + "\n\n" if note else "") + _table(
+        ["Template", "Contrast", "Reader", "Policy", "Request", "Items", "Estimate [95% CI] (pp)"], rows)
 
 
 def undefined_table(contrasts: pd.DataFrame) -> str:
@@ -368,8 +452,29 @@ def undefined_table(contrasts: pd.DataFrame) -> str:
     return _table(["Template", "Contrast", "Measure", "Policy", "Request", "Why n/a"], rows)
 
 
+def item_worth(cells: pd.DataFrame, task: str, template: str) -> str:
+    """The items behind a template's tables, and what one of them is worth (paper 002 §1)."""
+    part = cells[(cells.task == task) & (cells.template == template)].drop_duplicates(["policy", "request"])
+    items = sorted({int(n) for n in part.get("n_items", part["n"])})
+    if not items:
+        return ""
+    n = items[0]
+    samples = sorted({int(r.n // max(1, r.n_items)) for r in part.itertuples()})
+    return (f"_{n} items per cell" + (f" ({', '.join(map(str, items))} across cells)" if len(items) > 1 else "")
+            + (f", {samples[0]} samples each" if samples and samples[0] > 1 else "")
+            + f": one item moves a cell's rate by {100 / n:.2f} pp._\n")
+
+
 def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, coverage: pd.DataFrame,
-                 paired: pd.DataFrame, checks: dict, figures: list[Path], n_resamples: int, rng_seed: int) -> None:
+                 paired: pd.DataFrame, checks: dict, figures: list[Path], n_resamples: int, rng_seed: int,
+                 protocol: dict | None = None, extra_sections: list[str] | None = None) -> None:
+    """report.md: the answer first (headline and precision), contents, protocol card, the paper's tables
+    per task and wording, then an appendix of the longer tables (each also a CSV)."""
+    from crossed_rlvr.analysis.headline import headline_block, precision, precision_sentence
+    from crossed_rlvr.analysis.protocol import protocol_section
+
+    prec = precision(contrasts)
+    STYLE["endpoint_digits"] = prec["decimals"]
     # the generated responses: a wording's "@shared" cells re-use its own responses on a subset, never new ones
     own = cells[~cells["template"].astype(str).str.endswith(SHARED)]
     own_cells = own.drop_duplicates(["task", "template", "policy", "request"])
@@ -377,24 +482,29 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
     parts = [
         "# Crossed study report",
         "",
-        (f"{n_resp:,} responses in {len(own_cells)} cells. "
-        f"Intervals: paired item bootstrap, {n_resamples:,} resamples (RNG seed {rng_seed}), item indices shared "
-        "across all cells and seeds of a template; they condition on the fixed checkpoints and saved responses and "
-        "do not quantify training-seed uncertainty. Seed means weight seeds equally; SDs are sample SDs."),
+        headline_block(contrasts, prec),
+        "",
+        (f"{n_resp:,} responses in {len(own_cells)} cells. {precision_sentence(prec, n_resamples, rng_seed)} "
+         "Intervals resample items with the item indices shared across all cells and seeds of a template; they "
+         "condition on the fixed checkpoints and saved responses and do not quantify training-seed uncertainty. "
+         "Seed means weight seeds equally; SDs are sample SDs."),
         "",
         (f"Checks: accounting identity Δ_S = F + Δ_len holds to {checks['max_abs_identity_error']:.1e} pp; "
-        f"fidelity A1 (lenient keeps every strict answer) is violated in at most "
-        f"{100 * checks.get('a1_max_violation_rate', 0):.2f}% of a cell's responses. Math-Verify ran out of time "
-        f"on {checks.get('math_verify_timeouts', 0)} responses (counted per cell in the counts tables; Math-Verify "
-        "credits none of them)."),
+         f"fidelity A1 (lenient keeps every strict answer) is violated in at most "
+         f"{100 * checks.get('a1_max_violation_rate', 0):.2f}% of a cell's responses. Math-Verify ran out of time "
+         f"on {checks.get('math_verify_timeouts', 0)} responses (counted per cell in the counts tables; Math-Verify "
+         "credits none of them)."),
+        "\n## Protocol\n",
+        protocol_section(protocol or {}),
     ]
     for task, template in _templates(cells):
         parts += [
-            f"\n## {task} · template `{template}`",
+            f"\n## {task} · template `{template}`\n",
+            item_worth(cells, task, template),
             "\n### Requested reporting (Tables 11–12)\n",
             ("Payload categories are independent of correctness; requested-payload presence is requested-only plus "
-            "both; q_c counts responses the frozen requested-convention reader can read. Lost/gained pair each "
-            "response with the initial policy's response to the same item and sample.\n"),
+             "both; q_c counts responses the frozen requested-convention reader can read. Lost/gained pair each "
+             "response with the initial policy's response to the same item and sample.\n"),
             payload_table(cells, task, template),
             "\n### Crossed interactions (Table 10), percentage points\n",
             interaction_table(contrasts, task, template, cells),
@@ -414,15 +524,16 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
         ("Every wording is compared on the same items: a template that covers more items than the others (the "
          "original wording on the whole split) enters on the items all wordings share (its `@shared` cells).\n"),
         template_summary(contrasts, cells),
-        ("\n## Further contrasts: attenuation ρ (eq. 7), preference D (eq. 8) with its seed mean and SD, seed "
-         "mean and SD of ΔP, shares F/Δ_S and γ₀/Δ_S (§3.2, D.3.1; descriptive ratios), I_reward − I_S (D.1), "
-         "method differences (D.2), conditional correctness u_c (eq. 3)\n"), other_contrasts(contrasts),
-        "\n## Finite-budget coverage (eq. 9, 11; Table 22)\n", coverage_table(coverage),
-        ("\n## Truncation sensitivity (App. B.4) and pass@k gains\n\n`gain_untruncated` repeats a gain over the item "
-         "pairs in which no response was cut at the length limit (a post-hoc sensitivity check, not a replacement); "
-         "`pass@k_gain` is trained minus initial per-item pass@k (k = N: coverage).\n"), item_contrasts_table(contrasts),
-        "\n## Paired tests across seeds (paper 002 §4.2)\n", paired_table(paired),
-        "\n## Undefined contrasts\n",
+        *(extra_sections or []),
+        ("\n## Appendix: further contrasts\n\nAttenuation ρ (eq. 7), preference D (eq. 8) with its seed mean and SD, "
+         "seed mean and SD of ΔP, shares F/Δ_S and γ₀/Δ_S (§3.2, D.3.1; descriptive ratios), I_reward − I_S (D.1), "
+         "method differences (D.2), conditional correctness u_c (eq. 3).\n"), other_contrasts(contrasts),
+        "\n## Appendix: finite-budget coverage (eq. 9, 11; Table 22)\n", coverage_table(coverage),
+        ("\n## Appendix: truncation sensitivity (App. B.4) and pass@k gains\n\n`gain_untruncated` repeats a gain over "
+         "the item pairs in which no response was cut at the length limit (a post-hoc sensitivity check, not a "
+         "replacement); `pass@k_gain` is trained minus initial per-item pass@k (k = N: coverage).\n"),
+        item_contrasts_table(contrasts),
+        "\n## Appendix: undefined contrasts\n",
         ("A contrast is n/a when a statistic it needs is undefined (e.g. the lenient reader under a JSON request) "
          "or its denominator is zero; its neighbours keep their values.\n"), undefined_table(contrasts),
     ]
@@ -589,6 +700,9 @@ def append_training_section(out: Path, metrics: dict[str, list[dict]]) -> Path:
         f"![training curves](figures/{fig_path.name})\n")
     report = out / "report.md"
     report.write_text(report.read_text() + text)
+    from crossed_rlvr.analysis.headline import add_contents
+
+    add_contents(report)  # the new section enters the contents
     manifest = out / "manifest.json"
     if manifest.exists():
         import json

@@ -312,7 +312,7 @@ class EvaluationConf:
 
 @dataclass
 class AnalysisConf:
-    resamples: int = 2000
+    resamples: int = 20000
     rng_seed: int = 20260919
 
 

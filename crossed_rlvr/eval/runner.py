@@ -293,9 +293,23 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
         for here in machines or [machine()]:
             if here not in manifest.setdefault("machines", []):
                 manifest["machines"].append(here)
+        manifest["policies"] = {**manifest.get("policies", {}), **policy_hashes(p)}
         atomic_write_json(p.run_dir / "run.json", manifest)
     (p.run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+def policy_hashes(p: Plan) -> dict[str, dict[str, str]]:
+    """Each policy's weights as evaluated: the recorded path and the sha256 of its folder (every file), for
+    the report's protocol card; a hub name that is not a local folder is recorded as it is."""
+    from crossed_rlvr.study.stamps import tree_sha256
+
+    out = {}
+    for pol in {c.pol.name: c.pol for c in p.cells}.values():
+        here = Path(pol.path)
+        out[pol.name] = {"path": recorded_path(pol.path, p.run_dir),
+                         "weights_sha256": tree_sha256(here) if here.exists() else "not a local folder"}
+    return out
 
 
 def _run_serial(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any) -> None:

@@ -1,0 +1,178 @@
+"""The report's first screen: the answer (crossed interactions per wording, in one sentence each), the
+precision of its intervals, the contents, and tables that say a thing once.
+
+Paper 001 §3.2: I_P measures where answers are written, I_S and I_MV whether they are right; paper 002
+§4 asks that a result state its precision (Monte Carlo error, what one item is worth) and its caveats.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from crossed_rlvr.analysis.cells import SHARED
+
+HEADLINE = {"payload": "I_P", "acc.strict": "I_S", "acc.math_verify": "I_MV"}
+CONTENTS = ("<!-- contents -->", "<!-- /contents -->")
+
+
+# ------------------------------------------------------------------ precision
+def precision(contrasts: pd.DataFrame) -> dict[str, float]:
+    """The bootstrap's Monte Carlo error over every interval endpoint, and the decimals it supports."""
+    err = contrasts.get("mc_error", pd.Series(dtype=float)).dropna()
+    err = err[err.index.isin(contrasts.index[contrasts.unit != "ratio"])] if "unit" in contrasts else err
+    if err.empty:
+        return {"median": math.nan, "p95": math.nan, "max": math.nan, "decimals": 2}
+    p95 = float(np.quantile(err, 0.95))
+    return {"median": float(err.median()), "p95": p95, "max": float(err.max()), "decimals": endpoint_decimals(p95)}
+
+
+def endpoint_decimals(error: float) -> int:
+    """Decimals an endpoint with this Monte Carlo error supports: the last printed digit is no finer than
+    the error (0.24 pp -> 0 decimals, 0.09 -> 1, 0.004 -> 2), never more than 2."""
+    if not error or not math.isfinite(error) or error <= 0:
+        return 2
+    return int(min(2, max(0, math.floor(-math.log10(error)))))
+
+
+def precision_sentence(prec: dict[str, float], n_resamples: int, rng_seed: int) -> str:
+    if not math.isfinite(prec["median"]):
+        return f"Intervals: {n_resamples:,} paired item-bootstrap resamples (RNG seed {rng_seed})."
+    d = prec["decimals"]
+    return (f"Intervals: {n_resamples:,} paired item-bootstrap resamples (RNG seed {rng_seed}); their Monte Carlo "
+            f"error (the resamples in 10 batches) is {prec['median']:.3f} pp at the median endpoint, "
+            f"{prec['p95']:.3f} pp at the 95th percentile and {prec['max']:.3f} pp at most, so endpoints are "
+            f"printed to {d} decimal{'s' if d != 1 else ''}" + (
+                "" if d == 2 else " (more resamples, `--resamples`, buy more)") + ".")
+
+
+# ------------------------------------------------------------------ headline
+def _own(contrasts: pd.DataFrame) -> pd.DataFrame:
+    return contrasts[~contrasts.template.astype(str).str.endswith(SHARED)]
+
+
+def _ci(row: pd.Series, d: int) -> str:
+    if np.isnan(row.estimate):
+        return "n/a"
+    if np.isnan(row.ci_low):
+        return f"{row.estimate:+.2f}"
+    return f"{row.estimate:+.2f} [{row.ci_low:+.{d}f}, {row.ci_high:+.{d}f}]"
+
+
+def _excludes_zero(row: pd.Series) -> bool:
+    return bool(np.isfinite(row.ci_low) and (row.ci_low > 0 or row.ci_high < 0))
+
+
+def headline_rows(contrasts: pd.DataFrame) -> pd.DataFrame:
+    """One row per task, wording, convention pair, method and headline measure: the seed mean (or the one
+    seed) with its interval, and each seed's estimate. The numbers are contrasts.csv's rows."""
+    part = _own(contrasts)
+    part = part[(part.name == "interaction") & part.measure.isin(HEADLINE) & ~part.policy.str.contains("@")]
+    rows = []
+    for (task, template, pair), grp in part.groupby(["task", "template", "request"], sort=False):
+        methods = sorted({p.split("/")[0] for p in grp.policy})
+        for method in methods:
+            mine = grp[grp.policy.str.startswith(method + "/")]
+            seeds = mine[~mine.policy.str.endswith(("/mean", "/sd"))]
+            summary = mine[mine.policy == f"{method}/mean"]
+            for measure, name in HEADLINE.items():
+                each = seeds[seeds.measure == measure]
+                top = summary[summary.measure == measure]
+                row = top.iloc[0] if len(top) else (each.iloc[0] if len(each) == 1 else None)
+                if row is None:
+                    continue
+                rows.append({"task": task, "template": template, "pair": pair, "method": method, "measure": measure,
+                             "name": name, "estimate": row.estimate, "ci_low": row.ci_low, "ci_high": row.ci_high,
+                             "n_items": int(row.n_items), "seeds": " ".join(str(s) for s in sorted(
+                                 {int(x) for x in " ".join(each.seeds.astype(str)).split()})),
+                             "each": {p.split("/")[1]: e for p, e in zip(each.policy, each.estimate, strict=True)}})
+    return pd.DataFrame(rows)
+
+
+def sentence(rows: pd.DataFrame) -> str:
+    """What training changed, for one task, wording, pair and method, written from its numbers."""
+    by = {r.name: r for r in rows.itertuples()}
+    p, s, mv = by.get("I_P"), by.get("I_S"), by.get("I_MV")
+    if p is None:
+        return ""
+    k = len(p.seeds.split())
+    where = ("changed where answers are written: each arm reports in its own convention more than in the other's"
+             if _excludes_zero(pd.Series(p._asdict())) and p.estimate > 0 else
+             "changed where answers are written, toward the other arm's convention"
+             if _excludes_zero(pd.Series(p._asdict())) else
+             "did not detectably change where answers are written (I_P's interval includes 0)")
+    right = [r for r in (s, mv) if r is not None]
+    moved = [r for r in right if _excludes_zero(pd.Series(r._asdict()))]
+    if not right:
+        whether = ""
+    elif not moved:
+        whether = (f"; whether they are right did not detectably change ({' and '.join(r.name for r in right)} "
+                   "intervals include 0)")
+    else:
+        whether = "; whether they are right changed too (" + ", ".join(
+            f"{r.name} {r.estimate:+.1f} pp" for r in moved) + ", intervals excluding 0)"
+    caveats = [f"intervals resample the {p.n_items} items with the checkpoints fixed, so they do not measure "
+               f"training-seed variation ({k} seed{'s' if k != 1 else ''}" + (
+                   f", seed SD of I_P {np.std(list(p.each.values()), ddof=1):.1f} pp)" if k > 1 else ")")]
+    if p.n_items < 200:
+        caveats.append(f"one item moves a cell's rate by {100 / p.n_items:.2f} pp")
+    return (f"**{p.task} · `{p.template}` · {p.pair} · {p.method}**: training {where}{whether}. Caveats: "
+            + "; ".join(caveats) + ".")
+
+
+def headline_block(contrasts: pd.DataFrame, prec: dict[str, float]) -> str:
+    rows = headline_rows(contrasts)
+    if rows.empty:
+        return "_No crossed pair (arms of both conventions, each under both requests): no interaction to report._"
+    d = prec["decimals"]
+    table = ["| Task | Wording | Pair | Method | Items | Measure | Seed mean [95% CI] (pp) | Each seed (pp) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows.itertuples():
+        each = ", ".join(f"{s} {v:+.2f}" for s, v in r.each.items())
+        table.append(f"| {r.task} | {r.template} | {r.pair} | {r.method} | {r.n_items} | {r.name} | "
+                     f"{_ci(pd.Series(r._asdict()), d)} | {each} |")
+    lines = [sentence(grp) for _, grp in rows.groupby(["task", "template", "pair", "method"], sort=False)]
+    return "\n\n".join(lines) + "\n" + "\n".join(["", *table, "",
+                      "I_P: crossed interaction of requested-payload presence (where answers are written); I_S: of "
+                      "strict accuracy under the requested convention, I_MV: of Math-Verify accuracy on the whole "
+                      "response (whether they are right), paper 001 §3.2."])
+
+
+# ------------------------------------------------------------------ tables that say a thing once
+def collapse_columns(header: list[str], rows: list[list[str]], first: int) -> tuple[list[str], list[list[str]], list[str]]:
+    """Drop every column (from index ``first`` on) equal, row by row, to a column kept before it, and say
+    which: "I_q = I_P in every row". A column that differs in any one row is kept."""
+    keep, notes = list(range(first)), []
+    for j in range(first, len(header)):
+        twin = next((i for i in keep if i >= first and all(r[i] == r[j] for r in rows)), None)
+        if twin is None or not rows:
+            keep.append(j)
+        else:
+            notes.append(f"{header[j]} = {header[twin]}")
+    return [header[j] for j in keep], [[r[j] for j in keep] for r in rows], notes
+
+
+def collapsed_note(notes: list[str]) -> str:
+    if not notes:
+        return ""
+    return (f"\n\n_Equal in every row, so shown once: {'; '.join(notes)} (each column is in `contrasts.csv`)._")
+
+
+# ------------------------------------------------------------------ contents
+def add_contents(path: Path) -> None:
+    """(Re)write the table of contents after the headline: every ``##`` section, with GitHub anchors."""
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(re.escape(CONTENTS[0]) + r".*?" + re.escape(CONTENTS[1]) + r"\n?", "", text, flags=re.S)
+    heads = [h for h in re.findall(r"^## (.+)$", text, flags=re.M) if h != "Contents"]
+    if not heads:
+        return
+    def anchor(h: str) -> str:
+        return re.sub(r"[^\w\- ]", "", h.lower()).strip().replace(" ", "-")
+    block = "\n".join([CONTENTS[0], "## Contents", "", *[f"- [{h}](#{anchor(h)})" for h in heads], CONTENTS[1]])
+    at = text.find("\n## ")
+    text = (text + "\n" + block + "\n") if at < 0 else text[: at + 1] + block + "\n" + text[at:]
+    path.write_text(text, encoding="utf-8")

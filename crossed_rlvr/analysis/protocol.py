@@ -1,0 +1,111 @@
+"""The protocol card (paper 002 §4.1): what a reader needs to reproduce a study's numbers, gathered from the
+files the pipeline already writes -- the scores' manifest, each response cell's settings (``.meta.json``),
+the evaluation run's ``run.json`` (item hashes, policy weight hashes, machines) -- and the analysis's own
+seeds, versions and commit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from crossed_rlvr.machine import machine, source_commit
+
+DECODING = ("backend", "dtype", "temperature", "top_p", "max_new_tokens", "context_limit", "base_seed", "batch_size")
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def response_files(scores_path: str | Path) -> list[Path]:
+    """The response files a scores table was made from (its manifest's inputs)."""
+    from crossed_rlvr.eval.scoring import manifest_path
+
+    return [Path(i["path"]) for i in _read(manifest_path(Path(scores_path))).get("inputs", [])]
+
+
+def collect(scores_path: str | Path, scores: pd.DataFrame, n_resamples: int, rng_seed: int) -> dict[str, Any]:
+    """Everything the card states, as a JSON-able dict (also written into the analysis manifest)."""
+    inputs = response_files(scores_path)
+    decoding, runs = {}, {}
+    for f in inputs:
+        meta = _read(f.with_suffix(".meta.json"))
+        gen = meta.get("generation") or {}
+        if gen:
+            key = json.dumps({k: gen.get(k) for k in DECODING}, sort_keys=True)
+            decoding.setdefault(key, {"settings": {k: gen.get(k) for k in DECODING}, "samples": meta.get("samples"),
+                                      "cells": 0})["cells"] += 1
+        run = f.parent.parent / "run.json"
+        if run.exists():
+            runs[str(run)] = _read(run)
+    items = {name: sha for r in runs.values() for name, sha in r.get("items", {}).items()}
+    weights = {name: w for r in runs.values() for name, w in r.get("policies", {}).items()}
+    machines = [m for r in runs.values() for m in r.get("machines", [])]
+    seeds = sorted({int(s) for s in scores["train_seed"].dropna().unique()}) if "train_seed" in scores else []
+    here = machine()
+    return {
+        "policies": sorted(scores["policy"].unique()),
+        "weights": weights,
+        "tasks": {t: int(g["item_id"].nunique()) for t, g in scores.groupby("task")},
+        "items_sha256": items,
+        "decoding": list(decoding.values()),
+        "training_seeds": seeds,
+        "generation_seeds": "item seed = base_seed + item id (+ 10^7 per further sample); "
+                            f"{scores['gen_seed'].nunique() if 'gen_seed' in scores else 0} distinct",
+        "bootstrap": {"resamples": n_resamples, "rng_seed": rng_seed},
+        "generation_machines": machines,
+        "analysis_machine": here,
+        "commit": source_commit(),
+        "responses_from_several_machines": len({json.dumps(_kind(m), sort_keys=True) for m in machines}) > 1,
+    }
+
+
+def _kind(m: dict[str, Any]) -> dict[str, Any]:
+    """What makes two machines' float results differ: CPU, threads, GPU, library versions."""
+    return {k: m.get(k) for k in ("cpu", "threads", "gpu", "versions")}
+
+
+def _machine_line(m: dict[str, Any]) -> str:
+    gpu = m.get("gpu")
+    acc = (f"{gpu['count']} × {gpu['name']} (CUDA {gpu.get('cuda')}, driver {gpu.get('driver') or 'unknown'})"
+           if gpu else "no GPU")
+    threads = ", ".join(f"{k}={v}" for k, v in sorted((m.get("threads") or {}).items())) or "default threads"
+    return f"{m.get('cpu', '?')} ({m.get('cpu_count', '?')} cores; {threads}); {acc}; Python {m.get('python', '?')}"
+
+
+def protocol_section(card: dict[str, Any]) -> str:
+    if not card:
+        return "_No protocol recorded (the scores' manifest and the evaluation run's files were not found)._"
+    lines = []
+    w = card.get("weights", {})
+    lines.append("- **Policies**: " + "; ".join(
+        f"`{p}`" + (f" (weights sha256 `{w[p]['weights_sha256'][:16]}…`, `{w[p]['path']}`)" if p in w else "")
+        for p in card["policies"]))
+    lines.append("- **Items**: " + "; ".join(f"{t}: {n} items" for t, n in card["tasks"].items()) + (
+        " (" + "; ".join(f"`{k}` sha256 `{v[:16]}…`" for k, v in card["items_sha256"].items()) + ")"
+        if card["items_sha256"] else ""))
+    for d in card["decoding"] or [{}]:
+        s = d.get("settings", {})
+        lines.append(("- **Decoding**" + (f" ({d['cells']} cells)" if len(card["decoding"]) > 1 else "") + ": ")
+                     + (f"{s.get('backend')} {s.get('dtype')}, T = {s.get('temperature')}, top-p = {s.get('top_p')}, "
+                        f"max new tokens {s.get('max_new_tokens')} (context {s.get('context_limit')}), "
+                        f"{d.get('samples')} sample(s) per item, base seed {s.get('base_seed')}, batch "
+                        f"{s.get('batch_size')}" if s else "not recorded (imported outputs)"))
+    lines.append(f"- **Seeds**: training {', '.join(map(str, card['training_seeds'])) or '—'}; generation: "
+                 f"{card['generation_seeds']}; bootstrap: {card['bootstrap']['resamples']:,} resamples, RNG seed "
+                 f"{card['bootstrap']['rng_seed']}")
+    machines = card["generation_machines"]
+    lines.append("- **Generated on**: " + ("; ".join(_machine_line(m) for m in machines) or "not recorded")
+                 + (" — **the responses come from several machine configurations**; float results of sampling "
+                    "differ across them" if card["responses_from_several_machines"] else ""))
+    lines.append("- **Analysed on**: " + _machine_line(card["analysis_machine"]))
+    v = card["analysis_machine"].get("versions", {})
+    lines.append("- **Versions**: " + ", ".join(f"{k} {v[k]}" for k in sorted(v)))
+    lines.append(f"- **Commit**: `{card['commit']}`")
+    return "\n".join(lines)
