@@ -184,3 +184,56 @@ def test_examples_show_the_same_item_under_both_requests_for_every_policy(tmp_pa
     item = str(ex.item_id.iloc[0])
     assert f"`original` · item {item}**" in section and f"`initial says #### {item}`" in section
     assert "| initial | hash | ✓ | yes |" in section
+
+
+def test_a_decoding_sweep_is_one_study_with_a_table_per_setting(tmp_path):
+    """Responses carry their decoding (crossed-eval writes T, top-p and max new tokens into every record and
+    crossed-score keeps them): one scores table holding two temperatures is analysed in one run, each setting
+    its own set of cells, contrasts and headline rows; a non-number in a decoding column is refused."""
+    rng = np.random.default_rng(3)
+    frames = []
+    for temp in (0.6, 1.0):
+        rows = _study(rng, n=20)
+        df = pd.DataFrame([r for cell_rows in rows for r in cell_rows])
+        frames.append(df.assign(temperature=temp, top_p=0.95, max_new_tokens=640))
+    table = pd.concat(frames, ignore_index=True)
+    table["train_seed"] = table["train_seed"].astype("Int64")
+    path = tmp_path / "scores.parquet"
+    table.to_parquet(path, index=False)
+    out = analyze(path, tmp_path / "o", n_resamples=200, figures=False)
+    con = pd.read_csv(out / "contrasts.csv")
+    tasks = sorted(con.task.unique())
+    assert tasks == ["t [T=0.6, top-p=0.95, max 640]", "t [T=1.0, top-p=0.95, max 640]"]
+    heads = headline_rows(con)
+    assert sorted(heads.task.unique()) == tasks and (heads.n_items == 20).all()
+    report = (out / "report.md").read_text()
+    assert "## t [T=1.0, top-p=0.95, max 640] · template `original`" in report
+    bad = table.astype({"temperature": str})  # written as text, one of them not a number
+    bad.loc[5, "temperature"] = "hot"
+    bad.to_parquet(tmp_path / "bad.parquet", index=False)
+    from crossed_rlvr.analysis.analyze import AnalysisError
+
+    with pytest.raises(AnalysisError, match=r"row 6 .*field 'temperature' is 'hot'; expected a number or null"):
+        analyze(tmp_path / "bad.parquet", tmp_path / "o2", n_resamples=10, figures=False)
+
+
+def test_crossed_eval_records_carry_their_decoding_and_scores_keep_it(tmp_path):
+    from crossed_rlvr.eval.records import read_responses
+    from crossed_rlvr.eval.runner import run_eval
+    from crossed_rlvr.eval.scoring import score_files
+    from crossed_rlvr.policies.tiny import build_tiny_model
+    from tests.test_generation import SMALL
+    from tests.test_runner import cfg_for, overrides
+
+    tiny = build_tiny_model(tmp_path / "m", SMALL)
+    run_eval(cfg_for(*overrides(tmp_path / "run", tiny, n_items=3, extra=["eval.temperature=0.7"])), progress=False)
+    recs = read_responses([tmp_path / "run"]).records
+    assert {(r["temperature"], r["top_p"], r["max_new_tokens"]) for r in recs} == {(0.7, 0.95, 12)}
+    # a second setting in its own run folder: scored together and analysed as one study
+    run_eval(cfg_for(*overrides(tmp_path / "run2", tiny, n_items=3, extra=["eval.temperature=1.0"])), progress=False)
+    both = score_files([tmp_path / "run" / "responses", tmp_path / "run2" / "responses"], tmp_path / "s.parquet",
+                       workers=0)
+    scores = pd.read_parquet(both)
+    assert set(zip(scores.temperature, scores.top_p, scores.max_new_tokens)) == {(0.7, 0.95, 12), (1.0, 0.95, 12)}
+    cells = pd.read_csv(analyze(both, tmp_path / "a", n_resamples=50, figures=False) / "cells.csv")
+    assert sorted(cells.task.unique()) == ["arith [T=0.7, top-p=0.95, max 12]", "arith [T=1.0, top-p=0.95, max 12]"]

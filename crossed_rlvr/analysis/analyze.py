@@ -69,6 +69,29 @@ def load_scores(path: str | Path) -> pd.DataFrame:
         raise AnalysisError(str(err)) from None
 
 
+DECODING = ("temperature", "top_p", "max_new_tokens")
+
+
+def decoding_variants(scores: pd.DataFrame) -> pd.DataFrame:
+    """A decoding sweep as one study: when a task's responses were made under more than one decoding setting,
+    each setting becomes its own task, ``gsm8k [T=0.6, top-p=0.95, max 640]``, so every cell, contrast and
+    table is computed per setting and reported side by side (paper 002 §4.1: decoding is part of the result)."""
+    cols = [c for c in DECODING if c in scores]
+    if not cols:
+        return scores
+    out = scores.copy()
+    for task, part in scores.groupby("task", sort=False):
+        combos = part[cols].drop_duplicates()
+        if len(combos) < 2:
+            continue
+        label = part[cols].astype(object).where(part[cols].notna(), None)
+        out.loc[part.index, "task"] = [
+            f"{task} [T={t if t is not None else '?'}, top-p={p if p is not None else '?'}, "
+            f"max {int(m) if m is not None else '?'}]"
+            for t, p, m in zip(*(label[c] if c in label else [None] * len(part) for c in DECODING), strict=True)]
+    return out
+
+
 def cell_rows(df: pd.DataFrame, groups: list[Group]) -> pd.DataFrame:
     """cells.csv: one row per cell and measure (paper Tables 8, 11, 12)."""
     rows: list[dict[str, Any]] = []
@@ -396,7 +419,7 @@ def analyze(
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it or choose another folder")
     start = time.perf_counter()
-    scores = load_scores(scores_path)
+    scores = decoding_variants(load_scores(scores_path))
     df, measures = derive_measures(scores)
     df = add_shared_wording_cells(df)
     groups = build_groups(df, measures)

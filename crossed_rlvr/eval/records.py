@@ -37,6 +37,8 @@ FIELDS: dict[str, tuple[type, ...]] = {
     "response_tokens": (int,),
     "reference": (str,),
 }
+# optional fields: the decoding of each response (crossed-eval writes them; imports may not know them)
+OPTIONAL: dict[str, tuple[type, ...]] = {"temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,)}
 # task first: benchmarks whose loaders number items by row (MMLU, AQuA-RAT, BBH) share ids, never responses
 KEY = ("task", "item_id", "policy", "request", "template", "sample_idx")
 CELL = ("task", "policy", "request", "template")
@@ -101,6 +103,11 @@ def check_record(rec: Any, where: Source, prompt_names: bool = False) -> dict[st
         raise ResponseFileError(f"{where}: field 'train_seed' must be null exactly when training_convention is 'initial'")
     if rec["sample_idx"] < 0:
         raise ResponseFileError(f"{where}: field 'sample_idx' must be >= 0")
+    for name, types in OPTIONAL.items():  # fields a record may carry; when present, of the right kind
+        value = rec.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            raise ResponseFileError(f"{where}: field '{name}' must be {_type_name(types)} or null, got "
+                                    f"{type(value).__name__} {value!r:.60}")
     return {**rec, "item_id": str(rec["item_id"])}
 
 
@@ -168,9 +175,10 @@ def read_responses(paths: Iterable[str | Path], different_prompts: str = "refuse
     seen: dict[tuple, Source] = {}
     for path in out.files:
         for rec, where in iter_file(path, prompt_names):
-            key = tuple(rec[k] for k in KEY)
+            # the same response under another decoding setting is another response (a sweep)
+            key = tuple(rec[k] for k in KEY) + tuple(rec.get(k) for k in OPTIONAL)
             if key in seen:
-                names = ", ".join(f"{k}={v!r}" for k, v in zip(KEY, key))
+                names = ", ".join(f"{k}={v!r}" for k, v in zip((*KEY, *OPTIONAL), key) if v is not None)
                 raise ResponseFileError(f"{where}: duplicate key ({names}); first seen at {seen[key]}")
             seen[key] = where
             out.records.append(rec)

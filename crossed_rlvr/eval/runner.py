@@ -236,6 +236,8 @@ def make_record(p: Plan, cell: Cell, it: dict[str, Any], s: int, seed: int, sha:
         "prompt_tokens": out.prompt_tokens, "response_tokens": out.response_tokens,
         "reference": str(it["reference"]), "items_sha256": p.items_sha,
         "items_file": p.items_file, "model_path": recorded_path(pol.path, p.run_dir),
+        # decoding travels with every response, so a sweep over it scores and analyses as one study
+        "temperature": p.params.temperature, "top_p": p.params.top_p, "max_new_tokens": p.params.max_new_tokens,
     }
     if it.get("stratum") is not None:  # e.g. operations per expression (Table 20)
         rec["stratum"] = str(it["stratum"])

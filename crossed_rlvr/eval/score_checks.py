@@ -114,11 +114,21 @@ def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
         i = int(np.argmax(bad))
         raise ScoresTableError(f"{where}: {_row(df, i)}: field 'sample_idx' is {_show(df['sample_idx'].iloc[i])}; "
                                "expected an integer >= 0")
-    dup = df.duplicated(KEYS, keep=False).to_numpy()
+    for col in ("temperature", "top_p", "max_new_tokens"):  # optional decoding columns: numbers or null
+        if col not in df:
+            continue
+        num = pd.to_numeric(df[col], errors="coerce")
+        bad = (num.isna() & df[col].notna()).to_numpy() | df[col].map(lambda v: isinstance(v, bool)).to_numpy()
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(df[col].iloc[i])}; expected a "
+                                   "number or null")
+    keys = KEYS + [c for c in ("temperature", "top_p", "max_new_tokens") if c in df]  # a sweep: one per setting
+    dup = df.duplicated(keys, keep=False).to_numpy()
     if dup.any():
         rows = np.flatnonzero(dup)
         first = rows[0]
-        same = rows[(df.iloc[rows][KEYS] == df.iloc[first][KEYS]).all(axis=1).to_numpy()]
+        same = rows[(df.iloc[rows][keys].fillna(-1) == df.iloc[first][keys].fillna(-1)).all(axis=1).to_numpy()]
         raise ScoresTableError(f"{where}: {_row(df, int(same[1]))}: the same response key as row {first + 1} "
-                               f"({', '.join(KEYS)}); a table holds each response once")
+                               f"({', '.join(keys)}); a table holds each response once")
     return df

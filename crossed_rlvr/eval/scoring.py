@@ -35,6 +35,7 @@ KEY_COLUMNS = [
     "gen_seed", "finish_reason", "prompt_tokens", "response_tokens", "reference",
 ]
 SHARD_SIZE = 4096
+DECODING_FIELDS = {"temperature": pa.float64(), "top_p": pa.float64(), "max_new_tokens": pa.int64()}
 
 
 def schema() -> pa.Schema:
@@ -45,6 +46,8 @@ def schema() -> pa.Schema:
         pa.field("finish_reason", pa.string()), pa.field("prompt_tokens", pa.int64()),
         pa.field("response_tokens", pa.int64()), pa.field("reference", pa.string()),
         pa.field("stratum", pa.string()),  # optional item stratum (e.g. operations per expression, Table 20)
+        # decoding of each response (null for imported outputs that do not record it): a sweep is one table
+        *(pa.field(name, kind) for name, kind in DECODING_FIELDS.items()),
     ]
     for col in columns():
         if col.endswith(".answer") or col == "category":
@@ -149,7 +152,8 @@ def score_files(
                 else:
                     rows = scorer.score(items, bar)
                 table = pa.Table.from_pylist(
-                    [{**{c: r[c] for c in KEY_COLUMNS}, "stratum": _stratum(r), **row}
+                    [{**{c: r[c] for c in KEY_COLUMNS}, "stratum": _stratum(r),
+                      **{d: r.get(d) for d in DECODING_FIELDS}, **row}
                      for r, row in zip(shard, rows, strict=True)], schema=sch
                 )
                 _atomic_write_table(table, partial / f"shard-{k:05d}.parquet")
