@@ -237,3 +237,20 @@ def test_crossed_eval_records_carry_their_decoding_and_scores_keep_it(tmp_path):
     assert set(zip(scores.temperature, scores.top_p, scores.max_new_tokens)) == {(0.7, 0.95, 12), (1.0, 0.95, 12)}
     cells = pd.read_csv(analyze(both, tmp_path / "a", n_resamples=50, figures=False) / "cells.csv")
     assert sorted(cells.task.unique()) == ["arith [T=0.7, top-p=0.95, max 12]", "arith [T=1.0, top-p=0.95, max 12]"]
+
+
+def test_sampling_runs_give_mean_and_sd_per_cell(tmp_path):
+    """samples > 1: each sample index is a sampling run; the report gives mean ± SD across runs, by hand."""
+    # 4 items x 3 samples, item-major: run 0 = [1,1,0,0] (50%), run 1 = [1,0,0,0] (25%), run 2 = [1,1,1,0] (75%)
+    strict = [1, 1, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0]
+    rows = [cell(p, r, strict, strict, samples=3, seed=None if p == "initial" else 1)
+            for p in ("initial", "grpo-hash/s1", "grpo-boxed/s1") for r in ("hash", "boxed")]
+    out = analyze(write(tmp_path, rows), tmp_path / "o", n_resamples=50, figures=False)
+    runs = pd.read_csv(out / "sampling_runs.csv")
+    assert len(runs) == 6 and (runs.runs == 3).all()
+    assert np.allclose(runs.strict_mean, 50.0) and np.allclose(runs.strict_std, 25.0)
+    assert "| original | initial | hash | 3 | 50.00 ± 25.00 | 50.00 ± 25.00 |" in (out / "report.md").read_text()
+    one = analyze(write(tmp_path, [cell(p, r, [1, 0], [1, 0], seed=None if p == "initial" else 1)
+                                   for p in ("initial", "grpo-hash/s1") for r in ("hash", "boxed")], "one.parquet"),
+                  tmp_path / "o1", n_resamples=20, figures=False)
+    assert "`evaluation.samples=30`" in (one / "report.md").read_text()

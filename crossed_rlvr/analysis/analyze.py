@@ -369,6 +369,22 @@ def length_rows(df: pd.DataFrame) -> pd.DataFrame:
             .astype({"n_correct": int, "n_incorrect": int}))
 
 
+def sampling_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Cells with several samples per item (paper 002 §4.1): each sample index is one sampling run over all
+    items; accuracy (strict, Math-Verify) per run, then mean and SD across runs."""
+    own = df[~df["template"].str.endswith(SHARED)]
+    keys = ["task", "template", "policy", "request"]
+    runs = own.groupby(keys)["sample_idx"].nunique()
+    many = runs[runs > 1].index
+    if not len(many):
+        return pd.DataFrame()
+    part = own.set_index(keys).loc[many].reset_index()
+    per_run = part.groupby([*keys, "sample_idx"])[["acc.strict", "acc.math_verify"]].mean().mul(100)
+    out = per_run.groupby(keys).agg(["mean", "std", "count"])
+    out.columns = [f"{m.split('.')[1]}_{stat}" for m, stat in out.columns]
+    return out.reset_index().rename(columns={"strict_count": "runs"}).drop(columns="math_verify_count")
+
+
 def example_rows(df: pd.DataFrame, inputs: list[Path], per_template: int = 2, rng_seed: int = DEFAULT_RNG_SEED
                  ) -> pd.DataFrame:
     """``per_template`` items per wording (seeded choice) with every policy's first response under every
@@ -449,14 +465,22 @@ def analyze(
 
         figs = write_figures(cells, contrasts, tmp / "figures") if figures else []
         from crossed_rlvr.analysis.protocol import collect, response_files
-        from crossed_rlvr.analysis.report import examples_section, length_table, significance_table
+        from crossed_rlvr.analysis.report import (
+            examples_section,
+            length_table,
+            sampling_table,
+            significance_table,
+        )
 
         protocol = collect(scores_path, scores, n_resamples, rng_seed)
         lengths = length_rows(df)
         lengths.to_csv(tmp / "lengths.csv", index=False, float_format="%.10g")
         examples = example_rows(df, response_files(scores_path), rng_seed=rng_seed)
         examples.to_json(tmp / "examples.jsonl", orient="records", lines=True, force_ascii=False)
+        sampling = sampling_rows(df)
+        sampling.to_csv(tmp / "sampling_runs.csv", index=False, float_format="%.10g")
         extra = ["\n## Significance of the gains (paper 002 §4.2)\n", significance_table(paired),
+                 "\n## Sampling runs (paper 002 §4.1)\n", sampling_table(sampling, df),
                  "\n## Appendix: response length by correctness (paper 002 §5.2)\n", length_table(lengths),
                  "\n## Appendix: example responses per crossed cell\n", examples_section(examples)]
         write_report(tmp / "report.md", cells, contrasts, coverage, paired, checks, figs,

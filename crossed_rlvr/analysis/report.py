@@ -342,6 +342,21 @@ def significance_table(paired: pd.DataFrame) -> str:
                  "Δ (pp)", "p (one-sided t)", "Holm p"], rows))
 
 
+def sampling_table(sampling: pd.DataFrame, df: pd.DataFrame) -> str:
+    """Mean ± SD across sampling runs per cell; with one run, what paper 002 §4.1 asks for instead."""
+    if sampling.empty:
+        n = int(df["item_id"].nunique()) if len(df) else 0
+        return ("_One sample per item: no spread across sampling runs can be shown. Paper 002 §4.1 asks for many "
+                f"runs on small benchmarks (here {n} items); `evaluation.samples=30` (study) or `samples=30` "
+                "(crossed-eval) draws them, each with its own per-item seed, and this section then gives every "
+                "cell's mean ± SD across runs; pass@k gains are in the appendix._")
+    rows = [[r.template, r.policy, r.request, int(r.runs), f"{r.strict_mean:.2f} ± {r.strict_std:.2f}",
+             f"{r.math_verify_mean:.2f} ± {r.math_verify_std:.2f}"] for r in sampling.itertuples()]
+    return ("A run is one sample index over every item (its own per-item seeds); accuracy per run, then the "
+            "mean ± SD across runs (%).\n\n" + _table(["Wording", "Policy", "Request", "Runs", "Strict", "Math-Verify"],
+                                                       rows))
+
+
 def length_table(lengths: pd.DataFrame) -> str:
     """Response length by correctness (paper 002 §5.2): mean output tokens of correct and incorrect
     responses (the requested strict reader) per cell."""
