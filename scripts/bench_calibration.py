@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import sys
 
-from crossed_rlvr.calibration.simulate import coverage_simulation, wald_interval
+from crossed_rlvr.calibration.simulate import (
+    ANALYSIS_QUANTITIES,
+    analysis_coverage,
+    coverage_simulation,
+    wald_interval,
+)
 
 if __name__ == "__main__":
     draws = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
@@ -20,3 +25,9 @@ if __name__ == "__main__":
             print(f"{name}, seed {seed}: {draws} frozen samples, coverage initial {r['initial']:.3f} trained "
                   f"{r['trained']:.3f} gain {r['gain']:.3f} all together {r['all']:.3f}; every cell "
                   f"{r['cells']:.3f} ± {r['cells_mcse']:.3f} (MC s.e.); {r['seconds']:.2f} s")
+    # through crossed-calibrate's own analysis (settings, seed means, the full M): each quantity and all at once
+    for name, kwargs in methods.items():
+        r = analysis_coverage(max(50, draws // 5), 1, **kwargs)
+        per = ", ".join(f"{q} {r[q]:.3f}" for q in ANALYSIS_QUANTITIES)
+        print(f"{name}, through analyze ({r['draws']} samples): all together {r['all']:.3f} ± {r['all_mcse']:.3f}; "
+              f"{per}; {r['seconds']:.1f} s")

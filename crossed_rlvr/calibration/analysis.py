@@ -98,14 +98,17 @@ def components(obs: pd.DataFrame, state: str, scenario: str, role: str = "strict
     return float((w * z).sum() / N), float((w * (r == 1) * (z == 0)).sum() / N), float((w * (r == 0) * (z == 1)).sum() / N)
 
 
-def analyze_calibration(obs: pd.DataFrame, scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def analyze_calibration(obs: pd.DataFrame, scores: pd.DataFrame, interval: Any = None, corrected: bool = True
+                        ) -> dict[str, pd.DataFrame]:
+    """Every table of App. A from the observation table. ``interval`` (a per-cell interval other than the
+    exact one) and ``corrected=False`` (no 0.05/M budget) exist for the coverage check's mutations."""
     strata = strata_of(obs)
     M = cells(strata, len(ENDPOINTS))
-    alpha_cell = ALPHA / M if M else ALPHA
+    alpha_cell = ALPHA / M if M and corrected else ALPHA
     per_state = {}
     for state, st in strata.items():
         per_state[state] = {"H": (estimate(st, "zL"), estimate(st, "zU")),
-                            "CI": (bounds(st, "zL", alpha_cell)[0], bounds(st, "zU", alpha_cell)[1]),
+                            "CI": (bounds(st, "zL", alpha_cell, interval)[0], bounds(st, "zU", alpha_cell, interval)[1]),
                             "N": sum(s.N for s in st), "n": sum(s.n for s in st)}
     table3, table6, rows = [], [], []
     for s in settings(obs, scores):
@@ -148,7 +151,7 @@ def analyze_calibration(obs: pd.DataFrame, scores: pd.DataFrame) -> dict[str, pd
         for endpoint, name in (("unresolved", "unresolved_mass"), ("agreement", "correctness_agreement"),
                                ("fidelity", "strict_candidate_fidelity")):
             if endpoint in strata[state][0].ones:  # the other declared endpoints, with their own simultaneous bounds
-                e, (lo, hi) = estimate(strata[state], endpoint), bounds(strata[state], endpoint, alpha_cell)
+                e, (lo, hi) = estimate(strata[state], endpoint), bounds(strata[state], endpoint, alpha_cell, interval)
                 rows.append({"setting": state, "quantity": name, "estimate_low": e, "estimate_high": e,
                              "ci_low": lo, "ci_high": hi})
     table5 = pd.DataFrame([{"state": k, "population": v["N"], "sample": v["n"]} for k, v in per_state.items()])

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 from scipy.stats import norm
 
 from crossed_rlvr.calibration import bounds as exact
@@ -90,3 +91,87 @@ def coverage_simulation(draws: int = 1000, seed: int = 0,
 def census_estimate_equals_truth() -> bool:
     strata = [Stratum(N=50, n=50, ones={"zL": 20, "zU": 20}), Stratum(N=30, n=30, ones={"zL": 3, "zU": 3})]
     return estimate(strata, "zL") == estimate(strata, "zU") == 23 / 80
+
+
+# Through ``analyze_calibration`` itself: one setting (a hash arm of two seeds against the initial policy
+# under the hash request), each state stratified by the strict reader's verdict (strict=1 / strict=0) as
+# ``sample`` stratifies; per stratum (name, N_h, n_h, ones of z^L, ones of z^U). One sampled stratum per
+# state, so a state's bounds are one cell's interval and a method without the multiplicity correction
+# shows (with several sampled strata, summed per-stratum bounds cover even without it). The truth is the
+# population's, the bounds the analysis's own (settings, seed means, the full M of 5 endpoints).
+ANALYSIS_POPULATION = {  # (policy, request): strata; the strict=1 strata are censuses
+    ("initial", "hash"): [("strict=1", 40, 40, 30, 34), ("strict=0", 600, 40, 30, 30)],  # rare labels: 5%
+    ("grpo-hash/s1", "hash"): [("strict=1", 60, 60, 50, 52), ("strict=0", 500, 40, 300, 300)],
+    ("grpo-hash/s2", "hash"): [("strict=1", 50, 50, 44, 47), ("strict=0", 550, 40, 60, 60)],
+    ("initial", "boxed"): [("strict=1", 80, 80, 70, 71), ("strict=0", 520, 40, 26, 26)],
+    ("grpo-hash/s1", "boxed"): [("strict=1", 30, 30, 20, 25), ("strict=0", 600, 40, 24, 24)],
+    ("grpo-hash/s2", "boxed"): [("strict=1", 45, 45, 40, 40), ("strict=0", 580, 40, 350, 350)],
+}
+STRICT_COLUMN = {"hash": "strict_first_hash.correct", "boxed": "boxed_first.correct"}
+ANALYSIS_QUANTITIES = (*(f"{p}:{q}" for p, q in ANALYSIS_POPULATION), "gain:hash", "gain:boxed", "gap:hash",
+                       "gap:boxed")
+
+
+def _population_scores() -> pd.DataFrame:
+    """The scores table of the populations: the strict reader's verdict on every response."""
+    rows = []
+    for (policy, request), strata in ANALYSIS_POPULATION.items():
+        for name, N, *_ in strata:
+            rows += [{"policy": policy, "training_convention": "initial" if policy == "initial" else "hash",
+                      "train_seed": None if policy == "initial" else int(policy[-1]), "request": request,
+                      "template": "original", "task": "gsm8k", STRICT_COLUMN[request]: name == "strict=1"}] * N
+    return pd.DataFrame(rows)
+
+
+def analysis_truth() -> dict[str, tuple[float, float]]:
+    """Each quantity's true identification range: H per state, per request the gain (seed mean minus
+    initial) and the strict reader's gain minus the human gain."""
+    h = {f"{p}:{q}": (sum(s[3] for s in st) / sum(s[1] for s in st), sum(s[4] for s in st) / sum(s[1] for s in st))
+         for (p, q), st in ANALYSIS_POPULATION.items()}
+    strict = {f"{p}:{q}": sum(s[1] for s in st if s[0] == "strict=1") / sum(s[1] for s in st)
+              for (p, q), st in ANALYSIS_POPULATION.items()}
+    out = dict(h)
+    for q in ("hash", "boxed"):
+        gain = gain_range([h[f"grpo-hash/s1:{q}"], h[f"grpo-hash/s2:{q}"]], h[f"initial:{q}"])
+        d_e = (strict[f"grpo-hash/s1:{q}"] + strict[f"grpo-hash/s2:{q}"]) / 2 - strict[f"initial:{q}"]
+        out[f"gain:{q}"], out[f"gap:{q}"] = gain, (d_e - gain[1], d_e - gain[0])
+    return out
+
+
+def analysis_coverage(draws: int = 300, seed: int = 0, interval: Callable | None = None,
+                      corrected: bool = True) -> dict[str, float]:
+    """How often ``analyze_calibration``'s 95% bounds hold each quantity's true range, and all of them at
+    once (what simultaneous bounds promise), over frozen samples of ``ANALYSIS_POPULATION``; each share
+    with its Monte Carlo standard error."""
+    from crossed_rlvr.calibration.analysis import analyze_calibration
+
+    rng = np.random.default_rng(seed)
+    scores, truth = _population_scores(), analysis_truth()
+    hits = dict.fromkeys((*ANALYSIS_QUANTITIES, "all"), 0)
+    start = time.perf_counter()
+    for _ in range(draws):
+        rows = []
+        for (policy, request), strata in ANALYSIS_POPULATION.items():
+            state = f"{policy}:{request}:original"
+            for name, N, n, ones_l, ones_u in strata:
+                labels = np.array([1] * ones_l + [2] * (ones_u - ones_l) + [0] * (N - ones_u))
+                for k, z in enumerate(labels[rng.choice(N, size=n, replace=False)]):
+                    rows.append({"sample_id": f"{state}:{name}:{k}", "state": state, "policy": policy,
+                                 "request": request, "template": "original", "task": "gsm8k", "stratum": name,
+                                 "N_h": N, "n_h": n, "w": N / n, "zL": int(z == 1), "zU": int(z >= 1),
+                                 "unresolved": int(z == 2), "r_strict": int(name == "strict=1")})
+        t = analyze_calibration(pd.DataFrame(rows), scores, interval=interval, corrected=corrected)["calibration"]
+        got = {}
+        for r in t.itertuples():
+            if r.quantity == "human_accuracy":
+                got[r.setting.rsplit(":", 1)[0]] = (r.ci_low, r.ci_high)
+            elif r.quantity in ("gain_human", "gap_strict_human"):  # setting "grpo-hash under hash (original)"
+                request = r.setting.split(" under ")[1].split(" ")[0]
+                got[f"{'gain' if r.quantity == 'gain_human' else 'gap'}:{request}"] = (r.ci_low, r.ci_high)
+        ok = {q: got[q][0] <= truth[q][0] + 1e-12 and truth[q][1] <= got[q][1] + 1e-12 for q in ANALYSIS_QUANTITIES}
+        for q, v in ok.items():
+            hits[q] += v
+        hits["all"] += all(ok.values())
+    shares = {k: v / draws for k, v in hits.items()}
+    return {**shares, **{f"{k}_mcse": math.sqrt(v * (1 - v) / draws) for k, v in shares.items()},
+            "seconds": time.perf_counter() - start, "draws": draws}
