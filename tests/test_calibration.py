@@ -23,7 +23,7 @@ def calibration(tmp_path):
     return tmp_path / "cal", scores
 
 
-def labels_for(rows, annotator, flip=()):
+def labels_for(rows, annotator, flip=(), unfaithful=()):
     """Stage 1 and 2 labels that call a response correct when its Math-Verify bit says so."""
     out = []
     for r in rows:
@@ -33,7 +33,7 @@ def labels_for(rows, annotator, flip=()):
         out.append({"annotator": annotator, "stage": "stage1", "sample_id": r["sample_id"], "status": status,
                     "span": r["response"][-6:]})
         out.append({"annotator": annotator, "stage": "stage2", "sample_id": r["sample_id"], "correctness": c,
-                    "fidelity": [True] * len(r["candidates"])})
+                    "fidelity": [r["sample_id"] not in unfaithful] * len(r["candidates"])})
     return out
 
 
@@ -67,7 +67,11 @@ def test_analysis_tables_and_the_widths_identity(calibration, tmp_path):
     _, rows = load_calibration(folder)
     flip = {rows[0]["sample_id"], rows[3]["sample_id"]}
     path = tmp_path / "labels.jsonl"
-    path.write_text("".join(json.dumps(x) + "\n" for a in ("A", "B") for x in labels_for(rows, a, flip)))
+    # B judges the strict candidate of every sampled response of one state unfaithful: both annotators' fidelity
+    # is analysed (Table 7: A, B, and the endpoint, faithful by both)
+    odd = {r["sample_id"] for r in rows if r["state"] == "grpo-hash/s83:hash:original"}
+    path.write_text("".join(json.dumps(x) + "\n" for a in ("A", "B")
+                            for x in labels_for(rows, a, flip, odd if a == "B" else ())))
     assert main(["import", str(folder), str(path), "--lock"]) == 0
     assert main(["analyze", str(folder), "-o", str(tmp_path / "out")]) == 0
     report = (tmp_path / "out" / "report.md").read_text()
@@ -87,6 +91,12 @@ def test_analysis_tables_and_the_widths_identity(calibration, tmp_path):
     assert (gap.estimate_low, gap.estimate_high) == pytest.approx((strict - gain.estimate_high,
                                                                    strict - gain.estimate_low))
     assert "| grpo-hash/s83:hash:original | 100.00 | 100.00 |" in report  # A and B gave the same labels
+    line = next(x for x in report.splitlines() if x.startswith("| grpo-hash/s83:hash:original | 100.00 |"))
+    assert line.endswith("| 100.00 / 0.00 / 0.00 |"), line
+    assert next(x for x in report.splitlines() if x.startswith("| initial:hash:original | 100.00 |")).endswith(
+        "| 100.00 / 100.00 / 100.00 |")
+    fid = cal[(cal.quantity == "strict_candidate_fidelity")].set_index("setting").estimate_low
+    assert fid["grpo-hash/s83:hash:original"] == 0 and fid["initial:hash:original"] == 1
 
 
 def test_bad_input_is_refused_and_nothing_is_written(calibration, tmp_path):

@@ -95,7 +95,16 @@ def stage2(page, rows, annotator, shots) -> int:
         if shots is not None and not (shots / "stage2.png").exists():
             page.screenshot(path=str(shots / "stage2.png"), full_page=True)
         page.keyboard.press("c" if "mv=1" in row["stratum"] else "i")
-        page.keyboard.press("1")  # first candidate is faithful
+        n = len(page.query_selector_all(".fid"))
+        if done == 0 and n > 1:  # a candidate left not judged is refused, never counted as "differs"
+            page.keyboard.press("1")
+            page.keyboard.press("Enter")
+            page.wait_for_function("() => document.getElementById('error').innerText.includes('not judged')")
+            assert page.inner_text("#sid") == sid
+        page.keyboard.press("1") if page.eval_on_selector('.fid[data-k="0"]', "x => x.value") != "yes" else None
+        for k in range(2, n + 1):  # the first candidate equals the commitment, the others differ
+            page.keyboard.press(str(k))
+            page.keyboard.press(str(k))
         page.keyboard.press("Enter")
         page.wait_for_function("s => !document.getElementById('sid') || document.getElementById('sid').innerText != s",
                                arg=sid)
@@ -121,6 +130,11 @@ def test_two_annotators_in_a_real_browser(twelve, tmp_path):
             assert stage1(page, rows, "A", shots, stop_after=5) == 5
             server.kill()
             assert labelled(folder, "A", "stage1") == 5  # every label saved before the kill is on disk
+            # a stopped server is said at once: the label was not saved (no stale message, no silent loss)
+            page.keyboard.press("1")
+            page.keyboard.press("Enter")
+            page.wait_for_function("() => document.getElementById('error').innerText.includes('server unreachable')")
+            assert page.evaluate("document.body.classList.contains('offline')")
             server.start()
             open_stage(page, server.url, "A", "stage1")
             assert stage1(page, rows, "A", shots) == 7  # resumes at the sixth item

@@ -159,7 +159,7 @@ def analyze_calibration(obs: pd.DataFrame, scores: pd.DataFrame, interval: Any =
     for state, g in obs.groupby("state", sort=True):
         N = float(g.groupby("stratum").N_h.first().sum())
         row = {"state": state, "unresolved_mass": float((g.w * g.unresolved).sum() / N)}
-        for col in ("agreement", "status_agreement"):
+        for col in ("agreement", "status_agreement", "fidelity_A", "fidelity_B", "fidelity"):
             if col in g:
                 row[col] = float((g.w * g[col]).sum() / N)
         table7.append(row)
@@ -203,9 +203,11 @@ def report_section(t: dict[str, pd.DataFrame]) -> str:
                    [[r.setting, _ci(r.fn_reduction), _ci(r.fp_increase), _ci(r.gap)] for r in t["table6"].itertuples()])
              if len(t["table6"]) else "_None._",
              "", "### Independent annotation agreement and residual uncertainty (Table 7)", "",
-             table(["State", "Correctness agreement (%)", "Answer-status agreement (%)", "Final unresolved mass (%)"],
+             table(["State", "Correctness agreement (%)", "Answer-status agreement (%)", "Final unresolved mass (%)",
+                    "Strict candidate faithful: A / B / both (%)"],
                    [[r.state, f"{100 * getattr(r, 'agreement', np.nan):.2f}",
-                     f"{100 * getattr(r, 'status_agreement', np.nan):.2f}", f"{100 * r.unresolved_mass:.2f}"]
+                     f"{100 * getattr(r, 'status_agreement', np.nan):.2f}", f"{100 * r.unresolved_mass:.2f}",
+                     " / ".join(f"{100 * getattr(r, c, np.nan):.2f}" for c in ("fidelity_A", "fidelity_B", "fidelity"))]
                     for r in t["table7"].itertuples()]), ""]
     return "\n".join(parts)
 

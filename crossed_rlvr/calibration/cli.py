@@ -146,9 +146,13 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                                         == s2[(pair[1], "stage2", sid)]["correctness"]),
                        "status_agreement": int(s1[(pair[0], "stage1", sid)]["status"]
                                                == s1[(pair[1], "stage1", sid)]["status"]),
-                       # the requested strict reader's candidate is faithful to the locked commitment (annotator A)
-                       "fidelity": int(next(iter(store.fidelity(pair[0], sid).values()), False))}
+                       # the requested strict reader's candidate is faithful to the locked commitment: per
+                       # annotator, and the endpoint counts it faithful only when both annotators judged so
+                       **{f"fidelity_{ab}": int(next(iter(store.fidelity(who, sid).values()), False))
+                          for ab, who in zip("AB", pair, strict=True)}}
                  for sid in store.sample}
+    for row in agreement.values():
+        row["fidelity"] = min(row["fidelity_A"], row["fidelity_B"])
     obs = observation_table(rows, final, agreement)
     tables = analyze_calibration(obs, pd.read_parquet(args.scores or scores_file(folder, head)))
     report = write_outputs(Path(args.out or folder / "analysis"), tables)

@@ -56,6 +56,10 @@ def check_label(stage: str, label: dict[str, Any], candidates: int, where: str) 
     out = {"correctness": label["correctness"]}
     if stage == "stage2":
         fidelity = label.get("fidelity", [])
+        if isinstance(fidelity, list) and len(fidelity) == candidates and None in fidelity:
+            missing = ", ".join(str(k + 1) for k, f in enumerate(fidelity) if f is None)
+            raise LabelError(f"{where}: field 'fidelity': candidate {missing} not judged; judge every candidate "
+                             "(equals or differs) before saving")
         if not isinstance(fidelity, list) or len(fidelity) != candidates or not all(isinstance(f, bool) for f in fidelity):
             raise LabelError(f"{where}: field 'fidelity' must be {candidates} true/false values, one per candidate")
         out["fidelity"] = fidelity
