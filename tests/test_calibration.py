@@ -428,3 +428,33 @@ def test_coverage_through_analyze_itself(method):
         assert result["all"] >= 0.95 and all(result[q] >= 0.95 for q in ANALYSIS_QUANTITIES), result
     else:
         assert result["all"] + 2 * result["all_mcse"] < 0.95, result  # below 0.95 by more than 2 MC errors
+
+
+def test_reference_flags_and_review_requests_reach_the_adjudicator(calibration, tmp_path):
+    """App. A: an annotator flags a reference or asks for review in Stage 2; the item joins the adjudication
+    queue although A and B agree, and the adjudicator sees the flag and the note."""
+    from crossed_rlvr.calibration.server import item_view
+
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    labels = labels_for(rows, "A") + labels_for(rows, "B")
+    flagged, asked = rows[1]["sample_id"], rows[2]["sample_id"]
+    for lab in labels:
+        if lab["annotator"] == "B" and lab["stage"] == "stage2" and lab["sample_id"] == flagged:
+            lab.update(reference_flag=True, note="the reference drops the units")
+        if lab["annotator"] == "A" and lab["stage"] == "stage2" and lab["sample_id"] == asked:
+            lab.update(review=True)
+    path = tmp_path / "labels.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in labels))
+    assert main(["import", str(folder), str(path), "--lock"]) == 0
+    store = LabelStore(folder, rows, head["seed"])
+    queue = store.to_adjudicate()
+    assert flagged in queue and asked in queue
+    seen = item_view(store, "C", "adjudication", flagged)
+    assert [lab.get("reference_flag") for lab in seen["labels"]] == [False, True]
+    assert seen["labels"][1]["note"] == "the reference drops the units"
+    # the round trip through CSV keeps them
+    out = tmp_path / "labels.csv"
+    store.export(out)
+    text = out.read_text()
+    assert "reference_flag" in text and "the reference drops the units" in text

@@ -63,6 +63,10 @@ def check_label(stage: str, label: dict[str, Any], candidates: int, where: str) 
         if not isinstance(fidelity, list) or len(fidelity) != candidates or not all(isinstance(f, bool) for f in fidelity):
             raise LabelError(f"{where}: field 'fidelity' must be {candidates} true/false values, one per candidate")
         out["fidelity"] = fidelity
+        # App. A: a reference that looks wrong is flagged, and any item may be sent to the adjudicator
+        out["reference_flag"] = bool(label.get("reference_flag", False))
+        out["review"] = bool(label.get("review", False))
+        out["note"] = str(label.get("note", ""))
     else:
         out["status"] = label.get("status") if label.get("status") in STATUS else None
         out["note"] = str(label.get("note", ""))
@@ -178,8 +182,9 @@ class LabelStore:
         return sorted(locked)
 
     def to_adjudicate(self) -> list[str]:
-        """Disagreements of the first two annotators who locked Stage 2, then the fixed random review share
-        of their concordant items."""
+        """Disagreements of the first two annotators who locked Stage 2 and the items either of them asked
+        to be reviewed or whose reference either flagged (App. A), then the fixed random review share of
+        the remaining concordant items."""
         pair = self.annotators()[:2]
         if len(pair) < 2:
             return []
@@ -187,7 +192,9 @@ class LabelStore:
         disagree, agree = [], []
         for sid in sorted(self.sample):
             a, b = ((s1[(x, "stage1", sid)]["status"], s2[(x, "stage2", sid)]["correctness"]) for x in pair)
-            (agree if a == b else disagree).append(sid)
+            asked = any(s2[(x, "stage2", sid)].get("review") or s2[(x, "stage2", sid)].get("reference_flag")
+                        for x in pair)
+            (agree if a == b and not asked else disagree).append(sid)
         k = round(REVIEW_SHARE * len(agree))
         review = sorted(random.Random(f"{self.seed}:review").sample(agree, k)) if k else []
         return disagree + review
@@ -316,6 +323,6 @@ def _csv_value(key: str, value: str, where: str) -> Any:
             return json.loads(value)
         except json.JSONDecodeError as err:
             raise LabelError(f"{where}: field 'fidelity' is not valid JSON ({err.msg})") from None
-    if key in ("self_correction", "withdrawal"):
+    if key in ("self_correction", "withdrawal", "reference_flag", "review"):
         return value.lower() == "true"
     return value

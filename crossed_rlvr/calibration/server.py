@@ -77,7 +77,7 @@ def item_view(store: LabelStore, annotator: str, stage: str, sid: str) -> dict[s
         item["reference"] = row["reference"]
         s1, s2 = store.labels(stage="stage1"), store.labels(stage="stage2")
         item["labels"] = [{**s1.get((a, "stage1", sid), {}), **{k: v for k, v in s2.get((a, "stage2", sid), {}).items()
-                                                               if k == "correctness"}}
+                                                               if k in ("correctness", "reference_flag", "review", "note")}}
                           for a in store.annotators()[:2]]
     return item
 
