@@ -458,3 +458,13 @@ def test_reference_flags_and_review_requests_reach_the_adjudicator(calibration, 
     store.export(out)
     text = out.read_text()
     assert "reference_flag" in text and "the reference drops the units" in text
+
+
+def test_annotate_serves_only_declared_people(calibration, capsys):
+    """Issue 24: a typed name decides nothing. Without declared roles, annotate refuses to serve and says how
+    to declare them; nothing is written."""
+    folder, _ = calibration
+    assert main(["annotate", str(folder), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "no declared roles; declare who labels" in err and "--annotators A,B --adjudicator C" in err
+    assert not (folder / "roles.json").exists()

@@ -26,7 +26,11 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
 
 class Server:
     def __init__(self, folder: Path) -> None:
+        from crossed_rlvr.calibration.roles import declare_roles, load_roles
+
         self.folder = folder
+        if load_roles(folder) is None:  # annotate serves only declared people (issue 24)
+            declare_roles(folder, ["A", "B"], ["C"])
         self.start()
 
     def start(self) -> None:
@@ -54,9 +58,17 @@ def twelve(tmp_path):
     return tmp_path / "cal", {r["sample_id"]: r for r in rows}
 
 
-def open_stage(page, url: str, annotator: str, stage: str) -> None:
-    page.goto(url)
-    page.fill("#annotator", annotator)
+def open_stage(page, server: "Server", annotator: str, stage: str) -> None:
+    """The person's own link (declared roles); a name without one types it, and the server refuses it."""
+    from crossed_rlvr.calibration.roles import load_roles
+
+    roles = load_roles(server.folder)
+    token = next((t for t, n in roles.tokens.items() if n == annotator), None)
+    page.goto(f"{server.url}?token={token}" if token else server.url)
+    if token:
+        page.wait_for_function("n => document.getElementById('annotator').value === n", arg=annotator)
+    else:
+        page.fill("#annotator", annotator)
     page.select_option("#stage", stage)
     page.click("#start")
     page.wait_for_selector("#sid, #finished, #error:not(:empty)")
@@ -126,7 +138,7 @@ def test_two_annotators_in_a_real_browser(twelve, tmp_path):
             asked = []
             page.on("dialog", lambda d: (asked.append(d.message), d.accept()))  # Lock asks for confirmation
             # annotator A: half of Stage 1, then the server dies mid-session
-            open_stage(page, server.url, "A", "stage1")
+            open_stage(page, server, "A", "stage1")
             assert stage1(page, rows, "A", shots, stop_after=5) == 5
             server.kill()
             assert labelled(folder, "A", "stage1") == 5  # every label saved before the kill is on disk
@@ -136,26 +148,26 @@ def test_two_annotators_in_a_real_browser(twelve, tmp_path):
             page.wait_for_function("() => document.getElementById('error').innerText.includes('server unreachable')")
             assert page.evaluate("document.body.classList.contains('offline')")
             server.start()
-            open_stage(page, server.url, "A", "stage1")
+            open_stage(page, server, "A", "stage1")
             assert stage1(page, rows, "A", shots) == 7  # resumes at the sixth item
             assert labelled(folder, "A", "stage1") == 12
             # Stage 2 is refused before Stage 1 is locked
-            open_stage(page, server.url, "A", "stage2")
+            open_stage(page, server, "A", "stage2")
             assert "lock Stage 1" in page.inner_text("#error") and page.query_selector("#reference") is None
-            open_stage(page, server.url, "A", "stage1")
+            open_stage(page, server, "A", "stage1")
             page.click("#lock")
             page.wait_for_selector("text=(locked)")
             assert asked and asked[0].startswith("Lock Stage 1")
-            open_stage(page, server.url, "A", "stage2")
+            open_stage(page, server, "A", "stage2")
             assert stage2(page, rows, "A", shots) == 12
             page.click("#lock")
             # annotator B, in its own order
-            open_stage(page, server.url, "B", "stage1")
+            open_stage(page, server, "B", "stage1")
             first_b = page.inner_text("#sid")
             assert stage1(page, rows, "B", None) == 12
             page.click("#lock")
             page.wait_for_selector("text=(locked)")
-            open_stage(page, server.url, "B", "stage2")
+            open_stage(page, server, "B", "stage2")
             assert stage2(page, rows, "B", None) == 12
             page.click("#lock")
             page.wait_for_selector("text=(locked)")
@@ -164,7 +176,7 @@ def test_two_annotators_in_a_real_browser(twelve, tmp_path):
             store = LabelStore(folder, list(rows.values()), json.loads((folder / "calibration.json").read_text())["seed"])
             assert first_b == store.order("B")[0] and store.order("A") != store.order("B")  # each their own order
             # adjudication of the fixed review share (A and B agree here)
-            open_stage(page, server.url, "C", "adjudication")
+            open_stage(page, server, "C", "adjudication")
             while page.query_selector("#sid"):
                 sid = page.inner_text("#sid")
                 page.keyboard.press("c" if "mv=1" in rows[sid]["stratum"] else "i")
@@ -226,7 +238,7 @@ def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
             assert (saved["status"], saved["span"]) == ("ambiguous", "changed")
             # a page without a link (a typed third name) gets nothing
             other = browser.new_page()
-            open_stage(other, server.url, "mallory", "stage2")
+            open_stage(other, server, "mallory", "stage2")
             assert "own link" in other.inner_text("#error") and other.query_selector("#sid") is None
             browser.close()
     finally:

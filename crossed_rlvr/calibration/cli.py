@@ -95,6 +95,10 @@ def cmd_annotate(args: argparse.Namespace) -> int:
         declare_roles(folder, [a.strip() for a in (args.annotators or "").split(",") if a.strip()],
                       list(args.adjudicator or []))
     store, _, rows = _store(folder)
+    if store.roles is None:  # names typed on a page decide nothing: whoever labels is declared, with a link
+        raise CalibrationError(f"{folder}: no declared roles; declare who labels: crossed-calibrate annotate {folder} "
+                               "--annotators A,B --adjudicator C (frozen into roles.json; each person gets a secret "
+                               "link, and the page takes the name from it)")
     try:
         server = serve(store, args.host, args.port, args.allow_remote)
     except PermissionError as err:
@@ -104,13 +108,9 @@ def cmd_annotate(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
     url = f"http://{args.host}:{server.server_port}/"
     print(f"annotating {len(rows)} observations: {url}  (Ctrl-C stops; every label is already saved)", flush=True)
-    if store.roles is not None:
-        for name in (*store.roles.annotators, *store.roles.adjudicators):
-            role = "adjudicator" if name in store.roles.adjudicators else "annotator"
-            print(f"  {name} ({role}): {url}?token={store.roles.token_of(name)}", flush=True)
-    else:
-        print("  no declared roles: names are typed on the page; declare them with --annotators A,B --adjudicator C "
-              "(each person then gets a link of their own)", flush=True)
+    for name in (*store.roles.annotators, *store.roles.adjudicators):
+        role = "adjudicator" if name in store.roles.adjudicators else "annotator"
+        print(f"  {name} ({role}): {url}?token={store.roles.token_of(name)}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
     return 0

@@ -134,7 +134,8 @@ def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
 
         def _person(self, token: str | None, typed: str, stage: str) -> str:
             """Who asks: with declared roles, the token's person (a typed name that differs is refused) and only
-            for a stage of their role; without roles, the typed name."""
+            for a stage of their role; without roles (a store built in code: annotate refuses to serve one),
+            the typed name."""
             if store.roles is None:
                 return typed
             name = store.roles.name_of(token)
