@@ -206,6 +206,20 @@ def open_cell(cell: Cell, overwrite: bool) -> dict[tuple[str, int], dict[str, An
     return done
 
 
+def unfinished(p: Plan, overwrite: bool, bar: Any, summary: dict[str, Any]
+               ) -> Iterator[tuple[Cell, dict[tuple[str, int], dict[str, Any]]]]:
+    """Every cell still to generate with the responses it already has; finished cells are counted on the
+    bar and summarised as skipped (the serial run and the distributed driver walk the design alike)."""
+    for cell in p.cells:
+        done = open_cell(cell, overwrite)
+        if done is None:
+            bar.update(cell.size)
+            summary[cell.name] = {"skipped": True}
+            continue
+        bar.update(len(done))
+        yield cell, done
+
+
 def todo_of(cell: Cell, done: dict[tuple[str, int], dict[str, Any]]) -> list[tuple[int, dict[str, Any], int]]:
     """(position, item, sample) of every response the cell still lacks, in the cell's order."""
     return [(k, it, s) for k, it in enumerate(cell.items) for s in range(int(cell.meta["samples"]))
@@ -318,13 +332,7 @@ def _run_serial(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: A
     gen = cfg.eval
     loaded: dict[str, Any] = {}
     try:
-        for cell in p.cells:
-            done = open_cell(cell, bool(cfg.overwrite))
-            if done is None:
-                bar.update(cell.size)
-                summary[cell.name] = {"skipped": True}
-                continue
-            bar.update(len(done))
+        for cell, done in unfinished(p, bool(cfg.overwrite), bar, summary):
             todo = todo_of(cell, done)
             start = time.perf_counter()
             if todo:

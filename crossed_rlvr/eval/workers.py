@@ -28,8 +28,8 @@ from crossed_rlvr.eval.runner import (
     finish_cell,
     generate,
     make_record,
-    open_cell,
     todo_of,
+    unfinished,
 )
 from crossed_rlvr.files import atomic_write_jsonl
 
@@ -135,13 +135,7 @@ def run_distributed(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracke
     remaining: dict[str, int] = {}
     done_of: dict[str, dict] = {}
     started_at: dict[str, float] = {}
-    for cell in p.cells:
-        done = open_cell(cell, bool(cfg.overwrite))
-        if done is None:
-            bar.update(cell.size)
-            summary[cell.name] = {"skipped": True}
-            continue
-        bar.update(len(done))
+    for cell, done in unfinished(p, bool(cfg.overwrite), bar, summary):
         done_of[cell.name] = done
         shards = shards_of(cell, todo_of(cell, done), size)
         remaining[cell.name] = len(shards)
