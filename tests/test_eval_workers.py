@@ -2,6 +2,7 @@
 byte for byte; a worker or the driver killed mid-run loses at most its shard, and the resumed run
 writes the same files; a cell split across workers equals the unsplit cell."""
 
+import contextlib
 import filecmp
 import os
 import signal
@@ -137,10 +138,13 @@ def test_a_ray_cluster_the_user_runs_is_joined_and_left_running(tmp_path, tiny, 
     """``ray start --head`` as on a cluster (or as the SLURM script does), then distribute.address: the
     workers run on that cluster, the files equal the serial run's, and the cluster is still up after."""
     import shutil
+    import socket
     import tempfile
 
     ray = str(Path(sys.executable).parent / "ray")
-    port = "6393"
+    with socket.socket() as probe:  # a free port: another Ray on this machine (a second test run) keeps its own
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
     short = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay under 107 characters
     subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
                     f"--temp-dir={short}"], check=True, capture_output=True, timeout=120)
@@ -152,8 +156,20 @@ def test_a_ray_cluster_the_user_runs_is_joined_and_left_running(tmp_path, tiny, 
                                 timeout=120, check=False)
         assert status.returncode == 0 and "2.0 CPU" in status.stdout.replace("0.0/2.0 CPU", "2.0 CPU"), status.stdout
     finally:
-        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120, check=False)
+        _stop_cluster(short)  # only this cluster's processes: `ray stop` would stop every Ray on the machine
         shutil.rmtree(short, ignore_errors=True)
+
+
+def _stop_cluster(temp_dir: str) -> None:
+    """Kill the processes of the Ray cluster whose files live under ``temp_dir`` (its command lines name it)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if temp_dir in cmd and int(pid) != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
 
 
 def test_the_slurm_script_starts_ray_as_the_arms_do_then_drives_every_gpu(tmp_path):

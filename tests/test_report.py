@@ -43,7 +43,7 @@ def test_the_report_opens_with_the_headline_and_its_numbers_are_contrasts_csv(ru
     report = (a / "report.md").read_text()
     head = report[: report.index("<!-- contents -->")]
     con = pd.read_csv(a / "contrasts.csv")
-    assert "training changed where answers are written" in head and "## " not in head.split("\n", 1)[1]
+    assert "training changed where answers are written (I_P " in head and "## " not in head.split("\n", 1)[1]
     rows = headline_rows(con)
     assert set(rows.name) == {"I_P", "I_S", "I_MV"}
     d = int(re.search(r"printed to (\d) decimal", head).group(1))

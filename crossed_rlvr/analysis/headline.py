@@ -100,21 +100,26 @@ def sentence(rows: pd.DataFrame) -> str:
     if p is None:
         return ""
     k = len(p.seeds.split())
-    where = ("changed where answers are written: each arm reports in its own convention more than in the other's"
+    where = (f"changed where answers are written (I_P {p.estimate:+.1f} pp): each arm reports in its own convention "
+             "more than in the other's"
              if _excludes_zero(pd.Series(p._asdict())) and p.estimate > 0 else
-             "changed where answers are written, toward the other arm's convention"
+             f"changed where answers are written (I_P {p.estimate:+.1f} pp), toward the other arm's convention"
              if _excludes_zero(pd.Series(p._asdict())) else
              "did not detectably change where answers are written (I_P's interval includes 0)")
-    right = [r for r in (s, mv) if r is not None]
-    moved = [r for r in right if _excludes_zero(pd.Series(r._asdict()))]
-    if not right:
-        whether = ""
-    elif not moved:
-        whether = (f"; whether they are right did not detectably change ({' and '.join(r.name for r in right)} "
-                   "intervals include 0)")
-    else:
-        whether = "; whether they are right changed too (" + ", ".join(
-            f"{r.name} {r.estimate:+.1f} pp" for r in moved) + ", intervals excluding 0)"
+    def moved(r: object) -> bool:
+        return _excludes_zero(pd.Series(r._asdict()))
+
+    # I_S reads the requested convention, so it moves with where answers are written; I_MV reads the whole
+    # response and says whether they are right (paper 001 §3.2)
+    strict = ("" if s is None else f"; the score under the requested convention moved with it (I_S {s.estimate:+.1f} pp)"
+              if moved(s) else "; the score under the requested convention did not detectably move (I_S's interval "
+              "includes 0)")
+    whether = ("" if mv is None else
+               f"; whether answers are right, read from the whole response, changed too (I_MV {mv.estimate:+.1f} pp, "
+               "its interval excluding 0)" if moved(mv) else
+               "; whether answers are right, read from the whole response, did not detectably change (I_MV's "
+               "interval includes 0)")
+    whether = strict + whether
     caveats = [f"intervals resample the {p.n_items} items with the checkpoints fixed, so they do not measure "
                f"training-seed variation ({k} seed{'s' if k != 1 else ''}" + (
                    f", seed SD of I_P {np.std(list(p.each.values()), ddof=1):.1f} pp)" if k > 1 else ")")]
