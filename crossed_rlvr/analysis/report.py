@@ -46,8 +46,11 @@ def _is_summary(policy: str) -> bool:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
+    def cell(x: object) -> str:  # a "|" inside a cell (a ratio's measure "acc.strict|acc.lenient") would split it
+        return str(x).replace("|", "\\|")
+
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    lines += ["| " + " | ".join(map(cell, r)) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -379,7 +382,7 @@ def examples_section(examples: pd.DataFrame, width: int = 240) -> str:
         order = sorted(range(len(grp)), key=lambda k: (grp.policy.iloc[k] != "initial", grp.policy.iloc[k],
                                                         REQUEST_ORDER.get(grp.request.iloc[k], 9)))
         for r in grp.iloc[order].itertuples():
-            text = r.response.replace("\n", " ⏎ ").replace("|", "\\|")
+            text = r.response.replace("\n", " ⏎ ")
             text = text if len(text) <= width else text[: width - 1] + "…"
             rows.append([r.policy, r.request, "✓" if r.correct else "✗", "yes" if r.payload else "no", f"`{text}`"])
         out.append(_table(["Policy", "Request", "Strict", "Payload", "Response"], rows))
