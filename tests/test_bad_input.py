@@ -210,7 +210,14 @@ def test_ctrl_c_ends_a_command_with_one_line_and_its_resume_hint(tmp_path):
     out = tmp_path / "scores.parquet"
     cmd = [sys.executable, "-m", "crossed_rlvr.eval.scoring", str(tmp_path / "a.jsonl"), "-o", str(out),
            "--workers", "2"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # as from a terminal: SIGINT not ignored in the command, even when the suite itself was started in the
+    # background (`cmd &` starts it with SIGINT ignored, a disposition children inherit; a handled signal is
+    # reset to the default at exec)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, before)
     partial = tmp_path / "scores.parquet.partial"
     deadline = time.monotonic() + 120
     while not any(partial.glob("shard-*.parquet")) and time.monotonic() < deadline and proc.poll() is None:
