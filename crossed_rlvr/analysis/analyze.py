@@ -48,6 +48,7 @@ from crossed_rlvr.analysis.contrasts import (
 )
 from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k, pass_at_k_items
 from crossed_rlvr.analysis.paired import paired_tests
+from crossed_rlvr.eval.records import OPTIONAL as DECODING  # the record contract's decoding fields
 from crossed_rlvr.eval.score_checks import ScoresTableError, read_scores
 from crossed_rlvr.eval.symbolic import is_symbolic_task
 from crossed_rlvr.files import sha256_file
@@ -69,7 +70,6 @@ def load_scores(path: str | Path) -> pd.DataFrame:
         raise AnalysisError(str(err)) from None
 
 
-DECODING = ("temperature", "top_p", "max_new_tokens")
 
 
 def decoding_variants(scores: pd.DataFrame) -> pd.DataFrame:

@@ -23,8 +23,7 @@ CONTENTS = ("<!-- contents -->", "<!-- /contents -->")
 # ------------------------------------------------------------------ precision
 def precision(contrasts: pd.DataFrame) -> dict[str, float]:
     """The bootstrap's Monte Carlo error over every interval endpoint, and the decimals it supports."""
-    err = contrasts.get("mc_error", pd.Series(dtype=float)).dropna()
-    err = err[err.index.isin(contrasts.index[contrasts.unit != "ratio"])] if "unit" in contrasts else err
+    err = contrasts.loc[contrasts.unit != "ratio", "mc_error"].dropna() if "mc_error" in contrasts else pd.Series()
     if err.empty:
         return {"median": math.nan, "p95": math.nan, "max": math.nan, "decimals": 2}
     p95 = float(np.quantile(err, 0.95))
@@ -55,7 +54,7 @@ def _own(contrasts: pd.DataFrame) -> pd.DataFrame:
     return contrasts[~contrasts.template.astype(str).str.endswith(SHARED)]
 
 
-def _ci(row: pd.Series, d: int) -> str:
+def _ci(row: object, d: int) -> str:  # a Series or an itertuples row
     if np.isnan(row.estimate):
         return "n/a"
     if np.isnan(row.ci_low):
@@ -63,7 +62,7 @@ def _ci(row: pd.Series, d: int) -> str:
     return f"{row.estimate:+.2f} [{row.ci_low:+.{d}f}, {row.ci_high:+.{d}f}]"
 
 
-def _excludes_zero(row: pd.Series) -> bool:
+def _excludes_zero(row: object) -> bool:  # a Series or an itertuples row
     return bool(np.isfinite(row.ci_low) and (row.ci_low > 0 or row.ci_high < 0))
 
 
@@ -102,21 +101,18 @@ def sentence(rows: pd.DataFrame) -> str:
     k = len(p.seeds.split())
     where = (f"changed where answers are written (I_P {p.estimate:+.1f} pp): each arm reports in its own convention "
              "more than in the other's"
-             if _excludes_zero(pd.Series(p._asdict())) and p.estimate > 0 else
+             if _excludes_zero(p) and p.estimate > 0 else
              f"changed where answers are written (I_P {p.estimate:+.1f} pp), toward the other arm's convention"
-             if _excludes_zero(pd.Series(p._asdict())) else
+             if _excludes_zero(p) else
              "did not detectably change where answers are written (I_P's interval includes 0)")
-    def moved(r: object) -> bool:
-        return _excludes_zero(pd.Series(r._asdict()))
-
     # I_S reads the requested convention, so it moves with where answers are written; I_MV reads the whole
     # response and says whether they are right (paper 001 §3.2)
     strict = ("" if s is None else f"; the score under the requested convention moved with it (I_S {s.estimate:+.1f} pp)"
-              if moved(s) else "; the score under the requested convention did not detectably move (I_S's interval "
+              if _excludes_zero(s) else "; the score under the requested convention did not detectably move (I_S's interval "
               "includes 0)")
     whether = ("" if mv is None else
                f"; whether answers are right, read from the whole response, changed too (I_MV {mv.estimate:+.1f} pp, "
-               "its interval excluding 0)" if moved(mv) else
+               "its interval excluding 0)" if _excludes_zero(mv) else
                "; whether answers are right, read from the whole response, did not detectably change (I_MV's "
                "interval includes 0)")
     whether = strict + whether
@@ -139,7 +135,7 @@ def headline_block(contrasts: pd.DataFrame, prec: dict[str, float]) -> str:
     for r in rows.itertuples():
         each = ", ".join(f"{s} {v:+.2f}" for s, v in r.each.items())
         table.append(f"| {r.task} | {r.template} | {r.pair} | {r.method} | {r.n_items} | {r.name} | "
-                     f"{_ci(pd.Series(r._asdict()), d)} | {each} |")
+                     f"{_ci(r, d)} | {each} |")
     lines = [sentence(grp) for _, grp in rows.groupby(["task", "template", "pair", "method"], sort=False)]
     return "\n\n".join(lines) + "\n" + "\n".join(["", *table, "",
                       "I_P: crossed interaction of requested-payload presence (where answers are written); I_S: of "

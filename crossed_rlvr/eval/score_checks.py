@@ -114,7 +114,9 @@ def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
         i = int(np.argmax(bad))
         raise ScoresTableError(f"{where}: {_row(df, i)}: field 'sample_idx' is {_show(df['sample_idx'].iloc[i])}; "
                                "expected an integer >= 0")
-    for col in ("temperature", "top_p", "max_new_tokens"):  # optional decoding columns: numbers or null
+    from crossed_rlvr.eval.records import OPTIONAL
+
+    for col in OPTIONAL:  # optional decoding columns: numbers or null
         if col not in df:
             continue
         num = pd.to_numeric(df[col], errors="coerce")
@@ -123,7 +125,7 @@ def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
             i = int(np.argmax(bad))
             raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(df[col].iloc[i])}; expected a "
                                    "number or null")
-    keys = KEYS + [c for c in ("temperature", "top_p", "max_new_tokens") if c in df]  # a sweep: one per setting
+    keys = KEYS + [c for c in OPTIONAL if c in df]  # a sweep: one response per setting
     dup = df.duplicated(keys, keep=False).to_numpy()
     if dup.any():
         rows = np.flatnonzero(dup)

@@ -35,6 +35,7 @@ KEY_COLUMNS = [
     "gen_seed", "finish_reason", "prompt_tokens", "response_tokens", "reference",
 ]
 SHARD_SIZE = 4096
+# the record contract's optional decoding fields (records.OPTIONAL), with their column types
 DECODING_FIELDS = {"temperature": pa.float64(), "top_p": pa.float64(), "max_new_tokens": pa.int64()}
 
 
