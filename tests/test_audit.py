@@ -2,7 +2,8 @@
 
 import pandas as pd
 
-from crossed_rlvr.analysis.audit import audit, audit_section
+from crossed_rlvr.analysis.audit import audit
+from crossed_rlvr.analysis.report.audit import audit_section
 
 
 def test_disagreements_examples_and_timeouts():

@@ -14,10 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from crossed_rlvr.analysis.analyze import main as analyze_main
+from crossed_rlvr.analysis.cli import main as analyze_main
 from crossed_rlvr.calibration.cli import main as calibrate_main
-from crossed_rlvr.eval.importers import main as import_main
-from crossed_rlvr.eval.scoring import main as score_main
+from crossed_rlvr.eval.generate.importers import main as import_main
+from crossed_rlvr.eval.score.scoring import main as score_main
 from crossed_rlvr.rescore.cli import main as rescore_main
 from crossed_rlvr.rewards.conventions import request_suffix
 from tests.analysis_fixtures import cell
@@ -73,7 +73,7 @@ def calibrate_case(change):
 
 def rescore_items_case(item_line: bytes):
     def run(tmp: Path) -> list[str]:
-        from crossed_rlvr.eval.records import write_responses
+        from crossed_rlvr.records import write_responses
 
         write_responses(tmp / "r.jsonl", [rec(0, "initial", reference="A", response="The answer is A."),
                                           rec(0, "grpo-hash/s83", reference="A", response="#### A")])
@@ -153,7 +153,7 @@ CASES = [
      "crossed-rescore: {tmp}/gsm8k-test.jsonl:1: field 'n_options' is 12; expected an integer from 2 to 10"),
     ("rescore: an item file with non-UTF-8 bytes",
      rescore_items_case(b'{"item_id": "0", "question": "\xff", "reference": "A"}'),
-     "crossed-rescore: {tmp}/gsm8k-test.jsonl:1: not UTF-8 text"),
+     "crossed-rescore: {tmp}/gsm8k-test.jsonl:1: not UTF-8 text (byte 30 of the line)"),
     ("rescore: an item with a null reference",
      rescore_items_case(b'{"item_id": "0", "question": "q", "reference": null}'),
      "crossed-rescore: {tmp}/gsm8k-test.jsonl:1: field 'reference' is null"),
@@ -184,7 +184,7 @@ def test_bad_input_is_refused_with_its_first_line(tmp_path, capsys, case, comman
 def test_suffixless_rows_of_two_requests_stay_apart(tmp_path):
     """A dump of our val.parquet whose prompts carry no suffix: data_source keeps each row's request, so the
     boxed rows never fold into the hash cell as extra samples."""
-    from crossed_rlvr.eval.importers import import_verl_dump
+    from crossed_rlvr.eval.generate.importers import import_verl_dump
 
     rows = [_verl_row("crossed_rlvr/gsm8k/hash"), _verl_row("crossed_rlvr/gsm8k/boxed")]
     (tmp_path / "5.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -202,13 +202,13 @@ def test_ctrl_c_ends_a_command_with_one_line_and_its_resume_hint(tmp_path):
     import sys
     import time
 
-    from crossed_rlvr.eval.records import write_responses
+    from crossed_rlvr.records import write_responses
 
     records = [rec(i, policy, request, response=f"Step 1: {i} + 1 = {i + 1}\n#### {i + 1}")
                for policy in ("initial", "grpo-hash/s83") for request in ("hash", "boxed") for i in range(2500)]
     write_responses(tmp_path / "a.jsonl", records)
     out = tmp_path / "scores.parquet"
-    cmd = [sys.executable, "-m", "crossed_rlvr.eval.scoring", str(tmp_path / "a.jsonl"), "-o", str(out),
+    cmd = [sys.executable, "-m", "crossed_rlvr.eval.score.scoring", str(tmp_path / "a.jsonl"), "-o", str(out),
            "--workers", "2"]
     # as from a terminal: SIGINT not ignored in the command, even when the suite itself was started in the
     # background (`cmd &` starts it with SIGINT ignored, a disposition children inherit; a handled signal is

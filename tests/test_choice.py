@@ -55,7 +55,7 @@ def test_benchmarks_are_tasks_of_the_evaluator(tmp_path):
     from hydra import compose, initialize_config_module
 
     from crossed_rlvr.conf.checks import check_eval
-    from crossed_rlvr.eval.runner import frozen_items
+    from crossed_rlvr.eval.generate.plan import frozen_items
 
     path = tmp_path / "mmlu_pro.jsonl"
     path.write_text(json.dumps(ROWS["mmlu_pro"]) + "\n")

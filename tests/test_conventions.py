@@ -2,7 +2,7 @@
 
 import pytest
 
-from crossed_rlvr.eval.payload import detect
+from crossed_rlvr.eval.score.payload import detect
 from crossed_rlvr.rewards import CONVENTIONS, REQUESTS, TEMPLATES, get_convention, request_suffix, reward
 
 

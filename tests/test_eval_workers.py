@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from crossed_rlvr.eval.runner import RunError, run_eval
+from crossed_rlvr.eval.generate.plan import RunError
+from crossed_rlvr.eval.generate.runner import run_eval
 from tests.test_runner import cfg_for, overrides, tiny  # noqa: F401  (tiny: the module's model fixture)
 
 N_ITEMS = 12
@@ -111,7 +112,7 @@ def test_a_shard_out_of_retries_is_reported_and_the_rerun_completes(tmp_path, ti
 
 def test_a_killed_driver_resumes_to_the_serial_files(tmp_path, tiny, serial):  # noqa: F811
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "crossed_rlvr.eval.runner", *args(run, tiny, workers(2, 3))]
+    cmd = [sys.executable, "-m", "crossed_rlvr.eval.generate.cli", *args(run, tiny, workers(2, 3))]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 180
     shards = []
@@ -173,8 +174,8 @@ def _stop_cluster(temp_dir: str) -> None:
 
 
 def test_the_slurm_script_starts_ray_as_the_arms_do_then_drives_every_gpu(tmp_path):
-    from crossed_rlvr.eval.workers import main
-    from crossed_rlvr.train.verl_engine import RAY_CLUSTER
+    from crossed_rlvr.cluster import RAY_CLUSTER
+    from crossed_rlvr.eval.generate.workers import main
 
     out = tmp_path / "eval.sbatch"
     assert main(["slurm", "--nodes", "2", "--gpus-per-node", "8", "--cpus-per-node", "32", "-o", str(out), "--",

@@ -73,7 +73,7 @@ def _records(task, policy, keys, texts, request="boxed"):
 
 
 def _write(tmp_path, records, name="r.jsonl"):
-    from crossed_rlvr.eval.records import write_responses
+    from crossed_rlvr.records import write_responses
 
     write_responses(tmp_path / name, records)
     return tmp_path / name
@@ -109,7 +109,7 @@ def test_a_key_outside_the_assumed_options_is_refused_not_misread(tmp_path, caps
 def test_benchmarks_with_the_same_item_ids_pool_in_one_run(tmp_path):
     """Loaders number MMLU, AQuA-RAT, SAT-Math and BBH items by row: the record key holds the task, so
     several benchmarks are re-scored and pooled in one command (issue 23, case 2)."""
-    from crossed_rlvr.eval.records import read_responses
+    from crossed_rlvr.records import read_responses
     from crossed_rlvr.rescore.cli import runs_from_records
 
     recs = []
@@ -251,8 +251,8 @@ def test_a_plain_prompt_and_a_harness_prompt_are_names_crossed_rescore_reads(tmp
     harnesses' own): lm-eval samples of a prompt with no request suffix import under ``--request plain`` (or
     a harness prompt's name), crossed-rescore pools them, and crossed-score refuses them with the reason
     (its readers need a requested convention) -- issue 23, case 8."""
-    from crossed_rlvr.eval.importers import main as import_main
-    from crossed_rlvr.eval.scoring import main as score_main
+    from crossed_rlvr.eval.generate.importers import main as import_main
+    from crossed_rlvr.eval.score.scoring import main as score_main
     from crossed_rlvr.rescore.cli import main
 
     def samples(name, answers):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from crossed_rlvr.eval.generation import ContextLengthError, GenParams, HFBackend
+from crossed_rlvr.eval.generate.engines import ContextLengthError, GenParams, HFBackend
 from crossed_rlvr.policies.loading import load_policy, load_tokenizer
 from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
 from crossed_rlvr.prompts import messages, render

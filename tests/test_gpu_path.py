@@ -253,11 +253,11 @@ def test_verl_validation_of_both_arms_over_training_is_analysed_crossed(paper_gs
     import numpy as np
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from crossed_rlvr.analysis.analyze import analyze
-    from crossed_rlvr.eval.importers import main as import_main
-    from crossed_rlvr.eval.scoring import score_files
+    from crossed_rlvr.analysis.cli import analyze
+    from crossed_rlvr.eval.generate.importers import main as import_main
+    from crossed_rlvr.eval.score.scoring import score_files
     from crossed_rlvr.policies.loading import load_tokenizer
-    from crossed_rlvr.rewards.verl_entry import compute_score
+    from crossed_rlvr.train.verl_reward import compute_score
 
     tok = load_tokenizer(local["model"])
     responses = tmp_path / "responses"
@@ -359,7 +359,7 @@ def test_vllm_engines_are_shut_down_between_policies(local, tmp_path, monkeypatc
     (vLLM itself replaced by a stand-in that records calls: this machine has no GPU)."""
     import types
 
-    from crossed_rlvr.eval.runner import run_eval
+    from crossed_rlvr.eval.generate.runner import run_eval
     from crossed_rlvr.policies.loading import copy_tokenizer_files
 
     fake = types.ModuleType("vllm")
@@ -392,10 +392,10 @@ def test_vllm_engines_are_shut_down_between_policies(local, tmp_path, monkeypatc
 def test_verl_validation_dump_imports_into_crossed_cells(paper_gsm8k, local, tmp_path):
     """A dump in verl 0.9.1's format (``input``, ``output``, ``gts``, ``score``, ``step``) of the arm's
     validation under both requests imports into hash and boxed cells whose items pair, and scores."""
-    from crossed_rlvr.eval.importers import import_verl_dump
-    from crossed_rlvr.eval.records import write_responses
-    from crossed_rlvr.eval.scoring import score_files
+    from crossed_rlvr.eval.generate.importers import import_verl_dump
+    from crossed_rlvr.eval.score.scoring import score_files
     from crossed_rlvr.policies.loading import load_tokenizer
+    from crossed_rlvr.records import write_responses
 
     tok = load_tokenizer(local["model"])
     val = pd.read_parquet(paper_gsm8k / "train" / "hash" / "s83" / "data" / "val.parquet")

@@ -5,9 +5,9 @@ import json
 import pandas as pd
 import pytest
 
-from crossed_rlvr.eval.importers import import_lm_eval, import_verl_dump, main, reference_from_target
-from crossed_rlvr.eval.records import ResponseFileError, read_responses
-from crossed_rlvr.eval.scoring import score_files
+from crossed_rlvr.eval.generate.importers import import_lm_eval, import_verl_dump, main, reference_from_target
+from crossed_rlvr.eval.score.scoring import score_files
+from crossed_rlvr.records import ResponseFileError, read_responses
 
 
 def lm_eval_file(tmp_path, name="samples_gsm8k_2026-01-01T00-00-00.jsonl", repeats=2):
@@ -82,7 +82,7 @@ def test_lm_eval_folder_keeps_the_crossing(tmp_path):
 
 
 def test_policy_identity_is_read_from_the_name_and_checked():
-    from crossed_rlvr.eval.importers import policy_identity
+    from crossed_rlvr.eval.generate.importers import policy_identity
 
     assert policy_identity("sft-boxed/s84") == ("boxed", 84)
     assert policy_identity("initial") == ("initial", None)
@@ -176,8 +176,8 @@ def test_reference_from_target():
 
 
 def test_imported_set_without_a_crossed_pair_says_what_is_missing(tmp_path, capsys):
-    from crossed_rlvr.analysis.analyze import analyze
-    from crossed_rlvr.eval.records import write_responses
+    from crossed_rlvr.analysis.cli import analyze
+    from crossed_rlvr.records import write_responses
 
     folder = crossed_lm_eval_folder(tmp_path)
     files = []

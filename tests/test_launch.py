@@ -52,8 +52,8 @@ def test_budget_is_read_from_verls_composed_config(paper_gsm8k):  # noqa: F811
 
 
 def test_configured_cpus_below_the_budget_are_refused_before_any_script(local, tmp_path):  # noqa: F811
+    from crossed_rlvr.conf.checks import RecipeError
     from crossed_rlvr.study.pipeline import Study
-    from crossed_rlvr.train.recipe import RecipeError
 
     with pytest.raises(RecipeError, match=r"engine.cpus_per_node=8 offers Ray 8 CPUs .*8 CPUs < 13"):
         Study(study_cfg(tmp_path / "r", "experiment=gpu-smoke", "stages=prepare", "engine.cpus_per_node=8",
@@ -175,7 +175,7 @@ def test_join_wait_counts_nodes_and_fails_loudly():
     subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
                     f"--temp-dir={short}"], check=True, capture_output=True, timeout=120)
     def wait(n: int, timeout: int) -> subprocess.CompletedProcess:  # as the SLURM script runs it
-        return subprocess.run([sys.executable, "-m", "crossed_rlvr.train.verl_launch", "--wait-nodes", str(n),
+        return subprocess.run([sys.executable, "-m", "crossed_rlvr.cluster", "--wait-nodes", str(n),
                                "--address", f"127.0.0.1:{port}", "--join-timeout", str(timeout)],
                               capture_output=True, text=True, timeout=240, check=False)
 
@@ -231,7 +231,7 @@ def test_strata_files_are_checked_line_by_line(tmp_path):
     assert [stratum_of(c, 4) for c in (4, 3, 1, 0)] == ["s1_easy", "s2_medium", "s2_medium", "s3_hard"]
     bad = tmp_path / "s.jsonl"
     cases = [('{"item_id": "a", "stratum": "x"}\n{"item_id": "b"}\n', r"s.jsonl:2: field 'stratum'"),
-             ('{"item_id": "a", "stratum": "x"}\nnot json\n', r"s.jsonl:2: not JSON"),
+             ('{"item_id": "a", "stratum": "x"}\nnot json\n', r"s.jsonl:2: not valid JSON"),
              ('{"item_id": "a", "stratum": "x"}\n{"item_id": "a", "stratum": "y"}\n', r"s.jsonl:2: item_id 'a' repeated"),
              ("", r"empty strata file"), ('[1]\n', r"s.jsonl:1: expected an object")]
     for text, message in cases:
@@ -255,8 +255,8 @@ def test_a_task_without_strata_gets_one_clear_error(local, tmp_path):  # noqa: F
 def test_strata_estimated_with_the_initial_policy_are_frozen_into_both_arms(local, tmp_path):  # noqa: F811
     """With the CPU backend the study estimates the strata itself (2 samples per item, Math-Verify), freezes
     them in data/strata.jsonl, and both arms' configs carry its sha256 (so the matched-arm check covers it)."""
+    from crossed_rlvr.conf.checks import RecipeError
     from crossed_rlvr.study.pipeline import Study
-    from crossed_rlvr.train.recipe import RecipeError
     from crossed_rlvr.train.strata import NAMES
 
     run = tmp_path / "est"
@@ -290,8 +290,8 @@ def test_verl_v1_validation_dumps_reach_the_studys_over_training_section(local, 
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     from crossed_rlvr.policies.loading import load_tokenizer
-    from crossed_rlvr.rewards.verl_entry import compute_score
     from crossed_rlvr.study.pipeline import Study
+    from crossed_rlvr.train.verl_reward import compute_score
 
     run = tmp_path / "gpu-study"
     study = Study(study_cfg(run, "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare", "arms.seeds=[83]",

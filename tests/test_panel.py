@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from crossed_rlvr.eval import Item, columns, mathverify, readers, score_many, score_response
+from crossed_rlvr.eval.score import Item, columns, mathverify, readers, score_many, score_response
 
 
 def test_score_many_matches_in_process_and_keeps_order():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from crossed_rlvr.eval import detect, score_response
+from crossed_rlvr.eval.score import detect, score_response
 
 # response, hash payload?, boxed payload?
 CASES = [

@@ -2,7 +2,7 @@
 
 import pytest
 
-from crossed_rlvr.eval import READERS, get_reader, score_response
+from crossed_rlvr.eval.score import READERS, get_reader, score_response
 
 FILLER = " and that is the end of the explanation." * 10  # 400 characters
 QUOTED = 'You asked me to output the final answer after "####".'

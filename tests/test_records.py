@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from crossed_rlvr.eval.records import ResponseFileError, read_responses, write_responses
-from crossed_rlvr.eval.scoring import score_files
+from crossed_rlvr.eval.score.scoring import score_files
+from crossed_rlvr.records import ResponseFileError, read_responses, write_responses
 
 
 def rec(item=0, policy="initial", request="hash", template="original", sample=0, **kw):

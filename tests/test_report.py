@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossed_rlvr.analysis.analyze import analyze
 from crossed_rlvr.analysis.bootstrap import endpoint_mc_error
-from crossed_rlvr.analysis.headline import collapse_columns, endpoint_decimals, headline_rows
+from crossed_rlvr.analysis.cli import analyze
+from crossed_rlvr.analysis.report.headline import collapse_columns, endpoint_decimals, headline_rows
 from tests.analysis_fixtures import cell, write
 
 
@@ -164,7 +164,7 @@ def test_examples_show_the_same_item_under_both_requests_for_every_policy(tmp_pa
     import subprocess
     import sys
 
-    from crossed_rlvr.eval.records import write_responses
+    from crossed_rlvr.records import write_responses
     from tests.test_records import rec
 
     run = tmp_path / "run" / "responses"
@@ -174,7 +174,7 @@ def test_examples_show_the_same_item_under_both_requests_for_every_policy(tmp_pa
             for req in ("hash", "boxed") for i in range(10)]
     write_responses(run / "r.jsonl", recs)
     scores = tmp_path / "scores.parquet"
-    subprocess.run([sys.executable, "-m", "crossed_rlvr.eval.scoring", str(run), "-o", str(scores), "--workers", "0"],
+    subprocess.run([sys.executable, "-m", "crossed_rlvr.eval.score.scoring", str(run), "-o", str(scores), "--workers", "0"],
                    check=True, capture_output=True)
     out = analyze(scores, tmp_path / "o", n_resamples=100, figures=False)
     ex = pd.read_json(out / "examples.jsonl", lines=True)
@@ -218,10 +218,10 @@ def test_a_decoding_sweep_is_one_study_with_a_table_per_setting(tmp_path):
 
 
 def test_crossed_eval_records_carry_their_decoding_and_scores_keep_it(tmp_path):
-    from crossed_rlvr.eval.records import read_responses
-    from crossed_rlvr.eval.runner import run_eval
-    from crossed_rlvr.eval.scoring import score_files
+    from crossed_rlvr.eval.generate.runner import run_eval
+    from crossed_rlvr.eval.score.scoring import score_files
     from crossed_rlvr.policies.tiny import build_tiny_model
+    from crossed_rlvr.records import read_responses
     from tests.test_generation import SMALL
     from tests.test_runner import cfg_for, overrides
 

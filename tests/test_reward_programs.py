@@ -3,8 +3,8 @@
 import pytest
 
 from crossed_rlvr.rewards import REWARD_PROGRAMS, reward
-from crossed_rlvr.rewards.trl_entry import make_trl_reward
-from crossed_rlvr.rewards.verl_entry import compute_score
+from crossed_rlvr.train.trl_reward import make_trl_reward
+from crossed_rlvr.train.verl_reward import compute_score
 
 FILLER = " and that is the end of the explanation." * 10  # 400 characters
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_module
 
-from crossed_rlvr.eval.records import read_responses
-from crossed_rlvr.eval.runner import RunError, run_eval
+from crossed_rlvr.eval.generate.plan import RunError
+from crossed_rlvr.eval.generate.runner import run_eval
 from crossed_rlvr.policies.tiny import build_tiny_model
+from crossed_rlvr.records import read_responses
 from crossed_rlvr.tasks.items import ItemFileError
 from tests.test_generation import SMALL
 
@@ -67,7 +68,7 @@ def test_killed_run_resumes_to_identical_files(tmp_path, tiny):
     args = overrides(tmp_path / "ref", tiny, n_items=24, extra=["eval.batch_size=2", "eval.max_new_tokens=40"])
     run_eval(cfg_for(*args), progress=False)
     killed = overrides(tmp_path / "killed", tiny, n_items=24, extra=["eval.batch_size=2", "eval.max_new_tokens=40"])
-    cmd = [sys.executable, "-m", "crossed_rlvr.eval.runner", *killed]
+    cmd = [sys.executable, "-m", "crossed_rlvr.eval.generate.cli", *killed]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     partial = tmp_path / "killed" / "responses" / ".partial"
     deadline = time.monotonic() + 120
@@ -88,7 +89,7 @@ def test_killed_run_resumes_to_identical_files(tmp_path, tiny):
 
 
 def test_cli_error_is_one_clear_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.eval.runner", f"run_dir={tmp_path}",
+    proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.eval.generate.cli", f"run_dir={tmp_path}",
                            f"model.path={tmp_path / 'missing'}", "tracking=off"], capture_output=True, text=True,
                           check=False)
     assert proc.returncode != 0

@@ -6,8 +6,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crossed_rlvr.eval import Item, columns, score_many, score_response
-from crossed_rlvr.eval.readers import READERS
+from crossed_rlvr.eval.score import Item, columns, score_many, score_response
+from crossed_rlvr.eval.score.readers import READERS
 
 ATOMS = ["####", "#### ", "\\boxed{", "}", "{", "\\{", "$", "**", "-", ".", ",", "\n", " ", "1", "23", "4.5",
          '{"answer": ', "<answer>", "</answer>", "\\frac{1}{2}", "Step", "'####'"]
@@ -75,7 +75,7 @@ def test_multi_megabyte_and_deeply_nested_responses_are_fast():
 @given(text=st.lists(st.sampled_from(["1", "23", ",", ".", "-", "x", " ", "4,567", "$", "\n", "a.5"]), max_size=80)
        .map("".join))
 def test_fast_last_number_equals_full_scan(text):
-    from crossed_rlvr.eval import text as tx
+    from crossed_rlvr import text as tx
 
     full = tx.numbers(text)
     assert tx.last_number(text) == (full[-1] if full else None)

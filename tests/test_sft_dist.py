@@ -91,7 +91,7 @@ def test_hub_named_base_gives_arms_with_their_tokenizer_and_chat_template(base, 
     from omegaconf import OmegaConf
     from transformers import AutoTokenizer
 
-    from crossed_rlvr.eval.runner import run_eval
+    from crossed_rlvr.eval.generate.runner import run_eval
 
     cache = tmp_path / "hub"
     hub_cache(base, cache, "crossed-test/tiny-instruct")

@@ -204,7 +204,7 @@ def test_presets_compose(tmp_path):
 
 
 def test_output_hash_ignores_tracking_logs(tmp_path):
-    from crossed_rlvr.study.stamps import tree_sha256
+    from crossed_rlvr.files import tree_sha256
 
     (tmp_path / "report.md").write_text("r")
     before = tree_sha256(tmp_path)

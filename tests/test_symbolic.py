@@ -10,9 +10,9 @@ import json
 import pandas as pd
 import pytest
 
-from crossed_rlvr.analysis.analyze import analyze
-from crossed_rlvr.eval import score_response
-from crossed_rlvr.eval.scoring import score_files
+from crossed_rlvr.analysis.cli import analyze
+from crossed_rlvr.eval.score import score_response
+from crossed_rlvr.eval.score.scoring import score_files
 
 # response, reference, request, math_strict (answer, correct), math_verify_payload (last) correct
 CASES = [

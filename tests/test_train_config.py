@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
+from crossed_rlvr.conf.checks import RecipeError, check_config
 from crossed_rlvr.train.cli import resolved
 from crossed_rlvr.train.matched import check_and_record
 from crossed_rlvr.train.proposal import frozen_proposal
-from crossed_rlvr.train.recipe import RecipeError, check_config, training_rows, write_rows
+from crossed_rlvr.train.recipe import training_rows, write_rows
 from crossed_rlvr.train.translate import shared_knobs_trl, shared_knobs_verl, trl_args, verl_overrides
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from crossed_rlvr.eval.runner import run_eval
+from crossed_rlvr.eval.generate.runner import run_eval
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.tracking import offline_runs
 from crossed_rlvr.train.cli import run_train

@@ -44,7 +44,7 @@ def test_overrides_compose_on_verl_config(prepared):
     assert actor.loss_agg_mode == "seq-mean-token-mean" and actor.use_kl_loss is False and actor.entropy_coeff == 0
     assert actor.clip_ratio_low == actor.clip_ratio_high == 0.2 and actor.optim.lr == 5e-5
     assert cfg.actor_rollout_ref.rollout.n == 8 and cfg.data.train_batch_size == 8
-    assert cfg.reward.custom_reward_function.path.endswith("crossed_rlvr/rewards/verl_entry.py")
+    assert cfg.reward.custom_reward_function.path.endswith("crossed_rlvr/train/verl_reward.py")
     assert cfg.data.filter_overlong_prompts is True
     for script in ("launch_single_node.sh", "launch_slurm_ray.sbatch"):
         text = (tmp / "arm" / script).read_text()

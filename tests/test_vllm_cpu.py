@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from crossed_rlvr.eval.records import read_responses
 from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
+from crossed_rlvr.records import read_responses
 
 ROOT = Path(__file__).resolve().parent.parent
 # vLLM's CPU attention needs head_dim >= 32

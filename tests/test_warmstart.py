@@ -6,8 +6,8 @@ test suite; the full run is what ``make study`` does. Held-out probe items, samp
 
 from hydra import compose, initialize_config_module
 
-from crossed_rlvr.eval.generation import GenParams, HFBackend
-from crossed_rlvr.eval.panel import score_response
+from crossed_rlvr.eval.generate.engines import GenParams, HFBackend
+from crossed_rlvr.eval.score.panel import score_response
 from crossed_rlvr.policies.loading import load_policy
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.sft.cli import warmstart

@@ -1,29 +1,20 @@
-"""``crossed-analyze``: scores table -> cells, contrasts, coverage, paired tests, report, figures.
+"""The analysis of one scores table: cells, contrasts with paired-bootstrap intervals, coverage, paired
+tests, lengths, sampling runs, examples and the reader audit (paper 001 §2-§3, App. B-D; paper 002 §4-§5).
 
-Outputs (a folder, DESIGN.md "Contracts"): ``cells.csv`` (one row per cell and measure, with n),
-``contrasts.csv`` (one row per contrast with its paired-bootstrap interval), ``report.md``,
-``figures/*.png`` and ``manifest.json`` with the sha256 of every input. The folder is written
-whole into a temporary sibling and then moved into place, and an existing folder is never
-replaced unless ``--overwrite`` is given.
+Computing only: ``analysis/report/write.py`` writes what ``compute`` returns, and ``analysis/cli.py``
+(``crossed-analyze``) runs both into a folder.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import shutil
-import sys
-import tempfile
-import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from crossed_rlvr import __version__
 from crossed_rlvr.analysis.bootstrap import (
     endpoint_mc_error,
     paired_mean_intervals,
@@ -39,7 +30,6 @@ from crossed_rlvr.analysis.cells import (
     policy_table,
 )
 from crossed_rlvr.analysis.contrasts import (
-    AmbiguousPolicies,
     Contrast,
     arms_by_seed,
     build_contrasts,
@@ -48,12 +38,9 @@ from crossed_rlvr.analysis.contrasts import (
 )
 from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k, pass_at_k_items
 from crossed_rlvr.analysis.paired import paired_tests
-from crossed_rlvr.eval.records import OPTIONAL as DECODING  # the record contract's decoding fields
-from crossed_rlvr.eval.score_checks import ScoresTableError, read_scores
-from crossed_rlvr.eval.symbolic import is_symbolic_task
-from crossed_rlvr.files import sha256_file
-from crossed_rlvr.interrupt import stops_cleanly
-from crossed_rlvr.machine import machine
+from crossed_rlvr.eval.score.checks import ScoresTableError, read_scores
+from crossed_rlvr.eval.score.symbolic import is_symbolic_task
+from crossed_rlvr.records import OPTIONAL as DECODING  # the record contract's decoding fields
 
 DEFAULT_RESAMPLES = 20_000  # MC error of endpoints ~0.1 pp on GSM8K-size cells; ~2 s per 22-cell study (bench_analysis)
 DEFAULT_RNG_SEED = 20260919  # the study's analysis.rng_seed too: re-analysing its scores with defaults gives its intervals
@@ -389,7 +376,7 @@ def example_rows(df: pd.DataFrame, inputs: list[Path], per_template: int = 2, rn
                  ) -> pd.DataFrame:
     """``per_template`` items per wording (seeded choice) with every policy's first response under every
     request, its strict correctness and payload, read back from the scored response files."""
-    from crossed_rlvr.eval.records import ResponseFileError, read_responses
+    from crossed_rlvr.records import ResponseFileError, read_responses
 
     files = [f for f in inputs if f.exists()]
     if not files:
@@ -418,23 +405,36 @@ def example_rows(df: pd.DataFrame, inputs: list[Path], per_template: int = 2, rn
     return pd.DataFrame(rows)
 
 
-def analyze(
-    scores_path: str | Path,
-    out_dir: str | Path,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    rng_seed: int = DEFAULT_RNG_SEED,
-    overwrite: bool = False,
-    figures: bool = True,
-    tracking: str = "off",
-    project: str = "crossed-rlvr",
-    entity: str | None = None,
-    group: str | None = None,
-) -> Path:
-    """Run the whole analysis of one scores table into ``out_dir``."""
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it or choose another folder")
-    start = time.perf_counter()
+@dataclass
+class Analysis:
+    """Everything the analysis computed from one scores table; ``analysis/report`` writes it out."""
+
+    scores_path: Path
+    scores: pd.DataFrame          # the table as read (decoding variants split into tasks)
+    df: pd.DataFrame              # with derived measures and the shared-wording cells
+    cells: pd.DataFrame
+    contrasts: pd.DataFrame
+    coverage: pd.DataFrame
+    paired: pd.DataFrame
+    checks: dict[str, Any]
+    lengths: pd.DataFrame
+    sampling: pd.DataFrame
+    examples: pd.DataFrame
+    audit_rates: pd.DataFrame
+    audit_examples: pd.DataFrame
+    protocol: dict[str, Any]
+    n_resamples: int
+    rng_seed: int
+
+
+def compute(scores_path: str | Path, n_resamples: int = DEFAULT_RESAMPLES, rng_seed: int = DEFAULT_RNG_SEED
+            ) -> Analysis:
+    """Cells, contrasts with paired-bootstrap intervals, coverage, paired tests, lengths, sampling runs,
+    example responses, the reader audit and the protocol card of one scores table (nothing is written)."""
+    from crossed_rlvr.analysis.audit import audit
+    from crossed_rlvr.analysis.cells import reader_names
+    from crossed_rlvr.analysis.protocol import collect, response_files
+
     scores = decoding_variants(load_scores(scores_path))
     df, measures = derive_measures(scores)
     df = add_shared_wording_cells(df)
@@ -448,117 +448,15 @@ def analyze(
         cells = pd.concat([cells, *extra], ignore_index=True)
     contrasts, checks = contrast_rows(groups, policies, n_resamples, rng_seed)
     contrasts = pd.concat([contrasts, item_contrast_rows(groups, n_resamples, rng_seed)], ignore_index=True)
-    coverage = coverage_rows(groups)
-    paired = paired_test_rows(groups, policies)
     a1 = cells[cells.measure == "a1_violation"]
     checks["a1_max_violation_rate"] = float(a1["value"].max()) if len(a1) else 0.0
     checks["math_verify_timeouts"] = int(cells.loc[cells.measure == "count.timeout.math_verify", "value"].sum())
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        cells.to_csv(tmp / "cells.csv", index=False, float_format="%.10g")
-        contrasts.to_csv(tmp / "contrasts.csv", index=False, float_format="%.10g")
-        coverage.to_csv(tmp / "coverage.csv", index=False, float_format="%.10g")
-        paired.to_csv(tmp / "paired_tests.csv", index=False, float_format="%.10g")
-        from crossed_rlvr.analysis.report import write_figures, write_report
-
-        figs = write_figures(cells, contrasts, tmp / "figures") if figures else []
-        from crossed_rlvr.analysis.protocol import collect, response_files
-        from crossed_rlvr.analysis.report import (
-            examples_section,
-            length_table,
-            sampling_table,
-            significance_table,
-        )
-
-        protocol = collect(scores_path, scores, n_resamples, rng_seed)
-        lengths = length_rows(df)
-        lengths.to_csv(tmp / "lengths.csv", index=False, float_format="%.10g")
-        examples = example_rows(df, response_files(scores_path), rng_seed=rng_seed)
-        examples.to_json(tmp / "examples.jsonl", orient="records", lines=True, force_ascii=False)
-        sampling = sampling_rows(df)
-        sampling.to_csv(tmp / "sampling_runs.csv", index=False, float_format="%.10g")
-        extra = ["\n## Significance of the gains (paper 002 §4.2)\n", significance_table(paired),
-                 "\n## Sampling runs (paper 002 §4.1)\n", sampling_table(sampling, df),
-                 "\n## Appendix: response length by correctness (paper 002 §5.2)\n", length_table(lengths),
-                 "\n## Appendix: example responses per crossed cell\n", examples_section(examples)]
-        write_report(tmp / "report.md", cells, contrasts, coverage, paired, checks, figs,
-                     n_resamples=n_resamples, rng_seed=rng_seed, protocol=protocol, extra_sections=extra)
-        from crossed_rlvr.analysis.over_training import write_over_training
-
-        over = write_over_training(contrasts, tmp, figure=figures)
-        if over is not None:  # validation checkpoints <arm>@step<K>: the interactions over training
-            with (tmp / "report.md").open("a", encoding="utf-8") as fh:
-                fh.write("\n" + over + "\n")
-        from crossed_rlvr.analysis.audit import audit, audit_section
-        from crossed_rlvr.analysis.cells import reader_names
-
-        rates, examples = audit(scores, reader_names(scores), ["task", "template", "policy", "request"],
-                                ["task", "policy", "request", "template", "item_id", "sample_idx"])
-        rates.to_csv(tmp / "reader_audit.csv", index=False, float_format="%.10g")
-        examples.to_json(tmp / "reader_audit_examples.jsonl", orient="records", lines=True, force_ascii=False)
-        with (tmp / "report.md").open("a", encoding="utf-8") as fh:
-            fh.write("\n## Reader audit\n\nEvery pair of readers and every training reward program against its "
-                     "evaluation reader: disagreement per cell in `reader_audit.csv`, up to five examples of each "
-                     "kind in `reader_audit_examples.jsonl`; Math-Verify timeouts are counted apart.\n\n"
-                     + audit_section(rates, examples) + "\n")
-        manifest = {
-            "kind": "crossed-rlvr analysis", "crossed_rlvr_version": __version__,
-            "inputs": [{"path": str(scores_path), "sha256": sha256_file(Path(scores_path))}],
-            "n_resamples": n_resamples, "rng_seed": rng_seed, "checks": checks, "machine": machine(),
-            "protocol": protocol,
-            "outputs": sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file()),
-        }
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        from crossed_rlvr.analysis.headline import add_contents
-
-        add_contents(tmp / "report.md")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if not (contrasts.name == "interaction").any():
-        from crossed_rlvr.analysis.report import crossing_gaps
-
-        print("crossed-analyze: no crossed pair (arms of both conventions, each under both requests); missing:\n"
-              + "\n".join(f"  - {g}" for g in crossing_gaps(cells)), file=sys.stderr)
-    if tracking != "off":
-        from omegaconf import OmegaConf
-
-        from crossed_rlvr.analysis.tracking import log_analysis
-
-        block = {"mode": tracking, "project": project, "entity": entity, "group": group, "tags": []}
-        log_analysis(out, OmegaConf.create(block), study=group, scores=Path(scores_path))
-    print(f"analysis of {len(scores):,} responses in {time.perf_counter() - start:.1f} s -> {out}", file=sys.stderr)
-    return out
-
-
-@stops_cleanly("crossed-analyze")
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="crossed-analyze", description="Crossed analysis of a scores table.")
-    parser.add_argument("scores", help="scores table (Parquet) from crossed-score")
-    parser.add_argument("-o", "--out", required=True, help="output folder")
-    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="paired bootstrap resamples")
-    parser.add_argument("--rng-seed", type=int, default=DEFAULT_RNG_SEED)
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
-    parser.add_argument("--no-figures", action="store_true")
-    parser.add_argument("--tracking", choices=["off", "offline", "online"], default="off",
-                        help="log to wandb (offline writes a local run folder to sync later)")
-    parser.add_argument("--project", default="crossed-rlvr", help="wandb project")
-    parser.add_argument("--entity", default=None, help="wandb entity (team); default: yours")
-    parser.add_argument("--group", default=None, help="wandb group, e.g. the study the scores come from")
-    args = parser.parse_args(argv)
-    try:
-        analyze(args.scores, args.out, args.resamples, args.rng_seed, args.overwrite, not args.no_figures, args.tracking,
-                args.project, args.entity, args.group)
-    except (AnalysisError, AmbiguousPolicies, FileExistsError) as err:
-        print(f"crossed-analyze: {err}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    rates, audit_examples = audit(scores, reader_names(scores), ["task", "template", "policy", "request"],
+                                  ["task", "policy", "request", "template", "item_id", "sample_idx"])
+    return Analysis(
+        scores_path=Path(scores_path), scores=scores, df=df, cells=cells, contrasts=contrasts,
+        coverage=coverage_rows(groups), paired=paired_test_rows(groups, policies), checks=checks,
+        lengths=length_rows(df), sampling=sampling_rows(df),
+        examples=example_rows(df, response_files(scores_path), rng_seed=rng_seed),
+        audit_rates=rates, audit_examples=audit_examples,
+        protocol=collect(scores_path, scores, n_resamples, rng_seed), n_resamples=n_resamples, rng_seed=rng_seed)

@@ -20,12 +20,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from crossed_rlvr.eval.payload import CATEGORIES
-from crossed_rlvr.eval.symbolic import is_symbolic_task
+from crossed_rlvr.eval.score.payload import CATEGORIES
+from crossed_rlvr.eval.score.readers import (
+    LENIENT,
+    STRICT,
+    SYMBOLIC_LENIENT,
+    SYMBOLIC_PAYLOAD,
+    SYMBOLIC_STRICT,
+)
+from crossed_rlvr.eval.score.symbolic import is_symbolic_task
 from crossed_rlvr.tasks.items import item_order
 
-STRICT = {"hash": "strict_first_hash", "boxed": "boxed_first", "json": "json_first", "xml": "xml_first"}
-LENIENT = {"hash": "lenient_hash_fallback", "boxed": "lenient_boxed_fallback"}
 CELL_KEYS = ["task", "template", "policy", "request"]
 
 
@@ -33,10 +38,6 @@ def reader_names(scores: pd.DataFrame) -> list[str]:
     return [c[: -len(".correct")] for c in scores.columns if c.endswith(".correct")]
 
 
-# Tasks whose answers are symbolic (MATH500): task-aware readers (App. B.4, D.3.1), see is_symbolic_task.
-SYMBOLIC_STRICT = {"hash": "math_strict", "boxed": "math_strict"}
-SYMBOLIC_LENIENT = {"hash": "math_lenient", "boxed": "math_lenient"}
-SYMBOLIC_PAYLOAD = {"hash": "payload_any.hash", "boxed": "payload.boxed"}
 
 
 def _pick(scores: pd.DataFrame, mapping: dict[str, str], suffix: str,
@@ -75,7 +76,7 @@ def diagnostic_measures(df: pd.DataFrame) -> dict[str, pd.Series]:
 
 
 def symbolic_only_readers() -> set[str]:
-    from crossed_rlvr.eval.readers import READERS
+    from crossed_rlvr.eval.score.readers import READERS
 
     return {name for name, r in READERS.items() if getattr(r, "symbolic_only", False)}
 

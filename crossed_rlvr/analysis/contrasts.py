@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from crossed_rlvr.analysis.cells import LENIENT, Group
+from crossed_rlvr.analysis.cells import Group
+from crossed_rlvr.eval.score.readers import LENIENT
 
 PAIRS = (("hash", "boxed"), ("json", "xml"))  # (convention H, convention B) crossed with requests h, b
 

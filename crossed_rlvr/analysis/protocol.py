@@ -25,7 +25,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 def response_files(scores_path: str | Path) -> list[Path]:
     """The response files a scores table was made from (its manifest's inputs)."""
-    from crossed_rlvr.eval.scoring import manifest_path
+    from crossed_rlvr.eval.score.scoring import manifest_path
 
     return [Path(i["path"]) for i in _read(manifest_path(Path(scores_path))).get("inputs", [])]
 

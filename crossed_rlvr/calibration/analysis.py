@@ -80,7 +80,7 @@ def settings(obs: pd.DataFrame, scores: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def reader_accuracy(scores: pd.DataFrame, state: str, role: str) -> float:
-    from crossed_rlvr.eval.symbolic import is_symbolic_task
+    from crossed_rlvr.eval.score.symbolic import is_symbolic_task
 
     policy, request, template = state.split(":")
     part = scores[(scores.policy == policy) & (scores.request == request) & (scores.template == template)]
@@ -180,9 +180,7 @@ def _ci(r: tuple[float, float]) -> str:
 
 
 def report_section(t: dict[str, pd.DataFrame]) -> str:
-    def table(header: list[str], rows: list[list[Any]]) -> str:
-        return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                          *["| " + " | ".join(str(x) for x in r) + " |" for r in rows]])
+    from crossed_rlvr.analysis.report.tables import markdown_table as table
 
     m = int(t["M"]["M"].iloc[0])
     parts = ["## Human calibration of committed answers (App. A)", "",

@@ -25,7 +25,7 @@ from crossed_rlvr.interrupt import stops_cleanly
 
 
 def _responses(paths: list[Path]) -> dict[tuple, dict]:
-    from crossed_rlvr.eval.records import read_responses
+    from crossed_rlvr.records import read_responses
 
     recs = read_responses(paths).records
     return {(r["task"], r["policy"], r["request"], r["template"], str(r["item_id"]), int(r["sample_idx"])): r
@@ -46,7 +46,7 @@ def _questions(paths: list[Path]) -> dict[tuple[str, str], str]:
 
 
 def cmd_sample(args: argparse.Namespace) -> int:
-    from crossed_rlvr.eval.score_checks import ScoresTableError, read_scores
+    from crossed_rlvr.eval.score.checks import ScoresTableError, read_scores
 
     scores = Path(args.scores)
     try:
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scores", default=None, help="check this scores file against the frozen sample's")
     p.set_defaults(fn=cmd_analyze)
     args = parser.parse_args(argv)
-    from crossed_rlvr.eval.records import ResponseFileError
+    from crossed_rlvr.records import ResponseFileError
     from crossed_rlvr.tasks.items import ItemFileError
 
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.calibration.sample import CalibrationError
+from crossed_rlvr.files import json_lines
 
 STATUS = ("clear", "no_answer", "ambiguous", "conflict")
 CORRECTNESS = ("correct", "incorrect", "unresolved")
@@ -255,13 +256,7 @@ class LabelStore:
                 raw = [(n + 2, {k: _csv_value(k, v, f"{path}:{n + 2}") for k, v in row.items() if v != ""})
                        for n, row in enumerate(csv.DictReader(fh))]
         else:
-            raw = []
-            for n, line in enumerate(path.read_text().splitlines(), 1):
-                if line.strip():
-                    try:
-                        raw.append((n, json.loads(line)))
-                    except json.JSONDecodeError as err:
-                        raise LabelError(f"{path}:{n}: not valid JSON ({err.msg})") from None
+            raw = [(where.line, row) for row, where in json_lines(path, LabelError)]
         checked = []
         first: dict[tuple[str, str, str], str] = {}
         for n, row in raw:

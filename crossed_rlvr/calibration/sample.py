@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, sha256_file
+from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, json_lines, sha256_file
 
 GSM8K_READERS = ("strict", "fallback", "mv")
 MATH_READERS = ("strict", "mv")
@@ -49,7 +49,7 @@ class State:
 
 def reader_column(role: str, request: str, symbolic: bool) -> str:
     """The scores column of a stratifying reader role (strict, fallback, mv) under ``request``."""
-    from crossed_rlvr.analysis.cells import LENIENT, STRICT, SYMBOLIC_STRICT
+    from crossed_rlvr.eval.score.readers import LENIENT, STRICT, SYMBOLIC_STRICT
 
     if role == "mv":
         return "math_verify.correct"
@@ -68,7 +68,7 @@ def build_sample(scores_path: Path, responses: dict[tuple, dict[str, Any]], ques
                  states: list[State], cap: int, seed: int, census: list[str], roles: tuple[str, ...] | None = None
                  ) -> list[dict[str, Any]]:
     """The sample rows: one per sampled observation, in a seeded anonymous order (``sample_id``)."""
-    from crossed_rlvr.eval.symbolic import is_symbolic_task
+    from crossed_rlvr.eval.score.symbolic import is_symbolic_task
 
     scores = pd.read_parquet(scores_path)
     rows: list[dict[str, Any]] = []
@@ -158,5 +158,5 @@ def load_calibration(folder: Path, check_scores: bool = True) -> tuple[dict[str,
     if check_scores and sha256_file(scores) != head["scores_sha256"]:
         raise CalibrationError(f"{scores}: not the scores file this sample was drawn from (sha256 recorded in "
                                f"{head_path}: {head['scores_sha256'][:12]}...)")
-    rows = [json.loads(x) for x in sample_path.read_text().splitlines() if x.strip()]
+    rows = [row for row, _where in json_lines(sample_path)]
     return head, rows

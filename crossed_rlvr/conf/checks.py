@@ -99,7 +99,7 @@ def needs_gpu(cfg: Any, what: str) -> None:
 
     import torch
 
-    from crossed_rlvr.eval.generation import cpu_build
+    from crossed_rlvr.machine import cpu_build
 
     missing = [x for x, ok in (("a GPU (torch.cuda.is_available() is False)", torch.cuda.is_available() or cpu_build()),
                                ("the vllm package (pip install -e '.[gpu]')", importlib.util.find_spec("vllm")))
@@ -109,7 +109,7 @@ def needs_gpu(cfg: Any, what: str) -> None:
 
 
 def check_distribute(cfg: Any) -> None:
-    """Ray workers of the crossed evaluation (eval/workers.py)."""
+    """Ray workers of the crossed evaluation (eval/generate/workers.py)."""
     if _get(cfg, "distribute") is None:
         return
     _at_least(cfg, "distribute.workers", 0)
@@ -125,9 +125,76 @@ def check_distribute(cfg: Any) -> None:
                               "vLLM engine spans exactly its own GPUs")
 
 
+class RecipeError(ValueError):
+    """A GRPO recipe that cannot train (raised before any model is loaded)."""
+
+
+def check_config(cfg: Any) -> None:
+    """Refuse a GRPO arm's config that cannot train, before anything is loaded: an unknown convention, a batch
+    that the group size does not divide, a missing model or an engine/algorithm pair that cannot run."""
+    from pathlib import Path
+
+    from crossed_rlvr.rewards.conventions import CONVENTIONS, TEMPLATES
+
+    conv = cfg.convention.name
+    if conv not in CONVENTIONS:
+        raise RecipeError(f"convention={conv!r} is unknown; expected one of {', '.join(CONVENTIONS)}")
+    r = cfg.recipe
+    for key in ("updates", "prompts_per_update", "max_response_tokens", "max_context_tokens"):
+        if int(r[key]) < 1:
+            raise RecipeError(f"recipe.{key}={r[key]} must be at least 1")
+    if float(r.lr) <= 0:
+        raise RecipeError(f"recipe.lr={r.lr} must be positive")
+    batch = int(r.prompts_per_update) * int(r.group_size)
+    if int(r.group_size) < 2:
+        raise RecipeError(f"recipe.group_size={r.group_size}: GRPO needs at least 2 responses per prompt")
+    micro = int(cfg.engine.get("micro_batch") or r.group_size)
+    if cfg.engine.name == "trl" and batch % micro:
+        raise RecipeError(f"engine.micro_batch={micro} does not divide the batch of {batch} completions "
+                          f"(recipe.prompts_per_update={r.prompts_per_update} x recipe.group_size={r.group_size})")
+    nproc = int(cfg.engine.get("nproc_per_node") or 1)
+    if cfg.engine.name == "trl" and nproc > 1 and batch % (micro * nproc):
+        raise RecipeError(f"engine.nproc_per_node={nproc}: the batch of {batch} completions does not split into "
+                          f"engine.micro_batch={micro} x {nproc} processes")
+    if cfg.engine.name == "trl" and micro % int(r.group_size) and int(r.group_size) % micro:
+        raise RecipeError(f"recipe.group_size={r.group_size} and engine.micro_batch={micro} must divide one another")
+    if int(r.get("save_every") or 0) < 0:
+        raise RecipeError(f"recipe.save_every={r.save_every}: expected 0 (final checkpoint only) or a positive count")
+    prop = r.get("proposal") or {}
+    if prop.get("enabled") and (int(prop.get("estimate_samples", 4)) < 2 or int(prop.get("estimate_samples", 4)) % 2):
+        raise RecipeError(f"recipe.proposal.estimate_samples={prop.get('estimate_samples')}: expected an even number "
+                          ">= 2 (half the samples under each request)")
+    e = cfg.engine
+    if e.name == "verl":
+        for key, low in (("cpus_per_node", 1), ("tq_storage_units", 1), ("wait_limit_s", 1)):
+            value = e.get(key)
+            if value is not None and float(value) < low:
+                raise RecipeError(f"engine.{key}={value}: expected at least {low}")
+    if e.name == "trl" and int(e.get("nproc_per_node") or 1) > 1 and int((cfg.get("validation") or {}).get(
+            "every") or 0) > 0:
+        raise RecipeError("validation.every > 0 runs on one process: with engine.nproc_per_node > 1 validate the "
+                          "arm's checkpoints with crossed-eval, or set validation.every=0")
+    if int(r.policy_epochs) != 1:
+        raise RecipeError("recipe.policy_epochs must be 1 (one policy epoch per batch, App. D.1)")
+    if cfg.engine.name not in ("trl", "verl"):
+        raise RecipeError(f"engine={cfg.engine.name!r} is unknown; expected trl or verl")
+    if cfg.algorithm.name not in ("grpo", "reinforce_pp"):
+        raise RecipeError(f"algorithm={cfg.algorithm.name!r} is unknown; expected grpo or reinforce_pp")
+    if cfg.engine.name == "trl" and cfg.algorithm.name != "grpo":
+        raise RecipeError("algorithm=reinforce_pp runs only with engine=verl")
+    if cfg.engine.name == "verl" and (r.get("lora") or {}).get("enabled", False):
+        raise RecipeError("recipe.lora.enabled=true runs only with engine=trl")
+    if cfg.template not in TEMPLATES:
+        raise RecipeError(f"template={cfg.template!r} is unknown; expected one of {', '.join(TEMPLATES)}")
+    if cfg.model.source == "local" and not (cfg.model.path and Path(cfg.model.path).exists()):
+        raise RecipeError(f"model.path={cfg.model.path!r} does not exist (model={cfg.model.name}); "
+                          "build the initial policy first (crossed-sft mode=warmstart) or point model.path at it")
+    if cfg.model.source == "hub" and not cfg.model.path:
+        raise RecipeError(f"model={cfg.model.name}: no hub name in model.path")
+
+
 def check_train(cfg: Any) -> None:
     from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
-    from crossed_rlvr.train.recipe import RecipeError, check_config
 
     common(cfg)
     _at_least(cfg, "validation.every", 0)
@@ -208,8 +275,6 @@ def check_study(cfg: Any) -> None:
         _model_path("model.path", cfg.model.path)
     if cfg.arms.kind == "grpo":  # each arm's crossed-train config, as the arms stage will check it
         from omegaconf import OmegaConf
-
-        from crossed_rlvr.train.recipe import RecipeError, check_config
 
         for conv in cfg.arms.conventions:
             arm = OmegaConf.create({"convention": {"name": conv}, "recipe": OmegaConf.to_container(cfg.recipe),

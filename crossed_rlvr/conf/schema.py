@@ -13,7 +13,18 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from crossed_rlvr.policies.tiny import TinyConfig as TinyConf  # one definition of a tiny model's sizes
+
+@dataclass
+class TinyConf:
+    """Sizes of a tiny model; the defaults train in minutes on two CPU cores."""
+
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_hidden_layers: int = 3
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 1024
+    seed: int = 0
 
 
 @dataclass
@@ -66,7 +77,7 @@ class EvalConf:
 
 @dataclass
 class DistributeConf:
-    """crossed-eval on Ray workers (eval/workers.py); 0 workers: serial in the driver's process. Not part
+    """crossed-eval on Ray workers (eval/generate/workers.py); 0 workers: serial in the driver's process. Not part
     of any cell's settings: a run split differently writes the same files."""
     workers: int = 0               # Ray workers, each with its own engine (one per GPU on a GPU node)
     address: str | None = None     # null: a local Ray on this machine; auto or HOST:PORT: a running cluster

@@ -8,27 +8,15 @@ start (``crossed_rlvr.sft``) turns it into an initial policy that follows both r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from crossed_rlvr.conf.schema import TinyConf as TinyConfig  # one definition of a tiny model's sizes
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-
-
-@dataclass
-class TinyConfig:
-    """Sizes of a tiny model; the defaults train in minutes on two CPU cores."""
-
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_hidden_layers: int = 3
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    max_position_embeddings: int = 1024
-    seed: int = 0
 
 
 def byte_alphabet() -> dict[int, str]:

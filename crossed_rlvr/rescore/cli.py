@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from crossed_rlvr.analysis.report.tables import markdown_table
 from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.rescore.harness import REGISTRY
 from crossed_rlvr.rescore.omega import VARIANTS
@@ -103,52 +104,13 @@ def audit_runs(runs: dict[tuple[str, str, str, str], Outputs], harnesses: list[s
     return pd.concat(rates, ignore_index=True), pd.concat(examples, ignore_index=True)
 
 
-def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataFrame) -> Path:
+def where_figure(where: pd.DataFrame, path: Path) -> None:
+    """Fig. 3: where ω found the answer (box / text / other), base and RL models side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "comparisons.csv", index=False, float_format="%.10g")
-    cols = ["pair", "benchmark", "prompt", "harness", "g_rep", "g_rep_low", "g_fix", "D", "share", "read_omega_base",
-            "read_omega_rl", "admitted"] + (["same_input"] if "same_input" in table else [])
-    loo = ", ".join(f"leave one {col} out {result.get(f'leave_one_{col}_out_min', float('nan')):.3f}–"
-                    f"{result.get(f'leave_one_{col}_out_max', float('nan')):.3f}"
-                    for col in ("pair", "benchmark", "harness", "prompt"))
-    variant = table.attrs.get("omega", "omega")
-    headline = (f"Fixed extractor: ω{'' if variant == 'omega' else f' ({variant} variant)'}. Pooled format share over {result['comparisons']} admitted comparisons: **{result['share']:.3f}** "
-                f"[{result['low']:.3f}, {result['high']:.3f}] (items resampled within benchmark); {loo}.")
-    criteria = ("Admitted: the reported gain's lower 95% bound is at least 2 points, and ω reads at least 50% of "
-                "each model's outputs with the two rates within 20 points.")
-    lines = ["# Format share of reported gains (paper 000)", "", headline, "", criteria, "", "## Comparisons", "",
-             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in table[cols].itertuples(index=False):
-        lines.append("| " + " | ".join(f"{v:.2f}" if isinstance(v, float) else str(v) for v in r) + " |")
-    rules = pooling_rules(table)
-    rules.to_csv(out / "pooling_rules.csv", index=False, float_format="%.10g")
-    lines += ["", "## Which comparisons enter the ratio (App. D, Table 9)", "",
-              "| rule | comparisons | Σ g_rep | Σ D | share |", "|---|---|---|---|---|",
-              *[f"| {r.rule} | {r.comparisons} | {r.sum_g_rep:.1f} | {r.sum_D:.1f} | {r.share:.3f} |"
-                for r in rules.itertuples()]]
-    lines += ["", "## Spread of reported gains across harness extractors (Fig. 5)", "",
-              "| pair | benchmark | prompt | spread (points) |", "|---|---|---|---|",
-              *[f"| {r.pair} | {r.benchmark} | {r.prompt} | {r.spread:.2f} |" for r in spreads.itertuples()],
-              "", "![where omega found the answer](where_omega.png)", ""]
-    where = table[table["same_input"]] if "same_input" in table else table
-    where = where.drop_duplicates(["pair", "benchmark", "prompt", "kind"])
-    different = table.attrs.get("different_inputs") or {}
-    if different:
-        lines[2:2] = ["Pairs whose two models saw different prompts (their own chat templates), reported below but "
-                      "kept out of the pooled share and of Fig. 3 (paper 000 App. A): "
-                      + "; ".join(f"{k} (first at {v})" for k, v in sorted(different.items())) + ".", ""]
-    # Fig. 3 divides the outputs in which omega reads an answer: box / text / other, as shares of those
-    read = {m: sum(where[f"omega_{w}_{m}"] * where["items"] for w in ("box", "text", "other")) for m in ("base", "rl")}
-    box = {m: float((where[f"omega_box_{m}"] * where["items"]).sum() / read[m].sum()) if read[m].sum() else float("nan")
-           for m in ("base", "rl")}
-    lines[2:2] = [f"Of the outputs in which ω reads an answer, {100 * box['base']:.1f}% of the base models' contain a "
-                  f"`\\boxed{{}}`, against {100 * box['rl']:.1f}% of the RL models' (Fig. 3; every comparison's "
-                  "outputs once).", ""]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     labels = [f"{r.benchmark}/{r.prompt}\n{r.pair}" for r in where.itertuples()]
     bottom = {m: [0.0] * len(where) for m in ("base", "rl")}
@@ -164,9 +126,18 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
     ax.set_title("Where ω found the answer (Fig. 3)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "where_omega.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 3))  # Fig. 5: one reported gain per extractor, per combination
+
+
+def spread_figure(table: pd.DataFrame, path: Path) -> None:
+    """Fig. 5: one reported gain per harness extractor (dots) and ω's (line), per combination."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3))
     combos = table.groupby(["pair", "benchmark", "prompt"], sort=True)
     for k, (_, g) in enumerate(combos):
         ax.plot([k] * len(g), g.g_rep, "o", color="#37a", alpha=0.7)
@@ -175,8 +146,53 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
     ax.set_ylabel("gain (points)")
     ax.set_title("Reported gain by harness extractor (dots) and ω's (line), Fig. 5")
     fig.tight_layout()
-    fig.savefig(out / "spread.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataFrame) -> Path:
+    """The rescore folder: comparisons and pooling rules (CSV), report.md with its figures, pooled.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "comparisons.csv", index=False, float_format="%.10g")
+    cols = ["pair", "benchmark", "prompt", "harness", "g_rep", "g_rep_low", "g_fix", "D", "share", "read_omega_base",
+            "read_omega_rl", "admitted"] + (["same_input"] if "same_input" in table else [])
+    loo = ", ".join(f"leave one {col} out {result.get(f'leave_one_{col}_out_min', float('nan')):.3f}–"
+                    f"{result.get(f'leave_one_{col}_out_max', float('nan')):.3f}"
+                    for col in ("pair", "benchmark", "harness", "prompt"))
+    variant = table.attrs.get("omega", "omega")
+    headline = (f"Fixed extractor: ω{'' if variant == 'omega' else f' ({variant} variant)'}. Pooled format share over {result['comparisons']} admitted comparisons: **{result['share']:.3f}** "
+                f"[{result['low']:.3f}, {result['high']:.3f}] (items resampled within benchmark); {loo}.")
+    criteria = ("Admitted: the reported gain's lower 95% bound is at least 2 points, and ω reads at least 50% of "
+                "each model's outputs with the two rates within 20 points.")
+    lines = ["# Format share of reported gains (paper 000)", "", headline, "", criteria, "", "## Comparisons", "",
+             markdown_table(cols, [[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r]
+                                   for r in table[cols].itertuples(index=False)])]
+    rules = pooling_rules(table)
+    rules.to_csv(out / "pooling_rules.csv", index=False, float_format="%.10g")
+    lines += ["", "## Which comparisons enter the ratio (App. D, Table 9)", "",
+              markdown_table(["rule", "comparisons", "Σ g_rep", "Σ D", "share"],
+                             [[r.rule, r.comparisons, f"{r.sum_g_rep:.1f}", f"{r.sum_D:.1f}", f"{r.share:.3f}"]
+                              for r in rules.itertuples()])]
+    lines += ["", "## Spread of reported gains across harness extractors (Fig. 5)", "",
+              markdown_table(["pair", "benchmark", "prompt", "spread (points)"],
+                             [[r.pair, r.benchmark, r.prompt, f"{r.spread:.2f}"] for r in spreads.itertuples()]),
+              "", "![where omega found the answer](where_omega.png)", ""]
+    where = table[table["same_input"]] if "same_input" in table else table
+    where = where.drop_duplicates(["pair", "benchmark", "prompt", "kind"])
+    different = table.attrs.get("different_inputs") or {}
+    if different:
+        lines[2:2] = ["Pairs whose two models saw different prompts (their own chat templates), reported below but "
+                      "kept out of the pooled share and of Fig. 3 (paper 000 App. A): "
+                      + "; ".join(f"{k} (first at {v})" for k, v in sorted(different.items())) + ".", ""]
+    # Fig. 3 divides the outputs in which omega reads an answer: box / text / other, as shares of those
+    read = {m: sum(where[f"omega_{w}_{m}"] * where["items"] for w in ("box", "text", "other")) for m in ("base", "rl")}
+    box = {m: float((where[f"omega_box_{m}"] * where["items"]).sum() / read[m].sum()) if read[m].sum() else float("nan")
+           for m in ("base", "rl")}
+    lines[2:2] = [f"Of the outputs in which ω reads an answer, {100 * box['base']:.1f}% of the base models' contain a "
+                  f"`\\boxed{{}}`, against {100 * box['rl']:.1f}% of the RL models' (Fig. 3; every comparison's "
+                  "outputs once).", ""]
+    where_figure(where, out / "where_omega.png")
+    spread_figure(table, out / "spread.png")
     lines.append("![reported gains across extractors](spread.png)")
     (out / "report.md").write_text("\n".join(lines))
     (out / "pooled.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -185,7 +201,7 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
 
 @stops_cleanly("crossed-rescore")
 def main(argv: list[str] | None = None) -> int:
-    from crossed_rlvr.eval.records import ResponseFileError, read_responses
+    from crossed_rlvr.records import ResponseFileError, read_responses
 
     parser = argparse.ArgumentParser(prog="crossed-rescore", description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", help="response files or folders")
@@ -230,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     result = pooled(table, extra)
     report = write_report(Path(args.out), table, result, spread(table))
     if not args.no_audit:
-        from crossed_rlvr.analysis.audit import audit_section
+        from crossed_rlvr.analysis.report.audit import audit_section
 
         rates, examples = audit_runs(runs, args.harness.split(","))
         rates.to_csv(Path(args.out) / "reader_audit.csv", index=False, float_format="%.10g")

@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.files import json_lines
 from crossed_rlvr.rewards.conventions import PARTNER
 from crossed_rlvr.sft.pairs import target, write_pairs
 from crossed_rlvr.sft.trainer import SFTConfig, train_sft
@@ -112,7 +113,7 @@ def arms(cfg: Any) -> dict[str, Any]:
             if (out / "sft_summary.json").exists():
                 results[f"sft-{conv}/s{seed}"] = {"skipped": str(out)}
                 continue
-            rows = [json.loads(line) for line in data.read_text().splitlines()]
+            rows = [row for row, _where in json_lines(data)]
             results[f"sft-{conv}/s{seed}"] = tracked_sft(cfg, f"sft-{conv}/s{seed}", "sft", cfg.model.path, rows, out,
                                                          int(seed))
     return results

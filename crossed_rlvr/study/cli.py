@@ -40,9 +40,9 @@ def _run(cfg: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from crossed_rlvr.conf.checks import RecipeError
     from crossed_rlvr.study.pipeline import Study
     from crossed_rlvr.tasks.items import ItemFileError
-    from crossed_rlvr.train.recipe import RecipeError
     from crossed_rlvr.train.rehearsal import RehearsalError
 
     check_device(cfg)

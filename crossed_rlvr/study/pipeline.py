@@ -88,7 +88,7 @@ class Study:
         c = self.cfg
         if c.initial.build == "warmstart":
             return self.run / "models" / "initial"
-        from crossed_rlvr.eval.runner import resolve_model_path
+        from crossed_rlvr.eval.generate.plan import resolve_model_path
 
         return resolve_model_path(c.model)
 
@@ -167,7 +167,7 @@ class Study:
                  for name, cfg in configs.items()}
 
         def train() -> dict[str, Any]:
-            from crossed_rlvr.train.recipe import check_config
+            from crossed_rlvr.conf.checks import check_config
 
             for cfg in configs.values():
                 check_config(OmegaConf.create(cfg))  # every arm's config is checked before any trains
@@ -277,9 +277,10 @@ class Study:
         (``recipe.proposal.strata_file``), none when the task's items carry strata, else estimated with
         the initial policy (train/strata.py) into ``<run>/data/strata.jsonl``, reused while the policy,
         items and sampling settings are unchanged."""
+        from crossed_rlvr.conf.checks import RecipeError
+        from crossed_rlvr.files import sha256_file as file_sha256
         from crossed_rlvr.tasks.training import train_items
-        from crossed_rlvr.train.recipe import RecipeError
-        from crossed_rlvr.train.strata import StrataError, estimate_strata, file_sha256
+        from crossed_rlvr.train.strata import StrataError, estimate_strata
 
         c = self.cfg
         prop = c.recipe.proposal
@@ -356,8 +357,9 @@ class Study:
         return summary
 
     def _prepare_grpo_arms(self, ipath: str) -> dict[str, Any]:
+        from crossed_rlvr.conf.checks import check_config
         from crossed_rlvr.train.cli import run_train
-        from crossed_rlvr.train.recipe import check_config, training_rows, write_rows
+        from crossed_rlvr.train.recipe import training_rows, write_rows
 
         c = self.cfg
         out: dict[str, Any] = {}
@@ -399,7 +401,7 @@ class Study:
 
     def eval_plan(self, initial: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
         """Policies x requests x wordings with item counts and seeds; freezes the test items now."""
-        from crossed_rlvr.eval.runner import frozen_items, item_seed, template_items
+        from crossed_rlvr.eval.generate.plan import frozen_items, item_seed, template_items
 
         cfg = self.eval_config(initial, arms)
         items, sha, path = frozen_items(Path(cfg.run_dir), cfg.task)
@@ -452,7 +454,7 @@ class Study:
                      "policies": [{k: v for k, v in p.items() if k != "path"} for p in _plain(eval_cfg.policies)]}
 
         def run() -> dict[str, Any]:
-            from crossed_rlvr.eval.runner import run_eval
+            from crossed_rlvr.eval.generate.runner import run_eval
 
             summary = run_eval(eval_cfg)
             return {"cells": len(summary)}
@@ -473,7 +475,7 @@ class Study:
 
     def _import_verl_validation(self, conv: str, seed: int) -> None:
         """verl's validation dumps of one arm as response records (rewritten when the dumps change)."""
-        from crossed_rlvr.eval.importers import import_verl_steps
+        from crossed_rlvr.eval.generate.importers import import_verl_steps
         from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl
 
         dumps = self.arm_dir(conv, seed) / "validation"
@@ -502,7 +504,7 @@ class Study:
             fp["validation"] = {str(d.relative_to(self.run)): self.stamps.hash(d) for d in vdirs}
 
         def run() -> dict[str, Any]:
-            from crossed_rlvr.eval.scoring import score_files
+            from crossed_rlvr.eval.score.scoring import score_files
 
             out.unlink(missing_ok=True)  # the stage is stale or its output was changed: score again
             score_files([self.run / "eval"], out, overwrite=True)
@@ -529,8 +531,8 @@ class Study:
         tracking = _plain(self.cfg.tracking)
 
         def run() -> dict[str, Any]:
-            from crossed_rlvr.analysis.analyze import analyze
-            from crossed_rlvr.analysis.report import append_training_section
+            from crossed_rlvr.analysis.cli import analyze
+            from crossed_rlvr.analysis.report.document import append_training_section
 
             analyze(scores, out, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
                     tracking="off")
@@ -554,8 +556,8 @@ class Study:
         interactions over training (table and figure) added to the study's report."""
         import pandas as pd
 
-        from crossed_rlvr.analysis.analyze import analyze
-        from crossed_rlvr.analysis.over_training import write_over_training
+        from crossed_rlvr.analysis.cli import analyze
+        from crossed_rlvr.analysis.report.over_training import write_over_training
 
         sub = out / "validation"
         # its tables in full; its figures would repeat the main ones (the over-training figure is drawn below)

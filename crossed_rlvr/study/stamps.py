@@ -12,25 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.files import atomic_write_json, sha256_file
+from crossed_rlvr.files import atomic_write_json, sha256_file, tree_sha256
 from crossed_rlvr.machine import machine
 
 
 def digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def tree_sha256(path: str | Path, file_sha256: Any = sha256_file) -> str:
-    """One hash over a directory's files (relative names and contents), or over one file.
-
-    wandb's folders are left out: tracking logs keep changing after a stage and are not its results."""
-    path = Path(path)
-    if path.is_file():
-        return file_sha256(path)
-    h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file() and "wandb" not in p.relative_to(path).parts):
-        h.update(str(f.relative_to(path)).encode() + b"\0" + file_sha256(f).encode())
-    return h.hexdigest()
 
 
 class HashCache:

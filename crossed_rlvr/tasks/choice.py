@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.tasks.items import ItemFileError
-from crossed_rlvr.tasks.loaders import _read_hub, _read_local
+from crossed_rlvr.tasks.loaders import read_hub, read_local
 
 LETTERS = "ABCDEFGHIJ"
 
@@ -92,10 +92,10 @@ def load_benchmark(name: str, path: str | Path | None = None, config: str | None
     if name not in LOADERS:
         raise ItemFileError(f"benchmark {name!r} is unknown; expected one of {', '.join(LOADERS)}")
     if path:
-        rows, where = _read_local(Path(path)), str(path)
+        rows, where = read_local(Path(path)), str(path)
     else:
         hub, default, split = HUB[name]
-        rows, where = _read_hub(hub, config or default, split), hub
+        rows, where = read_hub(hub, config or default, split), hub
     items = []
     for i, row in enumerate(rows):
         try:

@@ -8,11 +8,10 @@ to go on rather than mix item sets.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.files import atomic_write_jsonl
+from crossed_rlvr.files import atomic_write_jsonl, json_lines
 from crossed_rlvr.files import sha256_file as file_sha256
 
 REQUIRED = ("item_id", "question", "reference")
@@ -50,18 +49,8 @@ def read_items(path: str | Path, expected_sha256: str | None = None) -> tuple[li
             "a run must not mix item sets: restore the file or start a new run directory"
         )
     items, seen = [], set()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        line = path.read_bytes()[:err.start].count(b"\n") + 1
-        raise ItemFileError(f"{path}:{line}: not UTF-8 text") from None
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            it = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ItemFileError(f"{path}:{n}: not valid JSON ({err.msg})") from None
+    for it, where in json_lines(path, ItemFileError):
+        n = where.line
         if not isinstance(it, dict):
             raise ItemFileError(f"{path}:{n}: an item must be a JSON object, got {type(it).__name__}")
         for field in REQUIRED:

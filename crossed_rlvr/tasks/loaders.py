@@ -8,11 +8,11 @@ and ``solution``.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.files import json_lines
 from crossed_rlvr.tasks.items import ItemFileError
 
 _CALC = re.compile(r"<<[^<>]*>>")
@@ -33,7 +33,7 @@ def gsm8k_item(row: dict[str, Any], index: int) -> dict[str, Any]:
 
 def last_box(text: str) -> str | None:
     """Content of the last balanced ``\\boxed{}`` (MATH train rows carry their answer only there)."""
-    from crossed_rlvr.eval.text import box_spans
+    from crossed_rlvr.text import box_spans
 
     spans = box_spans(text)
     return text[spans[-1][0]:spans[-1][1]].strip() if spans else None
@@ -52,24 +52,17 @@ def math500_item(row: dict[str, Any], index: int) -> dict[str, Any]:
             "subject": row.get("subject", row.get("type")), "level": row.get("level"), "task": "math500"}
 
 
-def _read_local(path: Path) -> list[dict[str, Any]]:
+def read_local(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise ItemFileError(f"{path}: no such file")
     if path.suffix == ".parquet":
         import pandas as pd
 
         return pd.read_parquet(path).to_dict("records")
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ItemFileError(f"{path}:{n}: not valid JSON ({err.msg})") from None
-    return rows
+    return [row for row, _where in json_lines(path, ItemFileError)]
 
 
-def _read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
+def read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
     try:
         from datasets import load_dataset
     except ImportError as err:  # pragma: no cover - datasets is a dependency
@@ -86,7 +79,7 @@ def _read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]
 
 def _load(path: str | Path | None, hub: tuple[str, str | None, str], required: tuple[str, ...], convert
           ) -> list[dict[str, Any]]:
-    rows = _read_local(Path(path)) if path else _read_hub(*hub)
+    rows = read_local(Path(path)) if path else read_hub(*hub)
     items = []
     for i, row in enumerate(rows):
         for field in required:

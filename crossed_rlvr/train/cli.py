@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.train.recipe import RecipeError, check_config, training_rows, write_rows
+from crossed_rlvr.conf.checks import RecipeError, check_config
+from crossed_rlvr.files import json_lines
+from crossed_rlvr.train.recipe import training_rows, write_rows
 
 
 def resolved(cfg: Any) -> dict[str, Any]:
@@ -55,7 +57,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
         from crossed_rlvr.train.trl_engine import train_trl
 
         result = train_trl(cfg, rows, run_dir)
-        metrics = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        metrics = [row for row, _where in json_lines(run_dir / "metrics.jsonl")]
         reward_key = f"rewards/{cfg.convention.name}_reward/mean"
         result["reward_first"] = metrics[0].get(reward_key)
         result["reward_last"] = metrics[-1].get(reward_key)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.files import json_lines
 from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.rewards.conventions import get_convention
 
@@ -41,8 +42,8 @@ def compare_arms(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
         {"key": k, "a": fa.get(k), "b": fb.get(k)}
         for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k) and not _allowed(k)
     ]
-    rows_a = [json.loads(x) for x in (a / "data" / "train.jsonl").read_text().splitlines()]
-    rows_b = [json.loads(x) for x in (b / "data" / "train.jsonl").read_text().splitlines()]
+    rows_a = [row for row, _where in json_lines(a / "data" / "train.jsonl")]
+    rows_b = [row for row, _where in json_lines(b / "data" / "train.jsonl")]
     data_diffs: list[dict[str, Any]] = []
     if len(rows_a) != len(rows_b):
         data_diffs.append({"row": None, "field": "n_rows", "a": len(rows_a), "b": len(rows_b)})

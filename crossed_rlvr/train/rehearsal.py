@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.train.verl_launch import MARKER
+from crossed_rlvr.cluster import MARKER
 
 
 class RehearsalError(RuntimeError):

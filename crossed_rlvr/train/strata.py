@@ -20,12 +20,10 @@ data and its sha256 is part of both arms' configs, so the matched-arm check cove
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.files import atomic_write_jsonl
+from crossed_rlvr.files import atomic_write_jsonl, json_lines, sha256_file
 
 NAMES = ("s1_easy", "s2_medium", "s3_hard")
 
@@ -41,19 +39,10 @@ def stratum_of(correct: int, k: int) -> str:
 def read_strata(path: Path) -> dict[str, str]:
     """item_id -> stratum from a JSON Lines file; every bad line is refused with file, line and field."""
     out: dict[str, str] = {}
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise StrataError(f"{path}: no such strata file (recipe.proposal.strata_file)") from None
-    except UnicodeDecodeError as err:
-        raise StrataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise StrataError(f"{path}:{n}: not JSON ({err.msg})") from None
+    if not Path(path).is_file():
+        raise StrataError(f"{path}: no such strata file (recipe.proposal.strata_file)")
+    for row, where in json_lines(path, StrataError):
+        n = where.line
         if not isinstance(row, dict):
             raise StrataError(f"{path}:{n}: expected an object with item_id and stratum")
         for field in ("item_id", "stratum"):
@@ -76,39 +65,38 @@ def attach_strata(items: list[dict[str, Any]], strata: dict[str, str], source: s
     return [{**it, "stratum": strata[str(it["item_id"])]} for it in items]
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def estimate_strata(items: list[dict[str, Any]], policy: str, gen: Any, k: int, out: Path,
                     system: str | None = None, progress: bool = True) -> dict[str, Any]:
     """Answer every item ``k`` times with the initial policy, read each answer with Math-Verify, and
     write the strata file (``item_id``, ``stratum``, ``correct``, ``k``). Returns counts per stratum."""
     from tqdm import tqdm
 
-    from crossed_rlvr.eval.generation import GenParams
-    from crossed_rlvr.eval.panel import Item, score_many
-    from crossed_rlvr.eval.runner import _backend, _release, item_seed
-    from crossed_rlvr.prompts import messages, render
+    from crossed_rlvr.eval.generate.engines import GenParams, load_backend, release
+    from crossed_rlvr.eval.generate.plan import generate
+    from crossed_rlvr.eval.score.panel import Item, score_many
 
     if k < 2 or k % 2:
         raise StrataError(f"recipe.proposal.estimate.samples={k}: needs an even number >= 2 (half per request)")
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
-    loaded = {policy: _backend(policy, gen)}
+    loaded = {policy: load_backend(policy, gen)}
     backend, tokenizer = loaded[policy]
     jobs = [(j, it, s, ("hash", "boxed")[s % 2]) for j, it in enumerate(items) for s in range(k)]
-    texts: list[str] = []
+    texts: dict[tuple[int, int], str] = {}
     try:
         bs = int(gen.batch_size)
-        for b in tqdm(range(0, len(jobs), bs), desc="strata: initial policy samples", unit="batch",
-                      disable=not progress):
-            batch = jobs[b: b + bs]
-            ids = [render(tokenizer, messages(it["question"], req, "original", system))[1] for _, it, _, req in batch]
-            seeds = [item_seed(int(gen.base_seed), it, j, s) for j, it, s, _ in batch]
-            texts += [o.text for o in backend.generate(ids, seeds, params)]
+        with tqdm(total=len(jobs), desc="strata: initial policy samples", unit="resp", disable=not progress) as bar:
+            for request in ("hash", "boxed"):  # even samples under the hash request, odd under the boxed one
+                todo = [(j, it, s) for j, it, s, req in jobs if req == request]
+                at = 0
+                for outs in generate(backend, tokenizer, todo, request, "original", system, int(gen.base_seed), bs,
+                                     params):
+                    for (j, _it, s), (_seed, _sha, made) in zip(todo[at: at + len(outs)], outs, strict=True):
+                        texts[(j, s)] = made.text
+                    at += len(outs)
+                    bar.update(len(outs))
     finally:
-        _release(loaded)
-    rows = score_many([Item(t, str(it["reference"]), req) for t, (_, it, _, req) in zip(texts, jobs, strict=True)],
+        release(loaded)
+    rows = score_many([Item(texts[(j, s)], str(it["reference"]), req) for j, it, s, req in jobs],
                       progress=progress)
     correct: dict[str, int] = {}
     for row, (_, it, _, _) in zip(rows, jobs, strict=True):
@@ -117,4 +105,4 @@ def estimate_strata(items: list[dict[str, Any]], policy: str, gen: Any, k: int, 
                 "correct": correct[str(it["item_id"])], "k": k} for it in items]
     atomic_write_jsonl(out, records)
     counts = {name: sum(r["stratum"] == name for r in records) for name in NAMES}
-    return {"file": str(out), "sha256": file_sha256(out), "counts": counts, "k": k, "policy": policy}
+    return {"file": str(out), "sha256": sha256_file(out), "counts": counts, "k": k, "policy": policy}

@@ -17,13 +17,13 @@ from typing import Any
 
 from crossed_rlvr.policies.loading import copy_tokenizer_files
 from crossed_rlvr.ranks import rank, world_size
-from crossed_rlvr.rewards.trl_entry import make_trl_reward
 from crossed_rlvr.train.translate import trl_args
+from crossed_rlvr.train.trl_reward import make_trl_reward
 
 
 def payload_metric(request: str):
     """Requested-payload presence d_r(y) as a TRL 'reward' (logged with weight 0)."""
-    from crossed_rlvr.eval.payload import detect
+    from crossed_rlvr.eval.score.payload import detect
 
     def requested_payload(prompts=None, completions=(), **kwargs: Any) -> list[float]:
         texts = [c if isinstance(c, str) else "".join(m.get("content", "") for m in c) for c in completions]
@@ -32,15 +32,65 @@ def payload_metric(request: str):
     return requested_payload
 
 
-def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
-    import torch
+def metrics_callback(metrics_path: Path) -> Any:
+    """A callback writing one line per update (rank 0's logs) to ``metrics.jsonl``."""
+    from transformers import TrainerCallback
+
+    class MetricsFile(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs and state.is_world_process_zero:  # one line per update, from rank 0
+                entry = {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, int | float)}}
+                with metrics_path.open("a") as fh:
+                    fh.write(json.dumps(entry) + "\n")
+
+    return MetricsFile()
+
+
+def training_dataset(rows: list[dict[str, Any]]) -> Any:
+    """The arm's training stream as a chat-prompt dataset (each row keeps its reference and weight)."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
-    from crossed_rlvr.policies.loading import load_tokenizer
+    return Dataset.from_list([
+        {"prompt": [{"role": "user", "content": r["prompt"]}], "reference": r["reference"], "convention": r["convention"],
+         "is_weight": r["is_weight"], "item_id": r["item_id"], "row": r["row"]}
+        for r in rows
+    ])
 
-    seen: list[list[str]] = []  # the prompts this rank generated for, per generation batch
+
+def lora_config(cfg: Any) -> Any:
+    """peft's LoraConfig when ``recipe.lora.enabled``, else None."""
+    lora = cfg.recipe.get("lora") or {}
+    if not lora.get("enabled", False):
+        return None
+    from peft import LoraConfig  # low-rank adapters: GRPO of a real model on a CPU within the hour
+
+    return LoraConfig(r=int(lora.r), lora_alpha=int(lora.alpha), lora_dropout=0.0,
+                      target_modules=lora.target_modules if isinstance(lora.target_modules, str)
+                      else list(lora.target_modules), task_type="CAUSAL_LM")
+
+
+def save_final(trainer: Any, final: Path, model_path: Path, merged: bool, first: bool, run_dir: Path) -> None:
+    """The final checkpoint as a plain HF directory (LoRA adapters merged in), written whole then renamed."""
+    tmp = final.with_name(final.name + ".tmp")
+    if merged:  # the evaluator loads plain HF directories: merge the adapters in
+        if first:
+            trainer.model.merge_and_unload().save_pretrained(str(tmp))
+    else:
+        trainer.save_model(str(tmp))  # written by rank 0
+    if first:
+        copy_tokenizer_files(model_path, tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+        shutil.rmtree(run_dir / "trl", ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()  # no rank returns before the checkpoint is in place
+
+
+def weighted_trainer(seen: list[list[str]]) -> type:
+    """TRL's GRPOTrainer with each sample's advantage scaled by its prompt's importance weight P_i/Q_i
+    (App. D.1); the prompts of every generation batch are appended to ``seen``."""
+    import torch
+    from trl import GRPOTrainer
 
     class WeightedGRPOTrainer(GRPOTrainer):
         """Scales each sample's advantage by its prompt's importance weight P_i/Q_i (App. D.1)."""
@@ -53,15 +103,22 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
             out["advantages"] = out["advantages"] * w
             return out
 
+    return WeightedGRPOTrainer
+
+
+def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+    """Train one GRPO arm on ``rows``; returns time, final checkpoint, metrics file (and what the ranks did)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig
+
+    from crossed_rlvr.policies.loading import load_tokenizer
+
+    seen: list[list[str]] = []  # the prompts this rank generated for, per generation batch
+
+    WeightedGRPOTrainer = weighted_trainer(seen)
+
     metrics_path = run_dir / "metrics.jsonl"
-
-    class MetricsFile(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "reward" in logs and state.is_world_process_zero:  # one line per update, from rank 0
-                entry = {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, int | float)}}
-                with metrics_path.open("a") as fh:
-                    fh.write(json.dumps(entry) + "\n")
-
     world, first = world_size(), rank() == 0
     if world > 1 and int((cfg.get("validation") or {}).get("every", 0) or 0) > 0:
         raise ValueError("validation.every > 0 runs on one process; validate a multi-process arm's checkpoints "
@@ -90,20 +147,9 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
         model.save_pretrained(step0)
         copy_tokenizer_files(model_path, step0)
     conv = cfg.convention.name
-    dataset = Dataset.from_list([
-        {"prompt": [{"role": "user", "content": r["prompt"]}], "reference": r["reference"], "convention": r["convention"],
-         "is_weight": r["is_weight"], "item_id": r["item_id"], "row": r["row"]}
-        for r in rows
-    ])
-    lora = cfg.recipe.get("lora") or {}
-    peft_config = None
-    if lora.get("enabled", False):
-        from peft import LoraConfig  # low-rank adapters: GRPO of a real model on a CPU within the hour
-
-        peft_config = LoraConfig(r=int(lora.r), lora_alpha=int(lora.alpha), lora_dropout=0.0,
-                                 target_modules=lora.target_modules if isinstance(lora.target_modules, str)
-                                 else list(lora.target_modules), task_type="CAUSAL_LM")
-    callbacks = [MetricsFile()]
+    dataset = training_dataset(rows)
+    peft_config = lora_config(cfg)
+    callbacks = [metrics_callback(metrics_path)]
     validation = None
     if int((cfg.get("validation") or {}).get("every", 0) or 0) > 0:
         if peft_config is not None:
@@ -128,20 +174,8 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
             run.finish()
     seconds = time.perf_counter() - start
     final = ckpt / f"step-{int(cfg.recipe.updates)}"
-    tmp = final.with_name(final.name + ".tmp")
     ranks = across_ranks(trainer, seen) if world > 1 else None
-    if peft_config is not None:  # the evaluator loads plain HF directories: merge the adapters in
-        if first:
-            trainer.model.merge_and_unload().save_pretrained(str(tmp))
-    else:
-        trainer.save_model(str(tmp))  # written by rank 0
-    if first:
-        copy_tokenizer_files(model_path, tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-        shutil.rmtree(run_dir / "trl", ignore_errors=True)
-    trainer.accelerator.wait_for_everyone()  # no rank returns before the checkpoint is in place
+    save_final(trainer, final, model_path, peft_config is not None, first, run_dir)
     result = {"seconds": round(seconds, 1), "final_checkpoint": str(final), "metrics": str(metrics_path),
               "world_size": world}
     if ranks is not None:

@@ -64,7 +64,8 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
     """A TrainerCallback that validates the arm crossed at step 0, every N updates and at the end."""
     from transformers import TrainerCallback
 
-    from crossed_rlvr.eval.runner import cell_name, run_eval
+    from crossed_rlvr.eval.generate.plan import cell_name
+    from crossed_rlvr.eval.generate.runner import run_eval
     from crossed_rlvr.policies.loading import copy_tokenizer_files
     from crossed_rlvr.train.validation_scores import StepScorer
 

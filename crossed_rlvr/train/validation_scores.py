@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from crossed_rlvr.analysis.cells import LENIENT, STRICT
+from crossed_rlvr.eval.score.readers import LENIENT, STRICT
 
 TABLE_KEYS = ["step", "policy", "request", "template", "item_id", "reference", "response", "category",
               "requested_payload"]
@@ -38,7 +38,7 @@ def step_scalars(scores: pd.DataFrame, convention: str) -> dict[str, float]:
 
 def table_frame(scores: pd.DataFrame, step: int, files: list[Path]) -> pd.DataFrame:
     """One row per response: its keys and text, then one 0/1 column per reader (named by the reader)."""
-    from crossed_rlvr.eval.records import read_responses
+    from crossed_rlvr.records import read_responses
 
     # the scores table keeps keys and reader outcomes, not the text: join it back from the responses
     keys = ["policy", "request", "template", "item_id", "sample_idx"]
@@ -54,13 +54,13 @@ def table_frame(scores: pd.DataFrame, step: int, files: list[Path]) -> pd.DataFr
 @functools.cache
 def _warm_once() -> None:
     """Import Math-Verify once: the time-limited scoring processes forked per step inherit it."""
-    from crossed_rlvr.eval.panel import _warm
+    from crossed_rlvr.eval.score.panel import warm
 
-    _warm()
+    warm()
 
 
 def _score_step(files: list[str], output: str, workers: int) -> str:
-    from crossed_rlvr.eval.scoring import score_files
+    from crossed_rlvr.eval.score.scoring import score_files
 
     _warm_once()
 

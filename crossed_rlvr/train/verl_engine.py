@@ -18,13 +18,14 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.train.recipe import RecipeError
+from crossed_rlvr.cluster import RAY_CLUSTER, slurm_header
+from crossed_rlvr.conf.checks import RecipeError
 from crossed_rlvr.train.translate import verl_overrides
 
 
 def reward_entry_path() -> str:
     """The file verl loads with ``reward.custom_reward_function.path`` (our programs, no framework imports)."""
-    import crossed_rlvr.rewards.verl_entry as entry
+    import crossed_rlvr.train.verl_reward as entry
 
     return str(Path(entry.__file__).resolve())
 
@@ -173,42 +174,7 @@ if [ -n "${{CROSSED_REHEARSE:-}}" ]; then exit 0; fi
 {merge}
 """
 
-# A Ray cluster over a SLURM allocation, ready on "$head_ip:$port" (shared with crossed-eval's script).
-RAY_CLUSTER = """cpus=${{SLURM_CPUS_PER_TASK:-{cpus}}}
-nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
-head=${{nodes[0]}}
-# the head's IPv4 address on the interface that routes off the node (never a loopback name entry)
-head_ip=${{HEAD_IP:-$(srun --nodes=1 --ntasks=1 -w "$head" bash -c \\
-  "ip -4 -o route get 192.0.2.1 2>/dev/null | sed -n 's/.* src \\([0-9.]*\\).*/\\1/p'; hostname -I 2>/dev/null" \\
-  | tr ' ' '\\n' | grep -E '^[0-9]+(\\.[0-9]+){{3}}$' | grep -v '^127\\.' | head -n 1)}}
-if [ -z "$head_ip" ]; then echo "no IPv4 address found for head node $head; set HEAD_IP" >&2; exit 1; fi
-port=6379
-srun --nodes=1 --ntasks=1 -w "$head" {ray} start --head --node-ip-address="$head_ip" --port=$port \\
-  --num-cpus="$cpus" --num-gpus={gpus} --block &
-{python} -m crossed_rlvr.train.verl_launch --wait-nodes 1 --address "$head_ip:$port" --join-timeout "${{RAY_JOIN_TIMEOUT:-300}}"
-for node in "${{nodes[@]:1}}"; do
-  srun --nodes=1 --ntasks=1 -w "$node" {ray} start --address="$head_ip:$port" --num-cpus="$cpus" \\
-    --num-gpus={gpus} --block &
-done
-# every node joined, or a loud failure (verl would otherwise stop with "Total available GPUs ...")
-{python} -m crossed_rlvr.train.verl_launch --wait-nodes {nodes} --address "$head_ip:$port" --join-timeout "${{RAY_JOIN_TIMEOUT:-300}}"
-"""
-
-SLURM_HEADER = """#!/usr/bin/env bash
-#SBATCH --job-name={job}
-#SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node={gpus}
-#SBATCH --cpus-per-task={cpus}
-#SBATCH --exclusive
-# A Ray cluster across the allocated nodes, then GRPO arm {arm} through verl on its head.
-# HEAD_IP overrides the head's address; RAY_JOIN_TIMEOUT (s) bounds the wait for every node to join.
-set -euo pipefail
-{exports}
-{attention}
-"""
-
-SLURM = SLURM_HEADER + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" {python} -m crossed_rlvr.train.verl_launch \\
+SLURM = slurm_header("GRPO arm {arm} through verl") + "{exports}\n{attention}\n" + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" {python} -m crossed_rlvr.train.verl_launch \\
   {flags} -- \\
 {args} "${{ATTN[@]}}"
 {merge}

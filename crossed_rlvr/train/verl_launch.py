@@ -29,9 +29,9 @@ import re
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.cluster import say
 from crossed_rlvr.train.budget import Budget, BudgetError, verl_budget
 
 # Errors that mean "this needs a CUDA device" (torch on a CPU machine, verl's workers, vLLM).
@@ -39,13 +39,6 @@ CUDA_NEEDED = (r"doesn't have NCCL built in", r"Torch not compiled with CUDA ena
                r"Found no NVIDIA driver", r"CUDA driver version is insufficient", r"no CUDA-capable device",
                r"ProcessGroupNCCL", r"torch\.cuda\.\w+.*(not available|no device)")
 WAIT_EXIT = 3
-MARKER = "crossed-rlvr launch:"
-
-
-def say(text: str) -> None:
-    print(f"{MARKER} {text}", flush=True)
-
-
 # ------------------------------------------------------------------ preflight
 def gpu_problem() -> str | None:
     """None when torch sees a GPU; else what is wrong, as exactly as this node lets us tell."""
@@ -240,9 +233,9 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
         raise SystemExit("trainer.use_v1=False: crossed-rlvr launches verl's v1 trainer only")
     auto_set_device(composed)
     if weighted:
-        from crossed_rlvr.train.verl_weighted import _task_runner
+        from crossed_rlvr.train.verl_weighted import task_runner_class
 
-        runner = _task_runner()
+        runner = task_runner_class()
     else:
         from verl.trainer.ppo.v1 import get_trainer_cls
 
@@ -265,36 +258,6 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     return 0
 
 
-def wait_for_nodes(address: str, n: int, timeout: float) -> int:
-    """Poll the Ray cluster at ``address`` until ``n`` nodes are alive (SLURM start-up); loud on timeout."""
-    # Ray 2.60 starts clusters with token authentication: a client must say so to present the token
-    # (~/.ray/auth_token, written by `ray start --head`; on a cluster it must reach every node). Ray reads
-    # this when it is imported: the SLURM script runs this in a fresh process.
-    if "RAY_AUTH_MODE" not in os.environ and (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get(
-            "RAY_AUTH_TOKEN_PATH") or (Path.home() / ".ray" / "auth_token").exists()):
-        os.environ["RAY_AUTH_MODE"] = "token"
-    import ray
-
-    deadline = time.monotonic() + timeout
-    alive, last = 0, ""
-    while time.monotonic() < deadline:
-        try:
-            ray.init(address=address, log_to_driver=False)
-            try:
-                alive = sum(1 for node in ray.nodes() if node["Alive"])
-            finally:
-                ray.shutdown()
-            if alive >= n:
-                say(f"{alive} of {n} Ray node(s) joined at {address}")
-                return 0
-        except Exception as err:  # noqa: BLE001  (the head may not be up yet)
-            last = f" (last error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
-        time.sleep(3)
-    say(f"JOIN TIMEOUT: {alive} of {n} Ray node(s) joined {address} within {timeout:g} s{last}; check that "
-        "ray start ran on every allocated node and that they reach the head's address and port")
-    return 4
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="verl_launch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--weighted", action="store_true", help="importance-weighted GRPO (frozen proposal)")
@@ -313,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.wait_nodes is not None:
         if not args.address:
             parser.error("--wait-nodes needs --address or RAY_ADDRESS")
+        from crossed_rlvr.cluster import wait_for_nodes
+
         return wait_for_nodes(args.address, args.wait_nodes, args.join_timeout)
     limit = float(os.environ.get("CROSSED_WAIT_LIMIT") or args.wait_limit)
     try:

@@ -31,7 +31,7 @@ def importance_weights(extra_fields: Any) -> torch.Tensor:
         info = fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
         if "is_weight" not in info:
             raise KeyError(f"trajectory {k}: reward_extra_info has no 'is_weight'; the reward entry must be "
-                           "crossed_rlvr/rewards/verl_entry.py:compute_score with is_weight in extra_info")
+                           "crossed_rlvr/train/verl_reward.py:compute_score with is_weight in extra_info")
         weights.append(float(info["is_weight"]))
     return torch.tensor(weights, dtype=torch.float32)
 
@@ -86,7 +86,7 @@ def install_as_sync() -> None:
     TRAINER_REGISTRY["sync"] = _register()
 
 
-def _task_runner() -> Any:
+def task_runner_class() -> Any:
     import ray
     from verl.trainer.main_ppo import TaskRunnerV1
 
@@ -120,7 +120,7 @@ def main() -> None:
         auto_set_device(config)
         validate_config(config=config, use_reference_policy=need_reference_policy(config),
                         use_critic=need_critic(config))
-        run_ppo(config, task_runner_class=_task_runner())
+        run_ppo(config, task_runner_class=task_runner_class())
 
     _main()
 

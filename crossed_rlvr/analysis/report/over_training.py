@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossed_rlvr.analysis.report.tables import interval, markdown_table
+
 MEASURES = {"payload": "I_P", "acc.strict": "I_S", "acc.math_verify": "I_MV"}
 _STEP = re.compile(r"^(?P<method>[^/]+)/(?P<seed>s\d+|mean)@step(?P<step>\d+)$")
 
@@ -82,16 +84,12 @@ def plot(rows: pd.DataFrame, path: Path) -> Path:
 
 
 def _cell(row: pd.Series) -> str:
-    if np.isnan(row["ci_low"]):
-        return f"{row['estimate']:+.1f}"
-    return f"{row['estimate']:+.1f} [{row['ci_low']:+.1f}, {row['ci_high']:+.1f}]"
+    return interval(row["estimate"], row["ci_low"], row["ci_high"], 1, 1)
 
 
 def section(rows: pd.DataFrame, figure: str | None, heading: str = "##") -> str:
     """Markdown: per task/template a table (one row per seed and step, one column per contrast) and the
     half-final update of I_P per seed."""
-    from crossed_rlvr.analysis.report import _table
-
     text = [f"{heading} Crossed interactions over training\n",
             ("Each arm validated at step 0, every N updates and at the end under both requests "
              "(`<arm>@step<K>`); interactions in percentage points with 95% paired item-bootstrap intervals, per "
@@ -106,7 +104,7 @@ def section(rows: pd.DataFrame, figure: str | None, heading: str = "##") -> str:
             lines.append([f"{method}/{seed}", str(step), *cells])
         n = int(part["n_items"].max())
         text.append(f"\n{task} / {template} ({n} validation items)\n\n"
-                    + _table(["arm", "update", *MEASURES.values()], lines) + "\n")
+                    + markdown_table(["arm", "update", *MEASURES.values()], lines) + "\n")
         h = half[(half["task"] == task) & (half["template"] == template)]
         if len(h):
             said = ", ".join(

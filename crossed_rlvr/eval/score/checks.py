@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crossed_rlvr.analysis.cells import LENIENT, STRICT, SYMBOLIC_LENIENT, SYMBOLIC_STRICT
-from crossed_rlvr.eval.payload import CATEGORIES
-from crossed_rlvr.eval.records import FINISH_REASONS
-from crossed_rlvr.eval.symbolic import is_symbolic_task
+from crossed_rlvr.eval.score.payload import CATEGORIES
+from crossed_rlvr.eval.score.readers import LENIENT, STRICT, SYMBOLIC_LENIENT, SYMBOLIC_STRICT
+from crossed_rlvr.eval.score.symbolic import is_symbolic_task
+from crossed_rlvr.records import FINISH_REASONS
 from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
 KEYS = ["task", "policy", "training_convention", "request", "template", "item_id", "sample_idx"]
@@ -114,7 +114,7 @@ def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
         i = int(np.argmax(bad))
         raise ScoresTableError(f"{where}: {_row(df, i)}: field 'sample_idx' is {_show(df['sample_idx'].iloc[i])}; "
                                "expected an integer >= 0")
-    from crossed_rlvr.eval.records import OPTIONAL
+    from crossed_rlvr.records import OPTIONAL
 
     for col in OPTIONAL:  # optional decoding columns: numbers or null
         if col not in df:

@@ -19,12 +19,11 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
-from crossed_rlvr.eval.runner import (
+from crossed_rlvr.eval.generate.engines import load_backend, release
+from crossed_rlvr.eval.generate.plan import (
     Cell,
     Plan,
     RunError,
-    _backend,
-    _release,
     finish_cell,
     generate,
     make_record,
@@ -60,8 +59,8 @@ class CellWorker:
     def run(self, path: str, request: str, template: str, system: str | None, todo: list, params: Any
             ) -> list[tuple[int, str, Any]]:
         if path not in self.loaded:
-            _release(self.loaded)  # one policy in memory: the scheduler keeps a worker on its policy
-            self.loaded[path] = _backend(path, self.gen)
+            release(self.loaded)  # one policy in memory: the scheduler keeps a worker on its policy
+            self.loaded[path] = load_backend(path, self.gen)
         backend, tokenizer = self.loaded[path]
         out: list[tuple[int, str, Any]] = []
         for batch in generate(backend, tokenizer, todo, request, template, system, int(self.gen.base_seed),
@@ -120,47 +119,56 @@ def _check(cfg: Any) -> None:
         raise RunError(str(err)) from None
 
 
-def run_distributed(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any,
-                    on_event: Any = None) -> list[dict[str, Any]]:
-    """Generate every missing response of ``p`` on Ray workers; returns the workers' machines."""
-    import ray
-    from omegaconf import OmegaConf
-
-    _check(cfg)
-    dist = cfg.distribute
-    tell = on_event or (lambda kind, info: None)
-    # what is left: every unfinished cell's missing responses, in shards, queued per policy
-    size = int(dist.shard_size) if dist.shard_size is not None else 4 * int(cfg.eval.batch_size)
+def queue_shards(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any) -> tuple[dict[str, deque[Shard]], dict[str, int],
+                                                                            dict[str, dict]]:
+    """What is left: every unfinished cell's missing responses in shards, queued per policy; cells already
+    whole on disk (every shard written before a kill) are finished here."""
+    size = int(cfg.distribute.shard_size) if cfg.distribute.shard_size is not None else 4 * int(cfg.eval.batch_size)
     queues: dict[str, deque[Shard]] = defaultdict(deque)
     remaining: dict[str, int] = {}
     done_of: dict[str, dict] = {}
-    started_at: dict[str, float] = {}
     for cell, done in unfinished(p, bool(cfg.overwrite), bar, summary):
         done_of[cell.name] = done
         shards = shards_of(cell, todo_of(cell, done), size)
         remaining[cell.name] = len(shards)
         queues[cell.pol.path].extend(shards)
-    for cell in p.cells:  # cells already whole on disk (every shard written before a kill)
+    for cell in p.cells:
         if cell.name in remaining and remaining[cell.name] == 0:
             summary[cell.name] = finish_cell(cell, done_of.pop(cell.name), 0.0)
-    if not any(queues.values()):
-        return []
+    return queues, remaining, done_of
 
-    cpus, gpus = float(dist.cpus_per_worker), float(dist.gpus_per_worker)
-    n = int(dist.workers)
-    started = _connect(dist, {"CPU": n * cpus, **({"GPU": n * gpus} if gpus else {})})
-    gen = OmegaConf.to_container(cfg.eval, resolve=True)
-    remote = ray.remote(CellWorker).options(num_cpus=cpus, num_gpus=gpus)
-    threads = int(cpus) if cpus >= 1 and not gpus else None
-    failed: list[tuple[Shard, str]] = []
-    machines: list[dict[str, Any]] = []
-    pids: dict[Any, int] = {}
 
-    def start_workers(k: int) -> list[Any]:
+class Driver:
+    """The scheduling loop of a distributed run: workers started side by side, each given a shard of the
+    policy its engine holds (else of the policy with most work left), dead workers replaced and their
+    shards retried, finished shards written whole and finished cells written."""
+
+    def __init__(self, cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any, on_event: Any,
+                 queues: dict[str, deque[Shard]], remaining: dict[str, int], done_of: dict[str, dict]):
+        import ray
+        from omegaconf import OmegaConf
+
+        self.dist, self.p, self.summary, self.bar, self.tracker = cfg.distribute, p, summary, bar, tracker
+        self.tell = on_event or (lambda kind, info: None)
+        self.queues, self.remaining, self.done_of = queues, remaining, done_of
+        cpus, gpus = float(self.dist.cpus_per_worker), float(self.dist.gpus_per_worker)
+        self.gen = OmegaConf.to_container(cfg.eval, resolve=True)
+        self.remote = ray.remote(CellWorker).options(num_cpus=cpus, num_gpus=gpus)
+        self.threads = int(cpus) if cpus >= 1 and not gpus else None
+        self.failed: list[tuple[Shard, str]] = []
+        self.machines: list[dict[str, Any]] = []
+        self.pids: dict[Any, int] = {}
+        self.holds: dict[Any, str | None] = {}  # worker -> the policy its engine holds
+        self.in_flight: dict[Any, tuple[Any, Shard]] = {}
+        self.started_at: dict[str, float] = {}
+
+    def start_workers(self, k: int) -> list[Any]:
         """k new workers, started side by side; those not up within the timeout are given up."""
-        actors = [remote.remote(gen, threads) for _ in range(k)]
+        import ray
+
+        actors = [self.remote.remote(self.gen, self.threads) for _ in range(k)]
         refs = {a.info.remote(): a for a in actors}
-        ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=float(dist.start_timeout_s))
+        ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=float(self.dist.start_timeout_s))
         for ref in late:
             ray.kill(refs[ref])
         up = []
@@ -169,117 +177,136 @@ def run_distributed(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracke
                 info = ray.get(ref)
             except ray.exceptions.RayError:
                 continue  # died while starting
-            if info["machine"] not in machines:
-                machines.append(info["machine"])
-            pids[refs[ref]] = info["pid"]
-            tell("worker", info)
+            if info["machine"] not in self.machines:
+                self.machines.append(info["machine"])
+            self.pids[refs[ref]] = info["pid"]
+            self.tell("worker", info)
             up.append(refs[ref])
         return up
 
-    holds: dict[Any, str | None] = {}  # worker -> the policy its engine holds
-    in_flight: dict[Any, tuple[Any, Shard]] = {}
-    try:
-        holds.update(dict.fromkeys(start_workers(n)))
-        if not holds:
-            raise RunError(f"no Ray worker started within {dist.start_timeout_s} s (distribute.start_timeout_s)")
+    def next_shard(self, worker: Any) -> Shard | None:
+        mine = self.holds[worker]
+        if mine is not None and self.queues.get(mine):
+            return self.queues[mine].popleft()
+        busy = {self.holds[w] for w, _ in self.in_flight.values()}
+        left = [(len(q), path not in busy, path) for path, q in self.queues.items() if q]
+        if not left:
+            return None
+        _n, _free, path = max(left)  # the policy with most work, preferably one nobody holds
+        return self.queues[path].popleft()
 
-        def next_shard(worker: Any) -> Shard | None:
-            mine = holds[worker]
-            if mine is not None and queues.get(mine):
-                return queues[mine].popleft()
-            busy = {holds[w] for w, _ in in_flight.values()}
-            left = [(len(q), path not in busy, path) for path, q in queues.items() if q]
-            if not left:
-                return None
-            _n, _free, path = max(left)  # the policy with most work, preferably one nobody holds
-            return queues[path].popleft()
+    def submit(self, worker: Any) -> None:
+        shard = self.next_shard(worker)
+        if shard is None:
+            return
+        c = shard.cell
+        self.started_at.setdefault(c.name, time.perf_counter())
+        self.holds[worker] = c.pol.path
+        ref = worker.run.remote(c.pol.path, c.request, c.template, self.p.system, shard.todo, self.p.params)
+        self.in_flight[ref] = (worker, shard)
 
-        def submit(worker: Any) -> None:
-            shard = next_shard(worker)
-            if shard is None:
-                return
-            c = shard.cell
-            started_at.setdefault(c.name, time.perf_counter())
-            holds[worker] = c.pol.path
-            ref = worker.run.remote(c.pol.path, c.request, c.template, p.system, shard.todo, p.params)
-            in_flight[ref] = (worker, shard)
+    def worker_died(self, worker: Any, shard: Shard, err: Exception) -> None:
+        """Replace a dead worker (or one whose node died) and give its shard to whoever is free."""
+        self.holds.pop(worker, None)
+        shard.tries += 1
+        self.tell("worker_died", {"cell": shard.cell.name, "shard": shard.file_name, "tries": shard.tries,
+                                  "pid": self.pids.get(worker)})
+        if shard.tries > int(self.dist.max_retries):
+            self.failed.append((shard, type(err).__name__))
+        else:
+            self.queues[shard.cell.pol.path].appendleft(shard)
+        for fresh in self.start_workers(1):
+            self.holds[fresh] = None
+            self.submit(fresh)
+        for w in [w for w in self.holds if w not in {x for x, _ in self.in_flight.values()}]:
+            self.submit(w)  # a worker idle because the queues were empty may take the requeued shard
 
-        for w in list(holds):
-            submit(w)
-        while in_flight:
-            [ref], _ = ray.wait(list(in_flight), num_returns=1)
-            worker, shard = in_flight.pop(ref)
-            cell = shard.cell
+    def shard_done(self, worker: Any, shard: Shard, outs: list) -> None:
+        """Write a finished shard whole (resume per shard), and its cell when that was the last one."""
+        cell = shard.cell
+        records = [make_record(self.p, cell, it, s, seed, sha, out)
+                   for (_k, it, s), (seed, sha, out) in zip(shard.todo, outs, strict=True)]
+        cell.shards.mkdir(parents=True, exist_ok=True)
+        atomic_write_jsonl(cell.shards / shard.file_name, records)
+        done = self.done_of[cell.name]
+        for rec in records:
+            done[(rec["item_id"], rec["sample_idx"])] = rec
+        self.bar.update(len(records))
+        self.tell("shard", {"cell": cell.name, "shard": shard.file_name, "responses": len(records),
+                            "pid": self.pids.get(worker)})
+        self.remaining[cell.name] -= 1
+        if self.remaining[cell.name] == 0 and not any(f.cell is cell for f, _ in self.failed):
+            seconds = time.perf_counter() - self.started_at.get(cell.name, time.perf_counter())
+            self.summary[cell.name] = finish_cell(cell, self.done_of.pop(cell.name), seconds)
+            if self.tracker is not None:
+                self.tracker.log({f"{cell.name}/{k}": v for k, v in self.summary[cell.name].items()})
+
+    def run(self) -> None:
+        import ray
+
+        self.holds.update(dict.fromkeys(self.start_workers(int(self.dist.workers))))
+        if not self.holds:
+            raise RunError(f"no Ray worker started within {self.dist.start_timeout_s} s (distribute.start_timeout_s)")
+        for w in list(self.holds):
+            self.submit(w)
+        while self.in_flight:
+            [ref], _ = ray.wait(list(self.in_flight), num_returns=1)
+            worker, shard = self.in_flight.pop(ref)
             try:
                 outs = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
                     ray.exceptions.ObjectLostError) as err:
-                # the worker (or its node) died: replace it and give its shard to whoever is free
-                holds.pop(worker, None)
-                shard.tries += 1
-                why = type(err).__name__
-                tell("worker_died", {"cell": cell.name, "shard": shard.file_name, "tries": shard.tries,
-                                     "pid": pids.get(worker)})
-                if shard.tries > int(dist.max_retries):
-                    failed.append((shard, why))
-                else:
-                    queues[cell.pol.path].appendleft(shard)
-                for fresh in start_workers(1):
-                    holds[fresh] = None
-                    submit(fresh)
-                for w in [w for w in holds if w not in {x for x, _ in in_flight.values()}]:
-                    submit(w)  # a worker idle because the queues were empty may take the requeued shard
+                self.worker_died(worker, shard, err)
                 continue
             except ray.exceptions.RayTaskError as err:  # the generation itself failed: as in a serial run
                 cause = err.cause if isinstance(err.cause, Exception) else None
                 if isinstance(cause, ValueError):  # RunError, ContextLengthError, ...: the user's to fix
                     raise cause from None
-                raise RunError(f"{cell.name}: a worker failed: {err}") from None
-            records = [make_record(p, cell, it, s, seed, sha, out)
-                       for (_k, it, s), (seed, sha, out) in zip(shard.todo, outs, strict=True)]
-            cell.shards.mkdir(parents=True, exist_ok=True)
-            atomic_write_jsonl(cell.shards / shard.file_name, records)  # whole or absent: resume per shard
-            done = done_of[cell.name]
-            for rec in records:
-                done[(rec["item_id"], rec["sample_idx"])] = rec
-            bar.update(len(records))
-            tell("shard", {"cell": cell.name, "shard": shard.file_name, "responses": len(records),
-                           "pid": pids.get(worker)})
-            remaining[cell.name] -= 1
-            if remaining[cell.name] == 0 and not any(f.cell is cell for f, _ in failed):
-                summary[cell.name] = finish_cell(cell, done_of.pop(cell.name),
-                                                 time.perf_counter() - started_at.get(cell.name, time.perf_counter()))
-                if tracker is not None:
-                    tracker.log({f"{cell.name}/{k}": v for k, v in summary[cell.name].items()})
-            submit(worker)
-    finally:
-        for w in holds:
+                raise RunError(f"{shard.cell.name}: a worker failed: {err}") from None
+            self.shard_done(worker, shard, outs)
+            self.submit(worker)
+
+    def stop(self) -> None:
+        import ray
+
+        for w in self.holds:
             ray.kill(w)
+
+    def check_complete(self) -> None:
+        """Say which shards were not generated (the others are kept for a re-run)."""
+        lost = [q for qs in self.queues.values() for q in qs]  # left when every worker died and none could start
+        if self.failed or lost:
+            cells = sorted({s.cell.name for s, _ in self.failed} | {s.cell.name for s in lost})
+            n_resp = sum(len(s.todo) for s, _ in self.failed) + sum(len(s.todo) for s in lost)
+            why = ", ".join(sorted({w for _, w in self.failed})) or "none left"
+            raise RunError(f"{len(self.failed) + len(lost)} shards ({n_resp} responses) not generated after "
+                           f"{int(self.dist.max_retries)} retries (workers died: {why}) in cells {', '.join(cells)}; "
+                           "the other shards are kept: re-run to generate the rest")
+
+
+def run_distributed(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any,
+                    on_event: Any = None) -> list[dict[str, Any]]:
+    """Generate every missing response of ``p`` on Ray workers; returns the workers' machines."""
+    import ray
+
+    _check(cfg)
+    queues, remaining, done_of = queue_shards(cfg, p, summary, bar)
+    if not any(queues.values()):
+        return []
+    dist = cfg.distribute
+    n, cpus, gpus = int(dist.workers), float(dist.cpus_per_worker), float(dist.gpus_per_worker)
+    started = _connect(dist, {"CPU": n * cpus, **({"GPU": n * gpus} if gpus else {})})
+    driver = Driver(cfg, p, summary, bar, tracker, on_event, queues, remaining, done_of)
+    try:
+        driver.run()
+    finally:
+        driver.stop()
         if started:
             ray.shutdown()
-    lost = [q for qs in queues.values() for q in qs]  # left when every worker died and none could start
-    if failed or lost:
-        cells = sorted({s.cell.name for s, _ in failed} | {s.cell.name for s in lost})
-        n_resp = sum(len(s.todo) for s, _ in failed) + sum(len(s.todo) for s in lost)
-        raise RunError(f"{len(failed) + len(lost)} shards ({n_resp} responses) not generated after "
-                       f"{int(dist.max_retries)} retries (workers died: "
-                       f"{', '.join(sorted({w for _, w in failed})) or 'none left'}) in cells {', '.join(cells)}; "
-                       "the other shards are kept: re-run to generate the rest")
-    return machines
+    driver.check_complete()
+    return driver.machines
 
 
-EVAL_SLURM_HEADER = """#!/usr/bin/env bash
-#SBATCH --job-name={job}
-#SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node=1
-#SBATCH --gpus-per-node={gpus}
-#SBATCH --cpus-per-task={cpus}
-#SBATCH --exclusive
-# A Ray cluster across the allocated nodes (the same start as the verl arms' scripts), then the crossed
-# evaluation driven from its head: {workers} workers, {per_worker} GPU(s) each.
-# HEAD_IP overrides the head's address; RAY_JOIN_TIMEOUT (s) bounds the wait for every node to join.
-set -euo pipefail
-"""
 EVAL_SLURM_RUN = """srun --overlap --nodes=1 --ntasks=1 -w "$head" \\
   {command} \\
   distribute.address="$head_ip:$port" distribute.workers={workers} distribute.gpus_per_worker={per_worker}
@@ -293,7 +320,7 @@ def slurm_script(command: list[str], nodes: int, gpus: int, cpus: int, per_worke
     import sys
     from pathlib import Path
 
-    from crossed_rlvr.train.verl_engine import RAY_CLUSTER
+    from crossed_rlvr.cluster import RAY_CLUSTER, slurm_header
 
     if nodes < 1 or gpus < 1 or cpus < 1 or per_worker < 1 or gpus % per_worker:
         raise ValueError(f"--nodes {nodes}, --gpus-per-node {gpus}, --cpus-per-node {cpus}, --gpus-per-worker "
@@ -306,16 +333,18 @@ def slurm_script(command: list[str], nodes: int, gpus: int, cpus: int, per_worke
               "nodes": nodes, "gpus": gpus, "cpus": cpus, "workers": nodes * gpus // per_worker,
               "per_worker": per_worker, "job": "crossed-eval",
               "command": " ".join(shlex.quote(x) for x in [head, *command[1:]])}
-    return (EVAL_SLURM_HEADER + RAY_CLUSTER + EVAL_SLURM_RUN).format(**fields)
+    header = slurm_header(f"the crossed evaluation driven from its head: {fields['workers']} workers, {per_worker} "
+                          "GPU(s) each (the same cluster start as the verl arms' scripts)")
+    return (header + RAY_CLUSTER + EVAL_SLURM_RUN).format(**fields)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m crossed_rlvr.eval.workers slurm ... -- crossed-eval OVERRIDES``: write the sbatch script."""
+    """``python -m crossed_rlvr.eval.generate.workers slurm ... -- crossed-eval OVERRIDES``: write the sbatch script."""
     import argparse
     import sys
     from pathlib import Path
 
-    parser = argparse.ArgumentParser(prog="python -m crossed_rlvr.eval.workers",
+    parser = argparse.ArgumentParser(prog="python -m crossed_rlvr.eval.generate.workers",
                                      description="Write an sbatch script that runs the crossed evaluation on "
                                                  "every GPU of a SLURM allocation through Ray.")
     parser.add_argument("kind", choices=["slurm"])

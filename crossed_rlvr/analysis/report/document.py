@@ -8,50 +8,29 @@ import numpy as np
 import pandas as pd
 
 from crossed_rlvr.analysis.cells import SHARED
-from crossed_rlvr.analysis.headline import collapse_columns, collapsed_note
-from crossed_rlvr.eval.symbolic import is_symbolic_task
+from crossed_rlvr.analysis.report.headline import collapse_columns, collapsed_note
+from crossed_rlvr.analysis.report.tables import interval, markdown_table, signed
+from crossed_rlvr.eval.score.symbolic import is_symbolic_task
 
 TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2}
 REQUEST_ORDER = {"hash": 0, "boxed": 1, "json": 2, "xml": 3}
 
 
-def _requests(values) -> list[str]:
+def requests_in_order(values) -> list[str]:
     return sorted(set(values), key=lambda r: (REQUEST_ORDER.get(r, 9), r))
 
 
-def _fmt(v: float, digits: int = 2, sign: bool = True) -> str:
-    if v is None or (isinstance(v, float) and np.isnan(v)):
-        return "—"
-    return f"{v:+.{digits}f}" if sign else f"{v:.{digits}f}"
+_fmt = signed
 
 
-# Decimals of interval endpoints: what the bootstrap's Monte Carlo error supports (set by write_report
-# from headline.precision; one report is written at a time).
-STYLE = {"endpoint_digits": 2}
+def _ci(row: pd.Series, digits: int = 2) -> str:
+    """A contrast row's estimate and interval; ``digits``: decimals of the endpoints (headline.precision)."""
+    return interval(row["estimate"], row.get("ci_low", np.nan), row.get("ci_high", np.nan), 2, digits)
 
 
-def _ci(row: pd.Series) -> str:
-    if np.isnan(row["estimate"]):
-        return "n/a"  # undefined: the report's "Undefined contrasts" section says why
-    est = _fmt(row["estimate"])
-    if np.isnan(row.get("ci_low", np.nan)):
-        return est
-    d = STYLE["endpoint_digits"]
-    return f"{est} [{row['ci_low']:+.{d}f}, {row['ci_high']:+.{d}f}]"
-
-
-def _is_summary(policy: str) -> bool:
+def is_summary(policy: str) -> bool:
     """Seed-summary rows (``grpo/mean``, ``grpo/sd@step50``) as opposed to one seed's."""
     return policy.split("@")[0].endswith(("/mean", "/sd"))
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    def cell(x: object) -> str:  # a "|" inside a cell (a ratio's measure "acc.strict|acc.lenient") would split it
-        return str(x).replace("|", "\\|")
-
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(map(cell, r)) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _templates(df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -76,7 +55,7 @@ def payload_table(cells: pd.DataFrame, task: str, template: str) -> str:
     meta = part.drop_duplicates(["policy", "request"]).set_index(["policy", "request"])
     rows = []
     for policy in _policy_order(part):
-        for request in _requests(part[part.policy == policy]["request"]):
+        for request in requests_in_order(part[part.policy == policy]["request"]):
             w, m = wide.loc[(policy, request)], meta.loc[(policy, request)]
             n = int(m["n"])
             def get(k: str, w: pd.Series = w) -> float:
@@ -90,7 +69,7 @@ def payload_table(cells: pd.DataFrame, task: str, template: str) -> str:
                 "—" if np.isnan(get("gained")) else int(get("gained")),
                 "—" if np.isnan(get("delta_P")) else _fmt(get("delta_P")),
             ])
-    return _table(["Seed", "Policy", "Request", "Requested only", "Other only", "Both", "Neither", "q_c",
+    return markdown_table(["Seed", "Policy", "Request", "Requested only", "Other only", "Both", "Neither", "q_c",
                    "Payload (%)", "q_c (%)", "Lost", "Gained", "ΔP (pp)"], rows)
 
 
@@ -127,7 +106,8 @@ def crossing_gaps(cells: pd.DataFrame, task: str | None = None, template: str | 
     return gaps
 
 
-def interaction_table(contrasts: pd.DataFrame, task: str, template: str, cells: pd.DataFrame | None = None) -> str:
+def interaction_table(contrasts: pd.DataFrame, task: str, template: str, cells: pd.DataFrame | None = None,
+                      digits: int = 2) -> str:
     """Table 10: I_P, I_q, I_S (requested strict), I_MV per seed, with seed mean and SD."""
     part = contrasts[(contrasts.task == task) & (contrasts.template == template)
                      & contrasts.name.isin(["interaction", "interaction_sd"])]
@@ -143,11 +123,11 @@ def interaction_table(contrasts: pd.DataFrame, task: str, template: str, cells: 
         sd = policy.split("@")[0].endswith("/sd")  # a seed s.d. row has no interval
 
         def cell(m: str, by: pd.DataFrame = by, sd: bool = sd) -> str:
-            return _fmt(by.loc[m]["estimate"], sign=False) if sd else _ci(by.loc[m])
+            return _fmt(by.loc[m]["estimate"], sign=False) if sd else _ci(by.loc[m], digits)
 
         rows.append([policy, request] + [cell(m) if m in by.index else "—" for m, _ in cols])
     header, rows, notes = collapse_columns(["Seed", "Pair"] + [c for _, c in cols], rows, 2)
-    return _table(header, rows) + collapsed_note(notes)
+    return markdown_table(header, rows) + collapsed_note(notes)
 
 
 def counts_table(cells: pd.DataFrame, task: str, template: str) -> str:
@@ -155,7 +135,7 @@ def counts_table(cells: pd.DataFrame, task: str, template: str) -> str:
     part = cells[(cells.task == task) & (cells.template == template)]
     wide = part.pivot_table(index=["policy", "request"], columns="measure", values="value", aggfunc="first")
     meta = part.drop_duplicates(["policy", "request"]).set_index(["policy", "request"])
-    requests = _requests(part["request"])
+    requests = requests_in_order(part["request"])
     rows = []
     for policy in _policy_order(part):
         row = [policy]
@@ -179,10 +159,10 @@ def counts_table(cells: pd.DataFrame, task: str, template: str) -> str:
     joined = "/".join(requests)
     header = ["Policy"] + [f"{r} {k}" for r in requests for k in ("S", "MV")] + [
         f"Trunc. ({joined})", f"MV timeouts ({joined})", f"Output tokens ({joined})"]
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
-def math_tables(cells: pd.DataFrame, contrasts: pd.DataFrame, task: str, template: str) -> str:
+def math_tables(cells: pd.DataFrame, contrasts: pd.DataFrame, task: str, template: str, digits: int = 2) -> str:
     """MATH500 readout in the layout of paper 001 Tables 15-17 (symbolic readers, App. B.4)."""
     part = cells[(cells.task == task) & (cells.template == template)]
     con = contrasts[(contrasts.task == task) & (contrasts.template == template) & (contrasts.name == "gain")]
@@ -198,7 +178,7 @@ def math_tables(cells: pd.DataFrame, contrasts: pd.DataFrame, task: str, templat
             if (policy, r) not in wide.index:
                 continue
             gains = con[(con.policy == policy) & (con.request == r)].set_index("measure")
-            changes = [_ci(gains.loc[m]) if m in gains.index else "—" for m in ("acc.strict", "acc.math_verify")]
+            changes = [_ci(gains.loc[m], digits) if m in gains.index else "—" for m in ("acc.strict", "acc.math_verify")]
             rows16.append([policy, r, _fmt(100 * w.get("payload", np.nan), 1, False),
                            _fmt(100 * w.get("extractable", np.nan), 1, False),
                            _fmt(100 * w.get("truncated", np.nan), 1, False), *changes])
@@ -216,16 +196,16 @@ def math_tables(cells: pd.DataFrame, contrasts: pd.DataFrame, task: str, templat
     return "\n".join([
         "\n#### Request-sensitive readout (Table 15), accuracy %\n",
         ("S: the requested convention's first payload read symbolically (Math-Verify, no numeric fallback); "
-         "MV: Math-Verify on the full response.\n"), _table(header15, rows15),
+         "MV: Math-Verify on the full response.\n"), markdown_table(header15, rows15),
         "\n#### Transfer diagnostics (Table 16)\n",
         ("q^pay: a nonempty requested payload; q: its symbolic readability; changes against the same-request "
          "initial policy with paired 95% intervals.\n"),
-        _table(["Checkpoint", "Request", "q^pay", "q", "Trunc.", "ΔS [CI]", "ΔMV [CI]"], rows16),
+        markdown_table(["Checkpoint", "Request", "q^pay", "q", "Trunc.", "ΔS [CI]", "ΔMV [CI]"], rows16),
         "\n#### Answer types under hash requests (Table 17), counts\n",
-        _table(["Reference group", "Checkpoint", "Digit-only hash", "Hash correct", "MV correct"], rows17)
+        markdown_table(["Reference group", "Checkpoint", "Digit-only hash", "Hash correct", "MV correct"], rows17)
         if rows17 else "_No hash-request cells._",
         "\n#### Report diagnostics (App. B.4), counts\n",
-        _table(["Checkpoint", "Request", "Digit-only hash", "Hash and box both readable", "…and unequal",
+        markdown_table(["Checkpoint", "Request", "Digit-only hash", "Hash and box both readable", "…and unequal",
                 "Correct box, incorrect hash"], rows_diag),
     ])
 
@@ -240,16 +220,16 @@ def stratum_table(cells: pd.DataFrame, task: str, template: str) -> str:
     n = part[part.what == "items"].drop_duplicates("stratum").set_index("stratum")["value"]
     rows = []
     for policy in _policy_order(part):
-        for request in _requests(part[part.policy == policy].request):
+        for request in requests_in_order(part[part.policy == policy].request):
             sel = part[(part.policy == policy) & (part.request == request)]
             for m, label in (("acc.math_verify", "MV"), ("acc.strict", "S")):
                 vals = sel[sel.what == m].set_index("stratum")["value"]
                 rows.append([policy, request, label] + [_fmt(100 * vals.get(st, np.nan), 2, False) for st in strata])
     return "\n".join(["\n### Accuracy per item stratum (Table 20), percent\n",
-                      _table(["Policy", "Request", "Reader"] + [f"{st} ({int(n.get(st, 0))})" for st in strata], rows)])
+                      markdown_table(["Policy", "Request", "Reader"] + [f"{st} ({int(n.get(st, 0))})" for st in strata], rows)])
 
 
-def gains_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
+def gains_table(contrasts: pd.DataFrame, task: str, template: str, digits: int = 2) -> str:
     """Table 9 with eq. 5 accounting: strict, lenient and MV gains and the reader-gap reduction F."""
     part = contrasts[(contrasts.task == task) & (contrasts.template == template)]
     gains = part[part.name.isin(["gain", "reader_gap_reduction"])]
@@ -259,24 +239,24 @@ def gains_table(contrasts: pd.DataFrame, task: str, template: str) -> str:
     for (policy, request), grp in gains.groupby(["policy", "request"], sort=False):
         by = grp.set_index("measure")
         def get(m: str, by: pd.DataFrame = by) -> str:
-            return _ci(by.loc[m]) if m in by.index else "—"
+            return _ci(by.loc[m], digits) if m in by.index else "—"
 
         rows.append([policy, request, get("acc.strict"), get("acc.lenient"), get("acc.strict|acc.lenient"),
                      get("acc.math_verify"), get("acc.reward")])
     header, rows, notes = collapse_columns(
         ["Policy", "Request", "Strict gain Δ_S", "Lenient gain Δ_len", "F", "MV gain", "Reward-program gain"], rows, 2)
-    return _table(header, rows) + collapsed_note(notes)
+    return markdown_table(header, rows) + collapsed_note(notes)
 
 
-def other_contrasts(contrasts: pd.DataFrame) -> str:
+def other_contrasts(contrasts: pd.DataFrame, digits: int = 2) -> str:
     names = ["attenuation_reward", "attenuation_convention", "preference_D", "arm_to_arm_D", "arm_to_arm_D_sd",
              "delta_P_sd", "share_F", "share_gamma0", "interaction_difference", "method_difference",
              "conditional_correctness"]
-    part = contrasts[contrasts.name.isin(names) | ((contrasts.name == "delta_P") & contrasts.policy.map(_is_summary))]
+    part = contrasts[contrasts.name.isin(names) | ((contrasts.name == "delta_P") & contrasts.policy.map(is_summary))]
     if part.empty:
         return "_No intervention/control arms or D contrasts in this input._"
     rows, unbounded = [], 0
-    d = STYLE["endpoint_digits"]
+    d = digits
     for r in part.itertuples():
         est = "n/a" if np.isnan(r.estimate) else f"{100 * r.estimate:.1f}%" if r.unit == "ratio" else _fmt(
             r.estimate, sign=not r.name.endswith("_sd"))
@@ -292,7 +272,7 @@ def other_contrasts(contrasts: pd.DataFrame) -> str:
     note = (f"\n\n_{unbounded} ratio(s) marked unbounded: the interval leaves [{100 * RATIO_LOW:.0f}%, "
             f"{100 * RATIO_HIGH:.0f}%] because the denominator's resamples reach zero; their draws are in "
             "`contrasts.csv`._" if unbounded else "")
-    return _table(["Template", "Contrast", "Measure", "Policy", "Request", "Seeds", "Estimate", "95% CI"], rows) + note
+    return markdown_table(["Template", "Contrast", "Measure", "Policy", "Request", "Seeds", "Estimate", "95% CI"], rows) + note
 
 
 RATIO_LOW, RATIO_HIGH = -1.0, 2.0  # a share outside [-100%, 200%] is not a share any more
@@ -307,7 +287,7 @@ def coverage_table(coverage: pd.DataFrame) -> str:
                 "counts of items lost and gained are in `coverage.csv`._")
     rows = [[r.template, r.policy, r.request, r.measure[4:], r.k, f"{r.initial:.2f}", f"{r.trained:.2f}", r.lost,
              r.gained, f"{r.p_value:.3g}"] for r in keep.itertuples()]
-    return _table(["Template", "Policy", "Request", "Reader", "k", "Initial (%)", "Trained (%)", "Lost", "Gained",
+    return markdown_table(["Template", "Policy", "Request", "Reader", "k", "Initial (%)", "Trained (%)", "Lost", "Gained",
                    "McNemar p"], rows)
 
 
@@ -340,7 +320,7 @@ def significance_table(paired: pd.DataFrame) -> str:
     return (f"One-sided paired t-tests over items (trained better than initial; an item's accuracy is averaged "
             f"over the arm's seeds and samples), **{tested} tests**, Holm-corrected over all of them; * adjusted "
             "p < 0.05, ** < 0.01. A decline (paper 001's boxed arms under a hash request) is never marked: its "
-            "two-sided p is in `paired_tests.csv`.\n\n" + _table(
+            "two-sided p is in `paired_tests.csv`.\n\n" + markdown_table(
                 ["Wording", "Arm", "Request", "Reader", "Items", "Seeds", "Initial (%)", "Trained mean ± SD (%)",
                  "Δ (pp)", "p (one-sided t)", "Holm p"], rows))
 
@@ -356,7 +336,7 @@ def sampling_table(sampling: pd.DataFrame, df: pd.DataFrame) -> str:
     rows = [[r.template, r.policy, r.request, int(r.runs), f"{r.strict_mean:.2f} ± {r.strict_std:.2f}",
              f"{r.math_verify_mean:.2f} ± {r.math_verify_std:.2f}"] for r in sampling.itertuples()]
     return ("A run is one sample index over every item (its own per-item seeds); accuracy per run, then the "
-            "mean ± SD across runs (%).\n\n" + _table(["Wording", "Policy", "Request", "Runs", "Strict", "Math-Verify"],
+            "mean ± SD across runs (%).\n\n" + markdown_table(["Wording", "Policy", "Request", "Runs", "Strict", "Math-Verify"],
                                                        rows))
 
 
@@ -367,7 +347,7 @@ def length_table(lengths: pd.DataFrame) -> str:
         return "_Output token counts were not recorded (imported outputs)._"
     rows = [[r.template, r.policy, r.request, r.n_correct, _fmt(r.tokens_correct, 1, sign=False), r.n_incorrect,
              _fmt(r.tokens_incorrect, 1, sign=False)] for r in lengths.itertuples()]
-    return _table(["Wording", "Policy", "Request", "Correct", "Mean tokens", "Incorrect", "Mean tokens"], rows)
+    return markdown_table(["Wording", "Policy", "Request", "Correct", "Mean tokens", "Incorrect", "Mean tokens"], rows)
 
 
 def examples_section(examples: pd.DataFrame, width: int = 240) -> str:
@@ -385,11 +365,11 @@ def examples_section(examples: pd.DataFrame, width: int = 240) -> str:
             text = r.response.replace("\n", " ⏎ ")
             text = text if len(text) <= width else text[: width - 1] + "…"
             rows.append([r.policy, r.request, "✓" if r.correct else "✗", "yes" if r.payload else "no", f"`{text}`"])
-        out.append(_table(["Policy", "Request", "Strict", "Payload", "Response"], rows))
+        out.append(markdown_table(["Policy", "Request", "Strict", "Payload", "Response"], rows))
     return "\n".join(out)
 
 
-def _wording_view(contrasts: pd.DataFrame) -> pd.DataFrame:
+def wording_view(contrasts: pd.DataFrame) -> pd.DataFrame:
     """The rows that compare wordings on the same items: a template's ``@shared`` rows replace its own."""
     shared = {t[: -len(SHARED)] for t in contrasts.template.unique() if t.endswith(SHARED)}
     if not shared:
@@ -406,8 +386,8 @@ def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
 
     conv = cells.drop_duplicates("policy").set_index("policy")[["training_convention", "train_seed"]]
     rows = []
-    contrasts = _wording_view(contrasts)
-    inter = contrasts[(contrasts.name == "interaction") & ~contrasts.policy.map(_is_summary)]
+    contrasts = wording_view(contrasts)
+    inter = contrasts[(contrasts.name == "interaction") & ~contrasts.policy.map(is_summary)]
 
     def summ(values: pd.Series) -> str:
         values = values.dropna()
@@ -436,10 +416,10 @@ def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
     rows.sort(key=lambda r: (r[0], TEMPLATE_ORDER.get(r[1], 9), r[2], r[3]))
     if not rows:
         return "_No policy pair with both conventions under both requests._"
-    return _table(["Task", "Template", "Method", "Pair", "Seeds", "ΔP_{B,h}", "I_P", "I_S", "I_MV"], rows)
+    return markdown_table(["Task", "Template", "Method", "Pair", "Seeds", "ΔP_{B,h}", "I_P", "I_S", "I_MV"], rows)
 
 
-def item_contrasts_table(contrasts: pd.DataFrame) -> str:
+def item_contrasts_table(contrasts: pd.DataFrame, digits: int = 2) -> str:
     """App. B.4 truncation sensitivity and pass@k / coverage gains, with their paired intervals."""
     part = contrasts[(contrasts.name == "gain_untruncated") | contrasts.name.str.match(r"pass@\d+_gain$")]
     if part.empty:
@@ -455,9 +435,9 @@ def item_contrasts_table(contrasts: pd.DataFrame) -> str:
         note = "_No response was cut at the length limit: every gain over untruncated pairs equals its gain._"
         if part.empty:
             return note
-    rows = [[r.template, r.name, r.measure[4:], r.policy, r.request, r.n_items, _ci(pd.Series(r._asdict()))]
+    rows = [[r.template, r.name, r.measure[4:], r.policy, r.request, r.n_items, _ci(pd.Series(r._asdict()), digits)]
             for r in part.itertuples()]
-    return (note + "\n\n" if note else "") + _table(
+    return (note + "\n\n" if note else "") + markdown_table(
         ["Template", "Contrast", "Reader", "Policy", "Request", "Items", "Estimate [95% CI] (pp)"], rows)
 
 
@@ -467,7 +447,7 @@ def undefined_table(contrasts: pd.DataFrame) -> str:
     if part.empty:
         return "_Every contrast is defined._"
     rows = [[r.template, r.name, r.measure, r.policy, r.request, r.note] for r in part.itertuples()]
-    return _table(["Template", "Contrast", "Measure", "Policy", "Request", "Why n/a"], rows)
+    return markdown_table(["Template", "Contrast", "Measure", "Policy", "Request", "Why n/a"], rows)
 
 
 def item_worth(cells: pd.DataFrame, task: str, template: str) -> str:
@@ -488,11 +468,11 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
                  protocol: dict | None = None, extra_sections: list[str] | None = None) -> None:
     """report.md: the answer first (headline and precision), contents, protocol card, the paper's tables
     per task and wording, then an appendix of the longer tables (each also a CSV)."""
-    from crossed_rlvr.analysis.headline import headline_block, precision, precision_sentence
     from crossed_rlvr.analysis.protocol import protocol_section
+    from crossed_rlvr.analysis.report.headline import headline_block, precision, precision_sentence
 
     prec = precision(contrasts)
-    STYLE["endpoint_digits"] = prec["decimals"]
+    d = prec["decimals"]
     # the generated responses: a wording's "@shared" cells re-use its own responses on a subset, never new ones
     own = cells[~cells["template"].astype(str).str.endswith(SHARED)]
     own_cells = own.drop_duplicates(["task", "template", "policy", "request"])
@@ -525,18 +505,18 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
              "response with the initial policy's response to the same item and sample.\n"),
             payload_table(cells, task, template),
             "\n### Crossed interactions (Table 10), percentage points\n",
-            interaction_table(contrasts, task, template, cells),
+            interaction_table(contrasts, task, template, cells, d),
             "\n### Correct counts per cell (Table 8)\n",
             "S is the strict reader of the requested convention; MV is Math-Verify on the full response.\n",
             counts_table(cells, task, template),
             "\n### Gains against the initial policy (Table 9, eq. 5), percentage points\n",
-            gains_table(contrasts, task, template),
+            gains_table(contrasts, task, template, d),
         ]
         strata = stratum_table(cells, task, template)
         if strata:
             parts.append(strata)
         if is_symbolic_task(task):
-            parts += ["\n### MATH500 readout (App. B.4)\n", math_tables(cells, contrasts, task, template)]
+            parts += ["\n### MATH500 readout (App. B.4)\n", math_tables(cells, contrasts, task, template, d)]
     parts += [
         "\n## Wording templates (Table 13): mean (SD) across the listed seeds, per method and pair\n",
         ("Every wording is compared on the same items: a template that covers more items than the others (the "
@@ -545,12 +525,12 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
         *(extra_sections or []),
         ("\n## Appendix: further contrasts\n\nAttenuation ρ (eq. 7), preference D (eq. 8) with its seed mean and SD, "
          "seed mean and SD of ΔP, shares F/Δ_S and γ₀/Δ_S (§3.2, D.3.1; descriptive ratios), I_reward − I_S (D.1), "
-         "method differences (D.2), conditional correctness u_c (eq. 3).\n"), other_contrasts(contrasts),
+         "method differences (D.2), conditional correctness u_c (eq. 3).\n"), other_contrasts(contrasts, d),
         "\n## Appendix: finite-budget coverage (eq. 9, 11; Table 22)\n", coverage_table(coverage),
         ("\n## Appendix: truncation sensitivity (App. B.4) and pass@k gains\n\n`gain_untruncated` repeats a gain over "
          "the item pairs in which no response was cut at the length limit (a post-hoc sensitivity check, not a "
          "replacement); `pass@k_gain` is trained minus initial per-item pass@k (k = N: coverage).\n"),
-        item_contrasts_table(contrasts),
+        item_contrasts_table(contrasts, d),
         "\n## Appendix: undefined contrasts\n",
         ("A contrast is n/a when a statistic it needs is undefined (e.g. the lenient reader under a JSON request) "
          "or its denominator is zero; its neighbours keep their values.\n"), undefined_table(contrasts),
@@ -561,126 +541,14 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
     path.write_text("\n".join(parts) + "\n")
 
 
-def _save(fig, path: Path) -> Path:
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, save at 120 dpi and close a matplotlib figure."""
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) -> list[Path]:
-    """Fig. 1a (payload per seed vs initial), Fig. 2a (strict vs MV interactions), Fig. 1b (per template)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder.mkdir(parents=True, exist_ok=True)
-    made: list[Path] = []
-    orig = cells[cells.template == "original"] if (cells.template == "original").any() else cells
-    pay = orig[orig.measure == "payload"]
-    requests = [r for r in ("hash", "boxed") if r in set(pay.request)]
-    trained = pay[pay.training_convention.isin(["hash", "boxed"])]
-    if requests and not trained.empty:
-        from crossed_rlvr.analysis.cells import policy_parts
-
-        # One slot per method and seed (final policies only): GRPO and SFT arms of one seed are not merged.
-        parts = {p: policy_parts(p, c) for p, c in zip(trained.policy, trained.training_convention)}
-        trained = trained[[not parts[p][1] for p in trained.policy]]
-        trained = trained.assign(method=[parts[p][0] for p in trained.policy])
-        slots = sorted({(m, int(sd)) for m, sd in zip(trained.method, trained.train_seed)})
-        fig, axes = plt.subplots(1, len(requests), figsize=(max(5, 1.2 * len(slots) + 2) * len(requests), 3.6),
-                                 sharey=True, squeeze=False)
-        for ax, req in zip(axes[0], requests):
-            sub = trained[trained.request == req]
-            init = pay[(pay.request == req) & (pay.policy == "initial")]["value"]
-            for k, (conv, color) in enumerate([("hash", "tab:blue"), ("boxed", "tab:orange")]):
-                vals = [sub[(sub.training_convention == conv) & (sub.method == m) & (sub.train_seed == sd)]["value"]
-                        for m, sd in slots]
-                ys = [100 * v.iloc[0] if len(v) else np.nan for v in vals]
-                ax.bar(np.arange(len(slots)) + (k - 0.5) * 0.38, ys, width=0.38, color=color, label=f"{conv}-trained")
-            if len(init):
-                ax.axhline(100 * init.iloc[0], color="black", ls="--", lw=1, label="initial")
-            ax.set_xticks(range(len(slots)), [f"{m} s{sd}" for m, sd in slots])
-            ax.set_xlabel("method and training seed")
-            ax.set_title(f"{req} request")
-            ax.set_ylim(0, 105)
-        axes[0][0].set_ylabel("requested-payload presence (%)")
-        axes[0][-1].legend(loc="lower right", fontsize=8)
-        fig.suptitle("Requested-payload presence per seed against the initial policy (cf. Fig. 1a)")
-        made.append(_save(fig, folder / "fig1a_payload_by_seed.png"))
-
-    inter = contrasts[(contrasts.name == "interaction") & contrasts.measure.isin(["acc.strict", "acc.math_verify"])
-                      & ~contrasts.policy.map(_is_summary) & (contrasts.request == "hashxboxed")]
-    inter_o = inter[inter.template == "original"] if (inter.template == "original").any() else inter
-    if not inter_o.empty:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        labels = sorted(inter_o.policy.unique())
-        for k, (m, name, color) in enumerate([("acc.strict", "strict I_S", "tab:red"),
-                                              ("acc.math_verify", "Math-Verify I_MV", "tab:green")]):
-            sub = inter_o[inter_o.measure == m].set_index("policy").reindex(labels)
-            x = np.arange(len(labels)) + (k - 0.5) * 0.25
-            yerr = np.vstack([sub.estimate - sub.ci_low, sub.ci_high - sub.estimate])
-            ax.errorbar(x, sub.estimate, yerr=np.nan_to_num(yerr), fmt="o", color=color, capsize=3, label=name)
-        ax.axhline(0, color="black", lw=0.8)
-        ax.set_xticks(range(len(labels)), labels, rotation=20)
-        ax.set_ylabel("interaction (pp), 95% CI")
-        ax.set_title("Strict vs Math-Verify crossed interactions per seed (cf. Fig. 2a)")
-        ax.legend(fontsize=8)
-        made.append(_save(fig, folder / "fig2a_interactions.png"))
-
-    pref = contrasts[(contrasts.name == "preference_D") & (contrasts.template == "original")]
-    if len(pref) > 1:  # Fig. 2b: prompted convention preference D per policy, with paired intervals
-        fig, ax = plt.subplots(figsize=(max(5, 0.7 * len(pref) + 2), 3.6))
-        order = list(pref.policy)
-        colors = ["black" if p == "initial" else ("tab:blue" if "hash" in p else "tab:orange") for p in order]
-        yerr = np.vstack([pref.estimate - pref.ci_low, pref.ci_high - pref.estimate])
-        ax.bar(range(len(order)), pref.estimate, color=colors, yerr=np.nan_to_num(yerr), capsize=3)
-        ax.axhline(0, color="black", lw=0.8)
-        ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel("100 D = strict(hash req.) − strict(boxed req.)")
-        ax.set_title("Prompted convention preference D per policy (cf. Fig. 2b)")
-        made.append(_save(fig, folder / "fig2b_preference.png"))
-
-    gains = contrasts[(contrasts.name == "gain") & contrasts.measure.isin(["acc.strict", "acc.math_verify"])
-                      & (contrasts.template == "original") & ~contrasts.policy.map(_is_summary)]
-    if not gains.empty:  # Fig. 3b / 4: gains by reader and request, same saved responses
-        requests = _requests(gains.request)
-        fig, axes = plt.subplots(1, len(requests), figsize=(5 * len(requests), 3.6), sharey=True, squeeze=False)
-        for ax, req in zip(axes[0], requests):
-            sub = gains[gains.request == req]
-            labels = sorted(sub.policy.unique())
-            for k, (m, name, color) in enumerate([("acc.strict", "strict", "tab:red"),
-                                                  ("acc.math_verify", "Math-Verify", "tab:green")]):
-                part = sub[sub.measure == m].set_index("policy").reindex(labels)
-                yerr = np.vstack([part.estimate - part.ci_low, part.ci_high - part.estimate])
-                ax.errorbar(np.arange(len(labels)) + (k - 0.5) * 0.25, part.estimate, yerr=np.nan_to_num(yerr),
-                            fmt="o", color=color, capsize=3, label=name)
-            ax.axhline(0, color="black", lw=0.8)
-            ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
-            ax.set_title(f"{req} request")
-        axes[0][0].set_ylabel("gain over the initial policy (pp), 95% CI")
-        axes[0][-1].legend(fontsize=8)
-        fig.suptitle("Gains depend on the request and the reader (cf. Fig. 3b, 4)")
-        made.append(_save(fig, folder / "fig3b_gains_by_reader.png"))
-
-    wording = _wording_view(contrasts)
-    dpb = wording[(wording.name == "delta_P") & (wording.request == "hash") & ~wording.policy.map(_is_summary)
-                  & wording.policy.str.contains("boxed")]
-    if dpb.template.nunique() > 1:
-        fig, ax = plt.subplots(figsize=(6, 3.6))
-        order = sorted(dpb.template.unique(), key=lambda t: TEMPLATE_ORDER.get(t, 9))
-        for policy, rows in dpb.groupby("policy"):
-            sub = rows.set_index("template").reindex(order)
-            ax.plot(order, sub.estimate, marker="o", label=policy)
-        ax.axhline(0, color="black", lw=0.8)
-        ax.set_ylabel("ΔP_{B,h}: boxed-trained − initial hash payload (pp)")
-        ax.set_title("Change per wording template (cf. Fig. 1b)")
-        ax.legend(fontsize=7)
-        made.append(_save(fig, folder / "fig1b_templates.png"))
-    return made
 
 
 def append_training_section(out: Path, metrics: dict[str, list[dict]]) -> Path:
@@ -710,15 +578,15 @@ def append_training_section(out: Path, metrics: dict[str, list[dict]]) -> Path:
     axes[1].set(title="requested-payload rate in training", xlabel="update", ylabel="rate")
     axes[1].legend(fontsize=7)
     (out / "figures").mkdir(parents=True, exist_ok=True)
-    fig_path = _save(fig, out / "figures" / "training_curves.png")
+    fig_path = save_figure(fig, out / "figures" / "training_curves.png")
     k_note = "first/last k updates, k = min(5, updates // 3)"
-    text = "\n\n## Training of the arms\n\n" + _table(
+    text = "\n\n## Training of the arms\n\n" + markdown_table(
         ["arm", "updates", "reward first", "reward last", "change", "payload first", "payload last"], rows) + (
         f"\n\nMeans over the {k_note}; rollouts at the recipe's temperature.\n\n"
         f"![training curves](figures/{fig_path.name})\n")
     report = out / "report.md"
     report.write_text(report.read_text() + text)
-    from crossed_rlvr.analysis.headline import add_contents
+    from crossed_rlvr.analysis.report.headline import add_contents
 
     add_contents(report)  # the new section enters the contents
     manifest = out / "manifest.json"

@@ -33,8 +33,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.eval.records import ResponseFileError, Source, check_record, json_lines, write_responses
+from crossed_rlvr.files import Source, json_lines
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.records import ResponseFileError, check_record, write_responses
 
 _GSM8K_TARGET = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
 
@@ -82,7 +83,7 @@ def policy_identity(policy: str, training_convention: str | None = None,
 
 
 def _lines(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
-    return json_lines(path)
+    return json_lines(path, ResponseFileError)
 
 
 def _lm_eval_samples(path: Path) -> Iterator[tuple[dict[str, Any], Source]]:
@@ -336,7 +337,7 @@ def verl_task(src: Path) -> str:
     """The task of a verl dump from its rows' ``data_source`` (``crossed_rlvr/<task>[/<request>]``, as our
     parquet writes it, where the dump keeps it); never a guess: readers differ by task (``\\frac12`` is
     right on MATH, unreadable on GSM8K), so a dump that does not say is refused."""
-    tasks = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "conf" / "task").glob("*.yaml"))
+    tasks = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "task").glob("*.yaml"))
     files = [p for _, p in verl_steps(src)] if src.is_dir() else [src]
     for path in files:
         for row, _where in _lines(path):

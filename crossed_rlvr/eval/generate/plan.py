@@ -1,4 +1,5 @@
-"""``crossed-eval``: policies x requests x templates x items x samples -> response files, one per cell.
+"""The crossed design of ``crossed-eval``: policies x requests x templates x items x samples -> cells, one
+response file each; item seeds, the generation loop and the records every engine's run writes alike.
 
 Paper 001 §3 "Matched evaluation": every policy sees identical prompts and per-item seeds. The
 item set is frozen into ``<run_dir>/items/<task>.jsonl`` and its sha256 is recorded in
@@ -19,13 +20,12 @@ import json
 import os
 import random
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.eval.generation import GenParams, HFBackend
+from crossed_rlvr.eval.generate.engines import GenParams
 from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.tasks.build import build_items
@@ -110,6 +110,8 @@ def template_items(items: list[dict[str, Any]], template: str, subset: int | Non
 
 
 def _read_partial(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """A cell's own scratch file read back; not through ``files.json_lines``, which refuses a bad line: here the
+    last line may be cut by a kill, and everything from it on is generated again."""
     done: dict[tuple[str, int], dict[str, Any]] = {}
     if not path.exists():
         return done
@@ -136,7 +138,7 @@ class Cell:
     meta_path: Path
     partial: Path       # a serial run's scratch, appended batch by batch
     partial_meta: Path
-    shards: Path        # a distributed run's scratch: one file per finished shard (eval/workers.py)
+    shards: Path        # a distributed run's scratch: one file per finished shard (eval/generate/workers.py)
 
     @property
     def size(self) -> int:
@@ -273,120 +275,12 @@ def finish_cell(cell: Cell, done: dict[tuple[str, int], dict[str, Any]], seconds
     cell.partial.unlink(missing_ok=True)
     shutil.rmtree(cell.shards, ignore_errors=True)
     cell.partial_meta.unlink(missing_ok=True)
-    return _cell_summary(records, cell.request, seconds)
+    return cell_summary(records, cell.request, seconds)
 
 
-def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str, Any]:
-    """Generate every missing response of the crossed design; returns a summary per cell.
-
-    ``distribute.workers`` > 0 spreads the cells (split into shards) over Ray workers, each with its own
-    engine (``eval/workers.py``); the files are the same as this process alone would write.
-    ``on_event(kind, info)`` is told of worker starts and finished shards (tests, monitoring)."""
-    from tqdm import tqdm
-
-    p = plan(cfg)
-    total = sum(c.size for c in p.cells)
-    summary: dict[str, Any] = {}
-    tracker = _tracker(cfg)
-    bar = tqdm(total=total, desc="crossed-eval", unit="resp", disable=not progress)
-    machines: list[dict[str, Any]] = []
-    dist = cfg.get("distribute")
-    try:
-        if dist is not None and int(dist.workers) > 0:
-            from crossed_rlvr.eval.workers import run_distributed
-
-            machines = run_distributed(cfg, p, summary, bar, tracker, on_event)
-        else:
-            _run_serial(cfg, p, summary, bar, tracker)
-    finally:
-        bar.close()
-        if tracker is not None:
-            tracker.finish()
-    if any(not v.get("skipped") for v in summary.values()):  # where these responses were generated
-        from crossed_rlvr.machine import machine
-
-        manifest = json.loads((p.run_dir / "run.json").read_text())
-        for here in machines or [machine()]:
-            if here not in manifest.setdefault("machines", []):
-                manifest["machines"].append(here)
-        manifest["policies"] = {**manifest.get("policies", {}), **policy_hashes(p)}
-        atomic_write_json(p.run_dir / "run.json", manifest)
-    (p.run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    return summary
-
-
-def policy_hashes(p: Plan) -> dict[str, dict[str, str]]:
-    """Each policy's weights as evaluated: the recorded path and the sha256 of its folder (every file), for
-    the report's protocol card; a hub name that is not a local folder is recorded as it is."""
-    from crossed_rlvr.study.stamps import tree_sha256
-
-    out = {}
-    for pol in {c.pol.name: c.pol for c in p.cells}.values():
-        here = Path(pol.path)
-        out[pol.name] = {"path": recorded_path(pol.path, p.run_dir),
-                         "weights_sha256": tree_sha256(here) if here.exists() else "not a local folder"}
-    return out
-
-
-def _run_serial(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any) -> None:
-    gen = cfg.eval
-    loaded: dict[str, Any] = {}
-    try:
-        for cell, done in unfinished(p, bool(cfg.overwrite), bar, summary):
-            todo = todo_of(cell, done)
-            start = time.perf_counter()
-            if todo:
-                if cell.pol.path not in loaded:
-                    _release(loaded)  # one policy in memory at a time, its engine shut down first
-                    loaded[cell.pol.path] = _backend(cell.pol.path, gen)
-                backend, tokenizer = loaded[cell.pol.path]
-                with cell.partial.open("a", encoding="utf-8") as fh:
-                    at = 0
-                    for outs in generate(backend, tokenizer, todo, cell.request, cell.template, p.system,
-                                         int(gen.base_seed), int(gen.batch_size), p.params):
-                        for (_k, it, s), (seed, sha, out) in zip(todo[at : at + len(outs)], outs, strict=True):
-                            rec = make_record(p, cell, it, s, seed, sha, out)
-                            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                            done[(rec["item_id"], s)] = rec
-                        at += len(outs)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                        bar.update(len(outs))
-            summary[cell.name] = finish_cell(cell, done, time.perf_counter() - start)
-            if tracker is not None:
-                tracker.log({f"{cell.name}/{k}": v for k, v in summary[cell.name].items()})
-    finally:
-        _release(loaded)
-
-
-def _release(loaded: dict[str, Any]) -> None:
-    for backend, _ in loaded.values():
-        close = getattr(backend, "close", None)
-        if callable(close):
-            close()
-    loaded.clear()
-
-
-def _backend(path: str, gen: Any) -> tuple[Any, Any]:
-    if gen.backend == "vllm":
-        from crossed_rlvr.eval.generation import VLLMBackend
-        from crossed_rlvr.policies.loading import load_tokenizer
-
-        backend = VLLMBackend(path, dtype=gen.dtype, context_limit=int(gen.context_limit),
-                              cpu_kvcache_gib=int(gen.get("cpu_kvcache_gib", 1)),
-                              gpu_memory_utilization=gen.get("gpu_memory_utilization", 0.9),
-                              tensor_parallel_size=gen.get("tensor_parallel_size", 1),
-                              enforce_eager=bool(gen.get("enforce_eager", False)))
-        return backend, load_tokenizer(path)
-    from crossed_rlvr.policies.loading import load_policy
-
-    model, tokenizer = load_policy(path, dtype=gen.dtype)
-    return HFBackend(model, tokenizer, batch_size=int(gen.batch_size)), tokenizer
-
-
-def _cell_summary(records: list[dict[str, Any]], request: str, seconds: float) -> dict[str, Any]:
-    from crossed_rlvr.eval.panel import score_response
-    from crossed_rlvr.eval.readers import REQUESTED_READER
+def cell_summary(records: list[dict[str, Any]], request: str, seconds: float) -> dict[str, Any]:
+    from crossed_rlvr.eval.score.panel import score_response
+    from crossed_rlvr.eval.score.readers import STRICT
 
     rows = [score_response(r["response"], r["reference"], request, slow=False) for r in records]
     n = max(1, len(rows))
@@ -394,37 +288,8 @@ def _cell_summary(records: list[dict[str, Any]], request: str, seconds: float) -
         "n": len(rows),
         "payload": sum(r["requested_payload"] for r in rows) / n,
         "extractable": sum(r["extractable"] for r in rows) / n,
-        "strict_accuracy": sum(r[f"{REQUESTED_READER[request]}.correct"] for r in rows) / n,
+        "strict_accuracy": sum(r[f"{STRICT[request]}.correct"] for r in rows) / n,
         "lenient_accuracy": sum(r["last_number.correct"] for r in rows) / n,
         "truncated": sum(rec["finish_reason"] == "length" for rec in records) / n,
         "seconds": round(seconds, 1),
     }
-
-
-def _tracker(cfg: Any) -> Any:
-    """The evaluation's wandb run (name ``eval``, group = the study), or None when tracking is off."""
-    from crossed_rlvr.tracking import resolved_config, start_run
-
-    return start_run(cfg.get("tracking"), name="eval", job_type="eval", run_dir=Path(cfg.run_dir),
-                     study=cfg.get("study"), config=resolved_config(cfg))
-
-
-def _run(cfg: Any) -> None:
-    from crossed_rlvr.eval.generation import ContextLengthError
-
-    try:
-        summary = run_eval(cfg)
-    except (RunError, ItemFileError, ContextLengthError) as err:
-        raise SystemExit(f"crossed-eval: {err}") from None
-    for name, s in summary.items():
-        print(name, json.dumps(s))
-
-
-def main() -> None:
-    from crossed_rlvr.conf.app import hydra_app
-
-    hydra_app("crossed-eval", "crossed_eval", _run)()
-
-
-if __name__ == "__main__":
-    main()

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from crossed_rlvr.analysis.cells import SHARED
+from crossed_rlvr.analysis.report.tables import interval, markdown_table
 
 HEADLINE = {"payload": "I_P", "acc.strict": "I_S", "acc.math_verify": "I_MV"}
 CONTENTS = ("<!-- contents -->", "<!-- /contents -->")
@@ -52,14 +53,6 @@ def precision_sentence(prec: dict[str, float], n_resamples: int, rng_seed: int) 
 # ------------------------------------------------------------------ headline
 def _own(contrasts: pd.DataFrame) -> pd.DataFrame:
     return contrasts[~contrasts.template.astype(str).str.endswith(SHARED)]
-
-
-def _ci(row: object, d: int) -> str:  # a Series or an itertuples row
-    if np.isnan(row.estimate):
-        return "n/a"
-    if np.isnan(row.ci_low):
-        return f"{row.estimate:+.2f}"
-    return f"{row.estimate:+.2f} [{row.ci_low:+.{d}f}, {row.ci_high:+.{d}f}]"
 
 
 def _excludes_zero(row: object) -> bool:  # a Series or an itertuples row
@@ -130,14 +123,12 @@ def headline_block(contrasts: pd.DataFrame, prec: dict[str, float]) -> str:
     if rows.empty:
         return "_No crossed pair (arms of both conventions, each under both requests): no interaction to report._"
     d = prec["decimals"]
-    table = ["| Task | Wording | Pair | Method | Items | Measure | Seed mean [95% CI] (pp) | Each seed (pp) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows.itertuples():
-        each = ", ".join(f"{s} {v:+.2f}" for s, v in r.each.items())
-        table.append(f"| {r.task} | {r.template} | {r.pair} | {r.method} | {r.n_items} | {r.name} | "
-                     f"{_ci(r, d)} | {each} |")
+    table = markdown_table(
+        ["Task", "Wording", "Pair", "Method", "Items", "Measure", "Seed mean [95% CI] (pp)", "Each seed (pp)"],
+        [[r.task, r.template, r.pair, r.method, r.n_items, r.name, interval(r.estimate, r.ci_low, r.ci_high, 2, d),
+          ", ".join(f"{s} {v:+.2f}" for s, v in r.each.items())] for r in rows.itertuples()])
     lines = [sentence(grp) for _, grp in rows.groupby(["task", "template", "pair", "method"], sort=False)]
-    return "\n\n".join(lines) + "\n" + "\n".join(["", *table, "",
+    return "\n\n".join(lines) + "\n" + "\n".join(["", table, "",
                       "I_P: crossed interaction of requested-payload presence (where answers are written); I_S: of "
                       "strict accuracy under the requested convention, I_MV: of Math-Verify accuracy on the whole "
                       "response (whether they are right), paper 001 §3.2."])

@@ -12,7 +12,7 @@ Evaluation readers (App. C.1, B.2):
 - ``boxed_first`` / ``boxed_last``: the first / last balanced box, then its last numeric token.
 - ``lenient_boxed_fallback``: the ``boxed_first`` answer, else the last number (A1 by construction).
 - ``json_first`` / ``xml_first``: the first JSON / XML answer payload, numeric (boundary study).
-- ``math_verify`` / ``math_verify_payload``: see :mod:`crossed_rlvr.eval.mathverify`.
+- ``math_verify`` / ``math_verify_payload``: see :mod:`crossed_rlvr.eval.score.mathverify`.
 - ``reward_<convention>``: each training reward program read as a reader (App. D.1 re-scoring).
 
 Numeric readers compare GSM8K-style with tolerance 1e-3.
@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from crossed_rlvr.eval import text as tx
+from crossed_rlvr import text as tx
 from crossed_rlvr.rewards.programs import REWARD_PROGRAMS, RewardProgram
 
 
@@ -166,10 +166,12 @@ class RewardReader(Reader):
 for _program in REWARD_PROGRAMS.values():
     register(RewardReader(_program))
 
-# The frozen requested-convention reader per request: extractability q_c = Pr[reader returns a value].
-REQUESTED_READER: dict[str, str] = {
-    "hash": "strict_first_hash",
-    "boxed": "boxed_first",
-    "json": "json_first",
-    "xml": "xml_first",
-}
+# The reader maps, owned here and used by scoring, the scores-table checks, validation and the analysis.
+# The frozen requested-convention (strict) reader per request: extractability q_c = Pr[reader returns a value].
+STRICT: dict[str, str] = {"hash": "strict_first_hash", "boxed": "boxed_first", "json": "json_first", "xml": "xml_first"}
+# The lenient reader per request (the strict answer, else a fallback: A1 by construction).
+LENIENT: dict[str, str] = {"hash": "lenient_hash_fallback", "boxed": "lenient_boxed_fallback"}
+# Tasks whose answers are symbolic (MATH500): task-aware readers (App. B.4, D.3.1), see symbolic.is_symbolic_task.
+SYMBOLIC_STRICT: dict[str, str] = {"hash": "math_strict", "boxed": "math_strict"}
+SYMBOLIC_LENIENT: dict[str, str] = {"hash": "math_lenient", "boxed": "math_lenient"}
+SYMBOLIC_PAYLOAD: dict[str, str] = {"hash": "payload_any.hash", "boxed": "payload.boxed"}

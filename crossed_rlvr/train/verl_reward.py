@@ -39,9 +39,9 @@ def compute_score(
     out = {"score": score, "acc": score, "is_weight": float((extra_info or {}).get("is_weight", 1.0))}
     request = (extra_info or {}).get("request")
     if request:
-        from crossed_rlvr.eval.payload import detect
-        from crossed_rlvr.eval.readers import REQUESTED_READER, get_reader
+        from crossed_rlvr.eval.score.payload import detect
+        from crossed_rlvr.eval.score.readers import STRICT, get_reader
 
         out["payload"] = float(detect(solution_str).present(str(request)))
-        out["strict"] = float(get_reader(REQUESTED_READER[str(request)])(solution_str, str(ground_truth), request).correct)
+        out["strict"] = float(get_reader(STRICT[str(request)])(solution_str, str(ground_truth), request).correct)
     return out

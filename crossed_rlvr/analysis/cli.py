@@ -1,0 +1,100 @@
+"""``crossed-analyze``: scores table -> cells, contrasts, coverage, paired tests, report, figures.
+
+Outputs (a folder, DESIGN.md "Contracts"): ``cells.csv`` (one row per cell and measure, with n),
+``contrasts.csv`` (one row per contrast with its paired-bootstrap interval), ``report.md``,
+``figures/*.png`` and ``manifest.json`` with the sha256 of every input. The folder is written
+whole into a temporary sibling and then moved into place, and an existing folder is never
+replaced unless ``--overwrite`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from crossed_rlvr.analysis.analyze import DEFAULT_RESAMPLES, DEFAULT_RNG_SEED, AnalysisError, compute
+from crossed_rlvr.analysis.contrasts import AmbiguousPolicies
+from crossed_rlvr.analysis.report.document import crossing_gaps
+from crossed_rlvr.analysis.report.write import write_outputs
+from crossed_rlvr.interrupt import stops_cleanly
+
+
+def replace_folder(out: Path, write: object) -> None:
+    """Write a folder whole into a temporary sibling (``write(tmp)``), then move it into place."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        write(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def analyze(
+    scores_path: str | Path,
+    out_dir: str | Path,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    rng_seed: int = DEFAULT_RNG_SEED,
+    overwrite: bool = False,
+    figures: bool = True,
+    tracking: str = "off",
+    project: str = "crossed-rlvr",
+    entity: str | None = None,
+    group: str | None = None,
+) -> Path:
+    """Run the whole analysis of one scores table into ``out_dir``."""
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it or choose another folder")
+    start = time.perf_counter()
+    result = compute(scores_path, n_resamples, rng_seed)
+    replace_folder(out, lambda tmp: write_outputs(result, tmp, figures))
+    if not (result.contrasts.name == "interaction").any():
+        print("crossed-analyze: no crossed pair (arms of both conventions, each under both requests); missing:\n"
+              + "\n".join(f"  - {g}" for g in crossing_gaps(result.cells)), file=sys.stderr)
+    if tracking != "off":
+        from omegaconf import OmegaConf
+
+        from crossed_rlvr.analysis.tracking import log_analysis
+
+        block = {"mode": tracking, "project": project, "entity": entity, "group": group, "tags": []}
+        log_analysis(out, OmegaConf.create(block), study=group, scores=Path(scores_path))
+    print(f"analysis of {len(result.scores):,} responses in {time.perf_counter() - start:.1f} s -> {out}",
+          file=sys.stderr)
+    return out
+
+
+@stops_cleanly("crossed-analyze")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="crossed-analyze", description="Crossed analysis of a scores table.")
+    parser.add_argument("scores", help="scores table (Parquet) from crossed-score")
+    parser.add_argument("-o", "--out", required=True, help="output folder")
+    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="paired bootstrap resamples")
+    parser.add_argument("--rng-seed", type=int, default=DEFAULT_RNG_SEED)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    parser.add_argument("--no-figures", action="store_true")
+    parser.add_argument("--tracking", choices=["off", "offline", "online"], default="off",
+                        help="log to wandb (offline writes a local run folder to sync later)")
+    parser.add_argument("--project", default="crossed-rlvr", help="wandb project")
+    parser.add_argument("--entity", default=None, help="wandb entity (team); default: yours")
+    parser.add_argument("--group", default=None, help="wandb group, e.g. the study the scores come from")
+    args = parser.parse_args(argv)
+    try:
+        analyze(args.scores, args.out, args.resamples, args.rng_seed, args.overwrite, not args.no_figures, args.tracking,
+                args.project, args.entity, args.group)
+    except (AnalysisError, AmbiguousPolicies, FileExistsError) as err:
+        print(f"crossed-analyze: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

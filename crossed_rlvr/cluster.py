@@ -1,0 +1,101 @@
+"""The Ray cluster of a SLURM allocation, shared by the verl arms' and the crossed evaluation's sbatch
+scripts: the header, the cluster start (head first, then every node), and the wait until every node joined.
+
+``python -m crossed_rlvr.cluster --wait-nodes N --address HOST:PORT`` is that wait, run by the scripts in
+a fresh process (Ray reads its auth settings when it is imported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+MARKER = "crossed-rlvr launch:"
+
+
+def say(text: str) -> None:
+    print(f"{MARKER} {text}", flush=True)
+
+
+def slurm_header(what: str) -> str:
+    """The sbatch header (a template with job, nodes, gpus, cpus): one task per node, whole nodes."""
+    return ('''#!/usr/bin/env bash
+#SBATCH --job-name={job}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={gpus}
+#SBATCH --cpus-per-task={cpus}
+#SBATCH --exclusive
+''' + f"# A Ray cluster across the allocated nodes, then {what} on its head.\n" + '''# HEAD_IP overrides the head's address; RAY_JOIN_TIMEOUT (s) bounds the wait for every node to join.
+set -euo pipefail
+''')
+
+
+# A Ray cluster over a SLURM allocation, ready on "$head_ip:$port" (shared with crossed-eval's script).
+RAY_CLUSTER = """cpus=${{SLURM_CPUS_PER_TASK:-{cpus}}}
+nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
+head=${{nodes[0]}}
+# the head's IPv4 address on the interface that routes off the node (never a loopback name entry)
+head_ip=${{HEAD_IP:-$(srun --nodes=1 --ntasks=1 -w "$head" bash -c \\
+  "ip -4 -o route get 192.0.2.1 2>/dev/null | sed -n 's/.* src \\([0-9.]*\\).*/\\1/p'; hostname -I 2>/dev/null" \\
+  | tr ' ' '\\n' | grep -E '^[0-9]+(\\.[0-9]+){{3}}$' | grep -v '^127\\.' | head -n 1)}}
+if [ -z "$head_ip" ]; then echo "no IPv4 address found for head node $head; set HEAD_IP" >&2; exit 1; fi
+port=6379
+srun --nodes=1 --ntasks=1 -w "$head" {ray} start --head --node-ip-address="$head_ip" --port=$port \\
+  --num-cpus="$cpus" --num-gpus={gpus} --block &
+{python} -m crossed_rlvr.cluster --wait-nodes 1 --address "$head_ip:$port" --join-timeout "${{RAY_JOIN_TIMEOUT:-300}}"
+for node in "${{nodes[@]:1}}"; do
+  srun --nodes=1 --ntasks=1 -w "$node" {ray} start --address="$head_ip:$port" --num-cpus="$cpus" \\
+    --num-gpus={gpus} --block &
+done
+# every node joined, or a loud failure (verl would otherwise stop with "Total available GPUs ...")
+{python} -m crossed_rlvr.cluster --wait-nodes {nodes} --address "$head_ip:$port" --join-timeout "${{RAY_JOIN_TIMEOUT:-300}}"
+"""
+
+
+def wait_for_nodes(address: str, n: int, timeout: float) -> int:
+    """Poll the Ray cluster at ``address`` until ``n`` nodes are alive (SLURM start-up); loud on timeout."""
+    # Ray 2.60 starts clusters with token authentication: a client must say so to present the token
+    # (~/.ray/auth_token, written by `ray start --head`; on a cluster it must reach every node). Ray reads
+    # this when it is imported: the SLURM script runs this in a fresh process.
+    if "RAY_AUTH_MODE" not in os.environ and (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get(
+            "RAY_AUTH_TOKEN_PATH") or (Path.home() / ".ray" / "auth_token").exists()):
+        os.environ["RAY_AUTH_MODE"] = "token"
+    import ray
+
+    deadline = time.monotonic() + timeout
+    alive, last = 0, ""
+    while time.monotonic() < deadline:
+        try:
+            ray.init(address=address, log_to_driver=False)
+            try:
+                alive = sum(1 for node in ray.nodes() if node["Alive"])
+            finally:
+                ray.shutdown()
+            if alive >= n:
+                say(f"{alive} of {n} Ray node(s) joined at {address}")
+                return 0
+        except Exception as err:  # noqa: BLE001  (the head may not be up yet)
+            last = f" (last error: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        time.sleep(3)
+    say(f"JOIN TIMEOUT: {alive} of {n} Ray node(s) joined {address} within {timeout:g} s{last}; check that "
+        "ray start ran on every allocated node and that they reach the head's address and port")
+    return 4
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m crossed_rlvr.cluster",
+                                     description="Wait until N Ray nodes joined the cluster at an address.")
+    parser.add_argument("--wait-nodes", type=int, metavar="N", required=True, help="nodes to wait for")
+    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray address (or RAY_ADDRESS)")
+    parser.add_argument("--join-timeout", type=float, default=300.0, help="seconds to wait (default 300)")
+    args = parser.parse_args(argv)
+    if not args.address:
+        parser.error("--wait-nodes needs --address or RAY_ADDRESS")
+    return wait_for_nodes(args.address, args.wait_nodes, args.join_timeout)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""The serial run of ``crossed-eval``: every missing response of the crossed design, one policy in memory
+at a time, cell by cell (or spread over Ray workers, ``workers.py``); see ``plan.py`` for the design,
+resume and file rules (paper 001 §3 "Matched evaluation").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.eval.generate.engines import load_backend, release
+from crossed_rlvr.eval.generate.plan import (
+    Plan,
+    finish_cell,
+    generate,
+    make_record,
+    plan,
+    recorded_path,
+    todo_of,
+    unfinished,
+)
+from crossed_rlvr.files import atomic_write_json, tree_sha256
+
+
+def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str, Any]:
+    """Generate every missing response of the crossed design; returns a summary per cell.
+
+    ``distribute.workers`` > 0 spreads the cells (split into shards) over Ray workers, each with its own
+    engine (``eval/generate/workers.py``); the files are the same as this process alone would write.
+    ``on_event(kind, info)`` is told of worker starts and finished shards (tests, monitoring)."""
+    from tqdm import tqdm
+
+    p = plan(cfg)
+    total = sum(c.size for c in p.cells)
+    summary: dict[str, Any] = {}
+    tracker = eval_tracker(cfg)
+    bar = tqdm(total=total, desc="crossed-eval", unit="resp", disable=not progress)
+    machines: list[dict[str, Any]] = []
+    dist = cfg.get("distribute")
+    try:
+        if dist is not None and int(dist.workers) > 0:
+            from crossed_rlvr.eval.generate.workers import run_distributed
+
+            machines = run_distributed(cfg, p, summary, bar, tracker, on_event)
+        else:
+            run_serial(cfg, p, summary, bar, tracker)
+    finally:
+        bar.close()
+        if tracker is not None:
+            tracker.finish()
+    if any(not v.get("skipped") for v in summary.values()):  # where these responses were generated
+        from crossed_rlvr.machine import machine
+
+        manifest = json.loads((p.run_dir / "run.json").read_text())
+        for here in machines or [machine()]:
+            if here not in manifest.setdefault("machines", []):
+                manifest["machines"].append(here)
+        manifest["policies"] = {**manifest.get("policies", {}), **policy_hashes(p)}
+        atomic_write_json(p.run_dir / "run.json", manifest)
+    (p.run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def policy_hashes(p: Plan) -> dict[str, dict[str, str]]:
+    """Each policy's weights as evaluated: the recorded path and the sha256 of its folder (every file), for
+    the report's protocol card; a hub name that is not a local folder is recorded as it is."""
+
+    out = {}
+    for pol in {c.pol.name: c.pol for c in p.cells}.values():
+        here = Path(pol.path)
+        out[pol.name] = {"path": recorded_path(pol.path, p.run_dir),
+                         "weights_sha256": tree_sha256(here) if here.exists() else "not a local folder"}
+    return out
+
+
+def run_serial(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any) -> None:
+    gen = cfg.eval
+    loaded: dict[str, Any] = {}
+    try:
+        for cell, done in unfinished(p, bool(cfg.overwrite), bar, summary):
+            todo = todo_of(cell, done)
+            start = time.perf_counter()
+            if todo:
+                if cell.pol.path not in loaded:
+                    release(loaded)  # one policy in memory at a time, its engine shut down first
+                    loaded[cell.pol.path] = load_backend(cell.pol.path, gen)
+                backend, tokenizer = loaded[cell.pol.path]
+                with cell.partial.open("a", encoding="utf-8") as fh:
+                    at = 0
+                    for outs in generate(backend, tokenizer, todo, cell.request, cell.template, p.system,
+                                         int(gen.base_seed), int(gen.batch_size), p.params):
+                        for (_k, it, s), (seed, sha, out) in zip(todo[at : at + len(outs)], outs, strict=True):
+                            rec = make_record(p, cell, it, s, seed, sha, out)
+                            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                            done[(rec["item_id"], s)] = rec
+                        at += len(outs)
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                        bar.update(len(outs))
+            summary[cell.name] = finish_cell(cell, done, time.perf_counter() - start)
+            if tracker is not None:
+                tracker.log({f"{cell.name}/{k}": v for k, v in summary[cell.name].items()})
+    finally:
+        release(loaded)
+
+
+def eval_tracker(cfg: Any) -> Any:
+    """The evaluation's wandb run (name ``eval``, group = the study), or None when tracking is off."""
+    from crossed_rlvr.tracking import resolved_config, start_run
+
+    return start_run(cfg.get("tracking"), name="eval", job_type="eval", run_dir=Path(cfg.run_dir),
+                     study=cfg.get("study"), config=resolved_config(cfg))

@@ -1,0 +1,191 @@
+"""The package's layout keeps the data flow (DESIGN.md "The layout now"): read from every import statement
+of every module (function bodies included, where the coupling hides), this test fails on
+
+- a circle between modules,
+- an import of a leading-underscore name from another module,
+- an import that climbs from an earlier layer into a later one.
+
+The layers are declared once, here, in import order: a module may import its own layer and earlier ones
+(the reward programs, then the base: records, text, files, machine, cluster, tracking). Generation and scoring come before training because training uses them (rollouts for strata
+estimation, crossed validation scored by the readers), as verl's trainer uses its rollout workers and
+``reward_score``; entry points that drive several stages (``crossed-analyze``, ``crossed-study``, the panel
+CLI) come last.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "crossed_rlvr"
+
+# (layer, module prefixes); a module belongs to the layer of its longest matching prefix
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("rewards", ("crossed_rlvr.rewards",)),  # standard library only (test below): importable by verl and TRL
+    ("base", ("crossed_rlvr", "crossed_rlvr.records", "crossed_rlvr.text", "crossed_rlvr.files",
+              "crossed_rlvr.machine", "crossed_rlvr.interrupt", "crossed_rlvr.ranks", "crossed_rlvr.tracking",
+              "crossed_rlvr.cluster")),
+    ("conf", ("crossed_rlvr.conf",)),
+    ("tasks", ("crossed_rlvr.tasks",)),
+    ("prompts", ("crossed_rlvr.prompts",)),
+    ("policies", ("crossed_rlvr.policies",)),
+    ("score", ("crossed_rlvr.eval", "crossed_rlvr.eval.score")),
+    ("generate", ("crossed_rlvr.eval.generate",)),
+    ("sft", ("crossed_rlvr.sft",)),
+    ("train", ("crossed_rlvr.train",)),
+    ("analyze", ("crossed_rlvr.analysis",)),
+    ("report", ("crossed_rlvr.analysis.report",)),
+    ("reuse", ("crossed_rlvr.rescore", "crossed_rlvr.calibration")),
+    ("entry", ("crossed_rlvr.analysis.cli", "crossed_rlvr.study", "crossed_rlvr.cli")),
+]
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def imports(mods: dict[str, Path]) -> list[tuple[str, str, str | None, int]]:
+    """(importer, imported module, imported name or None, line) for every project import."""
+    out = []
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                out += [(name, a.name, None, node.lineno) for a in node.names if a.name.startswith("crossed_rlvr")]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if not target.startswith("crossed_rlvr"):
+                    continue
+                for a in node.names:
+                    sub = f"{target}.{a.name}"
+                    if sub in mods:  # `from package import module`
+                        out.append((name, sub, None, node.lineno))
+                    else:
+                        out.append((name, target, a.name, node.lineno))
+    return out
+
+
+def layer_of(module: str) -> int:
+    best, at = -1, -1
+    for k, (_layer, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, at = len(prefix), k
+    return at
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+MODS = modules()
+EDGES = imports(MODS)
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in MODS if layer_of(m) < 0] == []
+
+
+def test_no_import_circle():
+    graph: dict[str, set[str]] = {}
+    for src, dst, _name, _line in EDGES:
+        if dst != src:
+            graph.setdefault(src, set()).add(dst)
+    assert cycles(graph) == []
+
+
+def test_no_private_name_from_another_module():
+    bad = [f"{src}:{line} imports {name} from {dst}" for src, dst, name, line in EDGES
+           if name and name.startswith("_") and not name.startswith("__") and dst != src]
+    assert bad == []
+
+
+def test_imports_go_only_to_the_same_or_an_earlier_layer():
+    bad = [f"{src} ({LAYERS[layer_of(src)][0]}):{line} imports {dst} ({LAYERS[layer_of(dst)][0]})"
+           for src, dst, _name, line in EDGES if layer_of(dst) > layer_of(src)]
+    assert bad == []
+
+
+def test_rewards_use_only_the_standard_library():
+    """verl and TRL import the reward programs without the rest of the project (DESIGN.md, rewards/)."""
+    import sys
+
+    bad = []
+    for name, path in MODS.items():
+        if not name.startswith("crossed_rlvr.rewards"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            mods = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                    else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for mod in mods:
+                top = mod.split(".")[0]
+                if mod.startswith("crossed_rlvr.rewards") or top in sys.stdlib_module_names or top == "__future__":
+                    continue
+                bad.append(f"{name}:{node.lineno} imports {mod}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("edges, expected", [
+    ({"a": {"b"}, "b": {"a"}}, [["a", "b"]]),
+    ({"a": {"b"}, "b": {"c"}, "c": set()}, []),
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+])
+def test_the_circle_finder_finds_circles(edges, expected):
+    assert cycles(edges) == expected
+
+
+def test_the_layer_rule_sees_a_climb_and_a_private_import(tmp_path):
+    """The walker itself: a fake package where an earlier layer imports a later one's private name."""
+    pkg = tmp_path / "crossed_rlvr"
+    (pkg / "rewards").mkdir(parents=True)
+    (pkg / "analysis").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rewards" / "__init__.py").write_text("")
+    (pkg / "analysis" / "__init__.py").write_text("")
+    (pkg / "analysis" / "cells.py").write_text("_x = 1\n")
+    (pkg / "rewards" / "programs.py").write_text("def f():\n    from crossed_rlvr.analysis.cells import _x\n")
+    edges = imports(modules(pkg))
+    assert ("crossed_rlvr.rewards.programs", "crossed_rlvr.analysis.cells", "_x", 2) in edges
+    assert layer_of("crossed_rlvr.analysis.cells") > layer_of("crossed_rlvr.rewards.programs")
