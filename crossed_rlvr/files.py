@@ -39,15 +39,17 @@ def atomic_write_jsonl(path: str | Path, rows: list[dict[str, Any]], sort_keys: 
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=sort_keys) + "\n" for r in rows))
 
 
-def tree_sha256(path: str | Path, file_sha256: Any = sha256_file) -> str:
-    """One hash over a directory's files (relative names and contents), or over one file.
+def tree_sha256(path: str | Path, file_sha256: Any = sha256_file, skip: tuple[str, ...] = ()) -> str:
+    """One hash over a directory's files (relative names and contents), or over one file; files named in
+    ``skip`` are left out.
 
     wandb's folders are left out: tracking logs keep changing after a stage and are not its results."""
     path = Path(path)
     if path.is_file():
         return file_sha256(path)
     h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file() and "wandb" not in p.relative_to(path).parts):
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and "wandb" not in p.relative_to(path).parts
+                    and p.name not in skip):
         h.update(str(f.relative_to(path)).encode() + b"\0" + file_sha256(f).encode())
     return h.hexdigest()
 

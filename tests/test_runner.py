@@ -95,3 +95,21 @@ def test_cli_error_is_one_clear_line(tmp_path):
     assert proc.returncode != 0
     assert f"crossed-eval: model tiny: {tmp_path / 'missing'} does not exist" in proc.stderr
     assert not (Path(tmp_path) / "responses" / "initial__hash__original.jsonl").exists()
+
+
+def test_a_policys_hash_is_its_weights_not_its_run_records(tmp_path):
+    """The protocol card's weights sha256 (runner.policy_hashes) leaves out the trainer's timings and pickled
+    arguments, so the same seeds give the same report; the weights themselves still count."""
+    from crossed_rlvr.eval.generate.runner import RUN_RECORDS
+    from crossed_rlvr.files import tree_sha256
+
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "sft_summary.json").write_text('{"seconds": 1.0}')
+    (tmp_path / "training_args.bin").write_bytes(b"run A")
+    before = tree_sha256(tmp_path, skip=RUN_RECORDS)
+    (tmp_path / "sft_summary.json").write_text('{"seconds": 2.5}')
+    (tmp_path / "training_args.bin").write_bytes(b"run B")
+    assert tree_sha256(tmp_path, skip=RUN_RECORDS) == before
+    assert tree_sha256(tmp_path) != tree_sha256(tmp_path, skip=RUN_RECORDS)
+    (tmp_path / "model.safetensors").write_bytes(b"other weights")
+    assert tree_sha256(tmp_path, skip=RUN_RECORDS) != before

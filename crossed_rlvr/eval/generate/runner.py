@@ -64,6 +64,11 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
     return summary
 
 
+# What a trainer leaves beside the weights that is a record of the run, not the policy: its timings and its
+# pickled arguments (with the run's own paths). Left out of a policy's hash, so the same seeds give the same report.
+RUN_RECORDS = ("sft_summary.json", "training_args.bin")
+
+
 def policy_hashes(p: Plan) -> dict[str, dict[str, str]]:
     """Each policy's weights as evaluated: the recorded path and the sha256 of its folder (every file), for
     the report's protocol card; a hub name that is not a local folder is recorded as it is."""
@@ -72,7 +77,8 @@ def policy_hashes(p: Plan) -> dict[str, dict[str, str]]:
     for pol in {c.pol.name: c.pol for c in p.cells}.values():
         here = Path(pol.path)
         out[pol.name] = {"path": recorded_path(pol.path, p.run_dir),
-                         "weights_sha256": tree_sha256(here) if here.exists() else "not a local folder"}
+                         "weights_sha256": tree_sha256(here, skip=RUN_RECORDS) if here.exists()
+                         else "not a local folder"}
     return out
 
 
