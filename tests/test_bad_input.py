@@ -59,10 +59,14 @@ def _repeat_row(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def analyze_case(change):
+def analyze_case(change, *flags: str):
     def run(tmp: Path) -> list[str]:
-        return [str(scores_table(tmp, change)), "-o", str(tmp / "out"), "--resamples", "10"]
+        return [str(scores_table(tmp, change)), "-o", str(tmp / "out"), "--resamples", "10", *flags]
     return analyze_main, run
+
+
+def _same(df: pd.DataFrame) -> pd.DataFrame:
+    return df
 
 
 def calibrate_case(change):
@@ -140,6 +144,13 @@ CASES = [
     ("analyze: negative sample index", analyze_case(_set("sample_idx", -1)),
      "crossed-analyze: {tmp}/scores.parquet: row 4 (policy 'initial', request 'hash', item '3'): field 'sample_idx' "
      "is -1; expected an integer >= 0"),
+    # crossed-analyze: the bootstrap's settings (issue 33): refused before any work, never an empty interval
+    *[(f"analyze: --resamples {v}", analyze_case(_same, "--resamples", v),
+       f"crossed-analyze: resamples={int(v)}: the paired bootstrap needs a whole number of resamples from 10 to "
+       "1,000,000 (crossed-analyze --resamples, the study's analysis.resamples)") for v in ("0", "1", "-5", "9", "1000001")],
+    *[(f"analyze: --rng-seed {v}", analyze_case(_same, "--rng-seed", v),
+       f"crossed-analyze: rng_seed={int(v)}: the bootstrap's seed is a whole number from 0 to 2**64 - 1 "
+       "(crossed-analyze --rng-seed, the study's analysis.rng_seed)") for v in ("-1", str(2**64))],
     # crossed-calibrate: the same checks before a sample is frozen
     ("calibrate: requested_payload as text", calibrate_case(_strings("requested_payload")),
      "crossed-calibrate: {tmp}/scores.parquet: row 1 (policy 'initial', request 'hash', item '0'): field "

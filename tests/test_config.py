@@ -53,6 +53,10 @@ BAD = [
     ("crossed_eval", "tracking.mode=disabled", "tracking.mode='disabled' is unknown; expected one of off, offline"),
     ("crossed_eval", "eval=vllm", "eval.backend=vllm (crossed-eval generates with it) needs a GPU"),
     ("crossed_study", "eval=vllm", "eval.backend=vllm (the study's evaluation stage generates with it) needs a GPU"),
+    # issue 33: the analysis stage's bootstrap settings, checked before the first stage (no empty interval)
+    ("crossed_study", "analysis.resamples=1", "analysis.resamples=1 must lie in [10, 1000000]"),
+    ("crossed_study", "analysis.resamples=0", "analysis.resamples=0 must lie in [10, 1000000]"),
+    ("crossed_study", "analysis.rng_seed=-1", "analysis.rng_seed=-1 must lie in [0, 18446744073709551615]"),
 ]
 
 

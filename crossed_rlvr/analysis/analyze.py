@@ -432,9 +432,13 @@ def compute(scores_path: str | Path, n_resamples: int = DEFAULT_RESAMPLES, rng_s
     """Cells, contrasts with paired-bootstrap intervals, coverage, paired tests, lengths, sampling runs,
     example responses, the reader audit and the protocol card of one scores table (nothing is written)."""
     from crossed_rlvr.analysis.audit import audit
+    from crossed_rlvr.analysis.bootstrap import check_settings
     from crossed_rlvr.analysis.cells import reader_names
     from crossed_rlvr.analysis.protocol import collect, response_files
 
+    wrong = check_settings(n_resamples, rng_seed)
+    if wrong:  # before any work: an empty interval would flip the headline ("includes 0")
+        raise AnalysisError(wrong)
     scores = decoding_variants(load_scores(scores_path))
     df, measures = derive_measures(scores)
     df = add_shared_wording_cells(df)

@@ -51,6 +51,11 @@ def analyze(
     group: str | None = None,
 ) -> Path:
     """Run the whole analysis of one scores table into ``out_dir``."""
+    from crossed_rlvr.analysis.bootstrap import check_settings
+
+    wrong = check_settings(n_resamples, rng_seed)
+    if wrong:
+        raise AnalysisError(wrong)
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it or choose another folder")
