@@ -109,7 +109,7 @@ def test_table_20_operation_strata_rebuilt_from_the_papers_counts(tmp_path):
     (tmp_path / "responses").mkdir()
     write_responses(tmp_path / "responses" / "arith.jsonl", build_stratum_records())
     scores = score_files([tmp_path / "responses"], tmp_path / "scores.parquet", workers=2, progress=False)
-    out = analyze(scores, tmp_path / "analysis", n_resamples=0, figures=False)
+    out = analyze(scores, tmp_path / "analysis", n_resamples=10, figures=False)
     cells = pd.read_csv(out / "cells.csv").set_index(["policy", "measure"])["value"]
     for state, pcts in TABLE_20.items():
         policy = "initial" if state.endswith("initial") else "grpo-hash/s83"

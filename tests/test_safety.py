@@ -3,6 +3,7 @@
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,3 +83,20 @@ def test_fast_last_number_equals_full_scan(text):
     long = "0 " * 400 + text  # past the tail window
     full = tx.numbers(long)
     assert tx.last_number(long) == full[-1]
+
+
+@pytest.mark.parametrize("text", ["#### " * 200_000, "\\boxed{" * 140_000 + "}" * 140_000])
+def test_first_payloads_copy_one_payload_not_one_per_marker(text):
+    """Issue 33: a response that degenerates into one long line of markers (1 MB) or nested boxes: the strict
+    symbolic readers take the first payload only, so memory stays linear (before: one copy of the rest of
+    the line per marker, 2.2 GB at 150 KB)."""
+    import tracemalloc
+
+    from crossed_rlvr.eval.score.symbolic import first_box_payload, first_hash_payload
+
+    tracemalloc.start()
+    first_hash_payload(text)
+    first_box_payload(text)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 40 * len(text), peak  # linear: ~9 (markers) and ~27 (boxes) bytes per character measured

@@ -70,13 +70,23 @@ def hash_payloads(text: str) -> list[str]:
 
 
 def first_hash_payload(text: str) -> str | None:
-    """The first marker's same-line payload, literally (None when there is no marker or its line is empty)."""
-    bodies = _after_markers(text)
-    return bodies[0] or None if bodies else None
+    """The first marker's same-line payload, literally (None when there is no marker or its line is empty).
+    Only the first marker's line is copied: a line of 10^5 markers costs one copy, not 10^5."""
+    ends = tx.exact_markers(text)
+    return _unwrap(_LINE_REST.match(text, ends[0]).group()) or None if ends else None
 
 
 def box_payloads(text: str) -> list[str]:
     return [text[a:b].strip() for a, b in tx.box_spans(text) if tx.box_is_nonempty(text, (a, b))]
+
+
+def first_box_payload(text: str) -> str | None:
+    """``box_payloads(text)[0]`` without copying the other boxes (nested boxes would copy the text once per
+    level)."""
+    for a, b in tx.box_spans(text):
+        if tx.box_is_nonempty(text, (a, b)):
+            return text[a:b].strip()
+    return None
 
 
 def is_symbolic_task(task: str | None) -> bool:
@@ -138,8 +148,7 @@ class MathFirstHash(SymbolicPayload):
 @reader("math_first_boxed")
 class MathFirstBoxed(SymbolicPayload):
     def payload(self, response: str, request: str | None) -> str | None:
-        found = box_payloads(response)
-        return found[0] if found else None
+        return first_box_payload(response)
 
 
 @reader("math_strict")
@@ -148,8 +157,7 @@ class MathStrict(SymbolicPayload):
 
     def payload(self, response: str, request: str | None) -> str | None:
         if request == "boxed":
-            found = box_payloads(response)
-            return found[0] if found else None
+            return first_box_payload(response)
         return first_hash_payload(response) if request in (None, "hash") else None
 
 
@@ -206,10 +214,10 @@ def diagnostics(response: str) -> dict[str, bool]:
     from math_verify import verify
 
     first_hash = first_hash_payload(response)
-    boxes = box_payloads(response)
+    first_box = first_box_payload(response)
     unequal = False
-    if first_hash is not None and boxes:
-        a, b = symbolic(first_hash), symbolic(boxes[0])
+    if first_hash is not None and first_box is not None:
+        a, b = symbolic(first_hash), symbolic(first_box)
         if a and b:
             _, verify_timeout = time_limits()
             unequal = not verify(a, b, timeout_seconds=verify_timeout)
