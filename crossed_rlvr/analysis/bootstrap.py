@@ -20,23 +20,18 @@ import numpy as np
 BLOCK = 2000
 
 
-# The paired bootstrap's settings (paper 002 §4): fewer than 10 resamples cannot give a percentile interval
-# worth printing (the headline would read an empty interval as "includes 0"); more than a million are beyond
-# any study's need and this machine's memory (draws are resamples x statistics floats). numpy's generator
-# takes seeds 0 .. 2**64 - 1.
-MIN_RESAMPLES, MAX_RESAMPLES = 10, 1_000_000
-MAX_SEED = 2**64 - 1
-
-
 def check_settings(n_resamples: object, rng_seed: object) -> str | None:
     """What is wrong with the bootstrap's settings (one line naming the setting and its range), or None."""
     def whole(v: object) -> bool:
         return isinstance(v, int | np.integer) and not isinstance(v, bool)
 
-    if not whole(n_resamples) or not MIN_RESAMPLES <= int(n_resamples) <= MAX_RESAMPLES:
+    from crossed_rlvr.conf.schema import RESAMPLES_RANGE, SEED_RANGE  # the ranges' one owner
+
+    (low, high), (_, max_seed) = RESAMPLES_RANGE, SEED_RANGE
+    if not whole(n_resamples) or not low <= int(n_resamples) <= high:
         return (f"resamples={n_resamples!r}: the paired bootstrap needs a whole number of resamples from "
-                f"{MIN_RESAMPLES} to {MAX_RESAMPLES:,} (crossed-analyze --resamples, the study's analysis.resamples)")
-    if not whole(rng_seed) or not 0 <= int(rng_seed) <= MAX_SEED:
+                f"{low} to {high:,} (crossed-analyze --resamples, the study's analysis.resamples)")
+    if not whole(rng_seed) or not 0 <= int(rng_seed) <= max_seed:
         return (f"rng_seed={rng_seed!r}: the bootstrap's seed is a whole number from 0 to 2**64 - 1 "
                 "(crossed-analyze --rng-seed, the study's analysis.rng_seed)")
     return None

@@ -15,6 +15,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from crossed_rlvr.analysis.analyze import DEFAULT_RESAMPLES, DEFAULT_RNG_SEED, AnalysisError, compute
@@ -24,7 +25,7 @@ from crossed_rlvr.analysis.report.write import write_outputs
 from crossed_rlvr.interrupt import stops_cleanly
 
 
-def replace_folder(out: Path, write: object) -> None:
+def replace_folder(out: Path, write: Callable[[Path], None]) -> None:
     """Write a folder whole into a temporary sibling (``write(tmp)``), then move it into place."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -51,11 +52,6 @@ def analyze(
     group: str | None = None,
 ) -> Path:
     """Run the whole analysis of one scores table into ``out_dir``."""
-    from crossed_rlvr.analysis.bootstrap import check_settings
-
-    wrong = check_settings(n_resamples, rng_seed)
-    if wrong:
-        raise AnalysisError(wrong)
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it or choose another folder")

@@ -263,8 +263,10 @@ def check_study(cfg: Any) -> None:
     _all_of(cfg, "evaluation.templates", TEMPLATES)
     _at_least(cfg, "evaluation.samples", 1)
     _at_least(cfg, "evaluation.n_items", 1)
-    _within(cfg, "analysis.resamples", 10, 1_000_000)  # analysis.bootstrap.MIN/MAX_RESAMPLES: conf imports no stage
-    _within(cfg, "analysis.rng_seed", 0, 2**64 - 1)
+    from crossed_rlvr.conf.schema import RESAMPLES_RANGE, SEED_RANGE
+
+    _within(cfg, "analysis.resamples", *RESAMPLES_RANGE)
+    _within(cfg, "analysis.rng_seed", *SEED_RANGE)
     _at_least(cfg, "validation.every", 0)
     _at_least(cfg, "validation.score_workers", 1)
     _all_of(cfg, "validation.requests", REQUESTS)

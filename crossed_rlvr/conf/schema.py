@@ -321,6 +321,14 @@ class EvaluationConf:
     samples: int = 1
 
 
+# The paired bootstrap's settings (paper 002 §4): fewer than 10 resamples cannot give a percentile interval
+# worth printing (the headline would read an empty interval as "includes 0"); more than a million are beyond
+# any study's need and a machine's memory (draws are resamples x statistics floats). numpy's generator takes
+# seeds 0 .. 2**64 - 1. Checked by conf.checks (the study) and analysis.bootstrap (crossed-analyze).
+RESAMPLES_RANGE = (10, 1_000_000)
+SEED_RANGE = (0, 2**64 - 1)
+
+
 @dataclass
 class AnalysisConf:
     resamples: int = 20000

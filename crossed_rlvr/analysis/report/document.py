@@ -20,9 +20,6 @@ def requests_in_order(values) -> list[str]:
     return sorted(set(values), key=lambda r: (REQUEST_ORDER.get(r, 9), r))
 
 
-_fmt = signed
-
-
 def _ci(row: pd.Series, digits: int = 2) -> str:
     """A contrast row's estimate and interval; ``digits``: decimals of the endpoints (headline.precision)."""
     return interval(row["estimate"], row.get("ci_low", np.nan), row.get("ci_high", np.nan), 2, digits)
@@ -67,7 +64,7 @@ def payload_table(cells: pd.DataFrame, task: str, template: str) -> str:
                 round(get("extractable") * n), f"{100 * get('payload'):.2f}", f"{100 * get('extractable'):.2f}",
                 "—" if np.isnan(get("lost")) else int(get("lost")),
                 "—" if np.isnan(get("gained")) else int(get("gained")),
-                "—" if np.isnan(get("delta_P")) else _fmt(get("delta_P")),
+                "—" if np.isnan(get("delta_P")) else signed(get("delta_P")),
             ])
     return markdown_table(["Seed", "Policy", "Request", "Requested only", "Other only", "Both", "Neither", "q_c",
                    "Payload (%)", "q_c (%)", "Lost", "Gained", "ΔP (pp)"], rows)
@@ -123,7 +120,7 @@ def interaction_table(contrasts: pd.DataFrame, task: str, template: str, cells: 
         sd = policy.split("@")[0].endswith("/sd")  # a seed s.d. row has no interval
 
         def cell(m: str, by: pd.DataFrame = by, sd: bool = sd) -> str:
-            return _fmt(by.loc[m]["estimate"], sign=False) if sd else _ci(by.loc[m], digits)
+            return signed(by.loc[m]["estimate"], sign=False) if sd else _ci(by.loc[m], digits)
 
         rows.append([policy, request] + [cell(m) if m in by.index else "—" for m, _ in cols])
     header, rows, notes = collapse_columns(["Seed", "Pair"] + [c for _, c in cols], rows, 2)
@@ -173,15 +170,15 @@ def math_tables(cells: pd.DataFrame, contrasts: pd.DataFrame, task: str, templat
         row = [policy]
         for r in requests:
             w = wide.loc[(policy, r)] if (policy, r) in wide.index else pd.Series(dtype=float)
-            row += [_fmt(100 * w.get("acc.strict", np.nan), 1, False), _fmt(100 * w.get("acc.math_verify", np.nan), 1,
+            row += [signed(100 * w.get("acc.strict", np.nan), 1, False), signed(100 * w.get("acc.math_verify", np.nan), 1,
                                                                            False)]
             if (policy, r) not in wide.index:
                 continue
             gains = con[(con.policy == policy) & (con.request == r)].set_index("measure")
             changes = [_ci(gains.loc[m], digits) if m in gains.index else "—" for m in ("acc.strict", "acc.math_verify")]
-            rows16.append([policy, r, _fmt(100 * w.get("payload", np.nan), 1, False),
-                           _fmt(100 * w.get("extractable", np.nan), 1, False),
-                           _fmt(100 * w.get("truncated", np.nan), 1, False), *changes])
+            rows16.append([policy, r, signed(100 * w.get("payload", np.nan), 1, False),
+                           signed(100 * w.get("extractable", np.nan), 1, False),
+                           signed(100 * w.get("truncated", np.nan), 1, False), *changes])
             rows_diag.append([policy, r] + [int(w.get(f"count.{k}", 0)) for k in (
                 "hash_digit_only", "both_readable", "hash_box_unequal", "box_correct_hash_wrong")])
             if r == "hash":
@@ -224,7 +221,7 @@ def stratum_table(cells: pd.DataFrame, task: str, template: str) -> str:
             sel = part[(part.policy == policy) & (part.request == request)]
             for m, label in (("acc.math_verify", "MV"), ("acc.strict", "S")):
                 vals = sel[sel.what == m].set_index("stratum")["value"]
-                rows.append([policy, request, label] + [_fmt(100 * vals.get(st, np.nan), 2, False) for st in strata])
+                rows.append([policy, request, label] + [signed(100 * vals.get(st, np.nan), 2, False) for st in strata])
     return "\n".join(["\n### Accuracy per item stratum (Table 20), percent\n",
                       markdown_table(["Policy", "Request", "Reader"] + [f"{st} ({int(n.get(st, 0))})" for st in strata], rows)])
 
@@ -258,7 +255,7 @@ def other_contrasts(contrasts: pd.DataFrame, digits: int = 2) -> str:
     rows, unbounded = [], 0
     d = digits
     for r in part.itertuples():
-        est = "n/a" if np.isnan(r.estimate) else f"{100 * r.estimate:.1f}%" if r.unit == "ratio" else _fmt(
+        est = "n/a" if np.isnan(r.estimate) else f"{100 * r.estimate:.1f}%" if r.unit == "ratio" else signed(
             r.estimate, sign=not r.name.endswith("_sd"))
         if r.unit == "ratio" and np.isfinite(r.ci_low) and not (r.ci_low >= RATIO_LOW and r.ci_high <= RATIO_HIGH):
             # a ratio whose denominator's draws reach 0: its interval is unbounded, and so is its estimate's meaning
@@ -314,7 +311,7 @@ def significance_table(paired: pd.DataFrame) -> str:
     for r in part.itertuples():
         spread = "" if not np.isfinite(r.trained_sd) else f" ± {r.trained_sd:.2f}"
         rows.append([r.template, r.policy, r.request, SIGNIFICANCE_READERS[r.measure], r.n_items, r.n_seeds,
-                     f"{r.initial_accuracy:.2f}", f"{r.trained_mean:.2f}{spread}", _fmt(r.estimate) + mark(r.holm),
+                     f"{r.initial_accuracy:.2f}", f"{r.trained_mean:.2f}{spread}", signed(r.estimate) + mark(r.holm),
                      "—" if not np.isfinite(r.t_p_value) else f"{r.t_p_value:.3g}",
                      "—" if not np.isfinite(r.holm) else f"{r.holm:.3g}"])
     return (f"One-sided paired t-tests over items (trained better than initial; an item's accuracy is averaged "
@@ -345,8 +342,8 @@ def length_table(lengths: pd.DataFrame) -> str:
     responses (the requested strict reader) per cell."""
     if lengths.empty:
         return "_Output token counts were not recorded (imported outputs)._"
-    rows = [[r.template, r.policy, r.request, r.n_correct, _fmt(r.tokens_correct, 1, sign=False), r.n_incorrect,
-             _fmt(r.tokens_incorrect, 1, sign=False)] for r in lengths.itertuples()]
+    rows = [[r.template, r.policy, r.request, r.n_correct, signed(r.tokens_correct, 1, sign=False), r.n_incorrect,
+             signed(r.tokens_incorrect, 1, sign=False)] for r in lengths.itertuples()]
     return markdown_table(["Wording", "Policy", "Request", "Correct", "Mean tokens", "Incorrect", "Mean tokens"], rows)
 
 

@@ -20,6 +20,7 @@ digit-only first hash payload, and first hash and first box both readable but un
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 
 from crossed_rlvr import text as tx
@@ -58,9 +59,10 @@ def is_prose(payload: str) -> bool:
     return _PROSE.search(_TEXT_GROUP.sub("", payload)) is not None
 
 
-def _after_markers(text: str) -> list[str]:
-    """The unwrapped same-line text after every exact ``####`` marker, in order (possibly empty)."""
-    return [_unwrap(_LINE_REST.match(text, end).group()) for end in tx.exact_markers(text)]
+def _after_markers(text: str) -> Iterator[str]:
+    """The unwrapped same-line text after every exact ``####`` marker, in order (possibly empty); lazy, so a
+    caller that wants the first copies one line, not one per marker."""
+    return (_unwrap(_LINE_REST.match(text, end).group()) for end in tx.exact_markers(text))
 
 
 def hash_payloads(text: str) -> list[str]:
@@ -72,21 +74,22 @@ def hash_payloads(text: str) -> list[str]:
 def first_hash_payload(text: str) -> str | None:
     """The first marker's same-line payload, literally (None when there is no marker or its line is empty).
     Only the first marker's line is copied: a line of 10^5 markers costs one copy, not 10^5."""
-    ends = tx.exact_markers(text)
-    return _unwrap(_LINE_REST.match(text, ends[0]).group()) or None if ends else None
+    return next(_after_markers(text), None) or None
+
+
+def _boxes(text: str) -> Iterator[str]:
+    """The content of every nonempty balanced box, in order of opening; lazy (nested boxes would otherwise
+    copy the text once per level)."""
+    return (text[a:b].strip() for a, b in tx.box_spans(text) if tx.box_is_nonempty(text, (a, b)))
 
 
 def box_payloads(text: str) -> list[str]:
-    return [text[a:b].strip() for a, b in tx.box_spans(text) if tx.box_is_nonempty(text, (a, b))]
+    return list(_boxes(text))
 
 
 def first_box_payload(text: str) -> str | None:
-    """``box_payloads(text)[0]`` without copying the other boxes (nested boxes would copy the text once per
-    level)."""
-    for a, b in tx.box_spans(text):
-        if tx.box_is_nonempty(text, (a, b)):
-            return text[a:b].strip()
-    return None
+    """``box_payloads(text)[0]`` without copying the other boxes."""
+    return next(_boxes(text), None)
 
 
 def is_symbolic_task(task: str | None) -> bool:
