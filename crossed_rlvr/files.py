@@ -26,7 +26,7 @@ def sha256_file(path: str | Path) -> str:
 def atomic_write_text(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # ranks writing the same file do not share a temp
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
