@@ -57,6 +57,11 @@ BAD = [
     ("crossed_study", "analysis.resamples=1", "analysis.resamples=1 must lie in [10, 1000000]"),
     ("crossed_study", "analysis.resamples=0", "analysis.resamples=0 must lie in [10, 1000000]"),
     ("crossed_study", "analysis.rng_seed=-1", "analysis.rng_seed=-1 must lie in [0, 18446744073709551615]"),
+    # issue 32: the warm start's request-following band
+    ("crossed_study", "initial.band={low: 0.8, high: 0.3, every: 4}", "initial.band.high=0.3 must lie in [0.8, 1.0]"),
+    ("crossed_study", "initial.band={low: -0.1, every: 4}", "initial.band.low=-0.1 must lie in [0.0, 1.0]"),
+    ("crossed_study", "initial.band.every=-1", "initial.band.every=-1 must be at least 0"),
+    ("crossed_study", "initial.band={every: 2, n_items: 0}", "initial.band.n_items=0 must be at least 1"),
 ]
 
 

@@ -194,8 +194,10 @@ def test_gpu_presets_stop_at_once_without_a_gpu(preset, tmp_path):
 
 def test_presets_compose(tmp_path):
     real = study_cfg(tmp_path, "experiment=real-cpu")
-    assert real.model.name == "smollm2-135m-instruct" and real.recipe.lora.enabled is True
-    assert real.initial.build == "given"
+    assert real.model.name == "smollm2-135m-instruct" and real.recipe.lora.enabled is False
+    assert real.initial.build == "warmstart" and real.initial.band.low < real.initial.band.high
+    assert real.initial.band.every > 0 and study_cfg(tmp_path).initial.band.every == 0
+    assert real.engine.bf16 is True and list(real.arms.seeds) == [83, 84] and real.validation.every > 0
     tiny = study_cfg(tmp_path)
     assert tiny.experiment_name == "tiny" and list(tiny.arms.seeds) == [83, 84]
     assert list(tiny.arms.conventions) == ["hash", "boxed"] and tiny.initial.build == "warmstart"

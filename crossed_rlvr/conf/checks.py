@@ -271,11 +271,15 @@ def check_study(cfg: Any) -> None:
     _at_least(cfg, "validation.score_workers", 1)
     _all_of(cfg, "validation.requests", REQUESTS)
     _all_of(cfg, "validation.templates", TEMPLATES)
-    if cfg.initial.build == "warmstart" and cfg.model.source != "local":
-        raise ConfigError(f"initial.build=warmstart builds a tiny local model; model={cfg.model.name} is "
-                          f"{cfg.model.source}: use initial.build=given")
+    if cfg.initial.build == "warmstart" and cfg.model.source == "local" and not cfg.model.get("tiny"):
+        _model_path("model.path", cfg.model.path)  # a given local model to warm-start (the tiny one is built)
     if cfg.initial.build == "given" and cfg.model.source == "local":
         _model_path("model.path", cfg.model.path)
+    _at_least(cfg, "initial.band.every", 0)
+    if cfg.initial.band.every > 0:
+        _within(cfg, "initial.band.low", 0.0, 1.0)
+        _within(cfg, "initial.band.high", float(cfg.initial.band.low), 1.0)
+        _at_least(cfg, "initial.band.n_items", 1)
     if cfg.arms.kind == "grpo":  # each arm's crossed-train config, as the arms stage will check it
         from omegaconf import OmegaConf
 

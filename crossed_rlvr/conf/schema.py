@@ -159,6 +159,7 @@ class EngineConf:
     micro_batch: int | None = None
     use_vllm: bool = False
     nproc_per_node: int = 1        # TRL in crossed-study: each arm across this many processes (torchrun)
+    bf16: bool = False             # TRL: bfloat16 autocast over fp32 masters (GPU; CPU with AMX/AVX512-BF16)
     # verl
     nnodes: int = 1
     n_gpus_per_node: int = 4
@@ -267,11 +268,35 @@ class EvalCommandConf:
 
 
 @dataclass
+class BandConf:
+    """The warm start stops once every request's sampled payload rate lies in [low, high] (sft/band.py)."""
+
+    low: float = 0.3
+    high: float = 0.8
+    every: int = 0                 # checked at step 0 and every N optimizer steps; 0: no band (train to the end)
+    n_items: int = 32              # the task's dev items, sampled once per request per check
+
+
+@dataclass
+class BandSamplingConf(BandConf):
+    """A band with the sampling it is measured under (the study fills these from its eval group)."""
+
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 96
+    context_limit: int = 1024
+    batch_size: int = 32
+    base_seed: int = 20260908
+
+
+@dataclass
 class WarmstartConf:
     requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
     seed: int = 0
     follow_rate: float = 1.0
+    base: str | None = None        # a given model to warm-start; null: a fresh tiny model (model.tiny)
+    band: BandSamplingConf = field(default_factory=BandSamplingConf)
 
 
 @dataclass
@@ -298,6 +323,8 @@ class InitialConf:
     requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
     seed: int = 0
+    band: BandConf = field(default_factory=BandConf)  # stop the warm start in a request-following band
+    threads: int | None = 1        # torch threads of the warm start; null: torch's default (the machine's cores)
 
 
 @dataclass
@@ -309,6 +336,7 @@ class ArmsConf:
     train_items: int = 4000
     sft_arm: str = "hash"
     sft_control: str = "boxed"
+    threads: int | None = 1        # torch threads of arms trained in the study's own process (parallel=1)
 
 
 @dataclass
@@ -319,6 +347,7 @@ class EvaluationConf:
     template_subset: int | None = 50
     template_subset_seed: int = 20260919
     samples: int = 1
+    threads: int | None = 1        # torch threads of the serial evaluation; null: torch's default
 
 
 # The paired bootstrap's settings (paper 002 §4): fewer than 10 resamples cannot give a percentile interval

@@ -1,9 +1,11 @@
 """``crossed-sft`` (Hydra): warm start of a tiny initial policy, or content-matched SFT arms.
 
-- ``mode=warmstart``: build a fresh tiny model (``model.tiny``) and fine-tune it on arithmetic
+- ``mode=warmstart``: build a fresh tiny model (``model.tiny``), or take a given one (``warmstart.base``),
+  and fine-tune it on arithmetic
   training items whose prompts carry the hash or boxed request (all three wordings) and whose targets
   end in the requested marker, so that the initial policy follows both requests like an instruct
-  model. Written to ``model.path``.
+  model, optionally stopped in a request-following band measured by sampling (``warmstart.band``,
+  ``sft/band.py``). Written to ``model.path``.
 - ``mode=arms``: from the initial policy ``model.path``, the marker arm and the unchanged-marker
   control for every seed (App. D.2.1); prompts carry no format instruction and the two target sets
   are byte-identical except the final marker (checked row by row before anything is written).
@@ -49,7 +51,7 @@ def sft_config(cfg: Any, seed: int, report_to: str = "none") -> SFTConfig:
 
 
 def tracked_sft(cfg: Any, name: str, job_type: str, base: Any, rows: list[dict[str, Any]], out: Path,
-                seed: int) -> dict[str, Any]:
+                seed: int, callbacks: list[Any] | None = None) -> dict[str, Any]:
     """One SFT model in its own wandb run (name = the policy, group = the study); folders of the runs
     sit in ``run_dir/wandb``, never inside the model directory that is replaced when it is saved."""
     from crossed_rlvr.tracking import resolved_config, start_run
@@ -57,19 +59,51 @@ def tracked_sft(cfg: Any, name: str, job_type: str, base: Any, rows: list[dict[s
     run = start_run(cfg.get("tracking"), name=name, job_type=job_type, run_dir=Path(cfg.run_dir),
                     study=cfg.get("study"), config={**resolved_config(cfg), "seed": seed})
     try:
-        return train_sft(base, rows, out, sft_config(cfg, seed, "wandb" if run is not None else "none"))
+        return train_sft(base, rows, out, sft_config(cfg, seed, "wandb" if run is not None else "none"), callbacks)
     finally:
         if run is not None:
             run.finish()
 
 
-def warmstart(cfg: Any) -> dict[str, Any]:
+def warmstart_base(cfg: Any) -> str | Path:
+    """The model the warm start fine-tunes: ``warmstart.base`` (a given model: local folder, converted GGUF,
+    hub name), else a fresh tiny model built from ``model.tiny``."""
+    if cfg.warmstart.get("base"):
+        return str(cfg.warmstart.base)
     from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
 
+    if not cfg.model.get("tiny"):
+        raise SystemExit(f"crossed-sft: mode=warmstart of model={cfg.model.name} needs warmstart.base (the model "
+                         "to fine-tune); only the tiny model is built from scratch")
+    return build_tiny_model(Path(cfg.run_dir) / "models" / "fresh", TinyConfig(**cfg.model.tiny))
+
+
+def band_callbacks(cfg: Any, base: str | Path) -> list[Any]:
+    """The request-following band's stopping callback (``warmstart.band``), measured on the task's dev items."""
+    band = cfg.warmstart.get("band")
+    if band is None or int(band.get("every", 0) or 0) <= 0:
+        return []
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.eval.generate.engines import GenParams
+    from crossed_rlvr.policies.loading import load_tokenizer
+    from crossed_rlvr.sft.band import band_callback
+    from crossed_rlvr.tasks.build import build_items
+
+    task = OmegaConf.to_container(cfg.task, resolve=True)
+    items = build_items(OmegaConf.create({**task, "split": "dev"}))[: int(band.n_items)]
+    if not items:
+        raise SystemExit(f"crossed-sft: warmstart.band needs dev items; task={cfg.task.name} has none")
+    params = GenParams(float(band.temperature), float(band.top_p), int(band.max_new_tokens), int(band.context_limit))
+    return [band_callback(band, items, load_tokenizer(base), list(cfg.warmstart.requests), params,
+                          int(band.base_seed), int(band.batch_size), cfg.model.get("system"))]
+
+
+def warmstart(cfg: Any) -> dict[str, Any]:
     out = Path(cfg.model.path)
     if (out / "sft_summary.json").exists():
         return {"skipped": str(out)}
-    base = build_tiny_model(Path(cfg.run_dir) / "models" / "fresh", TinyConfig(**cfg.model.tiny))
+    base = warmstart_base(cfg)
     rng = random.Random(int(cfg.warmstart.seed))
     follow = float(cfg.warmstart.get("follow_rate", 1.0))
     if not 0.0 <= follow <= 1.0:
@@ -81,7 +115,8 @@ def warmstart(cfg: Any) -> dict[str, Any]:
         completion, ending = warmstart_target(it, request, follow, rng) if follow < 1.0 else (target(it, request), request)
         rows.append({"prompt": it["question"], "request": request, "template": template, "completion": completion,
                      "ending": ending})
-    return tracked_sft(cfg, "initial", "sft-warmstart", base, rows, out, int(cfg.warmstart.seed))
+    return tracked_sft(cfg, "initial", "sft-warmstart", base, rows, out, int(cfg.warmstart.seed),
+                       band_callbacks(cfg, base))
 
 
 def pair_files(cfg: Any) -> tuple[Path, Path]:

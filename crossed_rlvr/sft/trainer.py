@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.conf.schema import SFTRecipeConf
+from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.ranks import world_size
 
@@ -123,8 +124,12 @@ def save_tokenizer(tokenizer: Any, base: str | Path, out: Path) -> None:
         raise RuntimeError(f"{out}: the tokenizer was not written")
 
 
-def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | Path, cfg: SFTConfig) -> dict[str, Any]:
-    """Fine-tune ``base_dir`` on ``rows`` and save a Hugging Face model directory to ``out_dir``."""
+def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | Path, cfg: SFTConfig,
+              callbacks: list[Any] | None = None) -> dict[str, Any]:
+    """Fine-tune ``base_dir`` on ``rows`` and save a Hugging Face model directory to ``out_dir``.
+
+    A callback with a ``summary`` (the warm start's request-following band, ``sft/band.py``) adds it to
+    the summary."""
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig, Trainer, TrainingArguments, set_seed
 
@@ -134,6 +139,7 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
     per_device, accum = batch_plan(int(cfg.effective_batch), int(cfg.per_device_batch), world)
     ds = deepspeed_config(cfg.deepspeed)
     gpu = torch.cuda.is_available()
+    bf16 = bf16_autocast(bool(cfg.bf16))
     if ds and world > 1 and not gpu:
         import deepspeed
 
@@ -152,13 +158,14 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
         lr_scheduler_type=cfg.lr_scheduler, warmup_ratio=cfg.warmup_ratio, weight_decay=cfg.weight_decay,
         per_device_train_batch_size=per_device, gradient_accumulation_steps=accum, seed=cfg.seed,
         data_seed=cfg.seed, logging_steps=1, save_strategy="no", report_to=[] if cfg.report_to == "none" else
-        [cfg.report_to], deepspeed=ds, bf16=bool(cfg.bf16) and gpu, use_cpu=not gpu,
+        [cfg.report_to], deepspeed=ds, bf16=bf16, use_cpu=not gpu,
         ddp_backend="gloo" if world > 1 and not gpu else None, dataloader_num_workers=0, disable_tqdm=False,
         remove_unused_columns=False,
     )
-    # fp32 master weights; with bf16 on a GPU the Trainer computes under bfloat16 autocast (App. D.2.1)
+    # fp32 master weights; with bf16 the Trainer computes under bfloat16 autocast (App. D.2.1)
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=_collate(tokenizer.pad_token_id))
+    trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=_collate(tokenizer.pad_token_id),
+                      callbacks=callbacks)
     if trainer.args.n_gpu > 1 and world == 1:
         trainer.args._n_gpu = 1  # one GPU per arm (App. D.2.1), never nn.DataParallel over the node
     first = trainer.is_world_process_zero()
@@ -170,9 +177,12 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
     trainer.save_model(str(tmp))  # collective under ZeRO-3 (the shards are gathered); written by rank 0
     summary = {"train_loss": float(result.training_loss), "examples": len(data), "dropped_overlong": data.dropped,
                "steps": int(result.global_step), "seconds": round(time.perf_counter() - start, 1),
-               "world_size": world, "per_device_batch": per_device, "accumulation": accum,
+               "world_size": world, "per_device_batch": per_device, "accumulation": accum, "bf16": bf16,
+               "threads": torch.get_num_threads(),
                "losses": [round(x["loss"], 6) for x in trainer.state.log_history if "loss" in x],
                "config": asdict(cfg), "base": str(base_dir)}
+    for cb in callbacks or []:
+        summary.update(getattr(cb, "summary", None) or {})
     if first:
         save_tokenizer(tokenizer, base_dir, tmp)
         with contextlib.suppress(OSError):  # the base may have no generation config

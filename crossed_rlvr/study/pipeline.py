@@ -20,6 +20,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study.stamps import Stamps, digest
 
 STAGES = ("initial", "arms", "eval", "score", "analyze")
@@ -103,6 +104,18 @@ class Study:
             raise SystemExit(f"crossed-study: initial.build must be warmstart or given, not {c.initial.build!r}")
         fp = {"model": _plain(c.model), "task": _plain(c.task), "sft": _plain(c.sft),
                      "initial": _plain(c.initial)}
+        warm = {"requests": list(c.initial.requests), "templates": list(c.initial.templates),
+                "seed": int(c.initial.seed), "follow_rate": float(c.initial.follow_rate)}
+        if not c.model.get("tiny"):  # a given model (SmolLM2, a hub name) is fine-tuned, not built
+            from crossed_rlvr.eval.generate.plan import resolve_model_path
+
+            warm["base"] = str(resolve_model_path(c.model))
+        if int(c.initial.band.every) > 0:  # measured under the evaluation's sampling (sft/band.py)
+            ev = c.eval
+            warm["band"] = {**_plain(c.initial.band), "temperature": float(ev.temperature), "top_p": float(ev.top_p),
+                            "max_new_tokens": int(ev.max_new_tokens), "context_limit": int(ev.context_limit),
+                            "batch_size": int(ev.batch_size), "base_seed": int(ev.base_seed)}
+            fp["band_sampling"] = warm["band"]
 
         def build() -> dict[str, Any]:
             import shutil
@@ -114,10 +127,10 @@ class Study:
                 "model": {**_plain(c.model), "path": str(path)}, "task": _plain(c.task), "sft": _plain(c.sft),
                 "run_dir": str(self.run), "train_items": {"n": int(c.initial.train_items), "seed": 7},
                 "tracking": _plain(c.tracking), "study": self.study_name,
-                "warmstart": {"requests": list(c.initial.requests), "templates": list(c.initial.templates),
-                              "seed": int(c.initial.seed), "follow_rate": float(c.initial.follow_rate)},
+                "warmstart": warm,
             })
-            result = warmstart(sft_cfg)
+            with torch_threads(c.initial.get("threads")):
+                result = warmstart(sft_cfg)
             shutil.rmtree(self.run / "models" / "fresh", ignore_errors=True)
             return {"path": str(path), "built": True, **{k: v for k, v in result.items() if k != "config"}}
 
@@ -163,6 +176,8 @@ class Study:
         configs = {f"grpo-{conv}/s{seed}": self.train_config(conv, seed, ipath, weights, strata)
                    for conv, seed in self.arm_list()}
         fp = {"configs": {name: untracked(cfg) for name, cfg in configs.items()}}
+        if c.arms.get("threads") is not None and int(c.arms.parallel) == 1:  # other sums, other weights
+            fp["threads"] = int(c.arms.threads)
         final = {name: Path(cfg["run_dir"]) / "checkpoints" / f"step-{int(c.recipe.updates)}"
                  for name, cfg in configs.items()}
 
@@ -221,7 +236,8 @@ class Study:
             from crossed_rlvr.train.cli import run_train
 
             for name, cfg in configs.items():
-                summary = run_train(OmegaConf.create(cfg))
+                with torch_threads(self.cfg.arms.get("threads")):
+                    summary = run_train(OmegaConf.create(cfg))
                 results[name] = _arm_result(summary)
                 bar.update(updates)
             bar.close()
@@ -450,13 +466,16 @@ class Study:
         weights = {p["name"]: self.stamps.hash(p["path"]) if Path(p["path"]).exists() else p["path"]
                    for p in eval_cfg.policies}
         spec = {k: v for k, v in untracked(_plain(eval_cfg)).items() if k != "policies"}
+        if self.cfg.evaluation.get("threads") is not None:  # sums in another order: other samples
+            spec["threads"] = int(self.cfg.evaluation.threads)
         fp = {"eval": spec, "weights": weights,
                      "policies": [{k: v for k, v in p.items() if k != "path"} for p in _plain(eval_cfg.policies)]}
 
         def run() -> dict[str, Any]:
             from crossed_rlvr.eval.generate.runner import run_eval
 
-            summary = run_eval(eval_cfg)
+            with torch_threads(self.cfg.evaluation.get("threads")):
+                summary = run_eval(eval_cfg)
             return {"cells": len(summary)}
 
         return self.stage("eval", fp, [self.run / "eval" / "responses"], run)
@@ -526,13 +545,17 @@ class Study:
         metrics = {k: v for k, v in metrics.items() if v.exists()}
         fp = {"scores": self.stamps.hash(scores), "analysis": _plain(a),
                      "metrics": {k: self.stamps.hash(v) for k, v in metrics.items()}}
+        warm = self.run / "models" / "initial" / "sft_summary.json"  # the warm start's figures, when built here
+        warm = warm if self.cfg.initial.build == "warmstart" and warm.exists() else None
+        if warm is not None:
+            fp["warmstart"] = self.stamps.hash(warm)
         if vscores.exists():
             fp["validation_scores"] = self.stamps.hash(vscores)
         tracking = _plain(self.cfg.tracking)
 
         def run() -> dict[str, Any]:
             from crossed_rlvr.analysis.cli import analyze
-            from crossed_rlvr.analysis.report.document import append_training_section
+            from crossed_rlvr.analysis.report.document import append_training_section, initial_section
 
             analyze(scores, out, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
                     tracking="off")
@@ -540,6 +563,9 @@ class Study:
                 self._over_training(vscores, out, a)
             if metrics:
                 append_training_section(out, {k: _read_metrics(v) for k, v in metrics.items()})
+            if warm is not None:
+                report = out / "report.md"
+                report.write_text(report.read_text() + initial_section(json.loads(warm.read_text())))
             from crossed_rlvr.tracking import enabled
 
             if enabled(OmegaConf.create(tracking)):  # after the training section: the logged report is whole
@@ -607,7 +633,7 @@ def _read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def _arm_result(summary: dict[str, Any]) -> dict[str, Any]:
     keep = ("seconds", "reward_first", "reward_last", "payload_first", "payload_last", "skipped", "validation_steps",
-            "validation_seconds")
+            "validation_seconds", "bf16", "threads")
     return {k: summary[k] for k in keep if k in summary}
 
 

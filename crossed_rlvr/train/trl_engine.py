@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.policies.loading import copy_tokenizer_files
 from crossed_rlvr.ranks import rank, world_size
 from crossed_rlvr.train.translate import trl_args
@@ -126,6 +127,7 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     model_path = Path(cfg.model.path)
     tokenizer = load_tokenizer(model_path)
     gpu = torch.cuda.is_available()
+    bf16 = bf16_autocast(bool(cfg.engine.get("bf16", False)))
     from crossed_rlvr.tracking import resolved_config, start_run
 
     # One wandb run per arm, opened here so that transformers' callback logs into it and never into the
@@ -136,7 +138,7 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     # the arguments first: on several processes they start the process group (gloo on a CPU)
     args = GRPOConfig(
         output_dir=str(run_dir / "trl"), logging_steps=1, save_strategy="no", report_to=report,
-        run_name=cfg.arm, use_cpu=not gpu, bf16=False, reward_weights=[1.0, 0.0],
+        run_name=cfg.arm, use_cpu=not gpu, bf16=bf16, reward_weights=[1.0, 0.0],
         log_completions=False, disable_tqdm=not first, ddp_backend="gloo" if world > 1 and not gpu else None,
         **trl_args(cfg, world),
     )
@@ -177,7 +179,7 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     ranks = across_ranks(trainer, seen) if world > 1 else None
     save_final(trainer, final, model_path, peft_config is not None, first, run_dir)
     result = {"seconds": round(seconds, 1), "final_checkpoint": str(final), "metrics": str(metrics_path),
-              "world_size": world}
+              "world_size": world, "bf16": bf16, "threads": torch.get_num_threads()}
     if ranks is not None:
         result.update(ranks)
     if validation is not None:

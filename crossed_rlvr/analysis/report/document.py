@@ -580,7 +580,7 @@ def append_training_section(out: Path, metrics: dict[str, list[dict]]) -> Path:
     text = "\n\n## Training of the arms\n\n" + markdown_table(
         ["arm", "updates", "reward first", "reward last", "change", "payload first", "payload last"], rows) + (
         f"\n\nMeans over the {k_note}; rollouts at the recipe's temperature.\n\n"
-        f"![training curves](figures/{fig_path.name})\n")
+        f"![training curves](figures/{fig_path.name})\n") + per_update_table(metrics)
     report = out / "report.md"
     report.write_text(report.read_text() + text)
     from crossed_rlvr.analysis.report.headline import add_contents
@@ -594,3 +594,46 @@ def append_training_section(out: Path, metrics: dict[str, list[dict]]) -> Path:
         m["outputs"] = sorted(set(m.get("outputs", [])) | {f"figures/{fig_path.name}"})
         manifest.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
     return fig_path
+
+
+def per_update_table(metrics: dict[str, list[dict]], most: int = 40) -> str:
+    """Each arm's training reward and requested-payload rate at every update (studies of at most ``most``
+    updates: longer ones are read from the figure and ``metrics.jsonl``)."""
+    names = sorted(metrics)
+    updates = max((len(v) for v in metrics.values()), default=0)
+    if not names or updates > most:
+        return ""
+    rows = []
+    for k in range(updates):
+        row = [str(k + 1)]
+        for name in names:
+            conv = name.split("/")[0].split("-", 1)[1]
+            m = metrics[name][k] if k < len(metrics[name]) else {}
+            r, d = m.get(f"rewards/{conv}_reward/mean"), m.get("rewards/requested_payload/mean")
+            row.append("n/a" if r is None else f"{r:.3f}")
+            row.append("n/a" if d is None else f"{d:.3f}")
+        rows.append(row)
+    head = ["update"] + [f"{n} {what}" for n in names for what in ("reward", "payload")]
+    return "\n### Reward and requested-payload rate per update\n\n" + markdown_table(head, rows) + "\n"
+
+
+def initial_section(summary: dict) -> str:
+    """The warm start of the initial policy (paper 001 §2): how long, and the request-following it reached,
+    measured by sampling on dev items before and after (``sft/band.py``)."""
+    checks = summary.get("checks") or []
+    band = summary.get("band") or {}
+    lines = ["\n\n## Warm start of the initial policy\n",
+             f"Fine-tuned from `{summary.get('base', 'a fresh tiny model')}` on {summary.get('examples')} content-"
+             f"matched examples: {summary.get('steps')} optimizer steps (bf16 autocast: "
+             f"{'yes' if summary.get('bf16') else 'no'}, {summary.get('threads')} threads; its time is in "
+             "`study_summary.json` and `models/initial/sft_summary.json`, kept out of this report so that the "
+             "same seeds write the same report).\n"]
+    if checks:
+        requests = [k for k in checks[0] if k != "step"]
+        lines.append(f"Requested-payload rate of responses sampled on {band.get('items')} dev items "
+                     f"(T={band.get('temperature')}, top-p {band.get('top_p')}), the band being "
+                     f"[{band.get('low')}, {band.get('high')}]: "
+                     + ("reached" if summary.get("reached") else "**not reached**") + ".\n")
+        rows = [[str(c["step"])] + [f"{c[r]:.2f}" for r in requests] for c in checks]
+        lines.append(markdown_table(["step"] + [f"{r} request" for r in requests], rows))
+    return "\n".join(lines) + "\n"

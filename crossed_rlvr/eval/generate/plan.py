@@ -275,7 +275,8 @@ def finish_cell(cell: Cell, done: dict[tuple[str, int], dict[str, Any]], seconds
     cell.partial.unlink(missing_ok=True)
     shutil.rmtree(cell.shards, ignore_errors=True)
     cell.partial_meta.unlink(missing_ok=True)
-    return cell_summary(records, cell.request, seconds)
+    gen = cell.meta["generation"]
+    return {**cell_summary(records, cell.request, seconds), "backend": gen.get("backend"), "dtype": gen.get("dtype")}
 
 
 def cell_summary(records: list[dict[str, Any]], request: str, seconds: float) -> dict[str, Any]:
@@ -284,6 +285,7 @@ def cell_summary(records: list[dict[str, Any]], request: str, seconds: float) ->
 
     rows = [score_response(r["response"], r["reference"], request, slow=False) for r in records]
     n = max(1, len(rows))
+    tokens = sum(int(r.get("response_tokens") or 0) for r in records)
     return {
         "n": len(rows),
         "payload": sum(r["requested_payload"] for r in rows) / n,
@@ -292,4 +294,16 @@ def cell_summary(records: list[dict[str, Any]], request: str, seconds: float) ->
         "lenient_accuracy": sum(r["last_number.correct"] for r in rows) / n,
         "truncated": sum(rec["finish_reason"] == "length" for rec in records) / n,
         "seconds": round(seconds, 1),
+        # the measured throughput, so the backend and dtype of a preset are chosen by figures (a resumed
+        # cell counts only this run's seconds, so its rate reads high)
+        "response_tokens": tokens,
+        "tokens_per_second": round(tokens / seconds, 1) if seconds > 0 else None,
+        "threads": _threads(),
     }
+
+
+def _threads() -> int | None:
+    import sys
+
+    torch = sys.modules.get("torch")  # never import torch only to report its threads
+    return torch.get_num_threads() if torch is not None else None

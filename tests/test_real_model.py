@@ -1,0 +1,95 @@
+"""The real SmolLM2-135M-Instruct through every stage of the study at CI size (issue 32).
+
+Toy models hide what real ones show: the chat template, special tokens, the end-of-turn token, sampling
+of a pretrained distribution. One module-scoped run (about two minutes on 2 cores): a warm start of a
+few steps with its sampled request-following checks, one GRPO update of each arm of one seed, and the
+crossed evaluation of a handful of items, scored and analysed.
+"""
+
+import hashlib
+import json
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_module
+
+from crossed_rlvr.study.pipeline import Study
+
+SHRINK = ["experiment=real-cpu", "tracking=off", "initial.train_items=32", "sft.epochs=1", "initial.band.every=1",
+          "initial.band.n_items=4", "recipe.updates=1", "recipe.prompts_per_update=2", "recipe.group_size=4",
+          "engine.micro_batch=8", "arms.seeds=[83]", "arms.train_items=8", "validation.every=1",
+          "validation.n_items=4", "evaluation.n_items=4", "evaluation.templates=[original]", "analysis.resamples=100",
+          "eval.max_new_tokens=64"]
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    run = tmp_path_factory.mktemp("real") / "study"
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        cfg = compose(config_name="crossed_study", overrides=[f"run_dir={run}", *SHRINK])
+    return run, Study(cfg).run_all()
+
+
+def _records(run):
+    out = []
+    for path in sorted((run / "eval" / "responses").glob("*.jsonl")):
+        out += [json.loads(line) for line in path.read_text().splitlines()]
+    return out
+
+
+def test_the_real_models_prompts_go_through_its_chat_template(real):
+    from crossed_rlvr.policies.loading import load_tokenizer
+    from crossed_rlvr.prompts import messages, render
+
+    run, _ = real
+    tok = load_tokenizer(run / "models" / "initial")
+    items = {json.loads(x)["item_id"]: json.loads(x) for x in (run / "eval" / "items" / "arith_tiny-test.jsonl")
+             .read_text().splitlines()}
+    for rec in _records(run):
+        text, _ids, sha = render(tok, messages(items[rec["item_id"]]["question"], rec["request"], rec["template"]))
+        assert rec["prompt_sha256"] == sha == hashlib.sha256(text.encode()).hexdigest()
+        assert text.startswith("<|im_start|>system") and text.endswith("<|im_start|>assistant\n")
+
+
+def test_responses_end_at_the_end_of_turn_and_records_are_complete(real):
+    run, _ = real
+    records = _records(run)
+    # 3 policies (initial, grpo-hash/s83, grpo-boxed/s83) x 2 requests x 4 items
+    assert len(records) == 24
+    assert {(r["policy"], r["request"]) for r in records} == {
+        (p, q) for p in ("initial", "grpo-hash/s83", "grpo-boxed/s83") for q in ("hash", "boxed")}
+    stopped = [r for r in records if r["finish_reason"] == "stop"]
+    assert stopped, "no response ended at <|im_end|>"
+    for r in records:
+        assert "<|im_end|>" not in r["response"] and "<|im_start|>" not in r["response"]
+        assert r["response_tokens"] <= 64 and (r["finish_reason"] == "length") == (r["response_tokens"] == 64)
+    # the warm start trained on targets ending in the end-of-turn token, not the GGUF's <|im_start|> "eos"
+    from crossed_rlvr.policies.loading import load_tokenizer
+
+    assert load_tokenizer(run / "models" / "initial").eos_token == "<|im_end|>"
+
+
+def test_the_warm_start_measures_request_following_by_sampling(real):
+    run, _ = real
+    warm = json.loads((run / "models" / "initial" / "sft_summary.json").read_text())
+    assert warm["base"].endswith("smollm2-135m-instruct") and warm["steps"] == 2
+    assert [c["step"] for c in warm["checks"]] == [0, 1, 2]
+    assert warm["before"]["step"] == 0 and warm["after"]["step"] == 2
+    assert all(0.0 <= c[r] <= 1.0 for c in warm["checks"] for r in ("hash", "boxed"))
+    assert "## Warm start of the initial policy" in (run / "analysis" / "report.md").read_text()
+
+
+def test_training_rewards_come_from_the_reward_programs(real):
+    from crossed_rlvr.rewards.programs import reward
+
+    run, _ = real
+    for conv in ("hash", "boxed"):
+        metrics = [json.loads(x) for x in (run / "train" / conv / "s83" / "metrics.jsonl").read_text().splitlines()]
+        assert len(metrics) == 1 and f"rewards/{conv}_reward/mean" in metrics[0]
+    scores = pd.read_parquet(run / "eval" / "scores.parquet")
+    records = {(r["policy"], r["request"], r["item_id"]): r for r in _records(run)}
+    assert len(scores) == len(records)
+    for row in scores.to_dict("records"):
+        rec = records[(row["policy"], row["request"], row["item_id"])]
+        for conv in ("hash", "boxed"):
+            assert row[f"reward_{conv}.correct"] == reward(conv, rec["response"], rec["reference"])
