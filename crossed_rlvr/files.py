@@ -63,6 +63,20 @@ class Source:
         return f"{self.path}:{self.line}"
 
 
+class DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when a key repeats (``json`` would keep the last value without a word)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def json_lines(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[Any, Source]]:
     """The values of a JSON Lines file with their file and line; bytes that are not UTF-8 and lines that
     are not JSON are refused with the line named (every reader of JSON Lines input goes through here, raising its own ``error``)."""
@@ -78,6 +92,9 @@ def json_lines(path: str | Path, error: type[Exception] = ValueError) -> Iterato
                 raise error(f"{where}: not UTF-8 text (byte {err.start} of the line)") from None
             if line.strip():
                 try:
-                    yield json.loads(line), where
+                    yield json.loads(line, object_pairs_hook=_unique_keys), where
                 except json.JSONDecodeError as err:
                     raise error(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+                except DuplicateKey as err:
+                    raise error(f"{where}: key {err.args[0]!r} appears twice in one object (JSON keeps the last "
+                                "silently; say which one is meant)") from None

@@ -59,6 +59,23 @@ class ResponseFileError(ValueError):
     """A response file that breaks the contract; the message names file, line and field or key."""
 
 
+# the study's own policy names: <method>-<convention>/s<seed>, with @step<K> for a validation checkpoint
+ARM_NAME = re.compile(r"(?:grpo|sft)-(?P<conv>[a-z_]+)/s(?P<seed>\d+)(?:@step\d+)?")
+
+
+def name_disagreement(name: str, convention: str, seed: int | None) -> str | None:
+    """Why a policy's name contradicts its convention or seed (``initial``, or a name of the study's form),
+    else None: the analysis groups by all three, so a contradiction would put responses in the wrong cell."""
+    if name == "initial" and convention != "initial":
+        return (f"policy 'initial' has training_convention={convention!r}; the initial policy has training_convention "
+                "initial and no train_seed")
+    m = ARM_NAME.fullmatch(name)
+    if m is not None and (m["conv"] != convention or seed is None or int(m["seed"]) != int(seed)):
+        return (f"policy {name!r} names convention {m['conv']!r} and seed {int(m['seed'])}, but its "
+                f"training_convention={convention!r} and train_seed={seed!r}")
+    return None
+
+
 def _type_name(types: tuple[type, ...]) -> str:
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
@@ -95,6 +112,9 @@ def check_record(rec: Any, where: Source, prompt_names: bool = False) -> dict[st
         raise ResponseFileError(f"{where}: field 'train_seed' must be null exactly when training_convention is 'initial'")
     if rec["sample_idx"] < 0:
         raise ResponseFileError(f"{where}: field 'sample_idx' must be >= 0")
+    why = name_disagreement(rec["policy"], conv, rec["train_seed"])
+    if why is not None:
+        raise ResponseFileError(f"{where}: {why}")
     for name, types in OPTIONAL.items():  # fields a record may carry; when present, of the right kind
         value = rec.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
@@ -127,8 +147,9 @@ def find_response_files(paths: Iterable[str | Path]) -> list[Path]:
     for p in map(Path, paths):
         if p.is_dir() and (p / "responses").is_dir():
             files += sorted(q for q in (p / "responses").glob("*.jsonl") if q.is_file())
-        elif p.is_dir():
-            files += sorted(q for q in p.rglob("*.jsonl") if q.is_file())
+        elif p.is_dir():  # hidden folders (.partial/: an interrupted cell's scratch) are never read
+            files += sorted(q for q in p.rglob("*.jsonl")
+                            if q.is_file() and not any(part.startswith(".") for part in q.relative_to(p).parts))
         elif p.is_file():
             files.append(p)
         else:

@@ -151,6 +151,23 @@ CASES = [
     *[(f"analyze: --rng-seed {v}", analyze_case(_same, "--rng-seed", v),
        f"crossed-analyze: rng_seed={int(v)}: the bootstrap's seed is a whole number from 0 to 2**64 - 1 "
        "(crossed-analyze --rng-seed, the study's analysis.rng_seed)") for v in ("-1", str(2**64))],
+    # issue 33: records and tables that contradict themselves
+    ("score: a key twice in one record", score_case(json.dumps(rec(1)).replace('"reference": ', '"reference": "99", '
+                                                                                  '"reference": ', 1).encode()),
+     "crossed-score: {tmp}/a.jsonl:2: key 'reference' appears twice in one object (JSON keeps the last silently; "
+     "say which one is meant)"),
+    ("score: a policy named for another convention", score_case(json.dumps(rec(1, "grpo-hash/s83",
+                                                                                 training_convention="boxed")).encode()),
+     "crossed-score: {tmp}/a.jsonl:2: policy 'grpo-hash/s83' names convention 'hash' and seed 83, but its "
+     "training_convention='boxed' and train_seed=83"),
+    ("analyze: a policy named for another seed", analyze_case(
+        lambda df: df.assign(train_seed=df["train_seed"].where(df["policy"] != "grpo-boxed/s1", 2))),
+     "crossed-analyze: {tmp}/scores.parquet: row 17 (policy 'grpo-boxed/s1', request 'hash', item '0'): policy "
+     "'grpo-boxed/s1' names convention 'boxed' and seed 1, but its training_convention='boxed' and train_seed=2"),
+    ("analyze: initial with a seed", analyze_case(
+        lambda df: df.assign(train_seed=df["train_seed"].where(df["policy"] != "initial", 5))),
+     "crossed-analyze: {tmp}/scores.parquet: row 1 (policy 'initial', request 'hash', item '0'): train_seed must be "
+     "null exactly when training_convention is 'initial'"),
     # crossed-calibrate: the same checks before a sample is frozen
     ("calibrate: requested_payload as text", calibrate_case(_strings("requested_payload")),
      "crossed-calibrate: {tmp}/scores.parquet: row 1 (policy 'initial', request 'hash', item '0'): field "
@@ -244,3 +261,25 @@ def test_ctrl_c_ends_a_command_with_one_line_and_its_resume_hint(tmp_path):
     assert not out.exists() and any(partial.glob("shard-*.parquet"))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0 and len(pd.read_parquet(out)) == len(records), done.stderr
+
+
+def test_a_killed_analysis_leaves_no_hidden_folder_after_the_next_run(tmp_path):
+    """A SIGKILL runs no cleanup: the temporary folder of a dead process is removed at the next start, one
+    of a live process is left alone (issue 33)."""
+    import os
+    import subprocess
+
+    from crossed_rlvr.analysis.cli import replace_folder
+
+    out = tmp_path / "analysis"
+    proc = subprocess.Popen(["sleep", "0"])  # a pid that has ended
+    proc.wait()
+    stale = tmp_path / f".analysis.{proc.pid}.abcd"
+    stale.mkdir()
+    (stale / "report.md").write_text("half")
+    live = tmp_path / f".analysis.{os.getpid()}.efgh"
+    live.mkdir()
+    replace_folder(out, lambda tmp: (tmp / "report.md").write_text("whole"))
+    assert (out / "report.md").read_text() == "whole"
+    assert not stale.exists() and live.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["analysis", live.name])

@@ -57,6 +57,15 @@ BAD = [
     ("crossed_study", "analysis.resamples=1", "analysis.resamples=1 must lie in [10, 1000000]"),
     ("crossed_study", "analysis.resamples=0", "analysis.resamples=0 must lie in [10, 1000000]"),
     ("crossed_study", "analysis.rng_seed=-1", "analysis.rng_seed=-1 must lie in [0, 18446744073709551615]"),
+    # issue 33: policies whose names would mix two policies' responses
+    ("crossed_eval", "policies=[{name: initial, path: org/a}, {name: initial, path: org/b}]",
+     "policies[1].name='initial' is also policies[0].name; every policy needs a name of its own"),
+    ("crossed_eval", "policies=[{name: grpo-hash/s83, path: org/a, training_convention: boxed, train_seed: 83}]",
+     "policies[0]: policy 'grpo-hash/s83' names convention 'hash' and seed 83, but its training_convention='boxed' "
+     "and train_seed=83"),
+    ("crossed_eval", "policies=[{name: grpo-hash/s83, path: org/a, training_convention: hash, train_seed: 99}]",
+     "policies[0]: policy 'grpo-hash/s83' names convention 'hash' and seed 83, but its training_convention='hash' "
+     "and train_seed=99"),
     # issue 32: the warm start's request-following band
     ("crossed_study", "initial.band={low: 0.8, high: 0.3, every: 4}", "initial.band.high=0.3 must lie in [0.8, 1.0]"),
     ("crossed_study", "initial.band={low: -0.1, every: 4}", "initial.band.low=-0.1 must lie in [0.0, 1.0]"),

@@ -116,3 +116,16 @@ def test_extra_fields_are_kept(tmp_path):
     write_responses(path, [rec(0, "initial", note="kept")])
     assert read_responses([path]).records[0]["note"] == "kept"
     assert json.loads(path.read_text().splitlines()[0])["note"] == "kept"
+
+
+def test_an_interrupted_cells_scratch_is_never_read(tmp_path):
+    """Scoring a responses folder directly skips hidden folders: ``.partial/`` holds a killed evaluation's
+    scratch, which is not a finished cell (issue 33)."""
+    from crossed_rlvr.records import find_response_files
+
+    responses = tmp_path / "responses"
+    write(responses.mkdir() or responses / "initial__hash__original.jsonl", [rec(0)])
+    (responses / ".partial").mkdir()
+    write(responses / ".partial" / "initial__boxed__original.jsonl", [rec(0, request="boxed")])
+    assert find_response_files([responses]) == [responses / "initial__hash__original.jsonl"]
+    assert find_response_files([tmp_path]) == [responses / "initial__hash__original.jsonl"]

@@ -25,10 +25,30 @@ from crossed_rlvr.analysis.report.write import write_outputs
 from crossed_rlvr.interrupt import stops_cleanly
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def clear_abandoned(out: Path) -> None:
+    """Remove the temporary siblings of ``out`` left by a killed run (named ``.<out>.<pid>.*``; a SIGKILL runs
+    no cleanup), never one whose process is still writing."""
+    for old in out.parent.glob(f".{out.name}.*"):
+        pid = old.name[len(out.name) + 2 :].split(".", 1)[0]
+        if old.is_dir() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+
+
 def replace_folder(out: Path, write: Callable[[Path], None]) -> None:
     """Write a folder whole into a temporary sibling (``write(tmp)``), then move it into place."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    clear_abandoned(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", dir=out.parent))
     try:
         write(tmp)
         if out.exists():

@@ -216,6 +216,7 @@ def check_eval(cfg: Any) -> None:
     _all_of(cfg, "requests", REQUESTS)
     _all_of(cfg, "templates", TEMPLATES)
     _at_least(cfg, "samples", 1)
+    names: dict[str, int] = {}
     for k, pol in enumerate(cfg.policies or []):
         _model_path(f"policies[{k}].path", pol.path)
         if pol.training_convention != "initial" and pol.training_convention not in CONVENTIONS:
@@ -223,6 +224,19 @@ def check_eval(cfg: Any) -> None:
                               f"initial or one of {', '.join(CONVENTIONS)}")
         if (pol.training_convention == "initial") != (pol.train_seed is None):
             raise ConfigError(f"policies[{k}].train_seed must be null exactly when training_convention is initial")
+        if pol.name in names:  # its cells are files named after it: a second one would take the first's
+            raise ConfigError(f"policies[{k}].name={pol.name!r} is also policies[{names[pol.name]}].name; "
+                              "every policy needs a name of its own")
+        names[pol.name] = k
+        _policy_name_agrees(f"policies[{k}]", pol.name, pol.training_convention, pol.train_seed)
+
+
+def _policy_name_agrees(key: str, name: str, convention: str, seed: int | None) -> None:
+    from crossed_rlvr.records import name_disagreement
+
+    why = name_disagreement(name, convention, seed)
+    if why is not None:
+        raise ConfigError(f"{key}: {why}")
 
 
 def check_sft(cfg: Any) -> None:

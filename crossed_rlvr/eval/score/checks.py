@@ -125,6 +125,22 @@ def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
             i = int(np.argmax(bad))
             raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(df[col].iloc[i])}; expected a "
                                    "number or null")
+    from crossed_rlvr.records import name_disagreement
+
+    # each policy's name, convention and seed agree (the analysis groups by all three), checked once per policy
+    firsts = df.drop_duplicates(["policy", "training_convention", "train_seed"])
+    for i, row in zip(firsts.index, firsts.itertuples(index=False)):
+        seed = None if pd.isna(row.train_seed) else int(row.train_seed)
+        why = name_disagreement(str(row.policy), str(row.training_convention), seed)
+        if why is None and (row.training_convention == "initial") != (seed is None):
+            why = "train_seed must be null exactly when training_convention is 'initial'"
+        if why is not None:
+            raise ScoresTableError(f"{where}: {_row(df, int(df.index.get_loc(i)))}: {why}")
+    twice = firsts["policy"].duplicated().to_numpy()
+    if twice.any():  # one name, two conventions or seeds: two policies would pool into one
+        i = firsts.index[int(np.argmax(twice))]
+        raise ScoresTableError(f"{where}: {_row(df, int(df.index.get_loc(i)))}: policy {_show(df.loc[i, 'policy'])} "
+                               "appears with more than one training_convention/train_seed")
     keys = KEYS + [c for c in OPTIONAL if c in df]  # a sweep: one response per setting
     dup = df.duplicated(keys, keep=False).to_numpy()
     if dup.any():
