@@ -95,6 +95,8 @@ def json_lines(path: str | Path, error: type[Exception] = ValueError) -> Iterato
                     yield json.loads(line, object_pairs_hook=_unique_keys), where
                 except json.JSONDecodeError as err:
                     raise error(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+                except RecursionError:  # json's decoder recurses per nesting level
+                    raise error(f"{where}: nested deeper than a JSON value may be read") from None
                 except DuplicateKey as err:
                     raise error(f"{where}: key {err.args[0]!r} appears twice in one object (JSON keeps the last "
                                 "silently; say which one is meant)") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -76,6 +77,11 @@ def name_disagreement(name: str, convention: str, seed: int | None) -> str | Non
     return None
 
 
+def code_points(text: str) -> str:
+    """``U+0030 U+0020``: ids that look alike, shown apart."""
+    return " ".join(f"U+{ord(c):04X}" for c in text[:40]) + (" ..." if len(text) > 40 else "")
+
+
 def _type_name(types: tuple[type, ...]) -> str:
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
@@ -94,6 +100,9 @@ def check_record(rec: Any, where: Source, prompt_names: bool = False) -> dict[st
             raise ResponseFileError(
                 f"{where}: field '{name}' must be {_type_name(types)}, got {type(value).__name__} {value!r:.60}"
             )
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:  # a scores table stores 64-bit integers
+            raise ResponseFileError(f"{where}: field '{name}' is {str(value)[:30]}{'...' if len(str(value)) > 30 else ''}"
+                                    ", beyond a 64-bit integer")
     if rec["request"] not in REQUESTS and not (prompt_names and is_prompt_name(rec["request"])):
         hint = ("" if prompt_names or not is_prompt_name(rec["request"]) else
                 " (another prompt's outputs can be re-scored with crossed-rescore, not scored crossed)")
@@ -112,6 +121,10 @@ def check_record(rec: Any, where: Source, prompt_names: bool = False) -> dict[st
         raise ResponseFileError(f"{where}: field 'train_seed' must be null exactly when training_convention is 'initial'")
     if rec["sample_idx"] < 0:
         raise ResponseFileError(f"{where}: field 'sample_idx' must be >= 0")
+    iid = str(rec["item_id"])
+    if iid != iid.strip() or not iid:  # "0" and "0 " would be two items that look like one
+        raise ResponseFileError(f"{where}: field 'item_id' {iid!r} ({code_points(iid)}) is empty or starts or ends "
+                                "with white space")
     why = name_disagreement(rec["policy"], conv, rec["train_seed"])
     if why is not None:
         raise ResponseFileError(f"{where}: {why}")
@@ -187,7 +200,20 @@ def check_collection(rs: ResponseSet, different_prompts: str = "refuse") -> None
     first_line: dict[tuple, Source] = {}
     prompts: dict[tuple, tuple[str, str, Source]] = {}
     seen_by: dict[tuple, dict[str, str]] = defaultdict(dict)  # item prompt -> policy -> its prompt hash
+    references: dict[tuple[str, str], tuple[str, Source]] = {}  # (task, item) -> its reference, where first seen
+    ids: dict[tuple[str, str], tuple[str, Source]] = {}  # (task, NFC id) -> the id as written, where first seen
     for rec, where in zip(rs.records, rs.sources):
+        item = (rec["task"], rec["item_id"])
+        ref, first = references.setdefault(item, (rec["reference"], where))
+        if ref != rec["reference"]:  # scored against two answers, an item would count twice, differently
+            raise ResponseFileError(f"{where}: field 'reference' of item {rec['item_id']!r} is {rec['reference']!r:.60} "
+                                    f"but {ref!r:.60} at {first}: one item has one reference")
+        norm = (rec["task"], unicodedata.normalize("NFC", rec["item_id"]))
+        raw, first = ids.setdefault(norm, (rec["item_id"], where))
+        if raw != rec["item_id"]:
+            raise ResponseFileError(f"{where}: item id {rec['item_id']!r} ({code_points(rec['item_id'])}) and "
+                                    f"{raw!r} ({code_points(raw)}) at {first} are the same text in another Unicode "
+                                    "form; give one item one id")
         cell = tuple(rec[k] for k in CELL)
         cells[cell][rec["item_id"]].add(rec["sample_idx"])
         first_line.setdefault(cell, where)

@@ -94,6 +94,13 @@ def score_case(raw: bytes):
     return score_main, run
 
 
+def score_records(*records: dict):
+    def run(tmp: Path) -> list[str]:
+        (tmp / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return [str(tmp / "a.jsonl"), "-o", str(tmp / "out.parquet")]
+    return score_main, run
+
+
 def verl_case(rows: list[dict], *flags: str):
     def run(tmp: Path) -> list[str]:
         (tmp / "5.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -160,6 +167,21 @@ CASES = [
                                                                                  training_convention="boxed")).encode()),
      "crossed-score: {tmp}/a.jsonl:2: policy 'grpo-hash/s83' names convention 'hash' and seed 83, but its "
      "training_convention='boxed' and train_seed=83"),
+    ("score: a number beyond 64 bits", score_records(rec(0), rec(1, gen_seed=2**70)),
+     "crossed-score: {tmp}/a.jsonl:2: field 'gen_seed' is 1180591620717411303424, beyond a 64-bit integer"),
+    ("score: a line nested 100,000 deep", score_case(b"[" * 100_000 + b"]" * 100_000),
+     "crossed-score: {tmp}/a.jsonl:2: nested deeper than a JSON value may be read"),
+    ("score: one item with two references", score_records(rec(0), rec(0, "grpo-hash/s83", reference="99")),
+     "crossed-score: {tmp}/a.jsonl:2: field 'reference' of item '0' is '99' but '18' at {tmp}/a.jsonl:1: one item "
+     "has one reference"),
+    ("score: an item id ending in a space", score_records(rec(0), rec(1, item_id="1 ")),
+     "crossed-score: {tmp}/a.jsonl:2: field 'item_id' '1 ' (U+0031 U+0020) is empty or starts or ends with white "
+     "space"),
+    ("score: one id in two Unicode forms", score_records(rec(0, item_id="caf\u00e9"),
+                                                         rec(0, "grpo-hash/s83", item_id="cafe\u0301")),
+     "crossed-score: {tmp}/a.jsonl:2: item id 'cafe\u0301' (U+0063 U+0061 U+0066 U+0065 U+0301) and 'caf\u00e9' "
+     "(U+0063 U+0061 U+0066 U+00E9) at {tmp}/a.jsonl:1 are the same text in another Unicode form; give one item "
+     "one id"),
     ("analyze: a policy named for another seed", analyze_case(
         lambda df: df.assign(train_seed=df["train_seed"].where(df["policy"] != "grpo-boxed/s1", 2))),
      "crossed-analyze: {tmp}/scores.parquet: row 17 (policy 'grpo-boxed/s1', request 'hash', item '0'): policy "

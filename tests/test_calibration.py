@@ -468,3 +468,21 @@ def test_annotate_serves_only_declared_people(calibration, capsys):
     err = capsys.readouterr().err
     assert "no declared roles; declare who labels" in err and "--annotators A,B --adjudicator C" in err
     assert not (folder / "roles.json").exists()
+
+
+def test_the_calibration_folder_is_private(calibration, capsys):
+    """Issue 33: the sample, the labels and the roles are the owner's alone; a roles file others can read (its
+    tokens are credentials) is refused with the fix, before anything is served."""
+    from crossed_rlvr.calibration.roles import declare_roles
+
+    folder, _ = calibration
+    assert (folder / "sample.jsonl").stat().st_mode & 0o077 == 0
+    head, rows = load_calibration(folder)
+    LabelStore(folder, rows, head["seed"])
+    assert (folder / "labels.sqlite").stat().st_mode & 0o077 == 0
+    declare_roles(folder, ["ann", "bob"], ["carol"])
+    (folder / "roles.json").chmod(0o644)
+    assert main(["annotate", str(folder), "--port", "0"]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"crossed-calibrate: {folder}/roles.json: readable by other users (mode 644); its tokens are the annotators' "
+        f"credentials. Run: chmod 600 {folder}/roles.json")

@@ -211,7 +211,13 @@ def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             page = browser.new_page()
-            page.goto(f"{server.url}?token={roles.token_of('A')}")
+            blocked: list[str] = []  # the page works under its own Content-Security-Policy (issue 33)
+            page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
+            response = page.goto(f"{server.url}?token={roles.token_of('A')}")
+            headers = response.headers
+            assert headers["content-security-policy"].startswith("default-src 'none'; script-src 'sha256-")
+            assert "frame-ancestors 'none'" in headers["content-security-policy"]
+            assert headers["referrer-policy"] == "no-referrer" and headers["x-frame-options"] == "DENY"
             page.wait_for_function("document.getElementById('annotator').value === 'A'")
             assert page.eval_on_selector("#annotator", "x => x.readOnly") is True
             page.select_option("#stage", "stage1")
@@ -236,6 +242,11 @@ def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
             saved = json.loads(db.execute("select label from labels where annotator='A' and stage='stage1' and "
                                           "sample_id=?", (sid,)).fetchone()[0])
             assert (saved["status"], saved["span"]) == ("ambiguous", "changed")
+            assert blocked == []
+            # a script injected into the page (as a response's text would be, were it ever put in as HTML) is refused
+            page.evaluate("() => { const s = document.createElement('script'); s.textContent = 'window.ran = 1';"
+                          " document.body.appendChild(s); }")
+            assert page.evaluate("() => window.ran === undefined") and blocked
             # a page without a link (a typed third name) gets nothing
             other = browser.new_page()
             open_stage(other, server, "mallory", "stage2")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import os
 import random
 import sqlite3
 import time
@@ -81,6 +82,8 @@ class LabelStore:
         self.path = folder / "labels.sqlite"
         self.sample = {r["sample_id"]: r for r in sample}
         self.seed = seed
+        if not self.path.exists():  # created private: labels name people (SQLite gives its -wal/-shm the same mode)
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self.db.execute("pragma journal_mode=wal")
         self.db.execute("pragma synchronous=full")

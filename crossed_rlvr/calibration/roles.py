@@ -41,6 +41,10 @@ def load_roles(folder: Path) -> Roles | None:
     path = Path(folder) / ROLES
     if not path.exists():
         return None
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:  # its tokens are the links' only credentials: readable by others, anyone could label as anyone
+        raise CalibrationError(f"{path}: readable by other users (mode {mode:o}); its tokens are the annotators' "
+                               f"credentials. Run: chmod 600 {path}")
     data = json.loads(path.read_text())
     return Roles(tuple(data["annotators"]), tuple(data["adjudicators"]), dict(data["tokens"]))
 

@@ -125,6 +125,7 @@ def write_calibration(out: Path, scores_path: Path, rows: list[dict[str, Any]], 
     if (out / "calibration.json").exists():
         raise CalibrationError(f"{out}/calibration.json exists: a frozen sample is never redrawn; use a new folder")
     atomic_write_jsonl(out / "sample.jsonl", rows)
+    os.chmod(out / "sample.jsonl", 0o600)  # responses and references of a study not yet published
     # the scores path relative to the calibration folder: the folder can move (to an annotator's laptop)
     # with or without the scores, and every command finds them from wherever it runs
     atomic_write_json(out / "calibration.json", {

@@ -12,7 +12,10 @@ annotators' labels. Model identity and reader scores are never sent.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +27,23 @@ from crossed_rlvr.calibration.labels import LabelError, LabelStore
 PAGE = Path(__file__).with_name("page.html")
 MAX_BODY = 1 << 20  # bytes: a label is a few hundred
 READ_TIMEOUT_S = 30.0
+
+
+def content_security_policy(page: str) -> str:
+    """The page's own script (by its hash) and nothing else: no other script, frame, form target or origin to
+    talk to, so text shown from a response or a label can never run or send anything anywhere."""
+    script = re.search(r"<script>(.*?)</script>", page, re.S)
+    digest = base64.b64encode(hashlib.sha256((script.group(1) if script else "").encode()).digest()).decode()
+    return ("default-src 'none'; script-src 'sha256-" + digest + "'; style-src 'unsafe-inline'; connect-src 'self'; "
+            "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": content_security_policy(PAGE.read_text()),
+    "Referrer-Policy": "no-referrer",  # the personal link's token never leaves in a Referer
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+}
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -97,6 +117,8 @@ def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Cache-Control", "no-store")
+            for name, value in SECURITY_HEADERS.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
 
