@@ -40,7 +40,8 @@ head=${{nodes[0]}}
 # the head's IPv4 address on the interface that routes off the node (never a loopback name entry)
 head_ip=${{HEAD_IP:-$(srun --nodes=1 --ntasks=1 -w "$head" bash -c \\
   "ip -4 -o route get 192.0.2.1 2>/dev/null | sed -n 's/.* src \\([0-9.]*\\).*/\\1/p'; hostname -I 2>/dev/null" \\
-  | tr ' ' '\\n' | grep -E '^[0-9]+(\\.[0-9]+){{3}}$' | grep -v '^127\\.' | head -n 1)}}
+  | tr ' ' '\\n' | grep -E '^[0-9]+(\\.[0-9]+){{3}}$' | grep -v '^127\\.' | head -n 1 || true)}}
+# (|| true: under pipefail a grep that finds nothing would end the script before the message below)
 if [ -z "$head_ip" ]; then echo "no IPv4 address found for head node $head; set HEAD_IP" >&2; exit 1; fi
 port=6379
 srun --nodes=1 --ntasks=1 -w "$head" {ray} start --head --node-ip-address="$head_ip" --port=$port \\

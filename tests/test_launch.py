@@ -9,6 +9,7 @@ wait ~limit + 30 s after start.
 """
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -329,3 +330,27 @@ def test_verl_v1_validation_dumps_reach_the_studys_over_training_section(local, 
     rows = pd.read_csv(run / "analysis" / "over_training.csv")
     ip = rows[(rows.contrast == "I_P") & (rows.seed == "s83")].set_index("step")["estimate"]
     assert ip.loc[0] == 0 and ip.loc[10] == 200
+
+
+@pytest.mark.parametrize(("address", "code", "last"), [
+    ("127.0.1.1", 1, "no IPv4 address found for head node nodeA; set HEAD_IP"),
+    ("10.1.2.3", 0, "head 10.1.2.3"),
+])
+def test_the_head_address_lookup_says_what_to_set(tmp_path, address, code, last):
+    """Issue 34: under ``set -euo pipefail`` a lookup that finds only loopback addresses used to end the
+    script silently (grep's status 1 through pipefail); it now prints what to set. Run with stub SLURM tools."""
+    from crossed_rlvr.cluster import RAY_CLUSTER
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho nodeA\n")
+    (bin_dir / "srun").write_text(f"#!/bin/bash\necho {address}\n")
+    for tool in ("scontrol", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    lookup = RAY_CLUSTER.split("port=6379")[0].format(cpus=1, ray="ray", python="python", nodes=1, gpus=0)
+    script = tmp_path / "lookup.sh"
+    script.write_text("set -euo pipefail\nSLURM_JOB_NODELIST=nodeA\n" + lookup + 'echo "head $head_ip"\n')
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, timeout=60,
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert out.returncode == code
+    assert (out.stderr if code else out.stdout).strip().splitlines()[-1] == last
