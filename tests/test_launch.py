@@ -64,10 +64,20 @@ def test_configured_cpus_below_the_budget_are_refused_before_any_script(local, t
 
 # ---------------------------------------------------------------- preflight and watchdog
 def launch(overrides: list[str], *flags: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
+    """verl_launch in a session of its own, tagged as a rehearsal is, so that whatever it leaves (the watchdog
+    ends the driver with os._exit; Ray's agents outlive it) is killed after it, as ``rehearse_arm`` does."""
+    from crossed_rlvr.train.rehearsal import TAG, kill_group
+
+    tag = f"test-{os.getpid()}-{time.monotonic_ns()}"
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.train.verl_launch", *flags, "--", *overrides],
-                          capture_output=True, text=True, timeout=timeout, check=False, cwd=ROOT)
-    return proc, time.perf_counter() - start
+    cmd = [sys.executable, "-m", "crossed_rlvr.train.verl_launch", *flags, "--", *overrides]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env={**os.environ, TAG: tag}, start_new_session=True)
+    try:
+        out, err = child.communicate(timeout=timeout)
+    finally:
+        kill_group(child.pid, tag)
+    return subprocess.CompletedProcess(cmd, child.returncode, out, err), time.perf_counter() - start
 
 
 def test_under_provisioned_node_is_refused_within_seconds(paper_gsm8k):  # noqa: F811

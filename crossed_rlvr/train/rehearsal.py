@@ -50,7 +50,7 @@ def rehearse_arm(arm_dir: Path, gpus: int, timeout: float = 600.0, wait_limit: f
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            _kill_group(proc.pid, tag)
+            kill_group(proc.pid, tag)
     seconds = round(time.perf_counter() - start, 1)
     text = log.read_text(errors="replace")
     lines = [x[len(MARKER):].strip() for x in text.splitlines() if x.startswith(MARKER)]
@@ -90,7 +90,7 @@ def tagged(tag: str | None = None) -> list[int]:
     return found
 
 
-def _kill_group(sid: int, tag: str | None = None) -> None:
+def kill_group(sid: int, tag: str | None = None) -> None:
     """Kill every process of the rehearsal: its session (Ray's workers set process groups of their own) and
     every process carrying its tag (daemons that left the session); waits up to 10 s for them to go."""
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
