@@ -278,25 +278,13 @@ class BandConf:
 
 
 @dataclass
-class BandSamplingConf(BandConf):
-    """A band with the sampling it is measured under (the study fills these from its eval group)."""
-
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_new_tokens: int = 96
-    context_limit: int = 1024
-    batch_size: int = 32
-    base_seed: int = 20260908
-
-
-@dataclass
 class WarmstartConf:
     requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
     seed: int = 0
     follow_rate: float = 1.0
     base: str | None = None        # a given model to warm-start; null: a fresh tiny model (model.tiny)
-    band: BandSamplingConf = field(default_factory=BandSamplingConf)
+    band: BandConf = field(default_factory=BandConf)  # sampled with the command's eval group
 
 
 @dataclass
@@ -307,6 +295,7 @@ class SFTCommandConf:
     tracking: TrackingConf = MISSING
     run_dir: str = MISSING
     study: str | None = None
+    eval: EvalConf = field(default_factory=EvalConf)  # the sampling of warmstart.band's checks
     mode: str = "arms"
     seeds: list[int] = field(default_factory=lambda: [83])
     arm: str = "hash"

@@ -94,9 +94,10 @@ def band_callbacks(cfg: Any, base: str | Path) -> list[Any]:
     items = build_items(OmegaConf.create({**task, "split": "dev"}))[: int(band.n_items)]
     if not items:
         raise SystemExit(f"crossed-sft: warmstart.band needs dev items; task={cfg.task.name} has none")
-    params = GenParams(float(band.temperature), float(band.top_p), int(band.max_new_tokens), int(band.context_limit))
+    ev = cfg.eval  # sampled as the evaluation samples: greedy decoding overstates request-following
+    params = GenParams(float(ev.temperature), float(ev.top_p), int(ev.max_new_tokens), int(ev.context_limit))
     return [band_callback(band, items, load_tokenizer(base), list(cfg.warmstart.requests), params,
-                          int(band.base_seed), int(band.batch_size), cfg.model.get("system"))]
+                          int(ev.base_seed), int(ev.batch_size), cfg.model.get("system"))]
 
 
 def warmstart(cfg: Any) -> dict[str, Any]:

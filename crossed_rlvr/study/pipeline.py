@@ -111,11 +111,8 @@ class Study:
 
             warm["base"] = str(resolve_model_path(c.model))
         if int(c.initial.band.every) > 0:  # measured under the evaluation's sampling (sft/band.py)
-            ev = c.eval
-            warm["band"] = {**_plain(c.initial.band), "temperature": float(ev.temperature), "top_p": float(ev.top_p),
-                            "max_new_tokens": int(ev.max_new_tokens), "context_limit": int(ev.context_limit),
-                            "batch_size": int(ev.batch_size), "base_seed": int(ev.base_seed)}
-            fp["band_sampling"] = warm["band"]
+            warm["band"] = _plain(c.initial.band)
+            fp["band_sampling"] = _plain(c.eval)
 
         def build() -> dict[str, Any]:
             import shutil
@@ -125,6 +122,7 @@ class Study:
             shutil.rmtree(path, ignore_errors=True)  # a stale or half-written policy is rebuilt, never reused
             sft_cfg = OmegaConf.create({
                 "model": {**_plain(c.model), "path": str(path)}, "task": _plain(c.task), "sft": _plain(c.sft),
+                "eval": _plain(c.eval),
                 "run_dir": str(self.run), "train_items": {"n": int(c.initial.train_items), "seed": 7},
                 "tracking": _plain(c.tracking), "study": self.study_name,
                 "warmstart": warm,
