@@ -26,6 +26,21 @@ _NONSPACE = re.compile(r"\S")
 
 TOLERANCE = 1e-3
 
+# Readers see at most this many characters of a response: its head and its tail, half each (paper 001
+# App. D.1: the training reward programs read the final 300 characters, first-marker readers the start).
+# A degenerate response (10^5 repeated markers, 10^5 nested boxes) is then read in bounded time and
+# memory; real responses (<= 2,048 tokens, ~10k characters) are read whole. Scores record it per response.
+READ_CAP_CHARS = 32_768
+_CUT = "\n\n"  # between head and tail: no marker's line or number runs across the cut
+
+
+def read_window(text: str) -> str:
+    """The part of a response the readers see: all of it up to READ_CAP_CHARS, else head and tail."""
+    if len(text) <= READ_CAP_CHARS:
+        return text
+    half = READ_CAP_CHARS // 2
+    return text[:half] + _CUT + text[-half:]
+
 
 def to_float(token: str | None) -> float | None:
     """Parse a numeric token (commas, dollar signs and a trailing period ignored); None if not numeric."""

@@ -6,6 +6,9 @@ Prints responses per second for
   (c) the whole panel on all cores through the worker pool, on 29,018 responses
       (the size of paper 001's GSM8K crossed collection).
 Targets (issue 2): (a) >= 10,000 responses/s; (c) under 60 s on a 2-core machine.
+
+``--pathological`` instead prints, for each adversarial response of crossed_rlvr.eval.score.stress at
+100 KB, 1 MB and 2 MB, the whole panel's time and peak-memory growth in a forked scoring child (issue 33).
 """
 
 from __future__ import annotations
@@ -67,7 +70,11 @@ def main() -> None:
     parser.add_argument("--math-n", type=int, default=4_000,
                         help="responses scored as a symbolic (MATH500) task, with the symbolic readers on")
     parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--pathological", action="store_true", help="time and memory on adversarial responses")
     args = parser.parse_args()
+    if args.pathological:
+        pathological()
+        return
 
     items = make_responses(max(args.fast_n, args.full_n))
     sizes = [len(it.response) for it in items]
@@ -99,6 +106,24 @@ def main() -> None:
     start = time.perf_counter()
     rows = score_many(subset, workers=args.workers, chunk_size=128)
     print(f"(d) whole panel, MATH500 task, {args.workers} workers:", rate(len(subset), time.perf_counter() - start))
+
+
+def pathological(sizes: tuple[int, ...] = (100_000, 1_000_000, 2_000_000)) -> None:
+    from crossed_rlvr.eval.score.panel import warm
+    from crossed_rlvr.eval.score.stress import CASES, measure
+
+    warm()
+    print(f"{'response':24s} {'chars':>10s} {'request':7s} {'seconds':>8s} {'peak MB':>8s} truncated")
+    for name, make in CASES.items():
+        for n in sizes:
+            text = make(n)
+            for request in ("hash", "boxed"):
+                m = measure(text, request)
+                if m["exitcode"] != 0:
+                    print(f"{name:24s} {len(text):>10,} {request:7s} {'failed: ' + str(m['exitcode']):>17s}")
+                    continue
+                print(f"{name:24s} {len(text):>10,} {request:7s} {m['seconds']:8.3f} {m['peak_bytes'] / 2**20:8.1f} "
+                      f"{m['truncated']}", flush=True)
 
 
 if __name__ == "__main__":

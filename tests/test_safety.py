@@ -59,17 +59,19 @@ def test_multi_megabyte_and_deeply_nested_responses_are_fast():
     nested = "\\boxed{" * 100_000 + "7" + "}" * 100_000
     unclosed = "\\boxed{" * 200_000 + "7"
     braces = "{" * 500_000 + "\\boxed{18}" + "}" * 10
-    for text, expected in [(huge, "7"), (nested, "7"), (unclosed, None), (braces, "18")]:
+    # the nested box's 7 sits in the middle, which the read window drops (and records): unreadable
+    for text, expected in [(huge, "7"), (nested, None), (unclosed, None), (braces, "18")]:
         start = time.monotonic()
         row = score_response(text, "7", "hash", slow=False)
         assert time.monotonic() - start < 5, len(text)
         assert row["boxed_first.answer"] == expected or row["strict_first_hash.answer"] == expected
+        assert row["read_truncated"] is True
     # Through the pool with Math-Verify, a huge response finishes within the hard limit.
     start = time.monotonic()
     rows = score_many([Item(huge, "7"), Item(nested, "7", "boxed")], workers=2, limit_s=5.0)
     assert time.monotonic() - start < 40
     assert rows[0]["strict_first_hash.correct"] is True
-    assert rows[1]["boxed_first.answer"] == "7"
+    assert rows[1]["boxed_first.answer"] is None and rows[1]["read_truncated"] is True
 
 
 @settings(max_examples=500, deadline=None)
@@ -100,3 +102,80 @@ def test_first_payloads_copy_one_payload_not_one_per_marker(text):
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 40 * len(text), peak  # linear: ~9 (markers) and ~27 (boxes) bytes per character measured
+
+
+@pytest.fixture(scope="module")
+def warm_panel():
+    from crossed_rlvr.eval.score.panel import warm
+
+    warm()  # Math-Verify imported once in this process, so forked children measure the reading only
+
+
+@pytest.mark.parametrize("case", ["nested_boxes", "repeated_hash", "nested_boxes_balanced"])
+def test_pathological_responses_in_bounded_time_and_memory(case, warm_panel):
+    """Issue 33: the whole panel (Math-Verify included) on 100 KB, 1 MB and 2 MB of a degenerate response, in a
+    forked child as a scoring worker: before, 1 MB of nested boxes took 12.1 GB and 58 s, #### x 10^5 6.0 GB;
+    now the readers see a head and tail of text.READ_CAP_CHARS and record that they did."""
+    from crossed_rlvr.eval.score.stress import CASES, PATHOLOGICAL, measure
+
+    assert case in PATHOLOGICAL
+    for n in (100_000, 1_000_000, 2_000_000):
+        for request in ("hash", "boxed"):
+            m = measure(CASES[case](n), request)
+            assert m["exitcode"] == 0, (case, n, m)
+            assert m["truncated"] is True
+            assert m["seconds"] < 3.0, (case, n, m)  # measured 0.02-0.05 s
+            assert m["peak_bytes"] < 64 * 2**20, (case, n, m)  # measured 1-3 MB
+
+
+ADVERSARIAL = ["\\boxed{", "}", "{", "#### ", "####", "1", "12345", "$", "**", "\n", " ", "Step", "\\{", ",", "-"]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(pattern=st.lists(st.sampled_from(ADVERSARIAL), min_size=1, max_size=6).map("".join),
+       size=st.sampled_from([200_000, 1_000_000]))
+def test_readers_are_linear_without_the_cap(pattern, size):
+    """Issue 33: with the read cap lifted, the fast panel (every reader but Math-Verify, and the payload detector)
+    still reads a repeated adversarial pattern in time and memory linear in its length: no backtracking regex, no
+    recursion over nesting, no copy of the rest of a line per marker (measured <= 30 bytes and ~1.4 us a char)."""
+    import tracemalloc
+
+    from crossed_rlvr import text as tx
+
+    text = pattern * (size // len(pattern))
+    old, tx.READ_CAP_CHARS = tx.READ_CAP_CHARS, 10**9
+    try:
+        tracemalloc.start()
+        start = time.perf_counter()
+        row = score_response(text, "7", "hash", slow=False, task="gsm8k")
+        seconds = time.perf_counter() - start
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        tx.READ_CAP_CHARS = old
+    assert row["read_truncated"] is False
+    assert peak < 64 * len(text) + 2**20, (pattern, peak)
+    assert seconds < 10e-6 * len(text) + 1, (pattern, seconds)
+
+
+def test_read_window_keeps_head_and_tail_and_is_recorded():
+    from crossed_rlvr import text as tx
+
+    filler = "We add the numbers one by one. " * 2_000  # ~62 KB
+    long = "#### 5\n" + filler + "\nSo the answer is \\boxed{7}"
+    row = score_response(long, "7", "boxed", slow=False)
+    assert (row["read_truncated"], row["read_cap_chars"]) == (True, tx.READ_CAP_CHARS)
+    assert row["strict_first_hash.answer"] == "5"  # the head is read
+    assert row["boxed_last.answer"] == "7" and row["reward_boxed.correct"] is True  # the tail (App. D.1's 300)
+    short = score_response("#### 5", "5", "hash", slow=False)
+    assert short["read_truncated"] is False
+    assert len(tx.read_window(long)) == tx.READ_CAP_CHARS + 2
+
+
+def test_hash_payload_ends_at_the_next_marker_on_its_line():
+    from crossed_rlvr.eval.score.symbolic import _unwrap, first_hash_payload, hash_payloads, last_hash_payload
+
+    assert hash_payloads("#### 18 #### $19$.\n#### Step 2: add\n#### **\\frac{1}{2}**") == ["18", "19", "\\frac{1}{2}"]
+    assert first_hash_payload("#### 18 #### 19") == "18"
+    assert last_hash_payload("#### 18 #### 19 ####") == "19"
+    assert _unwrap("$" * 100_001 + "7" + "$" * 100_001) == "7"  # one move per layer, no copy per layer

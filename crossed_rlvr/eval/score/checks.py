@@ -72,7 +72,7 @@ def needed_readers(df: pd.DataFrame) -> dict[str, str]:
 
 
 def bool_columns(df: pd.DataFrame) -> list[str]:
-    return [c for c in df.columns if c in ("requested_payload", "extractable", "timed_out")
+    return [c for c in df.columns if c in ("requested_payload", "extractable", "timed_out", "read_truncated")
             or c.endswith(".correct") or c.startswith(("payload.", "payload_any."))]
 
 

@@ -19,6 +19,7 @@ from typing import Any, Self
 
 import crossed_rlvr.eval.score.mathverify as mathverify
 import crossed_rlvr.eval.score.symbolic as symbolic
+from crossed_rlvr import text as tx
 from crossed_rlvr.eval.score.payload import COUNTERS, detect
 from crossed_rlvr.eval.score.readers import READERS, STRICT
 
@@ -56,6 +57,7 @@ def columns(slow: bool = True) -> list[str]:
     for name in reader_names(slow):
         cols += [f"{name}.answer", f"{name}.correct"]
     cols += [f"payload.{c}" for c in COUNTERS] + ["category", "requested_payload", "extractable", "timed_out"]
+    cols += ["read_truncated", "read_cap_chars"]
     cols += list(symbolic.DIAGNOSTICS)
     return cols
 
@@ -65,8 +67,11 @@ def score_response(response: str, reference: str, request: str = "hash", slow: b
     """Every reader and the payload detector on one response (paper 001 §2.1-2.2, App. B.2).
 
     ``requested_payload`` is d_r(y); ``extractable`` says whether the frozen requested-convention
-    reader returns a value (the q_c indicator); ``category`` is the Table 11 category.
+    reader returns a value (the q_c indicator); ``category`` is the Table 11 category. Every reader sees
+    ``text.read_window(response)``; ``read_truncated`` says whether that dropped the middle of the response.
     """
+    truncated = len(response) > tx.READ_CAP_CHARS
+    response = tx.read_window(response)
     row: dict[str, Any] = {}
     symbolic_task = task is None or symbolic.is_symbolic_task(task)
     for _, answer_col, correct_col, read in _readers(True):
@@ -83,13 +88,14 @@ def score_response(response: str, reference: str, request: str = "hash", slow: b
     requested_reader = STRICT[request]
     row["extractable"] = row[f"{requested_reader}.answer"] is not None
     row["timed_out"] = False
+    row["read_truncated"], row["read_cap_chars"] = truncated, tx.READ_CAP_CHARS
     # MATH diagnostics (Tables 16-17); the symbolic comparison is slow, so it runs with the slow readers
     row.update(symbolic.diagnostics(response) if slow and symbolic_task
                else dict.fromkeys(symbolic.DIAGNOSTICS, False))
     return row
 
 
-def unreadable_row(request: str) -> dict[str, Any]:
+def unreadable_row(request: str, response: str = "") -> dict[str, Any]:
     """The row of a response that ran out of time: every reader returns nothing."""
     row: dict[str, Any] = {}
     for name in reader_names(True):
@@ -97,6 +103,7 @@ def unreadable_row(request: str) -> dict[str, Any]:
     for conv in COUNTERS:
         row[f"payload.{conv}"] = False
     row.update(category="neither", requested_payload=False, extractable=False, timed_out=True)
+    row.update(read_truncated=len(response) > tx.READ_CAP_CHARS, read_cap_chars=tx.READ_CAP_CHARS)
     row.update(dict.fromkeys(symbolic.DIAGNOSTICS, False))
     return row
 
@@ -171,7 +178,7 @@ class Scorer:
                 except (FutureTimeout, ProcessExpired):
                     retry.append(i)
         for i in retry:
-            rows[i] = unreadable_row(items[i].request)
+            rows[i] = unreadable_row(items[i].request, items[i].response)
         if progress is not None:
             progress.update(len(retry))
         return rows  # type: ignore[return-value]

@@ -90,11 +90,12 @@ def last_payload(text: str, convention: str) -> str | None:
     conventions it is the payload body after the marker, Markdown emphasis removed.
     """
     if convention == "boxed":
-        found = [span for span in box_spans(text) if box_is_nonempty(text, span)]
-        return f"\\boxed{{{text[found[-1][0] : found[-1][1]]}}}" if found else None
+        last = next((span for span in reversed(box_spans(text)) if box_is_nonempty(text, span)), None)
+        return f"\\boxed{{{text[last[0] : last[1]]}}}" if last is not None else None
     if convention == "hash":
-        lines = [m.group() for m in (_HASH_PAYLOAD_LINE.match(text, end) for end in exact_markers(text)) if m]
-        return lines[-1].strip().strip("*_`").strip() if lines else None
+        # the last qualifying marker's rest of line, copied once (not once per marker on a long line)
+        last = next((end for end in reversed(exact_markers(text)) if _HASH_PAYLOAD.match(text, end)), None)
+        return _HASH_PAYLOAD_LINE.match(text, last).group().strip().strip("*_`").strip() if last is not None else None
     pattern = {"json": _JSON_PAYLOAD_BODY, "xml": _XML_PAYLOAD_BODY}.get(convention)
     if pattern is None:
         raise KeyError(f"no payload syntax for convention {convention!r}")

@@ -53,6 +53,8 @@ def schema() -> pa.Schema:
     for col in columns():
         if col.endswith(".answer") or col == "category":
             fields.append(pa.field(col, pa.string()))
+        elif col == "read_cap_chars":
+            fields.append(pa.field(col, pa.int64()))
         else:
             fields.append(pa.field(col, pa.bool_()))
     return pa.schema(fields)

@@ -24,30 +24,49 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from crossed_rlvr import text as tx
-from crossed_rlvr.eval.score.mathverify import MAX_CHARS, answer_text, parse, parse_reference, time_limits
+from crossed_rlvr.eval.score.mathverify import answer_text, parse, parse_reference, time_limits
 from crossed_rlvr.eval.score.readers import Reader, Reading, reader
 
-_LINE_REST = re.compile(r"[^\n]*")
 # Outer wrappers a model puts around a reported answer: Markdown emphasis/code and math delimiters.
 _WRAPPERS = (("**", "**"), ("__", "__"), ("`", "`"), ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"),
              ("*", "*"), ("_", "_"))
 _DIGITS = re.compile(r"\d+")
 _MARKER = re.compile(r"^\s*#{4}(?!#)")
 _PROSE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{3,}")  # a word of 3+ letters that is not a LaTeX command
+_SPACE = re.compile(r"\s*+")
+# A payload longer than this is not an answer: it is unreadable rather than handed to Math-Verify (whose
+# LaTeX parser is superlinear in the length of what it is given).
+# The lenient path's last line is bounded the same way.
+PAYLOAD_MAX_CHARS = 4_000
+
+
+def _strip(text: str, a: int, b: int) -> tuple[int, int]:
+    a = _SPACE.match(text, a, b).end()
+    while b > a and text[b - 1].isspace():
+        b -= 1
+    return a, b
+
+
+def _unwrap_span(text: str, a: int, b: int) -> tuple[int, int]:
+    """``_unwrap`` on ``text[a:b]`` by moving the ends, never copying (``$$$$...`` would cost one copy per layer)."""
+    a, b = _strip(text, a, b)
+    changed = True
+    while changed and b > a:
+        changed = False
+        if text[b - 1] == "." and not text.endswith("..", a, b):
+            a, b = _strip(text, a, b - 1)
+            changed = True
+        for left, right in _WRAPPERS:
+            if b - a > len(left) + len(right) and text.startswith(left, a, b) and text.endswith(right, a, b):
+                a, b = _strip(text, a + len(left), b - len(right))
+                changed = True
+                break
+    return a, b
 
 
 def _unwrap(payload: str) -> str:
-    text = payload.strip()
-    changed = True
-    while changed and text:
-        changed = False
-        if text.endswith(".") and not text.endswith(".."):
-            text, changed = text[:-1].rstrip(), True
-        for left, right in _WRAPPERS:
-            if len(text) > len(left) + len(right) and text.startswith(left) and text.endswith(right):
-                text, changed = text[len(left) : -len(right)].strip(), True
-                break
-    return text
+    a, b = _unwrap_span(payload, 0, len(payload))
+    return payload[a:b]
 
 
 _TEXT_GROUP = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{[^{}]*\}")
@@ -59,37 +78,74 @@ def is_prose(payload: str) -> bool:
     return _PROSE.search(_TEXT_GROUP.sub("", payload)) is not None
 
 
-def _after_markers(text: str) -> Iterator[str]:
-    """The unwrapped same-line text after every exact ``####`` marker, in order (possibly empty); lazy, so a
-    caller that wants the first copies one line, not one per marker."""
-    return (_unwrap(_LINE_REST.match(text, end).group()) for end in tx.exact_markers(text))
+def _marker_spans(text: str) -> Iterator[tuple[int, int]]:
+    """The unwrapped span after every exact ``####`` marker, in order (possibly empty). A marker's payload
+    runs to the end of its line or to the next marker on that line, whichever comes first: the spans are
+    disjoint, so a line of 10^5 markers costs one pass, not one copy of the rest of the line per marker."""
+    ends = tx.exact_markers(text)
+    for k, end in enumerate(ends):
+        line_end = text.find("\n", end)
+        stop = len(text) if line_end == -1 else line_end
+        if k + 1 < len(ends):
+            stop = min(stop, ends[k + 1] - 4)
+        yield _unwrap_span(text, end, stop)
+
+
+def _hash_bodies(text: str) -> Iterator[str]:
+    """The answers after exact ``####`` markers, lazily: empty payloads, over-long ones and prose headings
+    (``#### Step 1: add``) are left out."""
+    for a, b in _marker_spans(text):
+        if 0 < b - a <= PAYLOAD_MAX_CHARS and not is_prose(body := text[a:b]):
+            yield body
 
 
 def hash_payloads(text: str) -> list[str]:
-    """The answers after exact ``####`` markers: empty lines and prose headings (``#### Step 1: add``) are
-    left out."""
-    return [body for body in _after_markers(text) if body and not is_prose(body)]
+    """Every answer after an exact ``####`` marker (see ``_hash_bodies``)."""
+    return list(_hash_bodies(text))
+
+
+def last_hash_payload(text: str) -> str | None:
+    """``hash_payloads(text)[-1]`` holding one payload at a time."""
+    last = None
+    for last in _hash_bodies(text):  # noqa: B007 - the loop keeps the last one
+        pass
+    return last
 
 
 def first_hash_payload(text: str) -> str | None:
-    """The first marker's same-line payload, literally (None when there is no marker or its line is empty).
-    Only the first marker's line is copied: a line of 10^5 markers costs one copy, not 10^5."""
-    return next(_after_markers(text), None) or None
+    """The first marker's payload, literally (None when there is no marker, its payload is empty or longer
+    than PAYLOAD_MAX_CHARS)."""
+    for a, b in _marker_spans(text):
+        return text[a:b] if 0 < b - a <= PAYLOAD_MAX_CHARS else None
+    return None
 
 
-def _boxes(text: str) -> Iterator[str]:
-    """The content of every nonempty balanced box, in order of opening; lazy (nested boxes would otherwise
-    copy the text once per level)."""
-    return (text[a:b].strip() for a, b in tx.box_spans(text) if tx.box_is_nonempty(text, (a, b)))
+def _box_spans(text: str) -> Iterator[tuple[int, int]]:
+    """Spans of every nonempty balanced box, stripped, in order of opening (spans: nested boxes would
+    otherwise copy the text once per level)."""
+    for a, b in tx.box_spans(text):
+        if tx.box_is_nonempty(text, (a, b)):
+            yield _strip(text, a, b)
 
 
 def box_payloads(text: str) -> list[str]:
-    return list(_boxes(text))
+    return [text[a:b] for a, b in _box_spans(text)]
 
 
 def first_box_payload(text: str) -> str | None:
     """``box_payloads(text)[0]`` without copying the other boxes."""
-    return next(_boxes(text), None)
+    for a, b in _box_spans(text):
+        return text[a:b]
+    return None
+
+
+def last_box_payload(text: str) -> str | None:
+    """``box_payloads(text)[-1]`` copying only the last box."""
+    for span in reversed(tx.box_spans(text)):
+        if tx.box_is_nonempty(text, span):
+            a, b = _strip(text, *span)
+            return text[a:b]
+    return None
 
 
 def is_symbolic_task(task: str | None) -> bool:
@@ -100,7 +156,7 @@ def is_symbolic_task(task: str | None) -> bool:
 def symbolic(payload: str | None) -> list:
     """Math-Verify's parse of a payload inside math delimiters ([] when unreadable). A parse that yields
     only Math-Verify's raw-string fallback (``?``, ``---``) is not a symbolic reading."""
-    if payload is None or len(payload) > MAX_CHARS:
+    if payload is None or len(payload) > PAYLOAD_MAX_CHARS:
         return []
     return list(_symbolic(payload))
 
@@ -174,7 +230,7 @@ class MathLenient(Reader):
     def __call__(self, response: str, reference: str, request: str | None = None) -> Reading:
         lines = [line for line in response.splitlines() if line.strip()]
         parsed = []
-        if lines and len(lines[-1]) <= MAX_CHARS:
+        if lines and len(lines[-1]) <= PAYLOAD_MAX_CHARS:
             last = _unwrap(_MARKER.sub("", lines[-1], count=1))
             # a bare expression is read as LaTeX; a sentence by Math-Verify's own extraction
             parsed = parse(lines[-1]) if is_prose(last) else symbolic(last)
@@ -198,15 +254,12 @@ class MathVerifyLastPayload(SymbolicPayload):
     def payload(self, response: str, request: str | None) -> str | None:
         request = request or "hash"
         if request == "hash":
-            found = hash_payloads(response)
-        elif request == "boxed":
-            found = box_payloads(response)
-        else:
-            from crossed_rlvr.eval.score.payload import last_payload
+            return last_hash_payload(response)
+        if request == "boxed":
+            return last_box_payload(response)
+        from crossed_rlvr.eval.score.payload import last_payload
 
-            one = last_payload(response, request)
-            found = [one] if one is not None else []
-        return found[-1] if found else None
+        return last_payload(response, request)
 
 
 DIAGNOSTICS = ("payload_any.hash", "hash_digit_only", "math_hash_box_unequal")
@@ -224,6 +277,6 @@ def diagnostics(response: str) -> dict[str, bool]:
         if a and b:
             _, verify_timeout = time_limits()
             unequal = not verify(a, b, timeout_seconds=verify_timeout)
-    return {"payload_any.hash": bool(hash_payloads(response)),
+    return {"payload_any.hash": next(_hash_bodies(response), None) is not None,
             "hash_digit_only": first_hash is not None and _DIGITS.fullmatch(first_hash) is not None,
             "math_hash_box_unequal": unequal}
