@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.files import json_lines
 from crossed_rlvr.interrupt import stops_cleanly
 
@@ -73,13 +74,14 @@ def _panel(args: argparse.Namespace) -> int:
 
 @stops_cleanly("crossed-rlvr")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="crossed-rlvr", description=__doc__.splitlines()[0])
+    parser = Parser(prog="crossed-rlvr", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("panel", help="score responses with the whole reader panel and payload detector")
     p.add_argument("--input", help="JSON Lines with response, reference and request (default: built-in examples)")
     p.add_argument("--output", help="write the scored rows as JSON Lines here")
     p.add_argument("--force", action="store_true", help="replace an existing --output file")
-    p.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores; 0 = in-process)")
+    add_number(p, "--workers", 0, 1024, default=None, why="0: score in this process",
+               help="worker processes (default: all cores; 0 = in-process)")
     p.set_defaults(func=_panel)
     args = parser.parse_args(argv)
     return int(args.func(args))

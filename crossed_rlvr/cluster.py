@@ -7,10 +7,11 @@ a fresh process (Ray reads its auth settings when it is imported).
 
 from __future__ import annotations
 
-import argparse
 import os
 import time
 from pathlib import Path
+
+from crossed_rlvr.conf.flags import Parser, add_number
 
 MARKER = "crossed-rlvr launch:"
 
@@ -87,11 +88,11 @@ def wait_for_nodes(address: str, n: int, timeout: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m crossed_rlvr.cluster",
+    parser = Parser(prog="python -m crossed_rlvr.cluster",
                                      description="Wait until N Ray nodes joined the cluster at an address.")
-    parser.add_argument("--wait-nodes", type=int, metavar="N", required=True, help="nodes to wait for")
+    add_number(parser, "--wait-nodes", 1, 4096, metavar="N", required=True, help="nodes to wait for")
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray address (or RAY_ADDRESS)")
-    parser.add_argument("--join-timeout", type=float, default=300.0, help="seconds to wait (default 300)")
+    add_number(parser, "--join-timeout", 1, 86_400, integer=False, default=300.0, help="seconds to wait (default 300)")
     args = parser.parse_args(argv)
     if not args.address:
         parser.error("--wait-nodes needs --address or RAY_ADDRESS")

@@ -9,7 +9,6 @@ replaced unless ``--overwrite`` is given.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -22,6 +21,8 @@ from crossed_rlvr.analysis.analyze import DEFAULT_RESAMPLES, DEFAULT_RNG_SEED, A
 from crossed_rlvr.analysis.contrasts import AmbiguousPolicies
 from crossed_rlvr.analysis.report.document import crossing_gaps
 from crossed_rlvr.analysis.report.write import write_outputs
+from crossed_rlvr.conf.flags import Parser, add_number
+from crossed_rlvr.conf.schema import RESAMPLES_RANGE, SEED_RANGE
 from crossed_rlvr.interrupt import stops_cleanly
 
 
@@ -95,11 +96,12 @@ def analyze(
 
 @stops_cleanly("crossed-analyze")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="crossed-analyze", description="Crossed analysis of a scores table.")
+    parser = Parser(prog="crossed-analyze", description="Crossed analysis of a scores table.")
     parser.add_argument("scores", help="scores table (Parquet) from crossed-score")
     parser.add_argument("-o", "--out", required=True, help="output folder")
-    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, help="paired bootstrap resamples")
-    parser.add_argument("--rng-seed", type=int, default=DEFAULT_RNG_SEED)
+    add_number(parser, "--resamples", *RESAMPLES_RANGE, default=DEFAULT_RESAMPLES,
+               why="an interval needs at least 10 resamples", help="paired bootstrap resamples")
+    add_number(parser, "--rng-seed", *SEED_RANGE, default=DEFAULT_RNG_SEED)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
     parser.add_argument("--no-figures", action="store_true")
     parser.add_argument("--tracking", choices=["off", "offline", "online"], default="off",

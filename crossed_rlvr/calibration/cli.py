@@ -21,6 +21,7 @@ from crossed_rlvr.calibration.sample import (
     scores_file,
     write_calibration,
 )
+from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.interrupt import stops_cleanly
 
 
@@ -162,15 +163,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 @stops_cleanly("crossed-calibrate")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="crossed-calibrate", description=__doc__.splitlines()[0])
+    parser = Parser(prog="crossed-calibrate", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("sample", help="freeze a stratified sample of a scored study")
     p.add_argument("scores", help="scores Parquet (its folder's responses/ and items/ are read by default)")
     p.add_argument("-o", "--out", required=True, help="new calibration folder")
     p.add_argument("--state", action="append", help="POLICY:REQUEST[:TEMPLATE]; default: every policy and request "
                    "under the original wording")
-    p.add_argument("--cap", type=int, default=30, help="responses per stratum (App. A: 30 GSM8K, 20 MATH)")
-    p.add_argument("--seed", type=int, default=20260919)
+    add_number(p, "--cap", 1, 1_000_000, default=30, help="responses per stratum (App. A: 30 GSM8K, 20 MATH)")
+    add_number(p, "--seed", 0, 2**32 - 1, default=20260919)
     p.add_argument("--census", action="append", default=[], help="stratum taken whole, e.g. strict=1|fallback=1|mv=0")
     p.add_argument("--readers", default=None, help="stratifying reader roles, e.g. strict,fallback,mv")
     p.add_argument("--responses", nargs="*", help="response files or folders (default: <scores dir>/responses)")
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("annotate", help="serve the blinded two-stage annotation page on localhost")
     p.add_argument("folder")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8765)
+    add_number(p, "--port", 0, 65_535, default=8765, why="0: any free port")
     p.add_argument("--allow-remote", action="store_true", help="let --host be an address other machines reach")
     p.add_argument("--annotators", help="the two annotators A,B (declared once into roles.json; links printed)")
     p.add_argument("--adjudicator", action="append", help="an adjudicator (repeat for several)")

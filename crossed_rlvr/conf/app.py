@@ -84,13 +84,20 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
             return
         import hydra
 
-        from crossed_rlvr.conf.checks import CHECKS, ConfigError
+        from crossed_rlvr.conf.checks import ConfigError
+        from crossed_rlvr.conf.ranges import check_command, check_overrides
+
+        try:  # the command line's numbers, before Hydra's own conversion can stop on them
+            check_overrides(sys.argv[1:], config_name)
+        except ConfigError as err:
+            print(f"{command}: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
 
         @hydra.main(version_base="1.3", config_path=".", config_name=config_name)
         def _main(cfg: Any) -> None:
             job_run_dir(cfg)
             try:
-                CHECKS[command](cfg)
+                check_command(command, cfg)
             except ConfigError as err:
                 print(f"{command}: {err}", file=sys.stderr)
                 raise SystemExit(2) from None

@@ -8,23 +8,65 @@ are checked right after composition by :mod:`crossed_rlvr.conf.checks`, also bef
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric setting may take (issue 33): finite, within [low, high] (``low_open``: above low),
+    whole for an integer field. The one declaration :mod:`crossed_rlvr.conf.ranges` checks every value against,
+    from a preset file or from the command line; ``why`` says what the bounds protect."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    why: str = ""
+
+    def text(self) -> str:
+        def show(v: float) -> str:
+            if isinstance(v, int) and v >= 2**20 and (v + 1) & v == 0:
+                return f"2**{(v + 1).bit_length() - 1} - 1"
+            return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+
+        return f"{'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}]"
+
+    def admits(self, value: float) -> bool:
+        if not math.isfinite(value) or value > self.high:
+            return False
+        return value > self.low if self.low_open else value >= self.low
+
+
+def num(default: Any, low: float, high: float, *, low_open: bool = False, why: str = "") -> Any:
+    """A numeric field with its declared range (``default`` may be None for an optional field)."""
+    return field(default=default, metadata={"range": Range(low, high, low_open, why)})
+
+
+def nums(factory: Any, low: float, high: float, *, low_open: bool = False, why: str = "") -> Any:
+    """A list (or dict's values) of numbers, each within the declared range; ``factory`` None: default null."""
+    meta = {"range": Range(low, high, low_open, why)}
+    return field(default=None, metadata=meta) if factory is None else field(default_factory=factory, metadata=meta)
+
+
+# Seeds of torch, numpy and transformers' set_seed, which refuses seeds of 2**32 and above.
+SEED = (0, 2**32 - 1)
+BIG = 10**8  # counts of items, steps or tokens no machine gets near: a typo, not a setting
+
+
 @dataclass
 class TinyConf:
     """Sizes of a tiny model; the defaults train in minutes on two CPU cores."""
 
-    hidden_size: int = 128
-    intermediate_size: int = 384
-    num_hidden_layers: int = 3
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    max_position_embeddings: int = 1024
-    seed: int = 0
+    hidden_size: int = num(128, 1, 65_536)
+    intermediate_size: int = num(384, 1, 262_144)
+    num_hidden_layers: int = num(3, 1, 1024)
+    num_attention_heads: int = num(4, 1, 1024)
+    num_key_value_heads: int = num(2, 1, 1024)
+    max_position_embeddings: int = num(1024, 1, 1_048_576)
+    seed: int = num(0, *SEED)
 
 
 @dataclass
@@ -41,20 +83,20 @@ class TaskConf:
     name: str = MISSING
     source: str = MISSING          # arith | gsm8k | math500
     split: str = "test"
-    n_items: int | None = None
+    n_items: int | None = num(None, 1, BIG)
     path: str | None = None
     # arithmetic probe
-    n_test: int | None = None
-    n_dev: int | None = None
-    seed: int | None = None
-    strata: list[int] | None = None
-    max_operand: int | None = None
+    n_test: int | None = num(None, 1, BIG)
+    n_dev: int | None = num(None, 1, BIG)
+    seed: int | None = num(None, *SEED)
+    strata: list[int] | None = nums(None, 1, 64, why="operations per expression")
+    max_operand: int | None = num(None, 1, 10**9)
     ops: list[str] | None = None
-    train_per_stratum: dict[int, int] | None = None
+    train_per_stratum: dict[int, int] | None = nums(None, 0, BIG, why="0: no training items of that stratum")
     # GSM8K / MATH-500 splits
     train_path: str | None = None
-    dev_items: int | None = None
-    dev_seed: int | None = None
+    dev_items: int | None = num(None, 1, BIG, why="validation reads the dev items")
+    dev_seed: int | None = num(None, *SEED)
     # paper 000's benchmarks (crossed_rlvr.tasks.choice)
     hub_config: str | None = None
 
@@ -63,31 +105,31 @@ class TaskConf:
 class EvalConf:
     backend: str = "hf"            # hf | vllm
     dtype: str = "float32"
-    batch_size: int = 16
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_new_tokens: int = 640
-    context_limit: int = 4096
-    base_seed: int = 20260908
-    gpu_memory_utilization: float = 0.9
-    tensor_parallel_size: int = 1
+    batch_size: int = num(16, 1, 65_536)
+    temperature: float = num(0.6, 0.0, 10.0, why="0 is greedy decoding")
+    top_p: float = num(0.95, 0.0, 1.0, low_open=True)
+    max_new_tokens: int = num(640, 1, 1_048_576)
+    context_limit: int = num(4096, 2, 1_048_576)
+    base_seed: int = num(20260908, *SEED)
+    gpu_memory_utilization: float = num(0.9, 0.0, 0.99, low_open=True, why="vLLM's share of the GPU")
+    tensor_parallel_size: int = num(1, 1, 64)
     enforce_eager: bool = False    # vLLM: no CUDA graphs / compilation (the CPU build loads ~3x faster)
-    cpu_kvcache_gib: int = 1       # vLLM's CPU build: VLLM_CPU_KVCACHE_SPACE when it is not set
+    cpu_kvcache_gib: int = num(1, 1, 4096)      # vLLM's CPU build: VLLM_CPU_KVCACHE_SPACE when it is not set
 
 
 @dataclass
 class DistributeConf:
     """crossed-eval on Ray workers (eval/generate/workers.py); 0 workers: serial in the driver's process. Not part
     of any cell's settings: a run split differently writes the same files."""
-    workers: int = 0               # Ray workers, each with its own engine (one per GPU on a GPU node)
+    workers: int = num(0, 0, 4096, why="0: generate serially in the driver, no Ray")  # Ray workers, each with its own engine (one per GPU on a GPU node)
     address: str | None = None     # null: a local Ray on this machine; auto or HOST:PORT: a running cluster
-    cpus_per_worker: float = 1.0   # CPU workers: also their torch threads
-    gpus_per_worker: float = 0.0   # 1 per vLLM engine (= eval.tensor_parallel_size)
+    cpus_per_worker: float = num(1.0, 0.0, 1024.0, why="0: Ray reserves no CPU for a GPU worker")  # CPU workers: also their torch threads
+    gpus_per_worker: float = num(0.0, 0.0, 64.0, why="0: CPU workers")  # 1 per vLLM engine (= eval.tensor_parallel_size)
     # responses per shard, the unit of scheduling, progress and resume; null: 4 x eval.batch_size (a multiple
     # of the batch keeps the serial run's batches, which bfloat16 vLLM's samples depend on)
-    shard_size: int | None = None
-    max_retries: int = 2           # a shard whose worker died is retried this often, then reported
-    start_timeout_s: float = 300.0  # a worker that does not start in time (no free resources) is given up
+    shard_size: int | None = num(None, 1, BIG)
+    max_retries: int = num(2, 0, 100, why="0: a shard whose worker died is reported at once")  # a shard whose worker died is retried this often, then reported
+    start_timeout_s: float = num(300.0, 1.0, 86_400.0)  # a worker that does not start in time (no free resources) is given up
     log_to_driver: bool = False    # workers' own output on the driver's console
 
 
@@ -103,46 +145,46 @@ class TrackingConf:
 @dataclass
 class ProposalConf:
     enabled: bool = False
-    target: list[float] = field(default_factory=list)  # shares or counts per stratum
-    proposal: list[float] = field(default_factory=list)
-    epsilon: float = 1.0e-6
+    target: list[float] = nums(list, 0.0, 1e9, why="0: a stratum left out of the target")  # shares or counts per stratum (some positive)
+    proposal: list[float] = nums(list, 0.0, 1e9, why="0: a stratum never proposed")
+    epsilon: float = num(1.0e-6, 0.0, 1.0, low_open=True, why="the proposal's floor share, below 1")
     # App. D.1's three frozen difficulty strata: a JSON Lines file (item_id, stratum) for every training item,
     # or null for the task's own strata; crossed-study estimates them with the initial policy when neither
     # exists (train/strata.py); the study records the file's sha256 here so matched arms share it
     strata_file: str | None = None
     strata_sha256: str | None = None
-    estimate_samples: int = 4      # samples per training item for the difficulty estimate (half per request)
+    estimate_samples: int = num(4, 2, 1024)  # samples per training item for the difficulty estimate (half per request)
 
 
 @dataclass
 class LoraConf:
     enabled: bool = False
-    r: int = 16
-    alpha: int = 32
+    r: int = num(16, 1, 4096)
+    alpha: int = num(32, 1, 65_536)
     target_modules: Any = "all-linear"
 
 
 @dataclass
 class RecipeConf:
-    group_size: int = 8
-    prompts_per_update: int = 32
-    updates: int = 100
-    lr: float = 1.0e-6
-    weight_decay: float = 0.01
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    grad_clip: float = 1.0
-    policy_epochs: int = 1
-    clip_ratio: float = 0.2
+    group_size: int = num(8, 2, 4096, why="GRPO compares responses within a group")
+    prompts_per_update: int = num(32, 1, 65_536)
+    updates: int = num(100, 1, 1_000_000)
+    lr: float = num(1.0e-6, 0.0, 1.0, low_open=True)
+    weight_decay: float = num(0.01, 0.0, 10.0, why="0: no weight decay")
+    betas: list[float] = nums(lambda: [0.9, 0.999], 0.0, 0.999999, why="AdamW's decay rates: 0 keeps no history, 1 never forgets")
+    grad_clip: float = num(1.0, 0.0, 1e6, low_open=True)
+    policy_epochs: int = num(1, 1, 1, why="one policy epoch per batch, App. D.1")
+    clip_ratio: float = num(0.2, 0.0, 10.0, low_open=True)
     loss_agg: str = "seq-mean-token-mean"
     kl_loss: bool = False
     kl_reward: bool = False
-    entropy_coeff: float = 0.0
+    entropy_coeff: float = num(0.0, 0.0, 10.0, why="0: no entropy bonus (App. D.1)")
     norm_adv_by_std: bool = True
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_response_tokens: int = 1024
-    max_context_tokens: int = 3072
-    save_every: int = 0            # verl: a resumable checkpoint every N updates (0: only the final one)
+    temperature: float = num(1.0, 0.0, 10.0, low_open=True, why="sampled rollouts: at 0 a group is one response")
+    top_p: float = num(1.0, 0.0, 1.0, low_open=True)
+    max_response_tokens: int = num(1024, 1, 1_048_576)
+    max_context_tokens: int = num(3072, 2, 1_048_576)
+    save_every: int = num(0, 0, 1_000_000, why="0: only the final checkpoint")  # verl: a resumable checkpoint every N updates (0: only the final one)
     proposal: ProposalConf = field(default_factory=ProposalConf)
     lora: LoraConf = field(default_factory=LoraConf)
 
@@ -156,24 +198,24 @@ class NameConf:
 class EngineConf:
     name: str = MISSING            # trl | verl
     # TRL
-    micro_batch: int | None = None
+    micro_batch: int | None = num(None, 1, 65_536)
     use_vllm: bool = False
-    nproc_per_node: int = 1        # TRL in crossed-study: each arm across this many processes (torchrun)
+    nproc_per_node: int = num(1, 1, 64)  # TRL in crossed-study: each arm across this many processes (torchrun)
     bf16: bool = False             # TRL: bfloat16 autocast over fp32 masters (GPU; CPU with AMX/AVX512-BF16)
     # verl
-    nnodes: int = 1
-    n_gpus_per_node: int = 4
-    micro_batch_per_gpu: int = 1
-    rollout_tp: int = 1
-    gpu_memory_utilization: float = 0.6
-    rollout_is_threshold: float = 2.0
+    nnodes: int = num(1, 1, 4096)
+    n_gpus_per_node: int = num(4, 1, 64)
+    micro_batch_per_gpu: int = num(1, 1, 65_536)
+    rollout_tp: int = num(1, 1, 64)
+    gpu_memory_utilization: float = num(0.6, 0.0, 0.99, low_open=True, why="vLLM's share of the GPU")
+    rollout_is_threshold: float = num(2.0, 1.0, 1e6, why="the importance weights' truncation, at least 1")
     param_offload: bool = True
     optimizer_offload: bool = True
     gradient_checkpointing: bool = True
     launch: bool = False
-    cpus_per_node: int | None = None  # Ray's CPUs per node; null: what verl's budget needs (train/budget.py)
-    tq_storage_units: int = 8      # verl's TransferQueue storage units (1 CPU each)
-    wait_limit_s: float = 300.0    # a Ray resource wait longer than this ends the launch (train/verl_launch.py)
+    cpus_per_node: int | None = num(None, 1, 4096)  # Ray's CPUs per node; null: what verl's budget needs (train/budget.py)
+    tq_storage_units: int = num(8, 1, 1024)  # verl's TransferQueue storage units (1 CPU each)
+    wait_limit_s: float = num(300.0, 1.0, 86_400.0)  # a Ray resource wait longer than this ends the launch (train/verl_launch.py)
     attention: str = "auto"
     save_optimizer: bool = False
 
@@ -182,42 +224,42 @@ class EngineConf:
 class SFTRecipeConf:
     """The ``sft`` group: paper 001 App. D.2.1's recipe (the trainer's config adds seed and reporting)."""
 
-    epochs: float = 2.0
-    learning_rate: float = 1.0e-5
+    epochs: float = num(2.0, 0.0, 1000.0, low_open=True)
+    learning_rate: float = num(1.0e-5, 0.0, 1.0, low_open=True)
     lr_scheduler: str = "cosine"
-    warmup_ratio: float = 0.03
-    effective_batch: int = 32
-    per_device_batch: int = 8
-    max_length: int = 1024
-    weight_decay: float = 0.0
+    warmup_ratio: float = num(0.03, 0.0, 1.0, why="0: no warmup")
+    effective_batch: int = num(32, 1, 65_536)
+    per_device_batch: int = num(8, 1, 65_536)
+    max_length: int = num(1024, 2, 1_048_576)
+    weight_decay: float = num(0.0, 0.0, 10.0, why="0: no weight decay (App. D.2.1)")
     deepspeed: str | None = None   # a DeepSpeed JSON file, or zero2 / zero3 (conf/sft/deepspeed/)
     bf16: bool = False             # bfloat16 autocast over fp32 master weights, on GPUs only
-    nproc_per_node: int = 1        # the study runs each SFT stage on this many processes (torchrun)
-    parallel_arms: int = 1         # the study trains this many arms side by side, one process (GPU) each
+    nproc_per_node: int = num(1, 1, 64)  # the study runs each SFT stage on this many processes (torchrun)
+    parallel_arms: int = num(1, 1, 64)  # the study trains this many arms side by side, one process (GPU) each
 
 
 @dataclass
 class TrainItemsConf:
-    n: int | None = 4000
-    seed: int = 101
+    n: int | None = num(4000, 1, BIG)
+    seed: int = num(101, *SEED)
 
 
 @dataclass
 class ValidationConf:
-    every: int = 0
+    every: int = num(0, 0, 1_000_000, why="0: no validation during training")
     requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
     templates: list[str] = field(default_factory=lambda: ["original"])
-    n_items: int | None = None
+    n_items: int | None = num(None, 1, BIG)
     split: str = "dev"
-    score_workers: int = 1
+    score_workers: int = num(1, 1, 256)
     # verl: validation is greedy (paper 001 App. D.1); false samples with the eval group's T and top-p
     greedy: bool = True
 
 
 @dataclass
 class RehearsalConf:
-    timeout_s: float = 600.0       # one arm's rehearsal (train/rehearsal.py) is killed after this
-    wait_limit_s: float = 120.0    # a Ray resource wait longer than this fails the rehearsal
+    timeout_s: float = num(600.0, 1.0, 86_400.0)  # one arm's rehearsal (train/rehearsal.py) is killed after this
+    wait_limit_s: float = num(120.0, 1.0, 86_400.0)  # a Ray resource wait longer than this fails the rehearsal
 
 
 @dataclass
@@ -231,8 +273,8 @@ class TrainConf:
     eval: EvalConf = MISSING
     tracking: TrackingConf = MISSING
     validation: ValidationConf = field(default_factory=ValidationConf)
-    seed: int = 83
-    data_seed: int = 83
+    seed: int = num(83, *SEED)
+    data_seed: int = num(83, *SEED)
     run_dir: str = MISSING
     arm: str = MISSING
     study: str | None = None
@@ -246,7 +288,7 @@ class PolicyConf:
     name: str = MISSING
     path: str = MISSING
     training_convention: str = "initial"
-    train_seed: int | None = None
+    train_seed: int | None = num(None, *SEED)
 
 
 @dataclass
@@ -260,9 +302,9 @@ class EvalCommandConf:
     policies: list[PolicyConf] | None = None
     requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
     templates: list[str] = field(default_factory=lambda: ["original"])
-    template_subset: int | None = 300
-    template_subset_seed: int = 20260919
-    samples: int = 1
+    template_subset: int | None = num(300, 1, BIG)
+    template_subset_seed: int = num(20260919, *SEED)
+    samples: int = num(1, 1, 10_000)
     overwrite: bool = False
     distribute: DistributeConf = field(default_factory=DistributeConf)
 
@@ -271,18 +313,18 @@ class EvalCommandConf:
 class BandConf:
     """The warm start stops once every request's sampled payload rate lies in [low, high] (sft/band.py)."""
 
-    low: float = 0.3
-    high: float = 0.8
-    every: int = 0                 # checked at step 0 and every N optimizer steps; 0: no band (train to the end)
-    n_items: int = 32              # the task's dev items, sampled once per request per check
+    low: float = num(0.3, 0.0, 1.0, why="payload rates: 0 admits a policy that never follows")
+    high: float = num(0.8, 0.0, 1.0, why="payload rates: at least band.low")
+    every: int = num(0, 0, 1_000_000, why="0: no band, train to the end")  # checked at step 0 and every N optimizer steps; 0: no band (train to the end)
+    n_items: int = num(32, 1, BIG)  # the task's dev items, sampled once per request per check
 
 
 @dataclass
 class WarmstartConf:
     requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
-    seed: int = 0
-    follow_rate: float = 1.0
+    seed: int = num(0, *SEED)
+    follow_rate: float = num(1.0, 0.0, 1.0, why="share of targets in the requested convention; 0: all in the other")
     base: str | None = None        # a given model to warm-start; null: a fresh tiny model (model.tiny)
     band: BandConf = field(default_factory=BandConf)  # sampled with the command's eval group
 
@@ -297,7 +339,7 @@ class SFTCommandConf:
     study: str | None = None
     eval: EvalConf = field(default_factory=EvalConf)  # the sampling of warmstart.band's checks
     mode: str = "arms"
-    seeds: list[int] = field(default_factory=lambda: [83])
+    seeds: list[int] = nums(lambda: [83], *SEED)
     arm: str = "hash"
     control: str = "boxed"
     train_items: TrainItemsConf = field(default_factory=lambda: TrainItemsConf(seed=7))
@@ -307,36 +349,36 @@ class SFTCommandConf:
 @dataclass
 class InitialConf:
     build: str = "warmstart"       # warmstart | given
-    train_items: int = 4000
-    follow_rate: float = 0.5
+    train_items: int = num(4000, 1, BIG)
+    follow_rate: float = num(0.5, 0.0, 1.0, why="share of targets in the requested convention; 0: all in the other")
     requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
-    seed: int = 0
+    seed: int = num(0, *SEED)
     band: BandConf = field(default_factory=BandConf)  # stop the warm start in a request-following band
-    threads: int | None = 1        # torch threads of the warm start; null: torch's default (the machine's cores)
+    threads: int | None = num(1, 1, 1024)  # torch threads of the warm start; null: torch's default (the machine's cores)
 
 
 @dataclass
 class ArmsConf:
     kind: str = "grpo"             # grpo | sft
     conventions: list[str] = field(default_factory=lambda: ["hash", "boxed"])
-    seeds: list[int] = field(default_factory=lambda: [83, 84])
-    parallel: int = 2
-    train_items: int = 4000
+    seeds: list[int] = nums(lambda: [83, 84], *SEED)
+    parallel: int = num(2, 1, 64)
+    train_items: int = num(4000, 1, BIG)
     sft_arm: str = "hash"
     sft_control: str = "boxed"
-    threads: int | None = 1        # torch threads of arms trained in the study's own process (parallel=1)
+    threads: int | None = num(1, 1, 1024)  # torch threads of arms trained in the study's own process (parallel=1)
 
 
 @dataclass
 class EvaluationConf:
     requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
-    n_items: int | None = None
-    template_subset: int | None = 50
-    template_subset_seed: int = 20260919
-    samples: int = 1
-    threads: int | None = 1        # torch threads of the serial evaluation; null: torch's default
+    n_items: int | None = num(None, 1, BIG)
+    template_subset: int | None = num(50, 1, BIG)
+    template_subset_seed: int = num(20260919, *SEED)
+    samples: int = num(1, 1, 10_000)
+    threads: int | None = num(1, 1, 1024)  # torch threads of the serial evaluation; null: torch's default
 
 
 # The paired bootstrap's settings (paper 002 §4): fewer than 10 resamples cannot give a percentile interval
@@ -349,8 +391,8 @@ SEED_RANGE = (0, 2**64 - 1)
 
 @dataclass
 class AnalysisConf:
-    resamples: int = 20000
-    rng_seed: int = 20260919
+    resamples: int = num(20000, *RESAMPLES_RANGE, why="an interval needs at least 10 resamples")
+    rng_seed: int = num(20260919, *SEED_RANGE)
 
 
 @dataclass

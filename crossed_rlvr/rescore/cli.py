@@ -10,7 +10,6 @@ multiple choice (``--options`` gives its number of options, default 4), any othe
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import defaultdict
@@ -19,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from crossed_rlvr.analysis.report.tables import markdown_table
+from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.rescore.harness import REGISTRY
 from crossed_rlvr.rescore.omega import VARIANTS
@@ -203,13 +203,13 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
 def main(argv: list[str] | None = None) -> int:
     from crossed_rlvr.records import ResponseFileError, read_responses
 
-    parser = argparse.ArgumentParser(prog="crossed-rescore", description=__doc__.splitlines()[0])
+    parser = Parser(prog="crossed-rescore", description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", help="response files or folders")
     parser.add_argument("--pair", action="append", required=True, help="BASE=RL policy names")
     parser.add_argument("--harness", default=",".join(REGISTRY), help=f"extractors (default all: {', '.join(REGISTRY)})")
-    parser.add_argument("--options", type=int, default=4, help="options per multiple-choice item without an item file")
+    add_number(parser, "--options", 2, 26, default=4, help="options per multiple-choice item without an item file")
     parser.add_argument("--items", nargs="*", default=[], help="item files with n_options per item (MMLU-Pro: A-J)")
-    parser.add_argument("--resamples", type=int, default=RESAMPLES, help="item resamples (paper 000: 10,000)")
+    add_number(parser, "--resamples", 10, 1_000_000, default=RESAMPLES, help="item resamples (paper 000: 10,000)")
     parser.add_argument("--omega", default="omega", choices=list(VARIANTS),
                         help="the fixed extractor's variant (App. B): strict, omega (default), permissive, maximal")
     parser.add_argument("--no-audit", action="store_true", help="skip the reader audit of the extractors")

@@ -23,7 +23,6 @@ point reached (``REACHED ...``, exit 0). Any other error, or a wait past the lim
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -32,6 +31,7 @@ import time
 from typing import Any
 
 from crossed_rlvr.cluster import say
+from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.train.budget import Budget, BudgetError, verl_budget
 
 # Errors that mean "this needs a CUDA device" (torch on a CPU machine, verl's workers, vLLM).
@@ -259,18 +259,18 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="verl_launch", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="verl_launch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--weighted", action="store_true", help="importance-weighted GRPO (frozen proposal)")
     rehearse = os.environ.get("CROSSED_REHEARSE")
-    parser.add_argument("--rehearse", type=int, metavar="GPUS", default=int(rehearse) if rehearse else None,
+    add_number(parser, "--rehearse", 1, 64, metavar="GPUS", default=int(rehearse) if rehearse else None,
                         help="rehearse on a CPU with GPUS logical GPUs (default: $CROSSED_REHEARSE)")
-    parser.add_argument("--wait-limit", type=float, default=300.0,
+    add_number(parser, "--wait-limit", 1, 86_400, integer=False, default=300.0,
                         help="seconds a Ray resource wait may last before the run is ended (default 300; "
                         "$CROSSED_WAIT_LIMIT wins)")
     parser.add_argument("--no-preflight", action="store_true", help="skip the GPU and budget checks")
-    parser.add_argument("--wait-nodes", type=int, metavar="N", help="only wait until N Ray nodes joined, then exit")
+    add_number(parser, "--wait-nodes", 1, 4096, metavar="N", help="only wait until N Ray nodes joined, then exit")
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray address for --wait-nodes")
-    parser.add_argument("--join-timeout", type=float, default=300.0, help="seconds --wait-nodes waits (default 300)")
+    add_number(parser, "--join-timeout", 1, 86_400, integer=False, default=300.0, help="seconds --wait-nodes waits (default 300)")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
     if args.wait_nodes is not None:

@@ -23,7 +23,6 @@ contradicts the name, or a name that says neither, is refused rather than guesse
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -33,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.files import Source, json_lines
 from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.records import ResponseFileError, check_record, write_responses
@@ -352,7 +352,7 @@ def verl_task(src: Path) -> str:
 
 @stops_cleanly("crossed-import")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="crossed-import", description="Import outputs made elsewhere as response records.")
+    parser = Parser(prog="crossed-import", description="Import outputs made elsewhere as response records.")
     parser.add_argument("kind", choices=["lm-eval", "verl"], help="source format")
     parser.add_argument("input", help="lm-eval samples file or --output_path folder, or a verl "
                         "validation_data_dir / {step}.jsonl")
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", required=True, help="policy name, e.g. initial or grpo-hash/s83")
     parser.add_argument("--training-convention", default=None,
                         help="initial or a convention; read from a policy name like grpo-hash/s83 when omitted")
-    parser.add_argument("--train-seed", type=int, default=None)
+    add_number(parser, "--train-seed", 0, 2**32 - 1, default=None)
     parser.add_argument("--request", default=None,
                         help="the request of responses whose prompt carries no known request suffix (default: read "
                              "from each prompt); lm-eval also takes another prompt's name (plain, gsm8k-cot, ...), "
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--template", default="original")
     parser.add_argument("--task", default=None, help="task name of every record (lm-eval: default from each "
                         "file name, refused when one policy's requests fall under different names)")
-    parser.add_argument("--step", type=int, default=None, help="verl: which {step}.jsonl (default: the last)")
+    add_number(parser, "--step", 0, 10**9, default=None, why="0: the step before training", help="verl: which {step}.jsonl (default: the last)")
     parser.add_argument("--all-steps", action="store_true",
                         help="verl: every {step}.jsonl, each as the policy <policy>@step<K> (validation during "
                              "training; crossed-analyze reports the interactions over training)")

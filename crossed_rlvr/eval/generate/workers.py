@@ -19,6 +19,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
+from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.eval.generate.engines import load_backend, release
 from crossed_rlvr.eval.generate.plan import (
     Cell,
@@ -340,18 +341,17 @@ def slurm_script(command: list[str], nodes: int, gpus: int, cpus: int, per_worke
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m crossed_rlvr.eval.generate.workers slurm ... -- crossed-eval OVERRIDES``: write the sbatch script."""
-    import argparse
     import sys
     from pathlib import Path
 
-    parser = argparse.ArgumentParser(prog="python -m crossed_rlvr.eval.generate.workers",
+    parser = Parser(prog="python -m crossed_rlvr.eval.generate.workers",
                                      description="Write an sbatch script that runs the crossed evaluation on "
                                                  "every GPU of a SLURM allocation through Ray.")
     parser.add_argument("kind", choices=["slurm"])
-    parser.add_argument("--nodes", type=int, required=True)
-    parser.add_argument("--gpus-per-node", type=int, required=True)
-    parser.add_argument("--cpus-per-node", type=int, default=16)
-    parser.add_argument("--gpus-per-worker", type=int, default=1, help="= eval.tensor_parallel_size")
+    add_number(parser, "--nodes", 1, 4096, required=True)
+    add_number(parser, "--gpus-per-node", 0, 64, required=True, why="0: CPU nodes")
+    add_number(parser, "--cpus-per-node", 1, 4096, default=16)
+    add_number(parser, "--gpus-per-worker", 0, 64, default=1, why="0: CPU workers", help="= eval.tensor_parallel_size")
     parser.add_argument("-o", "--output", required=True)
     parser.epilog = "after --: crossed-eval or crossed-study with its overrides"
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -10,7 +10,6 @@ the inputs, and a different one is refused unless ``--overwrite`` is given.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from crossed_rlvr import __version__
+from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.eval.score.panel import Item, Scorer, columns, score_response
 from crossed_rlvr.eval.score.readers import READERS
 from crossed_rlvr.files import atomic_write_json, sha256_file
@@ -175,12 +175,12 @@ def score_files(
 
 @stops_cleanly("crossed-score")
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="crossed-score", description="Score response files with every reader and the payload detector."
     )
     parser.add_argument("inputs", nargs="+", help="response files (*.jsonl) or directories (a run directory)")
     parser.add_argument("-o", "--output", help="scores table (default: <run dir>/scores.parquet for one directory)")
-    parser.add_argument("--workers", type=int, default=None, help="worker processes (default: all cores)")
+    add_number(parser, "--workers", 0, 1024, default=None, why="0: score in this process", help="worker processes (default: all cores)")
     parser.add_argument("--overwrite", action="store_true", help="replace an output scored from other inputs")
     args = parser.parse_args(argv)
     output = args.output

@@ -1,0 +1,275 @@
+"""One check for every numeric setting (issue 33): each value against the range its schema field declares.
+
+Every ``int``/``float`` field of every schema (and each number of a list or dict field) carries a
+:class:`~crossed_rlvr.conf.schema.Range` in its metadata; ``numeric_fields`` finds them all, so a new field
+without a range fails the suite. A value is checked twice, with the same message:
+
+- on the command line, before Hydra composes (``check_overrides``): ``recipe.updates=nan`` would otherwise
+  stop in OmegaConf's type conversion with a three-line message, and ``recipe.lr=nan`` pass it;
+- after composition (``check_ranges``), for values that came from a preset or a group file.
+
+Then the relations between fields (``check_relations``): a context longer than the response, a
+tensor-parallel size that divides the GPUs, a crossed pair of conventions, no repeated seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Iterator
+from functools import cache
+from typing import Any
+
+from crossed_rlvr.conf.checks import ConfigError
+from crossed_rlvr.conf.schema import SCHEMAS, Range
+
+
+@dataclasses.dataclass(frozen=True)
+class NumericField:
+    key: str                 # dotted key in the command's config
+    range: Range
+    integer: bool            # whole numbers only
+    container: str | None    # None, "list" or "dict" (the range holds for each element / value)
+    optional: bool           # null is admitted
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return (args[0] if len(args) == 1 else tp), len(args) < len(typing.get_args(tp))
+    return tp, False
+
+
+def _walk(cls: type, prefix: str) -> Iterator[NumericField]:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, optional = _unwrap_optional(hints[f.name])
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp):
+            yield from _walk(tp, key + ".")
+            continue
+        origin = typing.get_origin(tp)
+        if origin is list and typing.get_args(tp)[0] is str:
+            continue
+        element, container = tp, None
+        if origin is list:
+            element, container = typing.get_args(tp)[0], "list"
+        elif origin is dict:
+            element, container = typing.get_args(tp)[1], "dict"
+        if dataclasses.is_dataclass(element):  # a list of dataclasses (policies): its own walk
+            yield from _walk(element, key + "[].")
+            continue
+        if element in (int, float):
+            rng = f.metadata.get("range")
+            if rng is None:
+                raise TypeError(f"{cls.__name__}.{f.name}: a numeric field without a declared Range")
+            yield NumericField(key, rng, element is int, container, optional)
+
+
+@cache
+def numeric_fields(command: str) -> tuple[NumericField, ...]:
+    """Every numeric field of a command's schema (``crossed_study``, ...), with its range."""
+    return tuple(_walk(SCHEMAS[command], ""))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def refusal(f: NumericField, value: Any, shown_key: str | None = None) -> str | None:
+    """One line naming the key, the value and its range when ``value`` is not admitted, else None."""
+    key = shown_key or f.key
+    if value is None:
+        return None if f.optional or f.container else f"{key}=null: expected a number in {f.range.text()}"
+    if f.container == "list":
+        if not isinstance(value, list | tuple) and not hasattr(value, "__iter__"):
+            return f"{key}={value!r}: expected a list of numbers, each in {f.range.text()}"
+        for k, v in enumerate(value):
+            why = refusal(dataclasses.replace(f, container=None, optional=False), v, f"{key}[{k}]")
+            if why:
+                return why
+        return None
+    if f.container == "dict":
+        for k, v in dict(value).items():
+            why = refusal(dataclasses.replace(f, container=None, optional=False), v, f"{key}[{k}]")
+            if why:
+                return why
+        return None
+    kind = "a whole number" if f.integer else "a number"
+    if not _is_number(value) or (f.integer and isinstance(value, float) and not value.is_integer()):
+        return f"{key}={value!r}: expected {kind} in {f.range.text()}"
+    if not f.range.admits(value if isinstance(value, int) else float(value)):
+        shown = value if isinstance(value, int) or math.isfinite(value) else str(value)
+        why = f" ({f.range.why})" if f.range.why else ""
+        return f"{key}={shown}: outside its range {f.range.text()}{why}"
+    return None
+
+
+def _select(cfg: Any, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(cfg, key, throw_on_missing=False)
+
+
+def check_ranges(cfg: Any, command: str) -> None:
+    """Every numeric value of a composed config against its declared range (ConfigError on the first)."""
+    from omegaconf import OmegaConf
+
+    for f in numeric_fields(command):
+        if "[]." in f.key:  # fields of each element of a list of dataclasses (crossed-eval's policies)
+            head, tail = f.key.split("[].", 1)
+            for k, element in enumerate(_select(cfg, head) or []):
+                why = refusal(f, OmegaConf.select(element, tail), f"{head}[{k}].{tail}")
+                if why:
+                    raise ConfigError(why)
+            continue
+        value = _select(cfg, f.key)
+        if value is None and "." in f.key and _select(cfg, f.key.rsplit(".", 1)[0]) is None:
+            continue  # a field of an optional group that is null (model.tiny of a hub model)
+        if OmegaConf.is_config(value):
+            value = OmegaConf.to_container(value)
+        why = refusal(f, value)
+        if why:
+            raise ConfigError(why)
+
+
+def check_overrides(argv: list[str], command: str) -> None:
+    """The command line's numeric overrides (sweeps included) against their ranges, before Hydra composes."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    fields = {f.key: f for f in numeric_fields(command)}
+    args = [a for a in argv if "=" in a and not a.startswith("-")]
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except Exception:  # noqa: BLE001 - a malformed override: Hydra itself names it
+        return
+    for o in overrides:
+        f = fields.get(o.key_or_group)
+        if f is None or o.is_delete():
+            continue
+        values = list(o.sweep_iterator()) if o.is_sweep_override() else [o.value()]
+        for value in values:
+            if isinstance(value, str) and f.integer is False and not f.container:
+                continue  # an interpolation or a string Hydra will refuse with its own message
+            why = refusal(f, value)
+            if why:
+                raise ConfigError(why)
+
+
+def check_relations(cfg: Any) -> None:
+    """Settings that are each in range but impossible together."""
+    def get(key: str) -> Any:
+        return _select(cfg, key)
+
+    ctx, resp = get("recipe.max_context_tokens"), get("recipe.max_response_tokens")
+    if ctx is not None and resp is not None and ctx <= resp:
+        raise ConfigError(f"recipe.max_context_tokens={ctx} must exceed recipe.max_response_tokens={resp} "
+                          "(the prompt gets the difference)")
+    ctx, new = get("eval.context_limit"), get("eval.max_new_tokens")
+    if ctx is not None and new is not None and ctx <= new:
+        raise ConfigError(f"eval.context_limit={ctx} must exceed eval.max_new_tokens={new} (the prompt gets the "
+                          "difference)")
+    if get("engine.name") == "verl":
+        tp, gpus = get("engine.rollout_tp"), get("engine.n_gpus_per_node")
+        if tp and gpus and gpus % tp:
+            raise ConfigError(f"engine.rollout_tp={tp} must divide engine.n_gpus_per_node={gpus} (each vLLM "
+                              "replica spans rollout_tp GPUs of one node)")
+    low, high = get("initial.band.low"), get("initial.band.high")
+    if low is not None and high is not None and low > high:
+        raise ConfigError(f"initial.band.low={low} must not exceed initial.band.high={high}")
+    heads, kv, hidden = get("model.tiny.num_attention_heads"), get("model.tiny.num_key_value_heads"), \
+        get("model.tiny.hidden_size")
+    if heads and kv and heads % kv:
+        raise ConfigError(f"model.tiny.num_key_value_heads={kv} must divide model.tiny.num_attention_heads={heads}")
+    if heads and hidden and hidden % heads:
+        raise ConfigError(f"model.tiny.num_attention_heads={heads} must divide model.tiny.hidden_size={hidden}")
+    ebatch, pbatch = get("sft.effective_batch"), get("sft.per_device_batch")
+    if ebatch and pbatch and ebatch % pbatch:
+        raise ConfigError(f"sft.per_device_batch={pbatch} must divide sft.effective_batch={ebatch}")
+    samples = get("recipe.proposal.estimate_samples")
+    if get("recipe.proposal.enabled") and samples is not None and samples % 2:
+        raise ConfigError(f"recipe.proposal.estimate_samples={samples}: expected an even number (half the "
+                          "samples under each request)")
+    for key in ("recipe.proposal.target", "recipe.proposal.proposal"):
+        shares = list(get(key) or [])
+        if shares and not sum(shares) > 0:
+            raise ConfigError(f"{key}={shares}: the shares must not all be 0")
+    for key in ("arms.seeds", "seeds"):
+        seeds = list(get(key) or [])
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        if twice:
+            raise ConfigError(f"{key}={seeds}: seed {twice[0]} appears twice (one arm per seed)")
+    conventions = list(get("arms.conventions") or [])
+    twice = sorted({c for c in conventions if conventions.count(c) > 1})
+    if twice:
+        raise ConfigError(f"arms.conventions={conventions}: {twice[0]} appears twice (one arm per convention)")
+    if conventions and get("arms.kind") == "grpo":
+        from crossed_rlvr.rewards.conventions import PARTNER
+
+        if not any(PARTNER.get(c) in conventions for c in conventions):
+            pairs = sorted({" + ".join(sorted((a, b))) for a, b in PARTNER.items()})
+            raise ConfigError(f"arms.conventions={conventions}: no crossed pair to compare; include both of "
+                              f"{' or '.join(pairs)}")
+
+
+COMMAND_SCHEMA = {"crossed-train": "crossed_train", "crossed-eval": "crossed_eval", "crossed-sft": "crossed_sft",
+                  "crossed-study": "crossed_study"}
+
+
+def check_command(command: str, cfg: Any) -> None:
+    """Every check of a composed config, in order: ranges, relations, then the command's own value checks."""
+    from crossed_rlvr.conf.checks import CHECKS
+
+    check_ranges(cfg, COMMAND_SCHEMA[command])
+    check_relations(cfg)
+    CHECKS[command](cfg)
+
+
+def settings_table() -> str:
+    """docs/settings.md: every numeric setting of every command and every numeric flag, with its range."""
+    from crossed_rlvr.conf.flags import FLAGS
+
+    lines = ["# Numeric settings and their ranges", "",
+             "Generated by `python -m crossed_rlvr.conf.ranges > docs/settings.md` from the schemas' declared ranges",
+             "(`crossed_rlvr/conf/schema.py`) and the argparse commands' flags; `tests/test_ranges.py` checks it is",
+             "current and tries NaN, infinity, 0, -1 and a huge value on every entry. A value outside its range is",
+             "refused before any work, in one line naming the key and its range, exit 2. `(a, b]` excludes a;",
+             "NaN and infinity are never admitted. Where 0 is admitted the note says what it means (0 is a seed",
+             "like any other).", "", "| setting | commands | range | whole | note |", "|---|---|---|---|---|"]
+    rows: dict[str, list] = {}
+    for command in SCHEMAS:
+        for f in numeric_fields(command):
+            row = rows.setdefault(f.key, [f, []])
+            row[1].append(command.replace("_", "-"))
+    for key, (f, commands) in sorted(rows.items()):
+        shown = key + ("[i]" if f.container == "list" else "[k]" if f.container == "dict" else "")
+        lines.append(f"| `{shown}` | {', '.join(commands)} | {f.range.text()} | {'yes' if f.integer else ''} | "
+                     f"{f.range.why} |")
+    lines += ["", "| flag | command | range | whole | note |", "|---|---|---|---|---|"]
+    _build_parsers()
+    for prog, flags in sorted(FLAGS.items()):
+        for flag, (rng, integer) in sorted(flags.items()):
+            lines.append(f"| `{flag}` | {prog} | {rng.text()} | {'yes' if integer else ''} | {rng.why} |")
+    return "\n".join(lines) + "\n"
+
+
+PARSER_MODULES = ("crossed_rlvr.analysis.cli", "crossed_rlvr.rescore.cli", "crossed_rlvr.calibration.cli",
+                  "crossed_rlvr.eval.score.scoring", "crossed_rlvr.eval.generate.importers", "crossed_rlvr.cli",
+                  "crossed_rlvr.train.verl_launch", "crossed_rlvr.cluster", "crossed_rlvr.eval.generate.workers")
+
+
+def _build_parsers() -> None:
+    """Run each argparse command's ``main(['--help'])`` quietly: building its parser registers its flags."""
+    import contextlib
+    import importlib
+    import io
+
+    for module in PARSER_MODULES:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+            importlib.import_module(module).main(["--help"])
+
+
+if __name__ == "__main__":
+    print(settings_table(), end="")
