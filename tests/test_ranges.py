@@ -50,7 +50,7 @@ def test_every_numeric_field_of_every_schema_has_a_range():
     class Unranged:
         steps: int = 3
 
-    with pytest.raises(TypeError, match="Unranged.steps: a numeric field without a declared Range"):
+    with pytest.raises(TypeError, match=r"Unranged\.steps: a numeric field without a declared Range"):
         list(ranges._walk(Unranged, ""))
 
 
@@ -155,7 +155,6 @@ def test_commands_refuse_out_of_range_values_in_one_line(tmp_path, argv, code, f
 def test_every_numeric_flag_of_the_argparse_commands_has_a_range():
     """Build each argparse command's parser (through --help) and try the bad values on each registered flag."""
     from crossed_rlvr.conf.flags import FLAGS
-
     from crossed_rlvr.conf.ranges import PARSER_MODULES, _build_parsers
 
     _build_parsers()
