@@ -165,7 +165,7 @@ def test_every_numeric_flag_of_the_argparse_commands_has_a_range():
         assert prog in progs, (prog, progs)
     assert len(PARSER_MODULES) == 9
     for prog, flags in FLAGS.items():
-        for flag, (rng, integer) in flags.items():
+        for flag, (rng, _integer) in flags.items():
             for value in (math.nan, math.inf, -1, 10**30):
                 assert not (rng.admits(value) if math.isfinite(value) else False), (prog, flag, value)
             assert not rng.admits(0) or rng.why or "seed" in flag, (prog, flag, "0 is admitted without saying why")
