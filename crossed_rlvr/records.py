@@ -41,6 +41,20 @@ FIELDS: dict[str, tuple[type, ...]] = {
 }
 # optional fields: the decoding of each response (crossed-eval writes them; imports may not know them)
 OPTIONAL: dict[str, tuple[type, ...]] = {"temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,)}
+
+
+def _ranges() -> dict[str, Any]:
+    """Each numeric field's range: decoding from the eval schema (one owner, conf/schema.py), counts >= 0."""
+    from crossed_rlvr.conf.schema import BIG, SEED, EvalConf, Range
+
+    decoding = {name: EvalConf.__dataclass_fields__[name].metadata["range"] for name in OPTIONAL}
+    unknown = "-1: not recorded (outputs imported from lm-eval or verl)"
+    return {**decoding, "sample_idx": Range(0, BIG), "prompt_tokens": Range(-1, BIG, why=unknown),
+            "response_tokens": Range(-1, BIG, why=unknown), "gen_seed": Range(0, 2**63 - 1), "train_seed": Range(*SEED)}
+
+
+# field -> Range: NaN, infinity, a negative count or a temperature of 1e300 never enter a table
+NUMBER_RANGES: dict[str, Any] = _ranges()
 # task first: benchmarks whose loaders number items by row (MMLU, AQuA-RAT, BBH) share ids, never responses
 KEY = ("task", "item_id", "policy", "request", "template", "sample_idx")
 CELL = ("task", "policy", "request", "template")
@@ -121,6 +135,11 @@ def check_record(rec: Any, where: Source, prompt_names: bool = False) -> dict[st
         raise ResponseFileError(f"{where}: field 'train_seed' must be null exactly when training_convention is 'initial'")
     if rec["sample_idx"] < 0:
         raise ResponseFileError(f"{where}: field 'sample_idx' must be >= 0")
+    for name, rng in NUMBER_RANGES.items():
+        value = rec.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and not rng.admits(value):
+            note = f" ({rng.why})" if rng.why else ""
+            raise ResponseFileError(f"{where}: field '{name}' is {value}; expected a number in {rng.text()}{note}")
     iid = str(rec["item_id"])
     if iid != iid.strip() or not iid:  # "0" and "0 " would be two items that look like one
         raise ResponseFileError(f"{where}: field 'item_id' {iid!r} ({code_points(iid)}) is empty or starts or ends "

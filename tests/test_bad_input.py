@@ -150,7 +150,7 @@ CASES = [
      "crossed-analyze: {tmp}/scores.parquet: scores table has no rows"),
     ("analyze: negative sample index", analyze_case(_set("sample_idx", -1)),
      "crossed-analyze: {tmp}/scores.parquet: row 4 (policy 'initial', request 'hash', item '3'): field 'sample_idx' "
-     "is -1; expected an integer >= 0"),
+     "is -1 (int64); expected a whole number in [0, 100,000,000]"),
     # crossed-analyze: the bootstrap's settings (issue 33): refused before any work, never an empty interval
     *[(f"analyze: --resamples {v}", analyze_case(_same, "--resamples", v),
        f"crossed-analyze: argument --resamples: {v} is outside its range [10, 1,000,000] (an interval needs at least "
@@ -158,6 +158,20 @@ CASES = [
     *[(f"analyze: --rng-seed {v}", analyze_case(_same, "--rng-seed", v),
        f"crossed-analyze: argument --rng-seed: {v} is outside its range [0, 2**64 - 1] (see crossed-analyze --help)")
       for v in ("-1", str(2**64))],
+    # issue 33: partial designs are named in one line and refused (--allow-partial analyses the complete rest)
+    ("analyze: half a policy", analyze_case(lambda df: df[~((df.policy == "grpo-hash/s1") & (df.request == "boxed"))]),
+     "crossed-analyze: {tmp}/scores.parquet: partial design: t/original: policy 'grpo-hash/s1' has no response under "
+     "request 'boxed' (the table holds 'boxed', 'hash' there); pass --allow-partial to analyse only the complete "
+     "policies"),
+    ("analyze: 2 of 4 items", analyze_case(lambda df: df[~((df.policy == "grpo-boxed/s1") & (df.request == "hash")
+                                                           & df.item_id.isin(["2", "3"]))]),
+     "crossed-analyze: {tmp}/scores.parquet: partial design: t/original: policy 'grpo-boxed/s1' has 2 of the 4 items "
+     "under request 'hash'; pass --allow-partial to analyse only the complete policies"),
+    ("analyze: an arm without its partner seed", analyze_case(lambda df: pd.concat(
+        [df, df[df.policy == "grpo-hash/s1"].assign(policy="grpo-hash/s2", train_seed=2)], ignore_index=True)
+        .astype({"train_seed": "Int64"})),
+     "crossed-analyze: {tmp}/scores.parquet: partial design: t/original: policy 'grpo-hash/s2' (trained on hash, "
+     "seed 2) has no boxed arm of seed 2 to cross with; pass --allow-partial to analyse only the complete policies"),
     # issue 33: records and tables that contradict themselves
     ("score: a key twice in one record", score_case(json.dumps(rec(1)).replace('"reference": ', '"reference": "99", '
                                                                                   '"reference": ', 1).encode()),
@@ -169,6 +183,23 @@ CASES = [
      "training_convention='boxed' and train_seed=83"),
     ("score: a number beyond 64 bits", score_records(rec(0), rec(1, gen_seed=2**70)),
      "crossed-score: {tmp}/a.jsonl:2: field 'gen_seed' is 1180591620717411303424, beyond a 64-bit integer"),
+    ("score: a NaN temperature", score_case(json.dumps(rec(1, temperature=float("nan"))).encode()),
+     "crossed-score: {tmp}/a.jsonl:2: field 'temperature' is nan; expected a number in [0, 10] (0 is greedy decoding)"),
+    ("score: max_new_tokens 0", score_records(rec(0), rec(1, max_new_tokens=0)),
+     "crossed-score: {tmp}/a.jsonl:2: field 'max_new_tokens' is 0; expected a number in [1, 1,048,576]"),
+    ("score: prompt_tokens -5", score_records(rec(0), rec(1, prompt_tokens=-5)),
+     "crossed-score: {tmp}/a.jsonl:2: field 'prompt_tokens' is -5; expected a number in [-1, 100,000,000] (-1: not "
+     "recorded (outputs imported from lm-eval or verl))"),
+    # issue 33: a scores table's dtypes are checked like its values
+    ("analyze: an integer item id", analyze_case(lambda df: df.assign(item_id=df.item_id.astype(int))),
+     "crossed-analyze: {tmp}/scores.parquet: row 1 (policy 'initial', request 'hash', item 0): field 'item_id' is 0 "
+     "(int64); expected text"),
+    ("analyze: token counts as text", analyze_case(lambda df: df.assign(response_tokens=df.response_tokens.map(str))),
+     "crossed-analyze: {tmp}/scores.parquet: row 1 (policy 'initial', request 'hash', item '0'): field "
+     "'response_tokens' is '1' (str); expected a whole number in [-1, 100,000,000] or null"),
+    ("analyze: sample index as text", analyze_case(_strings("sample_idx")),
+     "crossed-analyze: {tmp}/scores.parquet: row 1 (policy 'initial', request 'hash', item '0'): field 'sample_idx' "
+     "is '0' (str); expected a whole number in [0, 100,000,000]"),
     ("score: a line nested 100,000 deep", score_case(b"[" * 100_000 + b"]" * 100_000),
      "crossed-score: {tmp}/a.jsonl:2: nested deeper than a JSON value may be read"),
     ("score: one item with two references", score_records(rec(0), rec(0, "grpo-hash/s83", reference="99")),
@@ -309,3 +340,29 @@ def test_a_killed_analysis_leaves_no_hidden_folder_after_the_next_run(tmp_path):
     assert (out / "report.md").read_text() == "whole"
     assert not stale.exists() and live.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["analysis", live.name])
+
+
+def test_allow_partial_analyses_the_complete_policies_and_names_the_rest(tmp_path, capsys):
+    """Issue 33: --allow-partial leaves the incomplete policy out (and its partner, now unpaired), says so, and
+    the protocol card lists it."""
+    def half(df):
+        extra = df[df.policy == "grpo-hash/s1"].assign(policy="grpo-hash/s2", train_seed=2)
+        return pd.concat([df, extra[extra.request == "hash"]], ignore_index=True).astype({"train_seed": "Int64"})
+
+    path = scores_table(tmp_path, half)
+    assert analyze_main([str(path), "-o", str(tmp_path / "out"), "--resamples", "10", "--allow-partial"]) == 0
+    err = capsys.readouterr().err
+    assert "crossed-analyze: left out (--allow-partial): t/original: policy 'grpo-hash/s2' has no response under " \
+           "request 'boxed'" in err
+    cells = pd.read_csv(tmp_path / "out" / "cells.csv")
+    assert set(cells.policy) == {"initial", "grpo-hash/s1", "grpo-boxed/s1"}
+    protocol = json.loads((tmp_path / "out" / "manifest.json").read_text())["protocol"]
+    assert any("grpo-hash/s2" in line for line in protocol["left_out"])
+    assert "**Left out (partial design, `--allow-partial`)**: t/original: policy 'grpo-hash/s2'" in \
+        (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_nullable_boolean_column_without_nulls_is_read_as_true_or_false(tmp_path):
+    """Issue 33: pandas' nullable boolean dtype (what some tools write) is plain true/false when no value is null."""
+    path = scores_table(tmp_path, lambda df: df.assign(requested_payload=df.requested_payload.astype("boolean")))
+    assert analyze_main([str(path), "-o", str(tmp_path / "out"), "--resamples", "10", "--no-figures"]) == 0

@@ -427,10 +427,13 @@ class Analysis:
     rng_seed: int
 
 
-def compute(scores_path: str | Path, n_resamples: int = DEFAULT_RESAMPLES, rng_seed: int = DEFAULT_RNG_SEED
-            ) -> Analysis:
+def compute(scores_path: str | Path, n_resamples: int = DEFAULT_RESAMPLES, rng_seed: int = DEFAULT_RNG_SEED,
+            allow_partial: bool = False) -> Analysis:
     """Cells, contrasts with paired-bootstrap intervals, coverage, paired tests, lengths, sampling runs,
-    example responses, the reader audit and the protocol card of one scores table (nothing is written)."""
+    example responses, the reader audit and the protocol card of one scores table (nothing is written).
+
+    A partial design (:mod:`crossed_rlvr.analysis.design`) is refused, or with ``allow_partial`` its
+    incomplete policies are left out and listed in ``protocol['left_out']``."""
     from crossed_rlvr.analysis.audit import audit
     from crossed_rlvr.analysis.bootstrap import check_settings
     from crossed_rlvr.analysis.cells import reader_names
@@ -440,6 +443,19 @@ def compute(scores_path: str | Path, n_resamples: int = DEFAULT_RESAMPLES, rng_s
     if wrong:  # before any work: an empty interval would flip the headline ("includes 0")
         raise AnalysisError(wrong)
     scores = decoding_variants(load_scores(scores_path))
+    from crossed_rlvr.analysis.design import complete_part, design_gaps
+
+    left_out: list[str] = []
+    gaps = design_gaps(scores)
+    if gaps and not allow_partial:
+        more = f" (and {len(gaps) - 1} more gap{'s' if len(gaps) > 2 else ''})" if len(gaps) > 1 else ""
+        raise AnalysisError(f"{scores_path}: partial design: {gaps[0].line()}{more}; pass --allow-partial to "
+                            "analyse only the complete policies")
+    if gaps:
+        scores, removed = complete_part(scores)
+        left_out = [g.line() for g in removed]
+        if scores.empty:
+            raise AnalysisError(f"{scores_path}: partial design: no policy is complete ({left_out[0]})")
     df, measures = derive_measures(scores)
     df = add_shared_wording_cells(df)
     groups = build_groups(df, measures)
@@ -463,4 +479,5 @@ def compute(scores_path: str | Path, n_resamples: int = DEFAULT_RESAMPLES, rng_s
         lengths=length_rows(df), sampling=sampling_rows(df),
         examples=example_rows(df, response_files(scores_path), rng_seed=rng_seed),
         audit_rates=rates, audit_examples=audit_examples,
-        protocol=collect(scores_path, scores, n_resamples, rng_seed), n_resamples=n_resamples, rng_seed=rng_seed)
+        protocol={**collect(scores_path, scores, n_resamples, rng_seed), "left_out": left_out},
+        n_resamples=n_resamples, rng_seed=rng_seed)

@@ -71,13 +71,16 @@ def analyze(
     project: str = "crossed-rlvr",
     entity: str | None = None,
     group: str | None = None,
+    allow_partial: bool = False,
 ) -> Path:
     """Run the whole analysis of one scores table into ``out_dir``."""
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it or choose another folder")
     start = time.perf_counter()
-    result = compute(scores_path, n_resamples, rng_seed)
+    result = compute(scores_path, n_resamples, rng_seed, allow_partial)
+    for line in result.protocol.get("left_out", []):
+        print(f"crossed-analyze: left out (--allow-partial): {line}", file=sys.stderr)
     replace_folder(out, lambda tmp: write_outputs(result, tmp, figures))
     if not (result.contrasts.name == "interaction").any():
         print("crossed-analyze: no crossed pair (arms of both conventions, each under both requests); missing:\n"
@@ -103,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
                why="an interval needs at least 10 resamples", help="paired bootstrap resamples")
     add_number(parser, "--rng-seed", *SEED_RANGE, default=DEFAULT_RNG_SEED)
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    parser.add_argument("--allow-partial", action="store_true",
+                        help="analyse a partial design (a policy missing a request, items or its partner arm) "
+                        "without its incomplete policies, instead of refusing it")
     parser.add_argument("--no-figures", action="store_true")
     parser.add_argument("--tracking", choices=["off", "offline", "online"], default="off",
                         help="log to wandb (offline writes a local run folder to sync later)")
@@ -112,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         analyze(args.scores, args.out, args.resamples, args.rng_seed, args.overwrite, not args.no_figures, args.tracking,
-                args.project, args.entity, args.group)
+                args.project, args.entity, args.group, args.allow_partial)
     except (AnalysisError, AmbiguousPolicies, FileExistsError) as err:
         print(f"crossed-analyze: {err}", file=sys.stderr)
         return 2

@@ -108,4 +108,6 @@ def protocol_section(card: dict[str, Any]) -> str:
     v = card["analysis_machine"].get("versions", {})
     lines.append("- **Versions**: " + ", ".join(f"{k} {v[k]}" for k in sorted(v)))
     lines.append(f"- **Commit**: `{card['commit']}`")
+    if card.get("left_out"):  # crossed-analyze --allow-partial: a partial design's incomplete policies
+        lines.append("- **Left out (partial design, `--allow-partial`)**: " + "; ".join(card["left_out"]))
     return "\n".join(lines)

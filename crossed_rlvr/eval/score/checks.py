@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossed_rlvr.conf.schema import Range
 from crossed_rlvr.eval.score.payload import CATEGORIES
 from crossed_rlvr.eval.score.readers import LENIENT, STRICT, SYMBOLIC_LENIENT, SYMBOLIC_STRICT
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
@@ -25,6 +26,10 @@ KEYS = ["task", "policy", "training_convention", "request", "template", "item_id
 REQUIRED = [*KEYS, "train_seed", "finish_reason", "requested_payload", "extractable", "category"]
 # the readers the analysis itself reads per request (one definition: analysis/cells.py)
 SYMBOLIC = sorted({*SYMBOLIC_STRICT.values(), *SYMBOLIC_LENIENT.values()})
+# text columns (dtype checked like the values): an int item id would be a second item beside the text one
+TEXT = [*[k for k in KEYS if k not in ("sample_idx",)], "finish_reason", "category", "reference", "stratum"]
+NULLABLE_TEXT = {"stratum"}
+READ_CAP_RANGE = Range(1, 10**9)
 FIXED = {"request": REQUESTS, "template": TEMPLATES, "finish_reason": FINISH_REASONS, "category": CATEGORIES}
 
 
@@ -99,21 +104,49 @@ def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
         if f"{reader}.correct" not in df.columns:
             raise ScoresTableError(f"{where}: scores table lacks column '{reader}.correct', needed for {why} "
                                    "(score the responses again with crossed-score)")
+    for col in [c for c in TEXT if c in df]:  # text, as the readers and the records wrote them (dtype first)
+        values = df[col]
+        nullable = col in NULLABLE_TEXT
+        ok = values.map(lambda v, nullable=nullable: isinstance(v, str) or (nullable and _show(v) == "null")).to_numpy()
+        if not ok.all():
+            i = int(np.argmax(~ok))
+            v = values.iloc[i]
+            raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(v)} ({type(v).__name__}); "
+                                   "expected text")
+    from crossed_rlvr.records import NUMBER_RANGES
+
+    for col, rng in [*NUMBER_RANGES.items(), ("read_cap_chars", READ_CAP_RANGE)]:
+        if col not in df:
+            continue
+        values = df[col]
+        null = values.isna().to_numpy()
+        number = values.map(lambda v: isinstance(v, int | float | np.integer | np.floating)
+                            and not isinstance(v, bool | np.bool_)).to_numpy()
+        bad = ~(number | (null & (col not in ("sample_idx",))))
+        if not bad.any():
+            num = pd.to_numeric(values.where(~null, 0), errors="coerce").astype(float).to_numpy()
+            whole = col not in ("temperature", "top_p")
+            bad = ~null & ((whole & (num != np.floor(num))) | ~np.isfinite(num) | (num < rng.low) | (num > rng.high)
+                           | ((num <= rng.low) & rng.low_open))
+        if bad.any():
+            i = int(np.argmax(bad))
+            v = values.iloc[i]
+            kind = "a whole number" if col not in ("temperature", "top_p") else "a number"
+            nullable = "" if col == "sample_idx" else " or null"
+            raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(v)}"
+                                   f"{'' if _show(v) == 'null' else f' ({type(v).__name__})'}; expected {kind} in "
+                                   f"{rng.text()}{nullable}")
     for col in bool_columns(df):
         values = df[col]
         if values.dtype == bool:
             continue
+        if str(values.dtype) == "boolean" and not values.isna().any():
+            continue  # pandas' nullable boolean without a null: plain true/false
         ok = values.map(lambda v: isinstance(v, bool | np.bool_)).to_numpy()
         i = int(np.argmax(~ok))
         v = values.iloc[i]
         kind = "" if _show(v) == "null" else f" ({type(v).__name__})"
         raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(v)}{kind}; expected true or false")
-    idx = pd.to_numeric(df["sample_idx"], errors="coerce")
-    bad = (idx.isna() | (idx < 0) | (idx != np.floor(idx))).to_numpy()
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ScoresTableError(f"{where}: {_row(df, i)}: field 'sample_idx' is {_show(df['sample_idx'].iloc[i])}; "
-                               "expected an integer >= 0")
     from crossed_rlvr.records import OPTIONAL
 
     for col in OPTIONAL:  # optional decoding columns: numbers or null
