@@ -6,9 +6,11 @@ means an interrupted run never leaves a half-written file where a finished one i
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,12 +79,53 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def input_problem(path: str | Path, folder_ok: bool = False) -> str | None:
+    """Why ``path`` cannot be read as an input file (one phrase), or None: missing, a dangling or looping
+    symbolic link, a folder (unless ``folder_ok``), a FIFO, socket or device (a read would block or never
+    end), or unreadable."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return "a symbolic link to nothing" if p.is_symlink() else "no such file or folder"
+    except OSError as err:
+        return "a loop of symbolic links" if err.errno == errno.ELOOP else (err.strerror or str(err)).lower()
+    if stat.S_ISDIR(st.st_mode):
+        return None if folder_ok else "is a folder; expected a file"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a FIFO, socket or device)"
+    if not os.access(p, os.R_OK):
+        return "cannot be read (permission denied)"
+    return None
+
+
+# What a failed write or read says, by errno: a full or read-only disk is the machine's, exit status 1.
+DISK_ERRORS = {errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system",
+               errno.EDQUOT: "disk quota exceeded", errno.EIO: "input/output error"}
+
+
+def describe_os_error(err: OSError) -> tuple[str, int]:
+    """One line for a file-system error (its path and what happened) and the exit status: 1 for the disk, 2 for
+    a path the user gave that cannot be used."""
+    path = err.filename if err.filename is not None else ""
+    what = DISK_ERRORS.get(err.errno) if err.errno is not None else None
+    if what is not None:
+        return (f"{path}: {what}; nothing was half-written (finished files are kept: run the same command again "
+                "once there is room or the disk is writable)", 1)
+    known = {errno.ELOOP: "a loop of symbolic links", errno.EISDIR: "is a folder; expected a file",
+             errno.ENOTDIR: "a part of the path is a file, not a folder", errno.ENOENT: "no such file or folder",
+             errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
+             errno.ENAMETOOLONG: "file name too long"}
+    return f"{path}: {known.get(err.errno or 0, (err.strerror or str(err)).lower())}", 2
+
+
 def json_lines(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[Any, Source]]:
     """The values of a JSON Lines file with their file and line; bytes that are not UTF-8 and lines that
     are not JSON are refused with the line named (every reader of JSON Lines input goes through here, raising its own ``error``)."""
     path = Path(path)
-    if not path.exists():
-        raise error(f"{path}: no such file or folder")
+    problem = input_problem(path)
+    if problem is not None:
+        raise error(f"{path}: {problem}")
     with path.open("rb") as fh:
         for n, raw in enumerate(fh, 1):
             where = Source(str(path), n)

@@ -1,4 +1,5 @@
-"""Ctrl-C ends every command with one line that says how to go on, never a traceback (issue 22).
+"""Ctrl-C ends every command with one line that says how to go on, never a traceback (issue 22); so does a
+file-system error that names its path (a full or read-only disk: exit 1; a path that cannot be used: exit 2).
 
 A terminal's Ctrl-C reaches the whole foreground process group: the command's own worker processes
 ignore it (``ignore_interrupts`` as their initializer) and are stopped by their parent, which prints the
@@ -51,6 +52,14 @@ def stops_cleanly(command: str, quiet: bool = False) -> Callable[[F], F]:
                     print(f"{command}: interrupted; {RESUME.get(command, 'run the same command again')}.",
                           file=sys.stderr, flush=True)
                 raise SystemExit(130) from None
+            except OSError as err:  # a file-system error with its path (full or read-only disk, a bad path)
+                if quiet or err.filename is None:
+                    raise
+                from crossed_rlvr.files import describe_os_error
+
+                line, status = describe_os_error(err)
+                print(f"{command}: {line}", file=sys.stderr, flush=True)
+                raise SystemExit(status) from None
 
         return run  # type: ignore[return-value]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.files import Source, json_lines
+from crossed_rlvr.files import Source, input_problem, json_lines
 from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
 
 # field -> allowed Python types (None allowed where listed).
@@ -182,10 +182,10 @@ def find_response_files(paths: Iterable[str | Path]) -> list[Path]:
         elif p.is_dir():  # hidden folders (.partial/: an interrupted cell's scratch) are never read
             files += sorted(q for q in p.rglob("*.jsonl")
                             if q.is_file() and not any(part.startswith(".") for part in q.relative_to(p).parts))
-        elif p.is_file():
+        elif p.is_file() and input_problem(p) is None:
             files.append(p)
         else:
-            raise ResponseFileError(f"{p}: no such file or directory")
+            raise ResponseFileError(f"{p}: {input_problem(p, folder_ok=True) or 'no such file or folder'}")
     if not files:
         raise ResponseFileError(f"no response files (*.jsonl) under {', '.join(map(str, paths))}")
     return sorted(set(files))

@@ -272,6 +272,7 @@ def test_the_server_answers_every_malformed_request_with_a_4xx_and_is_not_stalle
             (400, "field 'label' must be a JSON object")
         assert post(b'{"annotator": "\xff"}') == (400, "the body is not UTF-8 text")
         assert post(b"{}", {"Content-Length": "abc"})[0] == 400
+        assert post(b"{}", {"Content-Length": "²"})[0] == 400  # a Unicode digit int() refuses (issue 33)
         assert post(b"x" * 10, {"Content-Length": str(2 << 20)})[0] == 413
         assert post(b"{}", {"Origin": "http://evil.example"})[0] == 403
         assert post(b"{}", {"Host": "evil.example"})[0] == 421
@@ -490,3 +491,138 @@ def test_the_calibration_folder_is_private(calibration, capsys):
     assert capsys.readouterr().err.splitlines()[0] == (
         f"crossed-calibrate: {folder}/roles.json: readable by other users (mode 644); its tokens are the annotators' "
         f"credentials. Run: chmod 600 {folder}/roles.json")
+
+
+def test_locks_are_for_known_stages_and_an_adjudicator_cannot_relabel_after_locking(calibration):
+    """Issue 33: a lock of stage '' wrote a junk lock row; an adjudicator could relabel after locking."""
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    store = LabelStore(folder, rows, head["seed"])
+    with pytest.raises(LabelError, match="stage '' is unknown; expected one of stage1, stage2, adjudication"):
+        store.lock("A", "")
+    assert store.db.execute("select count(*) from locks").fetchone()[0] == 0
+    for who, correctness in (("A", "incorrect"), ("B", "correct")):
+        for r in rows:
+            store.put(who, "stage1", r["sample_id"], {"status": "clear", "span": "x"})
+        store.lock(who, "stage1")
+        for r in rows:
+            store.put(who, "stage2", r["sample_id"], {"correctness": correctness if r is rows[0] else "correct",
+                                                      "fidelity": [True] * len(r["candidates"])})
+        store.lock(who, "stage2")
+    queue = store.to_adjudicate()
+    assert rows[0]["sample_id"] in queue
+    store.put("C", "adjudication", queue[0], {"correctness": "correct"})
+    if len(queue) > 1:  # the adjudicator locks the queue, not the whole sample
+        with pytest.raises(LabelError, match="adjudication cannot be locked"):
+            store.lock("C", "adjudication")
+    for sid in queue[1:]:
+        store.put("C", "adjudication", sid, {"correctness": "correct"})
+    store.lock("C", "adjudication")
+    with pytest.raises(LabelError, match="C's adjudication is locked; a locked label is never replaced"):
+        store.put("C", "adjudication", queue[0], {"correctness": "incorrect"})
+    assert store.final()[queue[0]]["correctness"] == "correct"
+
+
+def test_import_reads_a_spreadsheets_csv_with_a_byte_order_mark_and_refuses_lists_as_names(calibration, tmp_path):
+    """Issue 33: Excel's 'CSV UTF-8' starts with a BOM (read as part of the first column's name: "missing field
+    'annotator'"); a JSON label whose annotator is a list reached SQLite as a TypeError."""
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    store = LabelStore(folder, rows, head["seed"])
+    sid = rows[0]["sample_id"]
+    csv_path = tmp_path / "labels.csv"
+    csv_path.write_bytes(b"\xef\xbb\xbfannotator,sample_id,span,stage,status\r\nA," + sid.encode()
+                         + b",x,stage1,clear\r\n")
+    assert store.import_labels(csv_path) == 1
+    assert store.labels("A", "stage1")[("A", "stage1", sid)]["status"] == "clear"
+    bad = tmp_path / "labels.jsonl"
+    bad.write_text(json.dumps({"annotator": ["A"], "stage": "stage1", "sample_id": sid, "status": "clear"}) + "\n")
+    with pytest.raises(LabelError, match=r'labels.jsonl:1: field .annotator. is \["A"\] \(list\); expected text'):
+        store.import_labels(bad)
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes(b"annotator,sample_id,span,stage,status\r\nJos\xe9," + sid.encode() + b",x,stage1,clear\r\n")
+    with pytest.raises(LabelError, match=r"not UTF-8 text .* save the sheet as CSV UTF-8"):
+        store.import_labels(latin)
+
+
+def test_the_server_holds_64_simultaneous_saves(calibration):
+    """Issue 33: 40 simultaneous writes reset 8 connections (socketserver's listen backlog of 5)."""
+    import http.client
+    import threading
+
+    from crossed_rlvr.calibration.server import serve
+
+    folder, _ = calibration
+    head, rows = load_calibration(folder)
+    store = LabelStore(folder, rows, head["seed"])
+    server = serve(store, "127.0.0.1", 0)
+    assert server.request_queue_size == 64
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    statuses: list[int | str] = []
+    barrier = threading.Barrier(64)
+
+    def save(k: int) -> None:
+        body = json.dumps({"annotator": f"A{k}", "stage": "stage1", "sample_id": rows[k % len(rows)]["sample_id"],
+                           "label": {"status": "clear", "span": "x"}}).encode()
+        try:
+            barrier.wait()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("POST", "/api/label", body=body, headers={"Content-Length": str(len(body))})
+            statuses.append(conn.getresponse().status)
+        except OSError as err:
+            statuses.append(type(err).__name__)
+
+    try:
+        threads = [threading.Thread(target=save, args=(k,)) for k in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        server.shutdown()
+    assert statuses == [200] * 64, statuses
+    assert len(store.labels(stage="stage1")) == 64
+
+
+def test_a_stage1_pack_carries_no_reference_candidate_or_policy_and_its_labels_come_home(calibration, tmp_path,
+                                                                                           capsys):
+    """Issue 33: the calibration folder holds each observation's policy, reference and reader candidates and every
+    person's link; the pack for one annotator's laptop holds ids, questions, responses and that one link, 0600,
+    serves Stage 1 only, and its labels import into the folder, where Stage 2 then opens."""
+    from crossed_rlvr.calibration.roles import declare_roles
+
+    folder, _ = calibration
+    roles = declare_roles(folder, ["ann", "bob"], ["carol"])
+    head, rows = load_calibration(folder)
+    pack = tmp_path / "ann-stage1"
+    assert main(["pack", str(folder), "-o", str(pack), "--annotator", "ann"]) == 0
+    files = {p.name: p for p in pack.iterdir()}
+    assert set(files) == {"sample.jsonl", "calibration.json", "roles.json"}
+    assert all(p.stat().st_mode & 0o077 == 0 for p in files.values())
+    text = "".join(p.read_text() for p in files.values())
+    for r in rows:
+        assert r["reference"] not in ("", None)
+    packed = [json.loads(line) for line in files["sample.jsonl"].read_text().splitlines()]
+    assert [set(r) for r in packed] == [{"sample_id", "question", "response", "candidates"}] * len(rows)
+    assert all(r["candidates"] == {} for r in packed)
+    assert "reference" not in text and "policy" not in text and roles.token_of("bob") not in text
+    assert roles.token_of("ann") in text
+    # the pack labels Stage 1 only
+    from crossed_rlvr.calibration.cli import _store
+
+    store, _, _ = _store(pack)
+    for r in packed:
+        store.put("ann", "stage1", r["sample_id"], {"status": "clear", "span": "x"})
+    store.lock("ann", "stage1")
+    with pytest.raises(LabelError, match="this folder is ann's Stage 1 pack; stage2 opens in the calibration folder"):
+        store.put("ann", "stage2", packed[0]["sample_id"], {"correctness": "correct", "fidelity": []})
+    assert main(["analyze", str(pack)]) == 2
+    assert "a Stage 1 pack for ann; analyse in the calibration folder" in capsys.readouterr().err
+    # home again: the labels import (locked), and Stage 2 opens there with the references
+    assert main(["export", str(pack), str(tmp_path / "ann.jsonl")]) == 0
+    assert main(["import", str(folder), str(tmp_path / "ann.jsonl"), "--lock"]) == 0
+    home, _, _ = _store(folder)
+    assert home.locked("ann", "stage1") and len(home.labels("ann", "stage1")) == len(rows)
+    assert main(["pack", str(folder), "-o", str(pack), "--annotator", "ann"]) == 2  # never over an existing folder
+    assert main(["pack", str(folder), "-o", str(tmp_path / "x"), "--annotator", "carol"]) == 2

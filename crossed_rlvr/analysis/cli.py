@@ -75,6 +75,8 @@ def analyze(
 ) -> Path:
     """Run the whole analysis of one scores table into ``out_dir``."""
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} is a file; -o names the output folder")
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; pass --overwrite to replace it or choose another folder")
     start = time.perf_counter()

@@ -3,6 +3,7 @@
     crossed-calibrate sample runs/study/eval/scores.parquet -o cal/ --state initial:hash --state grpo-hash/s83:hash
     crossed-calibrate annotate cal/            # http://127.0.0.1:8765 (Stage 1, Stage 2, adjudication)
     crossed-calibrate export cal/ labels.jsonl # or .csv; `import` reads the same format
+    crossed-calibrate pack cal/ -o ann/ --annotator ann   # Stage 1 only, for another machine
     crossed-calibrate analyze cal/ -o cal/analysis
 """
 
@@ -82,9 +83,12 @@ def _default_states(scores: Path) -> list[State]:
 
 def _store(folder: Path, check_scores: bool = False):
     from crossed_rlvr.calibration.labels import LabelStore
+    from crossed_rlvr.calibration.pack import pack_of
 
     head, rows = load_calibration(folder, check_scores)  # the scores are checked only where they are read
-    return LabelStore(folder, rows, int(head["seed"])), head, rows
+    store = LabelStore(folder, rows, int(head["seed"]))
+    store.pack = pack_of(head)
+    return store, head, rows
 
 
 def cmd_annotate(args: argparse.Namespace) -> int:
@@ -109,11 +113,21 @@ def cmd_annotate(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
     url = f"http://{args.host}:{server.server_port}/"
     print(f"annotating {len(rows)} observations: {url}  (Ctrl-C stops; every label is already saved)", flush=True)
-    for name in (*store.roles.annotators, *store.roles.adjudicators):
+    for name in [n for n in (*store.roles.annotators, *store.roles.adjudicators) if n in store.roles.tokens.values()]:
         role = "adjudicator" if name in store.roles.adjudicators else "annotator"
         print(f"  {name} ({role}): {url}?token={store.roles.token_of(name)}", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()
+    return 0
+
+
+def cmd_pack(args: argparse.Namespace) -> int:
+    from crossed_rlvr.calibration.pack import make_pack
+
+    out = make_pack(Path(args.folder), Path(args.out), args.annotator)
+    print(f"{args.annotator}'s Stage 1 pack: {out} (ids, questions and responses only; no references, candidates "
+          f"or policies). On that machine: crossed-calibrate annotate {out}; back here: crossed-calibrate export "
+          f"{out} {args.annotator}.jsonl, then crossed-calibrate import {args.folder} {args.annotator}.jsonl --lock")
     return 0
 
 
@@ -185,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--annotators", help="the two annotators A,B (declared once into roles.json; links printed)")
     p.add_argument("--adjudicator", action="append", help="an adjudicator (repeat for several)")
     p.set_defaults(fn=cmd_annotate)
+    p = sub.add_parser("pack", help="one annotator's Stage 1 pack for another machine: ids, questions, responses only")
+    p.add_argument("folder")
+    p.add_argument("-o", "--out", required=True, help="a new folder")
+    p.add_argument("--annotator", required=True, help="one of the declared annotators")
+    p.set_defaults(fn=cmd_pack)
     p = sub.add_parser("export", help="labels to JSON Lines or CSV")
     p.add_argument("folder")
     p.add_argument("file")
@@ -205,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.fn(args)
-    except (CalibrationError, ResponseFileError, ItemFileError) as err:  # every bad input: one line, exit 2
+    except (CalibrationError, ResponseFileError, ItemFileError, FileExistsError) as err:  # bad input: one line, exit 2
         print(f"crossed-calibrate: {err}", file=sys.stderr)
         return 2
 

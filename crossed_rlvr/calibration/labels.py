@@ -78,6 +78,8 @@ def check_label(stage: str, label: dict[str, Any], candidates: int, where: str) 
 class LabelStore:
     """The labels of one calibration folder (``labels.sqlite``)."""
 
+    pack: dict[str, Any] | None = None  # a Stage 1 pack's record (calibration/pack.py): Stage 1 only
+
     def __init__(self, folder: Path, sample: list[dict[str, Any]], seed: int) -> None:
         self.path = folder / "labels.sqlite"
         self.sample = {r["sample_id"]: r for r in sample}
@@ -148,11 +150,15 @@ class LabelStore:
             raise LabelError(f"{where}: no annotator name")
         if stage not in STAGES:
             raise LabelError(f"{where}: stage {stage!r} is unknown; expected one of {', '.join(STAGES)}")
+        if self.pack is not None and stage != "stage1":
+            raise LabelError(f"{where}: this folder is {self.pack['annotator']}'s Stage 1 pack; {stage} opens in the "
+                             "calibration folder once these labels are imported there (crossed-calibrate import "
+                             "cal/ FILE --lock)")
         if sample_id not in self.sample:
             raise LabelError(f"{where}: sample id {sample_id!r} is not in this calibration's frozen sample")
         if self.roles is not None and not self.roles.may(annotator, stage):
             raise LabelError(f"{where}: {annotator!r} has no {stage} role in this calibration (roles.json)")
-        if stage in ("stage1", "stage2") and self.locked(annotator, stage):
+        if self.locked(annotator, stage):  # every stage, the adjudication included
             raise LabelError(f"{where}: {annotator}'s {stage} is locked; a locked label is never replaced")
         if stage == "stage2" and not self.locked(annotator, "stage1"):
             raise LabelError(f"{where}: {annotator} must lock Stage 1 before Stage 2 reveals references")
@@ -168,8 +174,12 @@ class LabelStore:
         return clean
 
     def lock(self, annotator: str, stage: str) -> None:
+        if stage not in STAGES:  # an empty or unknown stage would lock nothing and leave a junk row
+            raise LabelError(f"stage {stage!r} is unknown; expected one of {', '.join(STAGES)}")
         done = {i for (_, _, i) in self.labels(annotator, stage)}
-        missing = sorted(set(self.sample) - done)
+        # the adjudicator labels the adjudication queue, the annotators the whole sample
+        need = set(self.to_adjudicate()) if stage == "adjudication" else set(self.sample)
+        missing = sorted(need - done)
         if missing:
             raise LabelError(f"{annotator}'s {stage} cannot be locked: {len(missing)} samples unlabelled "
                              f"(first {missing[0]})")
@@ -255,9 +265,13 @@ class LabelStore:
     def import_labels(self, path: Path, lock: bool = False) -> int:
         """Labels made elsewhere, in the export format; all are checked before any is written."""
         if path.suffix == ".csv":
-            with path.open(newline="") as fh:
-                raw = [(n + 2, {k: _csv_value(k, v, f"{path}:{n + 2}") for k, v in row.items() if v != ""})
-                       for n, row in enumerate(csv.DictReader(fh))]
+            # utf-8-sig: a spreadsheet's export starts with a byte-order mark that would rename the first column
+            try:
+                with path.open(newline="", encoding="utf-8-sig") as fh:
+                    raw = [(n + 2, {k: _csv_value(k, v, f"{path}:{n + 2}") for k, v in row.items() if v != ""})
+                           for n, row in enumerate(csv.DictReader(fh))]
+            except UnicodeDecodeError as err:
+                raise LabelError(f"{path}: not UTF-8 text (byte {err.start}); save the sheet as CSV UTF-8") from None
         else:
             raw = [(where.line, row) for row, where in json_lines(path, LabelError)]
         checked = []
@@ -269,9 +283,12 @@ class LabelStore:
             for field in ("annotator", "stage", "sample_id"):
                 if not row.get(field):
                     raise LabelError(f"{where}: missing field '{field}'")
+                if not isinstance(row[field], str):
+                    raise LabelError(f"{where}: field '{field}' is {json.dumps(row[field])[:60]} "
+                                     f"({type(row[field]).__name__}); expected text")
             if row["sample_id"] not in self.sample:
                 raise LabelError(f"{where}: sample id {row['sample_id']!r} is not in this calibration's frozen sample")
-            if row["stage"] in ("stage1", "stage2") and self.locked(row["annotator"], row["stage"]):
+            if row["stage"] in STAGES and self.locked(row["annotator"], row["stage"]):
                 raise LabelError(f"{where}: {row['annotator']}'s {row['stage']} is locked")
             if row["stage"] not in STAGES:
                 raise LabelError(f"{where}: field 'stage' is {row['stage']!r}; expected one of {', '.join(STAGES)}")

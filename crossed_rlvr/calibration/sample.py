@@ -152,6 +152,11 @@ def load_calibration(folder: Path, check_scores: bool = True) -> tuple[dict[str,
     sample_path = folder / "sample.jsonl"
     if sha256_file(sample_path) != head["sample_sha256"]:
         raise CalibrationError(f"{sample_path}: changed since it was frozen (sha256 differs from {head_path})")
+    if head.get("pack"):  # a Stage 1 pack (calibration/pack.py) carries no scores, references or candidates
+        if check_scores:
+            raise CalibrationError(f"{folder}: a Stage 1 pack for {head['pack']['annotator']}; analyse in the "
+                                   "calibration folder it was packed from, after importing its labels")
+        return head, [row for row, _where in json_lines(sample_path)]
     scores = scores_file(folder, head)
     if check_scores and not scores.exists():
         raise CalibrationError(f"{scores}: no such scores file (the sample was drawn from it; {head_path} records "

@@ -53,8 +53,15 @@ class BadRequest(Exception):
         self.code = code
 
 
+def _pack_gate(store: LabelStore, stage: str) -> None:
+    if store.pack is not None and stage != "stage1":
+        raise PermissionError(f"this is {store.pack['annotator']}'s Stage 1 pack: {stage} opens in the calibration "
+                              "folder once these labels are imported there")
+
+
 def next_item(store: LabelStore, annotator: str, stage: str) -> dict[str, Any]:
     """The annotator's next unlabelled item of ``stage`` (and progress), or ``done``."""
+    _pack_gate(store, stage)
     if stage == "stage2" and not store.locked(annotator, "stage1"):
         raise PermissionError("Stage 2 opens after you lock Stage 1: references stay hidden until then")
     if stage == "adjudication":
@@ -73,9 +80,10 @@ def next_item(store: LabelStore, annotator: str, stage: str) -> dict[str, Any]:
 
 def labelled_item(store: LabelStore, annotator: str, stage: str, sid: str) -> dict[str, Any]:
     """An item the person already labelled in ``stage``, with that label, to change it before the lock (undo)."""
+    _pack_gate(store, stage)
     if stage == "stage2" and not store.locked(annotator, "stage1"):
         raise PermissionError("Stage 2 opens after you lock Stage 1: references stay hidden until then")
-    if stage != "adjudication" and store.locked(annotator, stage):
+    if store.locked(annotator, stage):
         raise PermissionError(f"your {stage} is locked: its labels are final")
     saved = store.labels(None if stage == "adjudication" else annotator, stage)
     mine = {i: lab for (a, _, i), lab in saved.items() if stage == "adjudication" or a == annotator}
@@ -134,7 +142,8 @@ def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
 
         def _body(self) -> dict[str, Any]:
             raw_length = self.headers.get("Content-Length")
-            if raw_length is None or not raw_length.isdigit():
+            # isdigit() alone admits "²" and other Unicode digits that int() refuses
+            if raw_length is None or not (raw_length.isascii() and raw_length.isdigit()):
                 raise BadRequest(411 if raw_length is None else 400, f"Content-Length {raw_length!r} is not a length")
             length = int(raw_length)
             if length > MAX_BODY:
@@ -221,10 +230,17 @@ def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    """The standard threading server with a listen backlog of 64 (socketserver's default of 5 reset the
+    connections of a burst of simultaneous saves, which the page showed as "server unreachable")."""
+
+    request_queue_size = 64
+
+
 def serve(store: LabelStore, host: str = "127.0.0.1", port: int = 8765, allow_remote: bool = False
           ) -> ThreadingHTTPServer:
     if host not in LOOPBACK and not allow_remote:
         raise PermissionError(f"--host {host} serves the labels beyond this machine; pass --allow-remote to mean it")
-    server = ThreadingHTTPServer((host, port), make_handler(store))
+    server = Server((host, port), make_handler(store))
     server.daemon_threads = True
     return server

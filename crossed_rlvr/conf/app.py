@@ -101,7 +101,16 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
             except ConfigError as err:
                 print(f"{command}: {err}", file=sys.stderr)
                 raise SystemExit(2) from None
-            run(cfg)
+            try:
+                run(cfg)
+            except OSError as err:  # inside Hydra's job: its handler would print a traceback
+                if err.filename is None:
+                    raise
+                from crossed_rlvr.files import describe_os_error
+
+                line, status = describe_os_error(err)
+                print(f"{command}: {line}", file=sys.stderr, flush=True)
+                raise SystemExit(status) from None
 
         from crossed_rlvr.interrupt import stops_cleanly
 

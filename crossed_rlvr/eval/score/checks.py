@@ -39,9 +39,12 @@ class ScoresTableError(ValueError):
 
 def read_scores(path: str | Path) -> pd.DataFrame:
     """A scores table read and checked, or ScoresTableError naming the file."""
+    from crossed_rlvr.files import input_problem
+
     path = Path(path)
-    if not path.exists():
-        raise ScoresTableError(f"{path}: no such scores table")
+    problem = input_problem(path)
+    if problem is not None:  # a folder of Parquet files would be read as one table by pyarrow
+        raise ScoresTableError(f"{path}: {'no such scores table' if problem.startswith('no such') else problem}")
     try:
         df = pd.read_parquet(path)
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a file that is not Parquet

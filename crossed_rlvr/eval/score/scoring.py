@@ -108,6 +108,9 @@ def score_files(
     from tqdm import tqdm
 
     output = Path(output)
+    if output.is_dir():
+        raise FileExistsError(f"{output} is a folder; --output names the scores table file "
+                              f"(e.g. {output / 'scores.parquet'})")
     rs = read_responses(inputs)  # validates everything before anything is written
     manifest = _manifest(rs.files, len(rs.records))
     mpath = manifest_path(output)
@@ -160,6 +163,10 @@ def score_files(
                      for r, row in zip(shard, rows, strict=True)], schema=sch
                 )
                 _atomic_write_table(table, partial / f"shard-{k:05d}.parquet")
+        except OSError:
+            if not any(partial.glob("shard-*.parquet")):  # nothing to resume from: no empty scratch folder left
+                shutil.rmtree(partial, ignore_errors=True)
+            raise
         finally:
             if scorer is not None:
                 scorer.close()
