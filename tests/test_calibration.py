@@ -594,7 +594,7 @@ def test_a_stage1_pack_carries_no_reference_candidate_or_policy_and_its_labels_c
 
     folder, _ = calibration
     roles = declare_roles(folder, ["ann", "bob"], ["carol"])
-    head, rows = load_calibration(folder)
+    _, rows = load_calibration(folder)
     pack = tmp_path / "ann-stage1"
     assert main(["pack", str(folder), "-o", str(pack), "--annotator", "ann"]) == 0
     files = {p.name: p for p in pack.iterdir()}
