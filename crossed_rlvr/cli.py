@@ -12,9 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.files import json_lines
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.limits import Parser, add_number
 
 EXAMPLES: list[dict[str, str]] = [
     {"response": "16 - 3 - 4 = 9 eggs, sold at $2 each: 9 * 2 = 18.\n#### 18", "reference": "18", "request": "hash"},

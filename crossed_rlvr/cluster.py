@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from crossed_rlvr.conf.flags import Parser, add_number
+from crossed_rlvr.limits import Parser, add_number
 
 MARKER = "crossed-rlvr launch:"
 

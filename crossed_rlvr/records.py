@@ -45,9 +45,9 @@ OPTIONAL: dict[str, tuple[type, ...]] = {"temperature": (int, float), "top_p": (
 
 def _ranges() -> dict[str, Any]:
     """Each numeric field's range: decoding from the eval schema (one owner, conf/schema.py), counts >= 0."""
-    from crossed_rlvr.conf.schema import BIG, SEED, EvalConf, Range
+    from crossed_rlvr.limits import BIG, DECODING, SEED, Range
 
-    decoding = {name: EvalConf.__dataclass_fields__[name].metadata["range"] for name in OPTIONAL}
+    decoding = {name: DECODING[name] for name in OPTIONAL}
     unknown = "-1: not recorded (outputs imported from lm-eval or verl)"
     return {**decoding, "sample_idx": Range(0, BIG), "prompt_tokens": Range(-1, BIG, why=unknown),
             "response_tokens": Range(-1, BIG, why=unknown), "gen_seed": Range(0, 2**63 - 1), "train_seed": Range(*SEED)}

@@ -256,7 +256,7 @@ def test_bad_input_is_refused_with_its_first_line(tmp_path, capsys, case, comman
     args = build(tmp_path)
     try:
         code = main(args)
-    except SystemExit as stop:  # argparse's own refusal of a flag (conf/flags.py): one line, exit 2
+    except SystemExit as stop:  # argparse's own refusal of a flag (crossed_rlvr/limits.py): one line, exit 2
         code = stop.code
     assert code == 2, case
     err = capsys.readouterr().err

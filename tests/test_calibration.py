@@ -164,7 +164,7 @@ def test_bad_sample_options_are_refused_before_anything_is_frozen(tmp_path, caps
     scores = scored_study(tmp_path)
     try:
         code = main(["sample", str(scores), "-o", str(tmp_path / "cal"), *extra])
-    except SystemExit as stop:  # a flag out of its declared range (conf/flags.py)
+    except SystemExit as stop:  # a flag out of its declared range (crossed_rlvr/limits.py)
         code = stop.code
     assert code == 2
     err = capsys.readouterr().err.splitlines()[0]

@@ -154,8 +154,8 @@ def test_commands_refuse_out_of_range_values_in_one_line(tmp_path, argv, code, f
 
 def test_every_numeric_flag_of_the_argparse_commands_has_a_range():
     """Build each argparse command's parser (through --help) and try the bad values on each registered flag."""
-    from crossed_rlvr.conf.flags import FLAGS
     from crossed_rlvr.conf.ranges import PARSER_MODULES, _build_parsers
+    from crossed_rlvr.limits import FLAGS
 
     _build_parsers()
     progs = " | ".join(FLAGS)

@@ -21,9 +21,9 @@ from crossed_rlvr.analysis.analyze import DEFAULT_RESAMPLES, DEFAULT_RNG_SEED, A
 from crossed_rlvr.analysis.contrasts import AmbiguousPolicies
 from crossed_rlvr.analysis.report.document import crossing_gaps
 from crossed_rlvr.analysis.report.write import write_outputs
-from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.conf.schema import RESAMPLES_RANGE, SEED_RANGE
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.limits import Parser, add_number
 
 
 def _alive(pid: int) -> bool:

@@ -22,8 +22,8 @@ from crossed_rlvr.calibration.sample import (
     scores_file,
     write_calibration,
 )
-from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.limits import Parser, add_number
 
 
 def _responses(paths: list[Path]) -> dict[tuple, dict]:

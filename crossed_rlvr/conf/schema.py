@@ -8,36 +8,12 @@ are checked right after composition by :mod:`crossed_rlvr.conf.checks`, also bef
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
 
-
-@dataclass(frozen=True)
-class Range:
-    """The values a numeric setting may take (issue 33): finite, within [low, high] (``low_open``: above low),
-    whole for an integer field. The one declaration :mod:`crossed_rlvr.conf.ranges` checks every value against,
-    from a preset file or from the command line; ``why`` says what the bounds protect."""
-
-    low: float
-    high: float
-    low_open: bool = False
-    why: str = ""
-
-    def text(self) -> str:
-        def show(v: float) -> str:
-            if isinstance(v, int) and v >= 2**20 and (v + 1) & v == 0:
-                return f"2**{(v + 1).bit_length() - 1} - 1"
-            return f"{v:,}" if isinstance(v, int) else f"{v:g}"
-
-        return f"{'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}]"
-
-    def admits(self, value: float) -> bool:
-        if not math.isfinite(value) or value > self.high:
-            return False
-        return value > self.low if self.low_open else value >= self.low
+from crossed_rlvr.limits import BIG, DECODING, SEED, Range
 
 
 def num(default: Any, low: float, high: float, *, low_open: bool = False, why: str = "") -> Any:
@@ -51,9 +27,6 @@ def nums(factory: Any, low: float, high: float, *, low_open: bool = False, why: 
     return field(default=None, metadata=meta) if factory is None else field(default_factory=factory, metadata=meta)
 
 
-# Seeds of torch, numpy and transformers' set_seed, which refuses seeds of 2**32 and above.
-SEED = (0, 2**32 - 1)
-BIG = 10**8  # counts of items, steps or tokens no machine gets near: a typo, not a setting
 
 
 @dataclass
@@ -106,9 +79,9 @@ class EvalConf:
     backend: str = "hf"            # hf | vllm
     dtype: str = "float32"
     batch_size: int = num(16, 1, 65_536)
-    temperature: float = num(0.6, 0.0, 10.0, why="0 is greedy decoding")
-    top_p: float = num(0.95, 0.0, 1.0, low_open=True)
-    max_new_tokens: int = num(640, 1, 1_048_576)
+    temperature: float = field(default=0.6, metadata={"range": DECODING["temperature"]})
+    top_p: float = field(default=0.95, metadata={"range": DECODING["top_p"]})
+    max_new_tokens: int = field(default=640, metadata={"range": DECODING["max_new_tokens"]})
     context_limit: int = num(4096, 2, 1_048_576)
     base_seed: int = num(20260908, *SEED)
     gpu_memory_utilization: float = num(0.9, 0.0, 0.99, low_open=True, why="vLLM's share of the GPU")

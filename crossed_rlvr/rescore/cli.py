@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from crossed_rlvr.analysis.report.tables import markdown_table
-from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.rescore.harness import REGISTRY
 from crossed_rlvr.rescore.omega import VARIANTS
 from crossed_rlvr.rescore.share import RESAMPLES, Outputs, comparisons, pooled, pooling_rules, spread

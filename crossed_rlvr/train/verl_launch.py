@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from crossed_rlvr.cluster import say
-from crossed_rlvr.conf.flags import Parser, add_number
+from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.train.budget import Budget, BudgetError, verl_budget
 
 # Errors that mean "this needs a CUDA device" (torch on a CPU machine, verl's workers, vLLM).

@@ -32,9 +32,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.files import Source, json_lines
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.records import ResponseFileError, check_record, write_responses
 
 _GSM8K_TARGET = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)

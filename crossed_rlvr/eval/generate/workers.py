@@ -19,7 +19,6 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
-from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.eval.generate.engines import load_backend, release
 from crossed_rlvr.eval.generate.plan import (
     Cell,
@@ -32,6 +31,7 @@ from crossed_rlvr.eval.generate.plan import (
     unfinished,
 )
 from crossed_rlvr.files import atomic_write_jsonl
+from crossed_rlvr.limits import Parser, add_number
 
 
 class CellWorker:

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crossed_rlvr.conf.schema import Range
 from crossed_rlvr.eval.score.payload import CATEGORIES
 from crossed_rlvr.eval.score.readers import LENIENT, STRICT, SYMBOLIC_LENIENT, SYMBOLIC_STRICT
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
+from crossed_rlvr.limits import Range
 from crossed_rlvr.records import FINISH_REASONS
 from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 

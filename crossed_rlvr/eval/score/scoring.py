@@ -21,11 +21,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from crossed_rlvr import __version__
-from crossed_rlvr.conf.flags import Parser, add_number
 from crossed_rlvr.eval.score.panel import Item, Scorer, columns, score_response
 from crossed_rlvr.eval.score.readers import READERS
 from crossed_rlvr.files import atomic_write_json, sha256_file
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.machine import machine
 from crossed_rlvr.records import ResponseFileError, read_responses
 from crossed_rlvr.tasks.items import item_order

@@ -1,0 +1,93 @@
+"""Declared ranges of numeric settings, and the argparse commands' numeric flags (issue 33).
+
+A :class:`Range` is what a number may be: finite, within its bounds, with a note on what the bounds protect
+(or what 0 means where 0 is admitted). The Hydra schemas (:mod:`crossed_rlvr.conf.schema`) attach one to
+every numeric field; the records and scores checks use the decoding ranges; :func:`add_number` gives an
+argparse flag its range and :class:`Parser` prints a refusal as one line, exit 2, before any work
+(``crossed-analyze --resamples 0`` once printed an empty interval as "includes 0"). Standard library only:
+every layer may import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+# Seeds of torch, numpy and transformers' set_seed, which refuses seeds of 2**32 and above.
+SEED = (0, 2**32 - 1)
+BIG = 10**8  # counts of items, steps or tokens no machine gets near: a typo, not a setting
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric setting may take (issue 33): finite, within [low, high] (``low_open``: above low),
+    whole for an integer field. The one declaration :mod:`crossed_rlvr.conf.ranges` checks every value against,
+    from a preset file or from the command line; ``why`` says what the bounds protect."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    why: str = ""
+
+    def text(self) -> str:
+        def show(v: float) -> str:
+            if isinstance(v, int) and v >= 2**20 and (v + 1) & v == 0:
+                return f"2**{(v + 1).bit_length() - 1} - 1"
+            return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+
+        return f"{'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}]"
+
+    def admits(self, value: float) -> bool:
+        if not math.isfinite(value) or value > self.high:
+            return False
+        return value > self.low if self.low_open else value >= self.low
+
+
+
+# Decoding of a response: the eval schema's fields and the records' optional fields (one definition).
+DECODING: dict[str, Range] = {
+    "temperature": Range(0.0, 10.0, why="0 is greedy decoding"),
+    "top_p": Range(0.0, 1.0, low_open=True),
+    "max_new_tokens": Range(1, 1_048_576),
+}
+
+
+# prog -> flag -> (range, whole numbers only)
+FLAGS: dict[str, dict[str, tuple[Range, bool]]] = {}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (``prog: message``) instead of the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def add_number(parser: argparse.ArgumentParser, flag: str, low: float, high: float, *, integer: bool = True,
+               low_open: bool = False, why: str = "", **kwargs: Any) -> None:
+    """``parser.add_argument(flag, ...)`` for a number that must lie in the declared range."""
+    rng = Range(low, high, low_open, why)
+    FLAGS.setdefault(parser.prog, {})[flag] = (rng, integer)
+    kind = "a whole number" if integer else "a number"
+    note = f" ({why})" if why else ""
+
+    def convert(text: str) -> int | float:
+        try:
+            value: float = int(text) if integer else float(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{text!r}: expected {kind} in {rng.text()}") from None
+        if integer and not (math.isfinite(value) and float(value).is_integer()):
+            raise argparse.ArgumentTypeError(f"{text}: expected {kind} in {rng.text()}")
+        if not rng.admits(value):
+            raise argparse.ArgumentTypeError(f"{text} is outside its range {rng.text()}{note}")
+        return int(value) if integer else value
+
+    convert.__name__ = kind  # argparse names the type in its own messages
+    parser.add_argument(flag, type=convert, **kwargs)
