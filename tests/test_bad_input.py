@@ -172,6 +172,11 @@ CASES = [
         .astype({"train_seed": "Int64"})),
      "crossed-analyze: {tmp}/scores.parquet: partial design: t/original: policy 'grpo-hash/s2' (trained on hash, "
      "seed 2) has no boxed arm of seed 2 to cross with; pass --allow-partial to analyse only the complete policies"),
+    ("analyze: one policy under two task names", analyze_case(
+        lambda df: df.assign(task=df.task.where(df.request == "hash", "t2"))),
+     "crossed-analyze: {tmp}/scores.parquet: partial design: t/original: policy 'grpo-boxed/s1' has its requests "
+     "under different task names (t: hash; t2: boxed); import them under one task name (crossed-import --task) (and "
+     "5 more gaps); pass --allow-partial to analyse only the complete policies"),
     # issue 33: records and tables that contradict themselves
     ("score: a key twice in one record", score_case(json.dumps(rec(1)).replace('"reference": ', '"reference": "99", '
                                                                                   '"reference": ', 1).encode()),

@@ -13,7 +13,8 @@ Checked per (task, template), after a decoding sweep is split into tasks:
 - an arm trained on convention c holds c and its crossed partner's request, where the (task, template)
   holds them for any policy;
 - an arm of convention c and seed s has a partner arm (the partner convention, seed s) when that
-  convention is trained at all.
+  convention is trained at all;
+- a policy's requests are not split across task names (one study imported under two names).
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ def design_gaps(scores: pd.DataFrame) -> list[Gap]:
                 if mates.empty:
                     gaps.append(Gap(task, template, policy, f"(trained on {conv}, seed {seed}) has no {partner} arm "
                                                             f"of seed {seed} to cross with"))
+    per_task = scores.drop_duplicates(["policy", "task", "template", "request"])
+    for policy, grp in per_task.groupby("policy", sort=True):  # one policy's requests under two task names
+        if grp.task.nunique() > 1 and grp.groupby(["task", "template"]).request.nunique().max() < grp.request.nunique():
+            spread = "; ".join(f"{t}: {', '.join(sorted(set(g.request)))}" for t, g in grp.groupby("task"))
+            for (task, template), _ in grp.groupby(["task", "template"], sort=True):
+                gaps.append(Gap(task, template, policy, f"has its requests under different task names ({spread}); "
+                                                        "import them under one task name (crossed-import --task)"))
     return gaps
 
 
