@@ -34,6 +34,35 @@ set -euo pipefail
 ''')
 
 
+# Ray's authentication, decided in this one place for the head, every node and every driver: token auth on,
+# one token per run in a private file that every node reads (RAY_AUTH_TOKEN_PATH, on the file system the nodes
+# share), RAY_AUTH_MODE explicit. Left unset, `ray start --head` turns token auth on whenever ~/.ray/auth_token
+# exists (any earlier local ray.init writes one) while a driver's ray.init(address=...) never does, so a driver
+# or a node would present no token, or another one. A template with {token} (the file) and {python}.
+RAY_AUTH = """export RAY_AUTH_MODE=token
+export RAY_AUTH_TOKEN_PATH="${{RAY_AUTH_TOKEN_PATH:-{token}}}"
+if [ ! -s "$RAY_AUTH_TOKEN_PATH" ]; then
+  (umask 077; {python} -c 'import secrets; print(secrets.token_hex(32))' > "$RAY_AUTH_TOKEN_PATH")
+fi
+"""
+
+
+def ray_auth_for_driver() -> None:
+    """A driver about to join a running cluster: token mode when a token is at hand and the mode is unset
+    (Ray's ``ray.init(address=...)`` never turns it on by itself), refreshed if Ray is already imported."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") or \
+            (Path.home() / ".ray" / "auth_token").exists():
+        os.environ["RAY_AUTH_MODE"] = "token"
+        import sys
+
+        if "ray" in sys.modules:  # Ray caches its config at import: re-read the environment
+            from ray._raylet import Config
+
+            Config.initialize("")
+
+
 # A Ray cluster over a SLURM allocation, ready on "$head_ip:$port" (shared with crossed-eval's script).
 RAY_CLUSTER = """cpus=${{SLURM_CPUS_PER_TASK:-{cpus}}}
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
@@ -59,12 +88,7 @@ done
 
 def wait_for_nodes(address: str, n: int, timeout: float) -> int:
     """Poll the Ray cluster at ``address`` until ``n`` nodes are alive (SLURM start-up); loud on timeout."""
-    # Ray 2.60 starts clusters with token authentication: a client must say so to present the token
-    # (~/.ray/auth_token, written by `ray start --head`; on a cluster it must reach every node). Ray reads
-    # this when it is imported: the SLURM script runs this in a fresh process.
-    if "RAY_AUTH_MODE" not in os.environ and (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get(
-            "RAY_AUTH_TOKEN_PATH") or (Path.home() / ".ray" / "auth_token").exists()):
-        os.environ["RAY_AUTH_MODE"] = "token"
+    ray_auth_for_driver()  # the scripts export RAY_AUTH (above); a hand-started cluster may only have the file
     import ray
 
     deadline = time.monotonic() + timeout

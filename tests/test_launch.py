@@ -145,7 +145,8 @@ def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_traine
     proc = subprocess.run(
         [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=rehearse",
          "arms.seeds=[83]", f"run_dir={run}", f"model.path={local['model']}", *task_overrides(local, "gsm8k")],
-        capture_output=True, text=True, timeout=880, check=False, cwd=ROOT)
+        capture_output=True, text=True, timeout=880, check=False, cwd=ROOT,
+        env={**os.environ, "WANDB_API_KEY": "preflight-only"})  # the preset tracks online: its preflight wants a key
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((run / "rehearsal.json").read_text())
     assert sorted(result) == ["grpo-boxed/s83", "grpo-hash/s83"]
@@ -257,7 +258,8 @@ def test_a_task_without_strata_gets_one_clear_error(local, tmp_path):  # noqa: F
     proc = subprocess.run(
         [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare",
          "arms.seeds=[83]", f"run_dir={tmp_path / 'r'}", f"model.path={local['model']}",
-         *task_overrides(local, "gsm8k")[:-1]], capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+         *task_overrides(local, "gsm8k")[:-1]], capture_output=True, text=True, timeout=300, check=False, cwd=ROOT,
+        env={**os.environ, "WANDB_API_KEY": "preflight-only"})
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "no difficulty strata" in proc.stderr and "recipe.proposal.strata_file=PATH" in proc.stderr
 

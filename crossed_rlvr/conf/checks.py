@@ -227,8 +227,8 @@ def check_study(cfg: Any) -> None:
     from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
 
     common(cfg)
-    _one_of(cfg, "stages", ("all", "prepare", "rehearse"))
-    if cfg.get("stages", "all") == "all" and not cfg.get("requires_gpu", False):  # GPU presets: check_device
+    _one_of(cfg, "stages", ("all", "prepare", "rehearse", "fetch"))
+    if cfg.get("stages", "all") == "all" and not cfg.get("requires_gpu", False):  # fetch: downloads only  # GPU presets: check_device
         needs_gpu(cfg, "the study's evaluation stage generates with it")
     _one_of(cfg, "initial.build", ("warmstart", "given"))
     _all_of(cfg, "initial.requests", REQUESTS)

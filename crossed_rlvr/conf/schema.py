@@ -157,7 +157,8 @@ class RecipeConf:
     top_p: float = num(1.0, 0.0, 1.0, low_open=True)
     max_response_tokens: int = num(1024, 1, 1_048_576)
     max_context_tokens: int = num(3072, 2, 1_048_576)
-    save_every: int = num(0, 0, 1_000_000, why="0: only the final checkpoint")  # verl: a resumable checkpoint every N updates (0: only the final one)
+    save_every: int = num(0, 0, 1_000_000, why="0: only the final checkpoint")
+    keep_optimizer: bool = False   # keep the final checkpoint's optimizer state after a verified merge  # verl: a resumable checkpoint every N updates (0: only the final one)
     proposal: ProposalConf = field(default_factory=ProposalConf)
     lora: LoraConf = field(default_factory=LoraConf)
 
@@ -191,6 +192,10 @@ class EngineConf:
     wait_limit_s: float = num(300.0, 1.0, 86_400.0)  # a Ray resource wait longer than this ends the launch (train/verl_launch.py)
     attention: str = "auto"
     save_optimizer: bool = False
+    # the memory plan (train/memory.py): usable memory of one GPU (torch.cuda.mem_get_info's total: H100/H200
+    # 80 GB 79.6, H200 140.4, A100 80 GB 79.2, A100 40 GB 39.4) and the AdamW step without a foreach copy
+    gpu_memory_gib: float = num(79.6, 1.0, 1024.0, why="usable memory of one GPU for the memory plan")
+    fused_optimizer: bool = False
 
 
 @dataclass
@@ -380,7 +385,7 @@ class StudyConf:
     tracking: TrackingConf = MISSING
     experiment_name: str | None = None
     run_dir: str = MISSING
-    stages: str = "all"            # all | prepare | rehearse
+    stages: str = "all"            # all | prepare | rehearse | fetch (download hub models and data, then stop)
     requires_gpu: bool = False
     initial: InitialConf = field(default_factory=InitialConf)
     arms: ArmsConf = field(default_factory=ArmsConf)

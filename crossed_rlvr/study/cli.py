@@ -23,7 +23,7 @@ class NeedsGPU(SystemExit):
 
 def check_device(cfg: Any) -> None:
     """A GPU preset stops before any stage on a machine without a GPU (``stages=prepare`` needs none)."""
-    if not cfg.get("requires_gpu", False) or cfg.get("stages", "all") in ("prepare", "rehearse"):
+    if not cfg.get("requires_gpu", False) or cfg.get("stages", "all") in ("prepare", "rehearse", "fetch"):
         return
     import torch
 
@@ -45,7 +45,32 @@ def _run(cfg: Any) -> None:
     from crossed_rlvr.tasks.items import ItemFileError
     from crossed_rlvr.train.rehearsal import RehearsalError
 
+    if cfg.engine.name == "verl" and cfg.arms.kind == "grpo":  # before any stage: will an arm fit its GPUs?
+        from crossed_rlvr.train.memory import NoShape, PlanError, check
+
+        try:
+            check(cfg)
+        except NoShape:
+            pass  # the initial policy is built by the first stage: each arm's preparation plans it
+        except PlanError as err:
+            print(f"crossed-study: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
     check_device(cfg)
+    from crossed_rlvr.train.preflight import FetchError, cache_problem, fetch, tracking_problem
+
+    if cfg.stages == "fetch":  # once, on a machine with the network: the launch runs with HF_HUB_OFFLINE=1
+        try:
+            fetched = fetch(cfg)
+        except FetchError as err:
+            print(f"crossed-study: {err}", file=sys.stderr)
+            raise SystemExit(1) from None
+        for what in fetched:
+            print(f"crossed-study: fetched {what} into the Hugging Face cache", file=sys.stderr)
+        return
+    problem = tracking_problem(cfg.tracking.mode) or (cache_problem(cfg) if cfg.engine.name == "verl" else None)
+    if problem is not None:  # what a cluster run would only meet minutes in: refused before any stage
+        print(f"crossed-study: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     console = Console(stderr=True)
     console.rule(f"crossed-study {cfg.get('experiment_name', '')} -> {cfg.run_dir}")
     try:

@@ -109,6 +109,7 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         f"{actor}.fsdp_config.param_offload={bool(e.get('param_offload', True))}",
         f"{actor}.fsdp_config.optimizer_offload={bool(e.get('optimizer_offload', True))}",
         f"{actor}.checkpoint.save_contents={contents}",
+        *([f"{actor}.optim.override_optimizer_config={{fused:true}}"] if e.get("fused_optimizer", False) else []),
         f"{rollout}.name=vllm", f"{rollout}.n={int(r.group_size)}",
         f"{rollout}.temperature={float(r.temperature)}", f"{rollout}.top_p={float(r.top_p)}",
         f"{rollout}.response_length={int(r.max_response_tokens)}",

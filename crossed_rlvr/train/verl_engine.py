@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import shlex
 import warnings
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.cluster import RAY_CLUSTER, slurm_header
+from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
 from crossed_rlvr.conf.checks import RecipeError
 from crossed_rlvr.train.translate import verl_overrides
 
@@ -126,6 +127,8 @@ def launch_env(cfg: Any) -> dict[str, str]:
         env["WANDB_ENTITY"] = str(t.entity)
     if t.get("tags"):
         env["WANDB_TAGS"] = ",".join(str(x) for x in t.tags)
+    # no rank reaches for the hub: the weights and tokenizer come from the cache `stages=fetch` filled
+    env["HF_HUB_OFFLINE"] = "1"
     return env
 
 
@@ -166,7 +169,9 @@ SINGLE_NODE = """#!/usr/bin/env bash
 set -euo pipefail
 {exports}
 {attention}
-{python} -m crossed_rlvr.train.verl_launch {flags} -- \\
+# verl starts its own Ray here: never join whatever /tmp/ray/ray_current_cluster names (a `ray start` left over)
+export RAY_ADDRESS=local
+{ray_auth}{python} -m crossed_rlvr.train.verl_launch {flags} -- \\
 {args} \\
   ray_kwargs.ray_init.num_cpus={cpus} "${{ATTN[@]}}"
 # the launch rehearsal (CROSSED_REHEARSE=<GPUs> on a CPU machine) ends where verl first needs a GPU
@@ -174,11 +179,16 @@ if [ -n "${{CROSSED_REHEARSE:-}}" ]; then exit 0; fi
 {merge}
 """
 
-SLURM = slurm_header("GRPO arm {arm} through verl") + "{exports}\n{attention}\n" + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" {python} -m crossed_rlvr.train.verl_launch \\
+SLURM = slurm_header("GRPO arm {arm} through verl") + "{exports}\n{attention}\n{ray_auth}" + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" {python} -m crossed_rlvr.train.verl_launch \\
   {flags} -- \\
 {args} "${{ATTN[@]}}"
 {merge}
 """
+
+
+def in_double_quotes(text: str) -> str:
+    """``text`` as it must appear inside a bash double-quoted string."""
+    return "".join("\\" + c if c in '\\"$`' else c for c in text)
 
 
 def launch_budget(cfg: Any, composed: Any) -> tuple[int, Any]:
@@ -220,17 +230,35 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
     # With the frozen proposal, verl runs with our importance-weighted task runner and trainer.
     weighted = bool(cfg.recipe.proposal.enabled)
     cpus, budget = launch_budget(cfg, composed)
+    from crossed_rlvr.train.memory import PlanError, check
+
+    try:  # the GPUs and the disk this arm needs (train/memory.py), refused here when they do not fit
+        memory = check(cfg)
+    except PlanError as err:
+        raise RecipeError(str(err)) from None
+    (run_dir / "memory_plan.txt").write_text(memory.table() + "\n")
+    (run_dir / "memory_plan.json").write_text(json.dumps({"params": memory.params, "gpus": memory.gpus,
+                                                          "card_gib": memory.card_gib, "train_gib": memory.train,
+                                                          "rollout_gib": memory.rollout, "disk_gb": memory.disk},
+                                                         indent=2) + "\n")
     flags = " ".join([*(["--weighted"] if weighted else []), f"--wait-limit {float(e.get('wait_limit_s', 300)):g}"])
     # verl saves FSDP shards; the evaluator reads a Hugging Face directory like the TRL engine's.
     step = int(cfg.recipe.updates)
     ckpt = run_dir.resolve() / "checkpoints"
     merge = (f"{shlex.quote(python)} -m verl.model_merger merge --backend fsdp "
-             f"--local_dir {ckpt}/global_step_{step}/actor --target_dir {ckpt}/step-{step}")
+             f"--local_dir {ckpt}/global_step_{step}/actor --target_dir {ckpt}/step-{step}\n"
+             # a verified merge frees the final step's optimizer state (train/checkpoints.py)
+             f"{shlex.quote(python)} -m crossed_rlvr.train.checkpoints --merged {ckpt}/step-{step} "
+             f"--shards {ckpt}/global_step_{step}/actor"
+             + (" --keep-optimizer" if cfg.recipe.get("keep_optimizer", False) else ""))
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
     fields = {"flags": flags, "wait": f"{float(e.get('wait_limit_s', 300)):g}", "merge": merge, "gpus": int(e.n_gpus_per_node), "arm": cfg.arm, "args": args,
               "python": shlex.quote(python), "ray": shlex.quote(ray), "exports": exports,
               "cpus": cpus,
-              "attention": attention_block(python, str(e.get("attention", "auto")))}
+              "attention": attention_block(python, str(e.get("attention", "auto"))),
+              # Ray's token auth for the head, the nodes and the drivers (crossed_rlvr.cluster.RAY_AUTH)
+              "ray_auth": RAY_AUTH.format(token=in_double_quotes(str(run_dir.resolve() / ".ray_auth_token")),
+                                          python=shlex.quote(python))}
     single = run_dir / "launch_single_node.sh"
     single.write_text(SINGLE_NODE.format(**fields))
     slurm = run_dir / "launch_slurm_ray.sbatch"
@@ -240,7 +268,9 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
     result = {"train_parquet": str(train_file), "val_parquet": str(val_file), "overrides": len(overrides),
               "val_rows": len(val_rows), "launch_single_node": str(single), "launch_slurm": str(slurm),
               "composed_adv_estimator": str(composed.algorithm.adv_estimator), "weighted": weighted,
-              "ray_cpus_per_node": cpus, "budget": budget.describe()}
+              "ray_cpus_per_node": cpus, "budget": budget.describe(),
+              "memory_plan_gib": {"update": round(memory.train_peak, 1), "rollout": round(memory.rollout_peak, 1),
+                                  "card": memory.card_gib}}
     if e.get("launch"):
         import subprocess
 

@@ -72,6 +72,20 @@ def gpu_problem() -> str | None:
             + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""))
 
 
+def launch_problem(composed: Any) -> str | None:
+    """wandb credentials when verl will log online, and the model in the local cache when it is a hub id
+    (train/preflight.py): what fails minutes into a run, checked before Ray starts."""
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.train.preflight import problems
+
+    online = "wandb" in list(composed.trainer.logger) and os.environ.get("WANDB_MODE") not in ("offline", "disabled")
+    launch = OmegaConf.create({"tracking": {"mode": "online" if online else "off"},
+                               "model": {"source": "hub", "path": str(composed.actor_rollout_ref.model.path)}})
+    found = problems(launch)
+    return found[0] if found else None
+
+
 def minimum_driver(cuda: str) -> int | None:
     """The oldest Linux driver branch for a CUDA major version (NVIDIA's compatibility table)."""
     return {"13": 580, "12": 525, "11": 450}.get(cuda.split(".")[0])
@@ -80,7 +94,7 @@ def minimum_driver(cuda: str) -> int | None:
 def offered(composed: Any, rehearse_gpus: int | None) -> list[tuple[str, float, float]]:
     """(node, CPUs, GPUs) that Ray will offer: each live node of the cluster at RAY_ADDRESS, or the
     local Ray that verl will start with ``ray_kwargs.ray_init``."""
-    if os.environ.get("RAY_ADDRESS") and rehearse_gpus is None:
+    if os.environ.get("RAY_ADDRESS", "local") != "local" and rehearse_gpus is None:
         import ray
 
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
@@ -215,6 +229,9 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     budget = verl_budget(composed, weighted)
     say(budget.describe())
     if preflight:
+        if rehearse is None and (problem := launch_problem(composed)) is not None:
+            say(f"PREFLIGHT FAILED: {problem}")
+            return 2
         if rehearse is None and (problem := gpu_problem()) is not None:
             say(f"PREFLIGHT FAILED: {problem}")
             return 2

@@ -96,9 +96,12 @@ def _connect(dist: Any, need: dict[str, float]) -> bool:
     if not ray.is_initialized():
         kw: dict[str, Any] = {"log_to_driver": bool(dist.log_to_driver)}
         if dist.address:
+            from crossed_rlvr.cluster import ray_auth_for_driver
+
+            ray_auth_for_driver()
             ray.init(address=str(dist.address), **kw)
-        else:
-            ray.init(include_dashboard=False, **kw)
+        else:  # "local": a new Ray here, never the cluster a leftover /tmp/ray/ray_current_cluster names
+            ray.init(address="local", include_dashboard=False, **kw)
         started = True
     have = ray.cluster_resources()
     short = {k: (v, have.get(k, 0.0)) for k, v in need.items() if v > have.get(k, 0.0)}
@@ -321,7 +324,7 @@ def slurm_script(command: list[str], nodes: int, gpus: int, cpus: int, per_worke
     import sys
     from pathlib import Path
 
-    from crossed_rlvr.cluster import RAY_CLUSTER, slurm_header
+    from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
 
     if nodes < 1 or gpus < 1 or cpus < 1 or per_worker < 1 or gpus % per_worker:
         raise ValueError(f"--nodes {nodes}, --gpus-per-node {gpus}, --cpus-per-node {cpus}, --gpus-per-worker "
@@ -336,7 +339,8 @@ def slurm_script(command: list[str], nodes: int, gpus: int, cpus: int, per_worke
               "command": " ".join(shlex.quote(x) for x in [head, *command[1:]])}
     header = slurm_header(f"the crossed evaluation driven from its head: {fields['workers']} workers, {per_worker} "
                           "GPU(s) each (the same cluster start as the verl arms' scripts)")
-    return (header + RAY_CLUSTER + EVAL_SLURM_RUN).format(**fields)
+    token = "${{SLURM_SUBMIT_DIR:-$PWD}}/.ray_auth_token.${{SLURM_JOB_ID:-local}}"  # the submit folder: shared
+    return (header + RAY_AUTH.replace("{token}", token) + RAY_CLUSTER + EVAL_SLURM_RUN).format(**fields)
 
 
 def main(argv: list[str] | None = None) -> int:

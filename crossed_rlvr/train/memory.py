@@ -1,0 +1,210 @@
+"""A memory and disk plan of a verl arm, before launch (issue 34): will it fit the GPUs and the disk?
+
+Read against verl 0.9.1 and torch 2.11 (the GPU lock's versions):
+
+- **Train phase.** verl's FSDP engine brings parameters, gradients and optimizer state back to the GPU for the
+  update even with ``param_offload``/``optimizer_offload`` (``verl/workers/engine/base.py``, the train-mode
+  context switch): fp32 masters 4 B, fp32 gradients 4 B, AdamW's ``exp_avg`` and ``exp_avg_sq`` 8 B per
+  parameter, sharded over the arm's GPUs. torch's default ("foreach") AdamW step makes a temporary copy of
+  one state tensor list (``torch/optim/adam.py``, ``_multi_tensor_adam``: 4 B per parameter per GPU); the
+  fused step does not (``engine.fused_optimizer=true`` sets verl's ``optim.override_optimizer_config``).
+  One micro-batch of ``engine.micro_batch_per_gpu`` sequences of ``recipe.max_context_tokens`` tokens adds
+  activations (with gradient checkpointing: each layer's bf16 input, 2·s·h B per layer, plus one layer
+  recomputed, 34·s·h B; without: 34·s·h B per layer (Korthikanti et al. 2022, flash/SDPA attention)) and
+  the logits: bf16, their fp32 copy for the log-softmax and its fp32 gradient, 10·s·V B. vLLM sleeps
+  during the update (its KV cache freed, weights offloaded: ``free_cache_engine``).
+- **Rollout phase.** vLLM holds ``engine.gpu_memory_utilization`` of the card; the actor's state stays on
+  the GPU unless offloaded.
+- Both phases add ``OVERHEAD_GIB`` for the CUDA context, NCCL buffers and the allocator's fragmentation.
+- **Disk.** A resumable checkpoint (``recipe.save_every`` > 0, or ``engine.save_optimizer``) holds fp32
+  weights and AdamW state, 12 B per parameter; a model-only one 4 B. verl keeps the previous checkpoint
+  until the new one is complete (``max_actor_ckpt_to_keep=1``), so a save needs twice that; the merged
+  Hugging Face model adds 4 B per parameter (fp32, as saved).
+
+A plan that does not fit is refused at ``stages=prepare`` with its arithmetic and the overrides that fix it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GIB = 2**30
+OVERHEAD_GIB = 2.0
+class PlanError(ValueError):
+    """The arm does not fit its GPUs (raised with the plan's arithmetic and the fixes)."""
+
+
+class NoShape(PlanError):
+    """No config.json to plan from (yet: a study's initial policy is built by its first stage)."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    vocab: int
+    hidden: int
+    layers: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    tied: bool
+    attention_bias: bool
+
+    @classmethod
+    def from_config(cls, c: dict[str, Any]) -> Shape:
+        return cls(int(c["vocab_size"]), int(c["hidden_size"]), int(c["num_hidden_layers"]),
+                   int(c["intermediate_size"]), int(c["num_attention_heads"]),
+                   int(c.get("num_key_value_heads") or c["num_attention_heads"]), bool(c.get("tie_word_embeddings")),
+                   bool(c.get("attention_bias", c.get("model_type") == "qwen2")))  # Qwen2: q/k/v biases
+
+    def parameters(self) -> int:
+        """Parameters of a decoder-only transformer (embeddings, attention, gated MLP, RMS norms, head)."""
+        h, head_dim = self.hidden, self.hidden // self.heads
+        kv = self.kv_heads * head_dim
+        attention = h * h * 2 + h * kv * 2 + ((h + 2 * kv) if self.attention_bias else 0)
+        layer = attention + 3 * h * self.intermediate + 2 * h
+        return self.vocab * h * (1 if self.tied else 2) + self.layers * layer + h
+
+
+# Shapes of the hub models the presets name, for a plan without the network (their config.json values):
+# vocabulary, hidden size, layers, MLP size, heads, key-value heads, tied embeddings, attention biases.
+KNOWN_SHAPES: dict[str, Shape] = {
+    "Qwen/Qwen2.5-7B-Instruct": Shape(152064, 3584, 28, 18944, 28, 4, False, True),
+    "Qwen/Qwen2.5-1.5B-Instruct": Shape(151936, 1536, 28, 8960, 12, 2, True, True),
+    "allenai/OLMo-2-1124-7B-Instruct": Shape(100352, 4096, 32, 11008, 32, 32, False, False),
+    "HuggingFaceTB/SmolLM2-1.7B-Instruct": Shape(49152, 2048, 24, 8192, 32, 32, True, False),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": Shape(49152, 576, 30, 1536, 9, 3, True, False),
+}
+
+
+def model_shape(model: Any) -> Shape:
+    """The model's shape from its config.json: a local folder, the Hugging Face cache, or the presets' table."""
+    path = str(model.path or "")
+    local = Path(path) / "config.json"
+    if local.exists():
+        return Shape.from_config(json.loads(local.read_text()))
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(path, "config.json")
+        if isinstance(cached, str):
+            return Shape.from_config(json.loads(Path(cached).read_text()))
+    except Exception:  # noqa: BLE001 - no hub library or an id it refuses: fall through to the table
+        pass
+    if path in KNOWN_SHAPES:
+        return KNOWN_SHAPES[path]
+    raise NoShape(f"model.path={path!r}: no config.json to plan memory from (a local folder, the Hugging Face "
+                    "cache, or one of the presets' models); fetch it first: crossed-study ... stages=fetch")
+
+
+@dataclass
+class Plan:
+    params: int
+    gpus: int
+    card_gib: float
+    train: dict[str, float] = field(default_factory=dict)    # GiB per GPU in the update
+    rollout: dict[str, float] = field(default_factory=dict)  # GiB per GPU while vLLM generates
+    disk: dict[str, float] = field(default_factory=dict)     # GB per arm
+
+    @property
+    def train_peak(self) -> float:
+        return sum(self.train.values())
+
+    @property
+    def rollout_peak(self) -> float:
+        return sum(self.rollout.values())
+
+    def fits(self) -> bool:
+        return self.train_peak <= self.card_gib and self.rollout_peak <= self.card_gib
+
+    def table(self) -> str:
+        rows = [f"memory plan: {self.params / 1e9:.2f}B parameters on {self.gpus} GPU(s) of {self.card_gib:.1f} GiB",
+                "  update (per GPU):"]
+        rows += [f"    {k:<52s} {v:8.1f} GiB" for k, v in self.train.items()]
+        rows.append(f"    {'total':<52s} {self.train_peak:8.1f} GiB {'fits' if self.train_peak <= self.card_gib else 'DOES NOT FIT'}")
+        rows.append("  rollout (per GPU):")
+        rows += [f"    {k:<52s} {v:8.1f} GiB" for k, v in self.rollout.items()]
+        rows.append(f"    {'total':<52s} {self.rollout_peak:8.1f} GiB "
+                    f"{'fits' if self.rollout_peak <= self.card_gib else 'DOES NOT FIT'}")
+        rows.append("  disk (per arm):")
+        rows += [f"    {k:<52s} {v:8.1f} GB" for k, v in self.disk.items()]
+        return "\n".join(rows)
+
+
+def plan(cfg: Any, shape: Shape | None = None) -> Plan:
+    """The memory and disk plan of one verl arm from its config (``engine``, ``recipe``, ``model``)."""
+    e, r = cfg.engine, cfg.recipe
+    shape = shape or model_shape(cfg.model)
+    n = shape.parameters()
+    gpus = int(e.n_gpus_per_node) * int(e.nnodes)
+    card = float(e.get("gpu_memory_gib") or 79.6)
+    s = int(e.get("micro_batch_per_gpu") or 1) * int(r.max_context_tokens)
+    h = shape.hidden
+    p = Plan(params=n, gpus=gpus, card_gib=card)
+    p.train["fp32 parameters (4 B, sharded)"] = 4 * n / gpus / GIB
+    p.train["fp32 gradients (4 B, sharded)"] = 4 * n / gpus / GIB
+    p.train["AdamW exp_avg + exp_avg_sq (8 B, sharded)"] = 8 * n / gpus / GIB
+    fused = bool(e.get("fused_optimizer", False))
+    p.train[f"optimizer step copy ({'fused: none' if fused else 'foreach: 4 B'})"] = 0.0 if fused else 4 * n / gpus / GIB
+    if bool(e.get("gradient_checkpointing", True)):
+        act = (2 * s * h * shape.layers + 34 * s * h) / GIB
+        p.train["activations (checkpointed) of one micro-batch"] = act
+    else:
+        p.train["activations of one micro-batch"] = 34 * s * h * shape.layers / GIB
+    p.train["logits bf16 + fp32 + fp32 grad of one micro-batch"] = 10 * s * shape.vocab / GIB
+    p.train["CUDA context, NCCL, fragmentation"] = OVERHEAD_GIB
+    p.rollout[f"vLLM (gpu_memory_utilization={float(e.gpu_memory_utilization):g})"] = \
+        float(e.gpu_memory_utilization) * card
+    resident = 0.0
+    if not bool(e.get("param_offload", True)):
+        resident += 8 * n / gpus / GIB  # parameters and gradients
+    if not bool(e.get("optimizer_offload", True)):
+        resident += 8 * n / gpus / GIB
+    p.rollout["actor state kept on the GPU (not offloaded)"] = resident
+    p.rollout["CUDA context, NCCL, fragmentation"] = OVERHEAD_GIB
+    resumable = int(r.get("save_every") or 0) > 0 or bool(e.get("save_optimizer", False))
+    one = (12 if resumable else 4) * n / 1e9
+    p.disk[f"checkpoint ({'weights + AdamW, 12 B' if resumable else 'weights, 4 B'} per parameter)"] = one
+    p.disk["during a save (the previous one kept until done)"] = 2 * one
+    p.disk["merged Hugging Face model (fp32)"] = 4 * n / 1e9
+    kept = 4 * n / 1e9 if resumable and not bool(r.get("keep_optimizer", False)) else one
+    p.disk["kept after the merge" + (" (optimizer removed)" if kept < one else "")] = kept + 4 * n / 1e9
+    return p
+
+
+def fixes(p: Plan, cfg: Any) -> list[str]:
+    """Overrides that make a plan fit, each with what it gives back."""
+    out = []
+    e = cfg.engine
+    foreach = next((v for k, v in p.train.items() if k.startswith("optimizer step copy")), 0.0)
+    if p.train_peak > p.card_gib and foreach > 0 and p.train_peak - foreach <= p.card_gib:
+        out.append(f"engine.fused_optimizer=true (fused AdamW: no step copy, -{foreach:.1f} GiB per GPU)")
+    if p.train_peak > p.card_gib:
+        per_gpu_state = 20 * p.params / GIB  # state + step copy, for one GPU
+        need = next((g for g in (2, 4, 8, 16, 32, 64) if per_gpu_state / g + (p.train_peak - 20 * p.params / p.gpus
+                                                                                  / GIB) <= p.card_gib), None)
+        if need is not None and need > p.gpus:
+            out.append(f"engine.n_gpus_per_node={need} (or engine.nnodes): the state shards over more GPUs")
+        if bool(e.get("gradient_checkpointing", True)) is False:
+            out.append("engine.gradient_checkpointing=true (activations of one layer at a time)")
+        if int(e.get("micro_batch_per_gpu") or 1) > 1:
+            out.append("engine.micro_batch_per_gpu=1 (one sequence's activations and logits at a time)")
+    if p.rollout_peak > p.card_gib:
+        out.append("engine.param_offload=true engine.optimizer_offload=true, or a lower "
+                   "engine.gpu_memory_utilization (vLLM's share)")
+    return out
+
+
+def check(cfg: Any, shape: Shape | None = None) -> Plan:
+    """The plan, or PlanError with its table and the overrides that would make it fit."""
+    p = plan(cfg, shape)
+    if not p.fits():
+        phase = "the update" if p.train_peak > p.card_gib else "the rollout"
+        peak = p.train_peak if p.train_peak > p.card_gib else p.rollout_peak
+        fix = fixes(p, cfg)
+        raise PlanError(f"{cfg.model.path}: {phase} needs {peak:.1f} GiB per GPU, more than the "
+                        f"{p.card_gib:.1f} GiB of engine.gpu_memory_gib; "
+                        + (f"fix: {'; or '.join(fix)}" if fix else "no override fits it on this node") + "\n" + p.table())
+    return p

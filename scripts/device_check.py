@@ -1,0 +1,240 @@
+"""A prepared one-GPU check of what the memory plan assumes, and of the tiny model's GRPO and evaluation on a GPU.
+
+    python scripts/device_check.py                 # on a GPU: Qwen2.5-7B and 1.5B shapes, then the tiny model
+    python scripts/device_check.py --shape tiny    # anywhere (the suite runs it on the CPU so it cannot rot)
+
+For a bare machine with torch and transformers (no verl, vLLM or Ray, no network). Steps:
+
+1. **FSDP as verl configures it** (``verl/workers/engine/fsdp``): a randomly initialised model from a hand-written
+   config (Qwen2.5-7B: 7.62B parameters, vocabulary 152,064), fp32 master weights, bf16 mixed precision with fp32
+   gradient reduction, one FSDP unit per decoder layer, activation checkpointing, SDPA. One micro-batch of 3,072
+   tokens forward and backward, then one AdamW step with the fused kernel and one with foreach (the copy the
+   memory plan counts; on one H200 the plan expects it not to fit). ``torch.cuda.max_memory_allocated`` per
+   phase, beside ``crossed_rlvr.train.memory``'s plan for the same shapes.
+2. The same at the Qwen2.5-1.5B shape with 40% of the card held back (``set_per_process_memory_fraction(0.6)``),
+   as vLLM's share would be.
+3. One TRL GRPO update and one crossed evaluation batch of the tiny model (needs trl, hydra-core, omegaconf,
+   datasets and math-verify importable; a step whose modules are missing is reported as skipped, by name).
+
+Writes ``device_check.json`` and ``device_check.md`` (a table) into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout travels without an install
+
+GIB = 2**30
+SHAPES = {  # config.json values (Qwen2.5-7B-Instruct, Qwen2.5-1.5B-Instruct) and a toy one
+    "7b": {"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+               "num_attention_heads": 28, "num_key_value_heads": 4, "tie_word_embeddings": False},
+    "1.5b": {"vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+                 "num_attention_heads": 12, "num_key_value_heads": 2, "tie_word_embeddings": True},
+    "tiny": {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                 "num_key_value_heads": 2, "tie_word_embeddings": False},
+}
+
+
+def cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def peak_gib() -> float | None:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / GIB if cuda() else None
+
+
+def reset_peak() -> None:
+    import torch
+
+    if cuda():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def plan_for(shape: str, seq: int, card_gib: float) -> Any:
+    """crossed_rlvr.train.memory's plan for one GPU of ``card_gib`` and one micro-batch of ``seq`` tokens."""
+    from crossed_rlvr.train.memory import Shape, plan
+
+    c = SHAPES[shape]
+    s = Shape(c["vocab_size"], c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"],
+              c["num_attention_heads"], c["num_key_value_heads"], c["tie_word_embeddings"], True)
+    engine = SimpleNamespace(n_gpus_per_node=1, nnodes=1, gpu_memory_gib=card_gib, micro_batch_per_gpu=1,
+                             gradient_checkpointing=True, gpu_memory_utilization=0.0, param_offload=True,
+                             optimizer_offload=True, fused_optimizer=False, save_optimizer=False)
+    engine.get = lambda k, d=None: getattr(engine, k, d)
+    recipe = SimpleNamespace(max_context_tokens=seq, save_every=0, keep_optimizer=False)
+    recipe.get = lambda k, d=None: getattr(recipe, k, d)
+    return plan(SimpleNamespace(engine=engine, recipe=recipe, model=SimpleNamespace(path=shape)), s)
+
+
+def fsdp_step(shape: str, seq: int, fraction: float | None = None) -> dict[str, Any]:
+    """Step 1/2: one FSDP micro-batch and AdamW steps (fused, then foreach) with the peak memory of each phase."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+
+    device = torch.device("cuda", 0) if cuda() else torch.device("cpu")
+    if cuda():
+        torch.cuda.set_device(device)
+        torch.cuda.empty_cache()
+        if fraction is not None:
+            torch.cuda.set_per_process_memory_fraction(fraction, device)
+    card = torch.cuda.mem_get_info(device)[1] / GIB if cuda() else 1.0
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+        dist.init_process_group("nccl" if cuda() else "gloo", rank=0, world_size=1)
+    out: dict[str, Any] = {"shape": shape, "tokens": seq, "card_gib": round(card * (fraction or 1.0), 1),
+                           "device": torch.cuda.get_device_name(device) if cuda() else "cpu"}
+    config = Qwen2Config(**SHAPES[shape], attn_implementation="sdpa", use_cache=False)
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).float()  # fp32 masters, as verl keeps them
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    mixed = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.float32)
+    wrap = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Qwen2DecoderLayer})
+    model = FSDP(model, auto_wrap_policy=wrap, mixed_precision=mixed, sharding_strategy=ShardingStrategy.FULL_SHARD,
+                 device_id=device, use_orig_params=True)
+    out["parameters"] = sum(p.numel() for p in model.parameters())
+    out["after_wrap_gib"] = peak_gib()
+    reset_peak()
+    ids = torch.randint(0, config.vocab_size, (1, seq), device=device)
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    out["forward_backward_peak_gib"] = peak_gib()
+    for name, kwargs in (("fused", {"fused": True}), ("foreach", {"foreach": True})):
+        reset_peak()
+        try:
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-6, **kwargs)
+            opt.step()
+            out[f"adamw_{name}_peak_gib"] = peak_gib()
+        except torch.OutOfMemoryError:
+            out[f"adamw_{name}_peak_gib"] = "out of memory"
+        finally:
+            opt = None
+            if cuda():
+                torch.cuda.empty_cache()
+    out["seconds"] = round(time.perf_counter() - start, 1)
+    p = plan_for(shape, seq, out["card_gib"])
+    out["plan"] = {"parameters": p.params, "state_gib": round(sum(v for k, v in p.train.items() if "sharded" in k), 2),
+                   "foreach_copy_gib": round(next(v for k, v in p.train.items() if k.startswith("optimizer step")), 2),
+                   "micro_batch_gib": round(sum(v for k, v in p.train.items() if "micro-batch" in k), 2),
+                   "update_peak_gib": round(p.train_peak, 2)}
+    del model
+    if cuda():
+        torch.cuda.empty_cache()
+        if fraction is not None:
+            torch.cuda.set_per_process_memory_fraction(1.0, device)
+    return out
+
+
+def tiny_grpo_and_eval(work: Path) -> dict[str, Any]:
+    """Step 3: one TRL GRPO update and one crossed evaluation batch of the tiny model, through the project's code."""
+    missing = [m for m in ("trl", "hydra", "omegaconf", "datasets", "math_verify") if not _importable(m)]
+    if missing:
+        return {"skipped": f"not importable here: {', '.join(missing)} (install them beside the checkout)"}
+    from hydra import compose, initialize_config_module
+
+    from crossed_rlvr.eval.generate.runner import run_eval
+    from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
+    from crossed_rlvr.train.cli import run_train
+
+    small = TinyConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2)
+    build_tiny_model(work / "model", small)
+    start = time.perf_counter()
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        train = compose(config_name="crossed_train", overrides=[
+            "tracking=off", "recipe=tiny", "recipe.updates=1", "recipe.prompts_per_update=2",
+            "recipe.max_response_tokens=16", "train_items.n=16", f"run_dir={work}/arm", f"model.path={work}/model",
+            "convention=hash"])
+        evaluation = compose(config_name="crossed_eval", overrides=[
+            "tracking=off", "eval=cpu", "eval.max_new_tokens=16", "task.n_items=4", f"run_dir={work}/eval",
+            f"model.path={work}/arm/checkpoints/step-1"])
+    summary = run_train(train)
+    trained = time.perf_counter() - start
+    result = run_eval(evaluation, progress=False)
+    return {"grpo_update_s": round(trained, 1), "reward_first": summary.get("reward_first"),
+            "eval_cells": len(result), "eval_responses": sum(int(v.get("n", 0) or 0) for v in result.values()),
+            "eval_s": round(time.perf_counter() - start - trained, 1)}
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def table(results: dict[str, Any]) -> str:
+    rows = ["| shape | tokens | card GiB | parameters | after wrap | fwd+bwd peak | AdamW fused peak | AdamW foreach "
+            "peak | plan: state / step copy / micro-batch / update peak |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def g(v: Any) -> str:
+        return "n/a (CPU)" if v is None else v if isinstance(v, str) else f"{v:.1f}"
+
+    for r in results["fsdp"]:
+        if "error" in r:
+            rows.append(f"| {r['shape']} | | | | error: {r['error']} | | | | |")
+            continue
+        p = r["plan"]
+        rows.append(f"| {r['shape']} | {r['tokens']} | {r['card_gib']} | {r['parameters']:,} (plan {r['plan']['parameters']:,}) | "
+                    f"{g(r['after_wrap_gib'])} | {g(r['forward_backward_peak_gib'])} | {g(r['adamw_fused_peak_gib'])} | "
+                    f"{g(r['adamw_foreach_peak_gib'])} | {p['state_gib']} / {p['foreach_copy_gib']} / "
+                    f"{p['micro_batch_gib']} / {p['update_peak_gib']} |")
+    rows += ["", f"tiny model on {results['device']}: {json.dumps(results['tiny'])}"]
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=["gpu", "tiny"], default="gpu",
+                        help="gpu: the 7B and 1.5B shapes then the tiny model; tiny: toy shapes (any machine)")
+    parser.add_argument("--out", default=".", help="folder for device_check.json and device_check.md")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    steps = [("7b", 3072, None), ("1.5b", 3072, 0.6)] if args.shape == "gpu" else [("tiny", 64, None),
+                                                                                   ("tiny", 64, 0.6)]
+    results: dict[str, Any] = {"device": "cuda" if cuda() else "cpu", "fsdp": []}
+    for shape, seq, fraction in steps:
+        try:
+            results["fsdp"].append(fsdp_step(shape, seq, fraction))
+        except Exception as err:  # noqa: BLE001 - one shape's failure is a result; the other steps still run
+            traceback.print_exc()
+            results["fsdp"].append({"shape": shape, "error": f"{type(err).__name__}: {str(err)[:200]}"})
+        print(json.dumps(results["fsdp"][-1]), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            results["tiny"] = tiny_grpo_and_eval(Path(tmp))
+        except Exception as err:  # noqa: BLE001
+            traceback.print_exc()
+            results["tiny"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+    (out / "device_check.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "device_check.md").write_text(table(results))
+    print(table(results))
+    return 0 if all("error" not in r for r in results["fsdp"]) and "error" not in results["tiny"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""The memory and disk plan of a verl arm (issue 34): the 7B preset fits 4 x 80 GB, is refused on one 141 GB
+card with foreach AdamW and fits it with the fused step; a tiny model always fits."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_module
+
+from crossed_rlvr.train.memory import GIB, KNOWN_SHAPES, PlanError, check, plan
+
+
+def preset(*overrides: str):
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        return compose(config_name="crossed_study",
+                       overrides=["experiment=qwen2.5-7b-gsm8k-crossed", "run_dir=/tmp/unused", *overrides])
+
+
+def test_parameter_counts_match_the_published_sizes():
+    counts = {k: round(v.parameters() / 1e9, 2) for k, v in KNOWN_SHAPES.items()}
+    assert counts["Qwen/Qwen2.5-7B-Instruct"] == 7.62 and counts["Qwen/Qwen2.5-1.5B-Instruct"] == 1.54
+    assert KNOWN_SHAPES["HuggingFaceTB/SmolLM2-135M-Instruct"].parameters() == 134_515_008  # counted from the model
+
+
+def test_7b_preset_fits_four_80gb_gpus():
+    p = check(preset())
+    n = 7_615_616_512
+    assert p.gpus == 4 and p.params == n
+    assert p.train["fp32 parameters (4 B, sharded)"] == pytest.approx(4 * n / 4 / GIB)
+    assert 40 < p.train_peak < 50, p.table()  # the issue's estimate: a ~45-50 GiB peak per GPU
+    assert p.rollout_peak == pytest.approx(0.6 * 79.6 + 2.0)
+
+
+def test_7b_on_one_h200_is_refused_with_foreach_and_fits_with_the_fused_step():
+    one = ("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=140.4")
+    with pytest.raises(PlanError) as info:
+        check(preset(*one))
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("Qwen/Qwen2.5-7B-Instruct: the update needs 149.1 GiB") and "more than the 140.4 GiB" in first
+    assert "fix: engine.fused_optimizer=true (fused AdamW: no step copy, -28.4 GiB per GPU)" in first
+    assert "AdamW exp_avg + exp_avg_sq (8 B, sharded)" in str(info.value)  # the arithmetic is printed
+    p = check(preset(*one, "engine.fused_optimizer=true"))
+    assert p.train_peak == pytest.approx(113.5 + 5.3 + 2.0, abs=0.6), p.table()
+
+
+def test_a_tiny_model_always_fits():
+    from crossed_rlvr.train.memory import Shape
+
+    tiny = Shape(vocab=64, hidden=128, layers=3, intermediate=384, heads=4, kv_heads=2, tied=True,
+                 attention_bias=False)
+    p = check(preset("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=8"), tiny)
+    assert p.fits() and p.train_peak < 3
+
+
+def test_checkpoint_sizes_on_disk():
+    p = plan(preset("recipe.save_every=10"))
+    n = 7_615_616_512
+    assert p.disk["checkpoint (weights + AdamW, 12 B per parameter)"] == pytest.approx(12 * n / 1e9)  # ~91 GB
+    assert p.disk["during a save (the previous one kept until done)"] == pytest.approx(24 * n / 1e9)  # ~183 GB
+    assert p.disk["kept after the merge (optimizer removed)"] == pytest.approx(8 * n / 1e9)
+    kept = plan(preset("recipe.save_every=10", "recipe.keep_optimizer=true")).disk
+    assert kept["kept after the merge"] == pytest.approx(16 * n / 1e9)
+
+
+def test_the_study_refuses_an_arm_that_does_not_fit_before_any_stage(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed",
+                           "stages=prepare", f"run_dir={tmp_path}/run", "engine.n_gpus_per_node=1",
+                           "engine.gpu_memory_gib=140.4"], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("crossed-study: Qwen/Qwen2.5-7B-Instruct: the update needs 149.1 GiB"), proc.stderr
+    assert any("optimizer step copy (foreach: 4 B)" in line for line in lines)
+    assert not (tmp_path / "run" / "arms").exists() and not (tmp_path / "run" / "train").exists()
+
+
+@pytest.fixture(scope="module")
+def merged_tiny(tmp_path_factory):
+    from crossed_rlvr.policies.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("ckpt")
+    model = build_tiny_model(root / "step-2")
+    return root, model
+
+
+def _shards(root):
+    actor = root / "global_step_2" / "actor"
+    actor.mkdir(parents=True, exist_ok=True)
+    for name in ("model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt", "optim_world_size_2_rank_0.pt",
+                 "optim_world_size_2_rank_1.pt", "extra_state_world_size_2_rank_0.pt", "fsdp_config.json"):
+        (actor / name).write_bytes(b"x" * 16)
+    return actor
+
+
+def test_a_verified_merge_frees_the_optimizer_state_unless_kept(merged_tiny, capsys):
+    from crossed_rlvr.train.checkpoints import main
+
+    root, _ = merged_tiny
+    actor = _shards(root)
+    assert main(["--merged", str(root / "step-2"), "--shards", str(actor), "--keep-optimizer"]) == 0
+    assert len(list(actor.glob("optim_*"))) == 2
+    assert main(["--merged", str(root / "step-2"), "--shards", str(actor)]) == 0
+    assert sorted(p.name for p in actor.iterdir()) == ["fsdp_config.json", "model_world_size_2_rank_0.pt",
+                                                       "model_world_size_2_rank_1.pt"]
+    assert "removed 3 optimizer/extra-state file(s)" in capsys.readouterr().out
+
+
+def test_an_unverified_merge_removes_nothing(merged_tiny, tmp_path, capsys):
+    import shutil
+
+    from crossed_rlvr.train.checkpoints import main
+
+    root, _ = merged_tiny
+    broken = tmp_path / "step-2"
+    shutil.copytree(root / "step-2", broken)
+    for f in broken.glob("*.safetensors"):
+        f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 3])  # a merge cut short
+    actor = _shards(tmp_path)
+    assert main(["--merged", str(broken), "--shards", str(actor)]) == 1
+    assert "not a readable safetensors file" in capsys.readouterr().err
+    assert len(list(actor.glob("optim_*"))) == 2
+    (broken / "config.json").unlink()
+    assert main(["--merged", str(broken), "--shards", str(actor)]) == 1
+    assert len(list(actor.glob("optim_*"))) == 2
