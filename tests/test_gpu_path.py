@@ -68,7 +68,7 @@ def paper_gsm8k(local):
 
 
 def test_gpu_presets_are_the_ones_rehearsed():
-    assert GPU_PRESETS == ["gpu-smoke", "qwen2.5-1.5b-sft-marker", "qwen2.5-7b-gsm8k-crossed"]
+    assert GPU_PRESETS == ["gpu-smoke", "gpu-smoke-resume", "qwen2.5-1.5b-sft-marker", "qwen2.5-7b-gsm8k-crossed"]
 
 
 def check_grpo_rehearsal(run: Path, arms: list[str], n_test: int, updates: int, dev: int = DEV) -> None:
@@ -420,3 +420,60 @@ def test_verl_validation_dump_imports_into_crossed_cells(paper_gsm8k, local, tmp
     scores = pd.read_parquet(tmp_path / "scores.parquet")
     assert sorted(scores.groupby("request").size().to_dict().items()) == [("boxed", DEV), ("hash", DEV)]
     assert scores.loc[scores.request == "hash", "payload.hash"].all()
+
+
+def test_the_resume_preset_rehearses_on_the_cpu(local, tmp_path):
+    """Issue 34: gpu-smoke-resume (importance-weighted trainer from a strata file, offload, a checkpoint after every
+    update) through verl's start-up on Ray up to NCCL, as gpu_smoke.sh's dry run does for it."""
+    import shutil
+
+    data = tmp_path / "data"
+    data.mkdir()
+    train, test = local["gsm8k"]
+    shutil.copy(train, data / "train.jsonl")
+    shutil.copy(test, data / "test.jsonl")
+    shutil.copy(local["strata"], data / "strata.jsonl")
+    proc = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(local["model"]), str(data), str(tmp_path / "run"),
+                           "--preset", "gpu-smoke-resume", "--dry-run"], capture_output=True, text=True, timeout=840,
+                          check=False, cwd=Path(__file__).resolve().parent.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("PASS rehearse") and "WorkerDict.actor_rollout_init_model" in proc.stdout
+    overrides = (tmp_path / "run" / "train" / "hash" / "s83" / "verl_overrides.txt").read_text()
+    assert "trainer.save_freq=1" in overrides and "actor_rollout_ref.actor.fsdp_config.param_offload=True" in overrides
+    assert "optimizer_offload=True" in overrides and "save_contents=[model,optimizer,extra]" in overrides
+    single = (tmp_path / "run" / "train" / "hash" / "s83" / "launch_single_node.sh").read_text()
+    assert "--weighted" in single and "crossed_rlvr.train.checkpoints --merged" in single
+
+
+FAKE_LAUNCH = """#!/usr/bin/env bash
+# a stand-in for verl: the first run saves step 1 and hangs (to be killed); a rerun resumes and finishes
+d=$(dirname "$0")/checkpoints; mkdir -p "$d"
+if [ ! -f "$d/latest_checkpointed_iteration.txt" ]; then
+  echo $$ > "$d/../first.pid"; echo 1 > "$d/latest_checkpointed_iteration.txt"; exec sleep 600
+fi
+{resume}echo "step:2 - crossed/is_weight_mean:1.013 - crossed/is_weight_max:2.0"
+echo 2 > "$d/latest_checkpointed_iteration.txt"
+"""
+
+
+@pytest.mark.parametrize("resumes", [True, False])
+def test_the_resume_check_kills_after_the_first_save_and_relaunches(tmp_path, resumes):
+    from types import SimpleNamespace
+
+    from crossed_rlvr.study.smoke import resume_check
+
+    arm = tmp_path / "train" / "hash" / "s83"
+    arm.mkdir(parents=True)
+    resume = 'echo "Resuming from $d/global_step_1, setting global step to 1"\n' if resumes else ""
+    (arm / "launch_single_node.sh").write_text(FAKE_LAUNCH.replace("{resume}", resume))
+    study = SimpleNamespace(cfg=OmegaConf.create({"recipe": {"save_every": 1, "updates": 2}}),
+                            prepare=lambda: {"arms": {"grpo-hash/s83": {"run_dir": str(arm)}}})
+    if resumes:
+        assert resume_check(study, limit_s=60, poll_s=0.2).startswith("grpo-hash/s83 killed after its step-1 save")
+    else:
+        with pytest.raises(RuntimeError, match="did not resume from global_step_1"):
+            resume_check(study, limit_s=60, poll_s=0.2)
+    status = Path(f"/proc/{(arm / 'first.pid').read_text().strip()}/status")
+    state = next((line.split()[1] for line in status.read_text().splitlines() if line.startswith("State:")), "gone") \
+        if status.exists() else "gone"
+    assert state in ("Z", "X", "gone"), state  # the first launch was killed with its session

@@ -1,6 +1,7 @@
 """One-GPU smoke test of the whole GPU path (``scripts/gpu_smoke.sh``), for the first hour on a cluster.
 
     scripts/gpu_smoke.sh MODEL_DIR DATA_DIR [RUN_DIR] [hydra overrides ...]
+    scripts/gpu_smoke.sh MODEL_DIR DATA_DIR RUN_DIR --preset gpu-smoke-resume --resume-check
 
 ``MODEL_DIR`` is a small instruct model in Hugging Face layout; ``DATA_DIR`` holds GSM8K's
 ``train.jsonl`` and ``test.jsonl`` (JSON Lines or Parquet with ``question`` and ``answer``). It runs
@@ -8,7 +9,10 @@
 evaluation plan), the launch rehearsal (each arm's launch script through verl's start-up on Ray with
 no GPU visible, up to its first CUDA need: train/rehearsal.py), 2 GRPO updates per arm through verl, the FSDP->HF merge, crossed evaluation with
 vLLM, scoring and analysis. One PASS/FAIL line per stage; the first failure exits non-zero.
-Nothing needs the network when the model and data are local. ``--dry-run`` stops after the rehearsal
+``--preset gpu-smoke-resume --resume-check`` runs the 7B path's moving parts instead (the importance-weighted
+trainer with a strata file ``DATA_DIR/strata.jsonl``, offload, a checkpoint after every update) and kills the
+first arm after its first save, then relaunches it (``resume_check``). Nothing needs the network when the
+model and data are local. ``--dry-run`` stops after the rehearsal
 (it runs on a machine without a GPU; the test suite runs it).
 """
 
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 
-def smoke_config(model: str, data: str, run_dir: str, overrides: list[str]) -> Any:
+def smoke_config(model: str, data: str, run_dir: str, overrides: list[str], preset: str = "gpu-smoke") -> Any:
     from hydra import compose, initialize_config_module
 
     data_dir = Path(data)
@@ -33,9 +37,11 @@ def smoke_config(model: str, data: str, run_dir: str, overrides: list[str]) -> A
         raise SystemExit(f"gpu_smoke: {data_dir} has no {' or '.join(missing)}.jsonl/.parquet (GSM8K rows with "
                          "question and answer)")
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        strata = data_dir / "strata.jsonl"  # the proposal's strata, when the data folder has them
+        extra = [f"recipe.proposal.strata_file={strata.resolve()}"] if strata.exists() else []
         return compose(config_name="crossed_study", overrides=[
-            "experiment=gpu-smoke", f"model.path={Path(model).resolve()}", f"task.path={files['test'].resolve()}",
-            f"task.train_path={files['train'].resolve()}", f"run_dir={run_dir}", *overrides])
+            f"experiment={preset}", f"model.path={Path(model).resolve()}", f"task.path={files['test'].resolve()}",
+            f"task.train_path={files['train'].resolve()}", f"run_dir={run_dir}", *extra, *overrides])
 
 
 def check_merged(arms: dict[str, Any]) -> str:
@@ -50,6 +56,52 @@ def check_merged(arms: dict[str, Any]) -> str:
         AutoConfig.from_pretrained(path)
         AutoTokenizer.from_pretrained(path)
     return f"{len(arms['arms'])} merged checkpoints load"
+
+
+def resume_check(study: Any, limit_s: float = 3600.0, poll_s: float = 5.0) -> str:
+    """The first arm's launch script, killed once its first resumable checkpoint is complete, then run again: it
+    must resume from step 1 (verl: "Resuming from .../global_step_1"), finish, and log the importance-weighted
+    trainer's weights (``crossed/is_weight_mean``). Needs ``recipe.save_every`` >= 1 (gpu-smoke-resume)."""
+    import os
+    import subprocess
+
+    from crossed_rlvr.train.rehearsal import kill_group
+
+    if int(study.cfg.recipe.get("save_every") or 0) < 1:
+        raise RuntimeError("the resume check needs recipe.save_every >= 1 (use --preset gpu-smoke-resume)")
+    name, arm = sorted(study.prepare()["arms"].items())[0]
+    run_dir = Path(arm["run_dir"])
+    script = run_dir / "launch_single_node.sh"
+    latest = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
+    env = {**os.environ, "VERL_LOGGING_LEVEL": "INFO"}  # verl's v1 trainer says it resumes at INFO
+    with (run_dir / "resume_first.log").open("w") as log:
+        first = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+        start = time.monotonic()
+        while not (latest.exists() and latest.read_text().strip() == "1"):
+            if first.poll() is not None:
+                raise RuntimeError(f"{name}: the first launch ended (exit {first.returncode}) before its step-1 "
+                                   f"checkpoint; see {run_dir / 'resume_first.log'}")
+            if time.monotonic() - start > limit_s:
+                kill_group(first.pid)
+                raise RuntimeError(f"{name}: no step-1 checkpoint within {limit_s:g} s")
+            time.sleep(poll_s)
+        kill_group(first.pid)  # the arm dies after its first save, as a preempted job would
+    with (run_dir / "resume_second.log").open("w") as log:
+        second = subprocess.run(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                timeout=limit_s, check=False)
+    text = (run_dir / "resume_second.log").read_text(errors="replace")
+    if second.returncode != 0:
+        raise RuntimeError(f"{name}: the relaunch failed (exit {second.returncode}); see {run_dir / 'resume_second.log'}")
+    if "Resuming from" not in text or "global_step_1" not in text:
+        raise RuntimeError(f"{name}: the relaunch did not resume from global_step_1 (no 'Resuming from ...global_step_1' "
+                           f"in {run_dir / 'resume_second.log'})")
+    if "crossed/is_weight_mean" not in text:
+        raise RuntimeError(f"{name}: the relaunch logged no importance weights (crossed/is_weight_mean)")
+    if latest.read_text().strip() != str(int(study.cfg.recipe.updates)):
+        raise RuntimeError(f"{name}: the relaunch ended at step {latest.read_text().strip()}, not "
+                           f"{int(study.cfg.recipe.updates)}")
+    return f"{name} killed after its step-1 save, resumed from global_step_1, finished; importance weights logged"
 
 
 def rehearsed(summary: dict[str, Any]) -> str:
@@ -81,16 +133,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", nargs="?", default="runs/gpu-smoke")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides (e.g. engine.n_gpus_per_node=2)")
     parser.add_argument("--dry-run", action="store_true", help="stop after the rehearsal (no GPU needed)")
+    parser.add_argument("--preset", choices=["gpu-smoke", "gpu-smoke-resume"], default="gpu-smoke")
+    parser.add_argument("--resume-check", action="store_true",
+                        help="kill the first arm after its first save and relaunch it (gpu-smoke-resume)")
     args = parser.parse_args(argv)
 
     from crossed_rlvr.study.pipeline import Study
 
-    study = Study(smoke_config(args.model, args.data, args.run_dir, args.overrides))
+    study = Study(smoke_config(args.model, args.data, args.run_dir, args.overrides, args.preset))
     state: dict[str, Any] = {}
     steps = [("rehearse", lambda: rehearsed(study.rehearse()))]
     if not args.dry_run:
         steps = [("gpu", gpu_report), *steps,
                  ("initial", lambda: state.setdefault("initial", study.initial())["path"]),
+                 *([("resume", lambda: resume_check(study))] if args.resume_check else []),
                  ("train", lambda: f"{len(state.setdefault('arms', study.arms(state['initial']))['arms'])} arms"),
                  ("merge", lambda: check_merged(state["arms"])),
                  ("eval", lambda: f"{study.evaluate(state['initial'], state['arms'])['cells']} cells"),
