@@ -179,16 +179,18 @@ def test_the_slurm_script_starts_ray_as_the_arms_do_then_drives_every_gpu(tmp_pa
 
     out = tmp_path / "eval.sbatch"
     assert main(["slurm", "--nodes", "2", "--gpus-per-node", "8", "--cpus-per-node", "32", "-o", str(out), "--",
-                 "crossed-study", "experiment=paper-gsm8k", "evaluation.n_items=100"]) == 0
+                 "crossed-study", "experiment=qwen2.5-7b-gsm8k-crossed", "evaluation.n_items=100"]) == 0
     text = out.read_text()
     subprocess.run(["bash", "-n", str(out)], check=True)
     python = Path(sys.executable).absolute()
     cluster = RAY_CLUSTER.format(python=python, ray=python.parent / "ray", nodes=2, gpus=8, cpus=32)
     assert cluster in text and "--wait-nodes 2 " in cluster  # the arms' own cluster start, every node joined
     assert "#SBATCH --nodes=2" in text and "#SBATCH --gpus-per-node=8" in text
+    # one auth decision (cluster.RAY_AUTH) before the head starts
+    assert "export RAY_AUTH_MODE=token" in text and text.index("RAY_AUTH_TOKEN_PATH") < text.index("start --head")
     assert text.rstrip().endswith('distribute.address="$head_ip:$port" distribute.workers=16 '
                                   "distribute.gpus_per_worker=1")
-    assert str(Path(sys.executable).parent / "crossed-study") + " experiment=paper-gsm8k" in text
+    assert str(Path(sys.executable).parent / "crossed-study") + " experiment=qwen2.5-7b-gsm8k-crossed" in text
     assert main(["slurm", "--nodes", "1", "--gpus-per-node", "8", "-o", str(out), "--", "crossed-eval"]) == 2
     assert main(["slurm", "--nodes", "1", "--gpus-per-node", "8", "--gpus-per-worker", "3", "-o",
                  str(tmp_path / "b.sbatch"), "--", "crossed-eval"]) == 2

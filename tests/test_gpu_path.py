@@ -477,3 +477,14 @@ def test_the_resume_check_kills_after_the_first_save_and_relaunches(tmp_path, re
     state = next((line.split()[1] for line in status.read_text().splitlines() if line.startswith("State:")), "gone") \
         if status.exists() else "gone"
     assert state in ("Z", "X", "gone"), state  # the first launch was killed with its session
+
+
+def test_the_7b_preset_holds_the_papers_evaluation_and_bootstrap_settings(tmp_path):
+    """Paper 001 App. B.2: GSM8K in vLLM batches of 16 at memory utilisation 0.8, bf16, T = 0.6, top-p = 0.95,
+    640/4,096 tokens, item seeds 20260908 + i; the five-seed intervals from 20,000 draws with seed 20260913."""
+    cfg = study_cfg(tmp_path, "experiment=qwen2.5-7b-gsm8k-crossed")
+    e = cfg.eval
+    assert (e.backend, e.dtype, e.batch_size, e.gpu_memory_utilization) == ("vllm", "bfloat16", 16, 0.8)
+    assert (e.temperature, e.top_p, e.max_new_tokens, e.context_limit, e.base_seed) == (0.6, 0.95, 640, 4096,
+                                                                                        20260908)
+    assert (cfg.analysis.resamples, cfg.analysis.rng_seed) == (20000, 20260913)

@@ -125,7 +125,7 @@ def test_the_protocol_card_is_in_the_report_and_the_manifest(runs):
 
 def test_the_significance_table_on_a_case_with_a_known_p_value(tmp_path):
     """Two arms, one seed each, 8 items: the hash arm gains 4 items under hash (paired t over items, one-sided
-    p by hand from scipy's t distribution), Holm over the table's family, marks after adjustment."""
+    p by hand from scipy's t distribution), paper 002's uncorrected marks, Holm over the table's family beside."""
     from scipy import stats
 
     ini = [0, 0, 0, 0, 0, 0, 1, 1]
@@ -153,7 +153,12 @@ def test_the_significance_table_on_a_case_with_a_known_p_value(tmp_path):
     section = report[report.index("## Significance of the gains"):]
     assert "**8 tests**" in section
     line = next(x for x in section.splitlines() if x.startswith("| original | grpo-hash | hash | S |"))
-    assert f"| {p:.3g} | {min(1, 8 * p):.3g} |" in line and "+50.00 |" in line  # 0.133 adjusted: no mark
+    assert f"| {p:.3g} | {min(1, 8 * p):.3g} |" in line and "+50.00 |" in line  # p = 0.0166 >= 0.01: no mark
+    assert "* p < 0.01, ** p < 0.001, uncorrected" in section
+    from crossed_rlvr.analysis.report.document import significance_mark
+
+    assert [significance_mark(x) for x in (0.0166, 0.01, 0.0099, 0.001, 0.00099, np.nan)] == ["", "", "*", "*", "**",
+                                                                                               ""]
     assert "| 0.00 | 50.00 |" not in line and "| 25.00 | 75.00 |" in line  # initial 25%, the arm 75% (one seed)
     # the length split and the examples (no response files here: said so)
     assert "## Appendix: response length by correctness" in report
