@@ -147,9 +147,20 @@ def test_comparisons_of_one_benchmark_with_other_item_sets_share_draws_over_thei
         assert r.g_rep_low <= r.g_rep <= r.g_rep_high and len(extra["boot"][r.key][0]) == 400
     # a comparison's draws are means over its own drawn items: the same draws again from its items alone
     # within the benchmark's union, and the paper's 10,000 resamples by default
-    again = bootstrap_gains(extra["per_item"], 400, 20260930)
+    again = bootstrap_gains(extra["per_item"], 400, 20260816)  # paper 000 App. D's pooled seed
     assert all(np.array_equal(again[k][0], extra["boot"][k][0], equal_nan=True) for k in again)
     assert RESAMPLES == 10_000
+    # each comparison's interval from its own draws, seeded by its name: the same whatever else is in the run
+    from crossed_rlvr.rescore.share import comparison_interval, comparison_seed
+
+    alone, _ = comparisons({k: v for k, v in runs.items() if k[2] == "hash/original"}, [("b", "r")], ["math-boxed"],
+                           resamples=400)
+    both = table.set_index("key")
+    for r in alone.itertuples():
+        assert (r.g_rep_low, r.g_rep_high) == (both.loc[r.key, "g_rep_low"], both.loc[r.key, "g_rep_high"])
+        assert (r.g_rep_low, r.g_rep_high) == comparison_interval(extra["per_item"][r.key][2], 400,
+                                                                  comparison_seed(r.key))
+    assert comparison_seed("a") != comparison_seed("b") and comparison_seed("a") == comparison_seed("a")
 
 
 def test_the_20_point_rule_is_decided_on_counts():

@@ -27,6 +27,10 @@ from crossed_rlvr.rescore.harness import REGISTRY, correct
 
 MIN_GAIN, MIN_READ, MAX_GAP = 2.0, 50.0, 20.0
 RESAMPLES = 10_000  # item resamples per comparison, as paper 000 §2
+# Paper 000 App. D: "the pooled and paired bootstraps over each benchmark's items use seed 20260816"; "each
+# comparison's bootstrap ... is seeded from a fixed seed and a hash of the comparison's name". The paper does not
+# give that fixed seed or the hash: ours are 20260816 and the first 8 hex digits of the name's SHA-256.
+POOLED_SEED = 20260816
 
 
 @dataclass
@@ -86,6 +90,19 @@ def _bench_seed(seed: int, bench: str) -> int:
     return seed + int(hashlib.sha256(bench.encode()).hexdigest()[:8], 16)
 
 
+def comparison_seed(name: str, seed: int = POOLED_SEED) -> int:
+    """A comparison's own bootstrap seed (paper 000 App. D): its interval is reproducible on its own."""
+    return seed + int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
+
+
+def comparison_interval(g_items: np.ndarray, resamples: int, seed: int) -> tuple[float, float]:
+    """The 95% item-bootstrap interval of one comparison's reported gain, from its own seeded draws."""
+    if len(g_items) == 0:
+        return np.nan, np.nan
+    boot = np.concatenate([counts @ g_items / len(g_items) for counts in draw_counts(len(g_items), resamples, seed)])
+    return float(np.nanpercentile(boot, 2.5)), float(np.nanpercentile(boot, 97.5))
+
+
 def bootstrap_gains(per_item: dict[str, tuple[str, list[str], np.ndarray, np.ndarray]], resamples: int,
                     seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Paired item-bootstrap draws of g_rep and D per comparison (paper 000 §2: items resampled within
@@ -129,9 +146,11 @@ def readable(read_base: int, read_rl: int, n: int) -> bool:
 
 
 def comparisons(runs: dict[tuple[str, str, str, str], Outputs], pairs: list[tuple[str, str]],
-                harnesses: list[str], resamples: int = RESAMPLES, seed: int = 20260930
+                harnesses: list[str], resamples: int = RESAMPLES, seed: int = POOLED_SEED
                 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """One row per (pair, benchmark, prompt, harness); ``runs`` is keyed (model, benchmark, prompt, kind)."""
+    """One row per (pair, benchmark, prompt, harness); ``runs`` is keyed (model, benchmark, prompt, kind).
+    Each comparison's interval (the significant-gain gate) comes from its own draws, seeded by its name; the
+    pooled share's draws are shared within each benchmark, seeded from ``seed`` (paper 000 App. D)."""
     rows, per_item = [], {}
     for base, rl in pairs:
         for (model, bench, prompt, kind), out_b in sorted(runs.items()):
@@ -165,9 +184,8 @@ def comparisons(runs: dict[tuple[str, str, str, str], Outputs], pairs: list[tupl
                 })
     boot = bootstrap_gains(per_item, resamples, seed)
     for r in rows:
-        g_boot = boot[r["key"]][0]
-        r["g_rep_low"] = float(np.nanpercentile(g_boot, 2.5))
-        r["g_rep_high"] = float(np.nanpercentile(g_boot, 97.5))
+        r["g_rep_low"], r["g_rep_high"] = comparison_interval(per_item[r["key"]][2], resamples,
+                                                              comparison_seed(r["key"], seed))
         # the bound is a percentile of item means (multiples of 100/n): compared with a rounding margin
         r["significant_gain"] = r["g_rep_low"] >= MIN_GAIN - 1e-9
     table = pd.DataFrame(rows)
