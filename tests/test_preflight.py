@@ -73,8 +73,10 @@ def test_preflights_refuse_before_anything_is_launched(tmp_path, case, overrides
 
 def test_the_launch_checks_credentials_and_the_cache_again(tmp_path, monkeypatch, capsys):
     """verl_launch's preflight, before Ray starts: the same two checks on the composed verl config."""
+    from crossed_rlvr.train import verl_launch
     from crossed_rlvr.train.verl_launch import run
 
+    monkeypatch.setattr(verl_launch, "gpu_problem", lambda: None)  # as on a GPU node: the next checks speak
     for key in [k for k in os.environ if k.startswith(("WANDB_", "NETRC"))]:
         monkeypatch.delenv(key)
     monkeypatch.setenv("HOME", str(tmp_path))

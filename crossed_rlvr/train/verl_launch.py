@@ -229,10 +229,7 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     budget = verl_budget(composed, weighted)
     say(budget.describe())
     if preflight:
-        if rehearse is None and (problem := launch_problem(composed)) is not None:
-            say(f"PREFLIGHT FAILED: {problem}")
-            return 2
-        if rehearse is None and (problem := gpu_problem()) is not None:
+        if rehearse is None and (problem := gpu_problem() or launch_problem(composed)) is not None:
             say(f"PREFLIGHT FAILED: {problem}")
             return 2
         try:
