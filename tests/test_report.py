@@ -218,8 +218,11 @@ def test_a_decoding_sweep_is_one_study_with_a_table_per_setting(tmp_path):
     bad.to_parquet(tmp_path / "bad.parquet", index=False)
     from crossed_rlvr.analysis.analyze import AnalysisError
 
-    with pytest.raises(AnalysisError, match=r"row 6 .*field 'temperature' is 'hot'; expected a number or null"):
+    # a decoding column written as text is refused by its dtype (issue 33), "0.6" as much as "hot"
+    with pytest.raises(AnalysisError, match=r"row 1 .*field 'temperature' is '0.6' \(str\); expected a number in "
+                                            r"\[0, 10\] or null"):
         analyze(tmp_path / "bad.parquet", tmp_path / "o2", n_resamples=10, figures=False)
+
 
 
 def test_crossed_eval_records_carry_their_decoding_and_scores_keep_it(tmp_path):
