@@ -11,7 +11,6 @@ every layer may import it.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -23,7 +22,7 @@ BIG = 10**8  # counts of items, steps or tokens no machine gets near: a typo, no
 
 @dataclass(frozen=True)
 class Range:
-    """The values a numeric setting may take (issue 33): finite, within [low, high] (``low_open``: above low),
+    """The values a numeric setting may take (issue 33): within [low, high] (``low_open``: above low),
     whole for an integer field. The one declaration :mod:`crossed_rlvr.conf.ranges` checks every value against,
     from a preset file or from the command line; ``why`` says what the bounds protect."""
 
@@ -40,10 +39,10 @@ class Range:
 
         return f"{'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}]"
 
-    def admits(self, value: float) -> bool:
-        if not math.isfinite(value) or value > self.high:
-            return False
-        return value > self.low if self.low_open else value >= self.low
+    def admits(self, value: Any) -> Any:
+        """Whether ``value`` lies in the range; elementwise on a numpy array. Comparisons only: NaN fails
+        every one and the bounds are finite, so infinities fail too, and a huge int is never made a float."""
+        return (value <= self.high) & ((value > self.low) if self.low_open else (value >= self.low))
 
 
 
@@ -83,7 +82,7 @@ def add_number(parser: argparse.ArgumentParser, flag: str, low: float, high: flo
                 value = float(text)
             except ValueError:
                 raise argparse.ArgumentTypeError(f"{text!r}: expected {kind} in {rng.text()}") from None
-        if integer and not (math.isfinite(value) and float(value).is_integer()):
+        if integer and isinstance(value, float) and not value.is_integer():  # NaN and infinities too
             raise argparse.ArgumentTypeError(f"{text}: expected {kind} in {rng.text()}")
         if not rng.admits(value):
             raise argparse.ArgumentTypeError(f"{text} is outside its range {rng.text()}{note}")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.files import Source, input_problem, json_lines
+from crossed_rlvr.limits import BIG, DECODING, SEED, Range
 from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
 
 # field -> allowed Python types (None allowed where listed).
@@ -43,18 +44,12 @@ FIELDS: dict[str, tuple[type, ...]] = {
 OPTIONAL: dict[str, tuple[type, ...]] = {"temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,)}
 
 
-def _ranges() -> dict[str, Any]:
-    """Each numeric field's range: decoding from the eval schema (one owner, conf/schema.py), counts >= 0."""
-    from crossed_rlvr.limits import BIG, DECODING, SEED, Range
-
-    decoding = {name: DECODING[name] for name in OPTIONAL}
-    unknown = "-1: not recorded (outputs imported from lm-eval or verl)"
-    return {**decoding, "sample_idx": Range(0, BIG), "prompt_tokens": Range(-1, BIG, why=unknown),
-            "response_tokens": Range(-1, BIG, why=unknown), "gen_seed": Range(0, 2**63 - 1), "train_seed": Range(*SEED)}
-
-
-# field -> Range: NaN, infinity, a negative count or a temperature of 1e300 never enter a table
-NUMBER_RANGES: dict[str, Any] = _ranges()
+_UNKNOWN = "-1: not recorded (outputs imported from lm-eval or verl)"
+# field -> Range: NaN, infinity, a negative count or a temperature of 1e300 never enter a table (the decoding
+# ranges are the eval schema's own, limits.DECODING)
+NUMBER_RANGES: dict[str, Range] = {
+    **DECODING, "sample_idx": Range(0, BIG), "prompt_tokens": Range(-1, BIG, why=_UNKNOWN),
+    "response_tokens": Range(-1, BIG, why=_UNKNOWN), "gen_seed": Range(0, 2**63 - 1), "train_seed": Range(*SEED)}
 # task first: benchmarks whose loaders number items by row (MMLU, AQuA-RAT, BBH) share ids, never responses
 KEY = ("task", "item_id", "policy", "request", "template", "sample_idx")
 CELL = ("task", "policy", "request", "template")

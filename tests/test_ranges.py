@@ -169,3 +169,18 @@ def test_every_numeric_flag_of_the_argparse_commands_has_a_range():
             for value in (math.nan, math.inf, -1, 10**30):
                 assert not (rng.admits(value) if math.isfinite(value) else False), (prog, flag, value)
             assert not rng.admits(0) or rng.why or "seed" in flag, (prog, flag, "0 is admitted without saying why")
+
+
+def test_a_range_compares_without_converting_to_float():
+    """NaN and infinities fail the comparisons; an integer beyond a float's range is refused, not an
+    OverflowError; the same check runs elementwise over a table's column."""
+    import numpy as np
+
+    from crossed_rlvr.limits import Range
+
+    r = Range(1, 10)
+    assert [r.admits(v) for v in (1, 10, 0, 11, math.nan, math.inf, -math.inf, 10**400)] == [True, True] + [False] * 6
+    assert not Range(0, 1, low_open=True).admits(0)
+    assert r.admits(np.array([1.0, np.nan, np.inf, 11.0])).tolist() == [True, False, False, False]
+    with pytest.raises(ConfigError, match=r"^recipe.updates=1000.*: outside its range \[1, 1,000,000\]"):
+        check_overrides([f"recipe.updates={10**400}"], "crossed_study")

@@ -2,8 +2,9 @@
 
 The schemas (:mod:`crossed_rlvr.conf.schema`) fix each key's type and each number's range (checked by
 :mod:`crossed_rlvr.conf.ranges` first); these checks fix the values that must come from a known set, and
-name the key in the first line of the error. For a study, every check a later stage would make (each arm's training config, the evaluation's requests and
-wordings, the GPU) runs here too, so a bad ``evaluation.*`` fails in seconds, not after training.
+name the key in the first line of the error. For a study, every check a later stage would make (each arm's
+training config, the evaluation's requests and wordings, the GPU) runs here too, so a bad ``evaluation.*``
+fails in seconds, not after training.
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def check_study(cfg: Any) -> None:
 
     common(cfg)
     _one_of(cfg, "stages", ("all", "prepare", "rehearse", "fetch"))
-    if cfg.get("stages", "all") == "all" and not cfg.get("requires_gpu", False):  # fetch: downloads only  # GPU presets: check_device
+    if cfg.get("stages", "all") == "all" and not cfg.get("requires_gpu", False):  # GPU presets: check_device
         needs_gpu(cfg, "the study's evaluation stage generates with it")
     _one_of(cfg, "initial.build", ("warmstart", "given"))
     _all_of(cfg, "initial.requests", REQUESTS)

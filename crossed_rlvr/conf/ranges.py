@@ -1,7 +1,7 @@
 """One check for every numeric setting (issue 33): each value against the range its schema field declares.
 
 Every ``int``/``float`` field of every schema (and each number of a list or dict field) carries a
-:class:`~crossed_rlvr.conf.schema.Range` in its metadata; ``numeric_fields`` finds them all, so a new field
+:class:`~crossed_rlvr.limits.Range` in its metadata; ``numeric_fields`` finds them all, so a new field
 without a range fails the suite. A value is checked twice, with the same message:
 
 - on the command line, before Hydra composes (``check_overrides``): ``recipe.updates=nan`` would otherwise
@@ -52,8 +52,6 @@ def _walk(cls: type, prefix: str) -> Iterator[NumericField]:
             yield from _walk(tp, key + ".")
             continue
         origin = typing.get_origin(tp)
-        if origin is list and typing.get_args(tp)[0] is str:
-            continue
         element, container = tp, None
         if origin is list:
             element, container = typing.get_args(tp)[0], "list"
@@ -85,7 +83,7 @@ def refusal(f: NumericField, value: Any, shown_key: str | None = None) -> str | 
     if value is None:
         return None if f.optional or f.container else f"{key}=null: expected a number in {f.range.text()}"
     if f.container == "list":
-        if not isinstance(value, list | tuple) and not hasattr(value, "__iter__"):
+        if not isinstance(value, list | tuple):
             return f"{key}={value!r}: expected a list of numbers, each in {f.range.text()}"
         for k, v in enumerate(value):
             why = refusal(dataclasses.replace(f, container=None, optional=False), v, f"{key}[{k}]")
@@ -189,10 +187,6 @@ def check_relations(cfg: Any) -> None:
     ebatch, pbatch = get("sft.effective_batch"), get("sft.per_device_batch")
     if ebatch and pbatch and ebatch % pbatch:
         raise ConfigError(f"sft.per_device_batch={pbatch} must divide sft.effective_batch={ebatch}")
-    samples = get("recipe.proposal.estimate_samples")
-    if get("recipe.proposal.enabled") and samples is not None and samples % 2:
-        raise ConfigError(f"recipe.proposal.estimate_samples={samples}: expected an even number (half the "
-                          "samples under each request)")
     for key in ("recipe.proposal.target", "recipe.proposal.proposal"):
         shares = list(get(key) or [])
         if shares and not sum(shares) > 0:

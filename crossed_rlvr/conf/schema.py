@@ -157,8 +157,9 @@ class RecipeConf:
     top_p: float = num(1.0, 0.0, 1.0, low_open=True)
     max_response_tokens: int = num(1024, 1, 1_048_576)
     max_context_tokens: int = num(3072, 2, 1_048_576)
+    # verl: a resumable checkpoint every N updates (0: only the final one)
     save_every: int = num(0, 0, 1_000_000, why="0: only the final checkpoint")
-    keep_optimizer: bool = False   # keep the final checkpoint's optimizer state after a verified merge  # verl: a resumable checkpoint every N updates (0: only the final one)
+    keep_optimizer: bool = False   # keep the final checkpoint's optimizer state after a verified merge
     proposal: ProposalConf = field(default_factory=ProposalConf)
     lora: LoraConf = field(default_factory=LoraConf)
 

@@ -182,9 +182,10 @@ def fixes(p: Plan, cfg: Any) -> list[str]:
     if p.train_peak > p.card_gib and foreach > 0 and p.train_peak - foreach <= p.card_gib:
         out.append(f"engine.fused_optimizer=true (fused AdamW: no step copy, -{foreach:.1f} GiB per GPU)")
     if p.train_peak > p.card_gib:
-        per_gpu_state = 20 * p.params / GIB  # state + step copy, for one GPU
-        need = next((g for g in (2, 4, 8, 16, 32, 64) if per_gpu_state / g + (p.train_peak - 20 * p.params / p.gpus
-                                                                                  / GIB) <= p.card_gib), None)
+        # the terms that shard over the GPUs (state and the step copy) and the ones each GPU holds whole
+        sharded = sum(v for k, v in p.train.items() if "sharded" in k or k.startswith("optimizer step copy"))
+        whole = p.train_peak - sharded
+        need = next((g for g in (2, 4, 8, 16, 32, 64) if sharded * p.gpus / g + whole <= p.card_gib), None)
         if need is not None and need > p.gpus:
             out.append(f"engine.n_gpus_per_node={need} (or engine.nnodes): the state shards over more GPUs")
         if bool(e.get("gradient_checkpointing", True)) is False:

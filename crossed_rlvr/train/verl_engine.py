@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import re
 import shlex
 import warnings
@@ -21,6 +20,7 @@ from typing import Any
 
 from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
 from crossed_rlvr.conf.checks import RecipeError
+from crossed_rlvr.files import atomic_write_json, atomic_write_text
 from crossed_rlvr.train.translate import verl_overrides
 
 
@@ -236,11 +236,10 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
         memory = check(cfg)
     except PlanError as err:
         raise RecipeError(str(err)) from None
-    (run_dir / "memory_plan.txt").write_text(memory.table() + "\n")
-    (run_dir / "memory_plan.json").write_text(json.dumps({"params": memory.params, "gpus": memory.gpus,
-                                                          "card_gib": memory.card_gib, "train_gib": memory.train,
-                                                          "rollout_gib": memory.rollout, "disk_gb": memory.disk},
-                                                         indent=2) + "\n")
+    atomic_write_text(run_dir / "memory_plan.txt", memory.table() + "\n")
+    atomic_write_json(run_dir / "memory_plan.json", {"params": memory.params, "gpus": memory.gpus,
+                                                     "card_gib": memory.card_gib, "train_gib": memory.train,
+                                                     "rollout_gib": memory.rollout, "disk_gb": memory.disk})
     flags = " ".join([*(["--weighted"] if weighted else []), f"--wait-limit {float(e.get('wait_limit_s', 300)):g}"])
     # verl saves FSDP shards; the evaluator reads a Hugging Face directory like the TRL engine's.
     step = int(cfg.recipe.updates)

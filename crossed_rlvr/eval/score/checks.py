@@ -126,15 +126,14 @@ def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
         number = values.map(lambda v: isinstance(v, int | float | np.integer | np.floating)
                             and not isinstance(v, bool | np.bool_)).to_numpy()
         bad = ~(number | (null & (col not in ("sample_idx",))))
+        whole = col not in ("temperature", "top_p")
         if not bad.any():
             num = pd.to_numeric(values.where(~null, 0), errors="coerce").astype(float).to_numpy()
-            whole = col not in ("temperature", "top_p")
-            bad = ~null & ((whole & (num != np.floor(num))) | ~np.isfinite(num) | (num < rng.low) | (num > rng.high)
-                           | ((num <= rng.low) & rng.low_open))
+            bad = ~null & ((whole & (num != np.floor(num))) | ~rng.admits(num))
         if bad.any():
             i = int(np.argmax(bad))
             v = values.iloc[i]
-            kind = "a whole number" if col not in ("temperature", "top_p") else "a number"
+            kind = "a whole number" if whole else "a number"
             nullable = "" if col == "sample_idx" else " or null"
             raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(v)}"
                                    f"{'' if _show(v) == 'null' else f' ({type(v).__name__})'}; expected {kind} in "
