@@ -9,12 +9,23 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from crossed_rlvr.rewards.conventions import request_suffix
+from crossed_rlvr.rewards.conventions import CONVENTIONS, ONE_SHOT_EXAMPLE, request_suffix
 
 
 def user_content(question: str, request: str | None, template: str = "original") -> str:
-    """The user turn: the question, then the request suffix (none for format-free SFT prompts)."""
-    return question if request is None else f"{question}\n{request_suffix(request, template)}"
+    """The user turn: the question, then the request suffix (none for format-free SFT prompts).
+
+    ``one_shot`` (Table 1's one-example prompt) puts one worked example before it, its final line in the
+    request's own convention, so the example never asks for one convention while showing another."""
+    if request is None:
+        return question
+    asked = f"{question}\n{request_suffix(request, template)}"
+    if template != "one_shot":
+        return asked
+    ex = ONE_SHOT_EXAMPLE
+    shown = f"{ex['question']}\n{request_suffix(request, template)}"
+    worked = f"{ex['solution']}\n{CONVENTIONS[request].mark(ex['answer'])}"
+    return f"Here is an example.\n\n{shown}\n\n{worked}\n\nNow solve this one.\n\n{asked}"
 
 
 def messages(question: str, request: str | None, template: str = "original", system: str | None = None

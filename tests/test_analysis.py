@@ -434,3 +434,28 @@ def test_crossed_analyze_defaults_to_the_studys_bootstrap_seed(tmp_path):
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_study", overrides=[f"run_dir={tmp_path}"])
     assert cfg.analysis.rng_seed == DEFAULT_RNG_SEED
+
+
+def test_answer_only_crossed_control_beside_the_marker_pair(tmp_path):
+    """Paper 001 App. D.2: answer-only arms trained under the hash and the boxed request give their own 2 x 2
+    interaction, and the marker-required minus answer-only difference is a paired contrast per seed."""
+    rows = [*HB,
+            cell("grpo-answer_only_hash/s1", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=1),
+            cell("grpo-answer_only_hash/s1", "boxed", [1, 0, 0, 0], [1, 0, 0, 0], seed=1),
+            cell("grpo-answer_only_boxed/s1", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=1),
+            cell("grpo-answer_only_boxed/s1", "boxed", [1, 1, 0, 0], [1, 1, 0, 0], seed=1)]
+    out = analyze(write(tmp_path, rows), tmp_path / "o", n_resamples=200, figures=False)
+    con = pd.read_csv(out / "contrasts.csv")
+    assert get(con, "interaction", "payload", "grpo/s1", "hashxboxed").estimate == pytest.approx(200.0)
+    # I_P = 100 [(0.5 - 0.5) - (0.25 - 0.5)] = 25
+    pair = "answer_only_hashxanswer_only_boxed"
+    assert get(con, "interaction", "payload", "grpo/s1", pair).estimate == pytest.approx(25.0)
+    diff = get(con, "reward_difference", "payload", "grpo/s1", "hashxboxed-answer_only")
+    assert diff.estimate == pytest.approx(175.0) and diff.ci_low <= 175.0 <= diff.ci_high
+    report = (out / "report.md").read_text()
+    assert "reward_difference" in report and pair in report
+    # one answer-only arm without its partner of the same seed is a gap of the design, named
+    half = [*HB, *rows[6:8], cell("grpo-answer_only_boxed/s2", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=2),
+            cell("grpo-answer_only_boxed/s2", "boxed", [1, 1, 0, 0], [1, 1, 0, 0], seed=2)]
+    with pytest.raises(AnalysisError, match="has no answer_only_hash arm of seed 2 to cross with"):
+        analyze(write(tmp_path, half, "half.parquet"), tmp_path / "h", n_resamples=50, figures=False)

@@ -3,7 +3,9 @@
 import pytest
 
 from crossed_rlvr.eval.score.payload import detect
+from crossed_rlvr.prompts import user_content
 from crossed_rlvr.rewards import CONVENTIONS, REQUESTS, TEMPLATES, get_convention, request_suffix, reward
+from crossed_rlvr.rewards.conventions import ONE_SHOT_EXAMPLE
 
 
 def test_paper_wordings():
@@ -17,7 +19,9 @@ def test_paper_wordings():
 @pytest.mark.parametrize("request_name", REQUESTS)
 def test_templates_differ_only_in_wording_and_mention_marker(request_name):
     suffixes = [request_suffix(request_name, t) for t in TEMPLATES]
-    assert len(set(suffixes)) == 3
+    # one_shot keeps the original suffix: it differs by the worked example before the question
+    assert len(set(suffixes)) == len(TEMPLATES) - 1
+    assert request_suffix(request_name, "one_shot") == request_suffix(request_name, "original")
     hash_versions = [request_suffix("hash", t) for t in TEMPLATES]
     for own, hashed in zip(suffixes, hash_versions):
         # Same sentence frame as the hash wording: only the marker phrase differs.
@@ -51,3 +55,27 @@ def test_unknown_names_are_refused():
         get_convention("hash").suffix("para_c")
     with pytest.raises(KeyError, match="unknown request"):
         request_suffix("answer_only")
+
+
+@pytest.mark.parametrize("request_name", REQUESTS)
+def test_one_shot_shows_one_example_in_the_requested_convention(request_name):
+    """Table 1's one-example prompt: the example's final line is a payload of the request, never of another."""
+    text = user_content("What is 2 + 3?", request_name, "one_shot")
+    example, _, asked = text.partition("Now solve this one.")
+    assert asked.strip() == user_content("What is 2 + 3?", request_name, "original")
+    found = detect(example)
+    assert found.present(request_name) and ONE_SHOT_EXAMPLE["answer"] in example
+    assert not any(found.present(other) for other in REQUESTS if other != request_name)
+    rephrased = user_content("What is 2 + 3?", request_name, "rephrased")
+    assert rephrased.startswith("What is 2 + 3?\n") and rephrased != user_content("What is 2 + 3?", request_name)
+
+
+def test_answer_only_arms_of_either_request_share_the_answer_only_reward():
+    """App. D.2's crossed reward control: the request decides the prompt, the reward ignores the marker."""
+    h, b = CONVENTIONS["answer_only_hash"], CONVENTIONS["answer_only_boxed"]
+    assert (h.request, b.request) == ("hash", "boxed") and h.program == b.program == "answer_only"
+    assert b.suffix() == request_suffix("boxed") and b.mark("7") == "\\boxed{7}"
+    for name in ("answer_only_hash", "answer_only_boxed", "answer_only"):
+        assert reward(name, "so the total is 18 apples.", "18") == 1.0
+        assert reward(name, "\\boxed{18}", "18") == reward(name, "#### 18", "18") == 1.0
+        assert reward(name, "#### 17", "18") == 0.0

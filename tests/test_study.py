@@ -232,6 +232,42 @@ def test_sft_marker_arms_study(tmp_path):
     assert "sft-hash/s84" in (run / "analysis" / "report.md").read_text()
 
 
+def test_answer_only_crossed_control_with_table1_wordings_study(tmp_path):
+    """Paper 001 App. D.2's answer-only 2 x 2 (answer-only reward under the hash and the boxed request) and
+    Table 1's rephrased and one-shot prompts, through every stage at the smoke size: the arms train on their own
+    request's prompt, the crossed evaluation runs every wording, and the report holds the pair's interaction
+    per wording."""
+    import pandas as pd
+
+    from crossed_rlvr.rewards.conventions import request_suffix
+
+    run = tmp_path / "ao"
+    Study(study_cfg(run, "experiment=smoke", "arms.conventions=[answer_only_hash,answer_only_boxed]", "arms.seeds=[83]",
+                    "validation.every=0", "evaluation.n_items=8", "evaluation.template_subset=null",
+                    "evaluation.templates=[original,rephrased,one_shot]")).run_all()
+    for conv, request in (("answer_only_hash", "hash"), ("answer_only_boxed", "boxed")):
+        cfg = json.loads((run / "train" / conv / "s83" / "resolved_config.json").read_text())
+        assert cfg["convention"]["name"] == conv
+        rows = [json.loads(x) for x in (run / "train" / conv / "s83" / "data" / "train.jsonl").read_text().splitlines()]
+        assert {r["request"] for r in rows} == {request} and {r["convention"] for r in rows} == {conv}
+        assert all(r["prompt"].endswith(request_suffix(request)) for r in rows)
+    names = sorted(p.name for p in (run / "eval" / "responses").glob("*.jsonl"))
+    # 3 policies x 2 requests x 3 wordings
+    assert len(names) == 18 and "grpo-answer_only_boxed_s83__hash__one_shot.jsonl" in names
+    def first(name):
+        return json.loads((run / "eval" / "responses" / name).read_text().splitlines()[0])
+
+    # the one-shot prompt carries its worked example: same item, a longer prompt than the original's
+    shot, plain = first("initial__boxed__one_shot.jsonl"), first("initial__boxed__original.jsonl")
+    assert shot["item_id"] == plain["item_id"] and shot["prompt_tokens"] > plain["prompt_tokens"] + 50
+    con = pd.read_csv(run / "analysis" / "contrasts.csv")
+    pair = con[(con.name == "interaction") & (con.request == "answer_only_hashxanswer_only_boxed")
+               & (con.policy == "grpo/s83") & (con.measure == "payload")]
+    assert sorted(pair.template) == ["one_shot", "original", "rephrased"] and pair.estimate.notna().all()
+    report = (run / "analysis" / "report.md").read_text()
+    assert "answer_only_hashxanswer_only_boxed" in report and "| one_shot |" in report
+
+
 def test_verl_arms_stop_until_their_launch_scripts_have_run(tmp_path):
     """engine=verl without engine.launch: the study writes each arm's verl data and launch scripts, stops
     with instructions, and after the scripts have produced the merged checkpoints it carries on."""

@@ -14,6 +14,9 @@ one product with the shared draws of the cell statistics.
 - ``attenuation_convention`` ρ (eq. 7, I2): 1 - Δ_S(boxed arm, boxed request) / Δ_S(hash arm, hash request).
 - ``preference_D`` (eq. 8): Acc(π, hash request, strict) - Acc(π, boxed request, strict).
 - ``arm_to_arm_D`` (§2.4, I4): [D(H) - D(0)] - [D(B) - D(0)] within a method and seed.
+- ``reward_difference`` (App. D.2, matched crossed reward control): the marker pair's interaction minus
+  the answer-only pair's (``answer_only_hash``/``answer_only_boxed`` arms under the hash and boxed
+  requests), per seed, for the payload and strict measures.
 """
 
 from __future__ import annotations
@@ -27,8 +30,13 @@ from scipy import sparse
 
 from crossed_rlvr.analysis.cells import Group
 from crossed_rlvr.eval.score.readers import LENIENT
+from crossed_rlvr.rewards.conventions import CONVENTIONS, CROSSED_PAIRS, pair_label
 
-PAIRS = (("hash", "boxed"), ("json", "xml"))  # (convention H, convention B) crossed with requests h, b
+# (arm H, arm B, request h, request b): each matched pair crossed with its two arms' requests (eq. 1);
+# the answer-only pair (App. D.2) is crossed under the hash and boxed requests like the marker pair.
+PAIRS = tuple((a, b, CONVENTIONS[a].request, CONVENTIONS[b].request) for a, b in CROSSED_PAIRS)
+# App. D.2's matched reward control: marker-required minus answer-only interaction, same method and seed.
+REWARD_CONTROL = (pair_label("hash", "boxed"), pair_label("answer_only_hash", "answer_only_boxed"))
 
 
 @dataclass
@@ -111,16 +119,17 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
     # Crossed interactions per seed, then seed mean and SD over policies that differ in seed alone.
     per_method: dict[tuple[str, str, str, str], list[tuple[int, dict[int, float]]]] = defaultdict(list)
     for (method, ckpt, seed), convs in sorted(arms.items()):
-        for ch, cb in PAIRS:
-            if ch not in convs or cb not in convs:
+        for ah, ab, rh, rb in PAIRS:
+            if ah not in convs or ab not in convs:
                 continue
-            H, B = convs[ch], convs[cb]
-            if not all(g.has(p, r) for p in (H, B) for r in (ch, cb)):
+            H, B = convs[ah], convs[ab]
+            if not all(g.has(p, r) for p in (H, B) for r in (rh, rb)):
                 continue
             for m in cross_measures:
-                terms = _scale(_lin((1, A(H, ch, m)), (-1, A(B, ch, m)), (-1, A(H, cb, m)), (1, A(B, cb, m))), 100)
-                out.append(Contrast("interaction", m, arm_label(method, ckpt, seed), f"{ch}x{cb}", terms, seeds=[seed]))
-                per_method[(method, ckpt, f"{ch}x{cb}", m)].append((seed, terms))
+                terms = _scale(_lin((1, A(H, rh, m)), (-1, A(B, rh, m)), (-1, A(H, rb, m)), (1, A(B, rb, m))), 100)
+                label = pair_label(ah, ab)
+                out.append(Contrast("interaction", m, arm_label(method, ckpt, seed), label, terms, seeds=[seed]))
+                per_method[(method, ckpt, label, m)].append((seed, terms))
     # Differences of interactions with paired intervals: training reward minus strict reader (D.1), and
     # between methods of one seed, pair and checkpoint (D.2: marker-required minus answer-only reward).
     for (method, ckpt, req, m), seeds in list(per_method.items()):
@@ -132,6 +141,15 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
                 diff = _sub(terms, strict[seed])
                 out.append(Contrast("interaction_difference", "acc.reward-acc.strict", arm_label(method, ckpt, seed),
                                     req, diff, seeds=[seed]))
+    marker, answer = REWARD_CONTROL
+    for (method, ckpt, req, m), seeds in list(per_method.items()):
+        if req != marker or m not in ("payload", "acc.strict") or (method, ckpt, answer, m) not in per_method:
+            continue
+        other = dict(per_method[(method, ckpt, answer, m)])
+        for seed, terms in seeds:
+            if seed in other:
+                out.append(Contrast("reward_difference", m, arm_label(method, ckpt, seed), f"{marker}-answer_only",
+                                    _sub(terms, other[seed]), seeds=[seed]))
     methods = sorted({(method, ckpt) for method, ckpt, _, _ in per_method})
     for a in range(len(methods)):
         for b in range(a + 1, len(methods)):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from crossed_rlvr.rewards.conventions import PARTNER
+from crossed_rlvr.rewards.conventions import ARM_PARTNER, CONVENTIONS, PARTNER
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,15 @@ def design_gaps(scores: pd.DataFrame) -> list[Gap]:
             held = set(pol.request)
             # the initial policy: every request of the table; an arm: its own and its partner's, where the table
             # holds them (a table of one request is a convention-matched evaluation, complete as such)
-            need = set(requests) if conv == "initial" else {conv, PARTNER.get(conv)} & set(requests)
+            # (answer_only, the I1 control of §2.4, is read under its own request only: it has no crossed partner)
+            own = CONVENTIONS[conv].request if conv in CONVENTIONS else conv
+            crossed = {own, PARTNER.get(own)} if conv in ARM_PARTNER else {own}
+            need = set(requests) if conv == "initial" else crossed & set(requests)
             missing = sorted(need - held)
             if missing:
                 gaps.append(Gap(task, template, policy, f"has no response under request {', '.join(map(repr, missing))}"
                                 f" (the table holds {', '.join(map(repr, requests))} there)"))
-            partner = PARTNER.get(conv)
+            partner = ARM_PARTNER.get(conv)
             if conv != "initial" and partner in trained:
                 seed = pol.train_seed.iloc[0]
                 mates = arms[(arms.training_convention == partner) & (arms.train_seed == seed)]

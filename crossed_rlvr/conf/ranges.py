@@ -201,10 +201,10 @@ def check_relations(cfg: Any) -> None:
     if twice:
         raise ConfigError(f"arms.conventions={conventions}: {twice[0]} appears twice (one arm per convention)")
     if conventions and get("arms.kind") == "grpo":
-        from crossed_rlvr.rewards.conventions import PARTNER
+        from crossed_rlvr.rewards.conventions import ARM_PARTNER, CROSSED_PAIRS
 
-        if not any(PARTNER.get(c) in conventions for c in conventions):
-            pairs = sorted({" + ".join(sorted((a, b))) for a, b in PARTNER.items()})
+        if not any(ARM_PARTNER.get(c) in conventions for c in conventions):
+            pairs = [f"{a} + {b}" for a, b in CROSSED_PAIRS]
             raise ConfigError(f"arms.conventions={conventions}: no crossed pair to compare; include both of "
                               f"{' or '.join(pairs)}")
 

@@ -79,9 +79,17 @@ REWARD_PROGRAMS: dict[str, RewardProgram] = {
 }
 
 
+def program_name(convention: str) -> str:
+    """The program a convention's rollouts are scored by: the answer-only arms of either request
+    (``answer_only_hash``, ``answer_only_boxed``, App. D.2) share ``answer_only``; every other
+    convention is its own program. (A rule rather than a lookup in ``conventions`` so that verl can
+    load this file alone.)"""
+    return "answer_only" if convention.startswith("answer_only") else convention
+
+
 def get_program(convention: str) -> RewardProgram:
     try:
-        return REWARD_PROGRAMS[convention]
+        return REWARD_PROGRAMS[program_name(convention)]
     except KeyError:
         raise KeyError(
             f"no training reward program for convention {convention!r}; expected one of {', '.join(REWARD_PROGRAMS)}"

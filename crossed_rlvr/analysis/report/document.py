@@ -11,8 +11,9 @@ from crossed_rlvr.analysis.cells import SHARED
 from crossed_rlvr.analysis.report.headline import collapse_columns, collapsed_note
 from crossed_rlvr.analysis.report.tables import interval, markdown_table, signed
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
+from crossed_rlvr.rewards.conventions import CONVENTIONS
 
-TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2}
+TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2, "rephrased": 3, "one_shot": 4}
 REQUEST_ORDER = {"hash": 0, "boxed": 1, "json": 2, "xml": 3}
 
 
@@ -247,7 +248,7 @@ def gains_table(contrasts: pd.DataFrame, task: str, template: str, digits: int =
 
 def other_contrasts(contrasts: pd.DataFrame, digits: int = 2) -> str:
     names = ["attenuation_reward", "attenuation_convention", "preference_D", "arm_to_arm_D", "arm_to_arm_D_sd",
-             "delta_P_sd", "share_F", "share_gamma0", "interaction_difference", "method_difference",
+             "delta_P_sd", "share_F", "share_gamma0", "interaction_difference", "method_difference", "reward_difference",
              "conditional_correctness"]
     part = contrasts[contrasts.name.isin(names) | ((contrasts.name == "delta_P") & contrasts.policy.map(is_summary))]
     if part.empty:
@@ -405,8 +406,9 @@ def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
         seeds = sorted({int(s) for s in " ".join(part["seeds"].astype(str)).split()})
         # ΔP_{B,h}: the boxed-side arm of this pair under the hash-side request, same method and checkpoint
         h_side, _, b_side = pair.partition("x")  # "hashxboxed", "jsonxxml": the H side never holds an x
+        h_request = CONVENTIONS[h_side].request if h_side in CONVENTIONS else h_side
         dp = contrasts[(contrasts.task == task) & (contrasts.template == template) & (contrasts.name == "delta_P")
-                       & (contrasts.request == h_side)]
+                       & (contrasts.request == h_request)]
         # a boolean mask (an empty list would select no columns when there is no ΔP, e.g. no initial policy)
         dp = dp.loc[np.array([p in conv.index and conv.loc[p, "training_convention"] == b_side
                               and policy_parts(p, b_side) == (method, ckpt) for p in dp.policy], dtype=bool)]
