@@ -148,6 +148,11 @@ def test_imports_go_only_to_the_same_or_an_earlier_layer():
     assert bad == []
 
 
+# The native-MATH boxed program (issue 35) compares with Math-Verify in a pebble worker: project dependencies,
+# imported inside its functions, so importing the programs still needs nothing beyond the standard library.
+SYMBOLIC_DEPENDENCIES = {"math_verify", "pebble"}
+
+
 def test_rewards_use_only_the_standard_library():
     """verl and TRL import the reward programs without the rest of the project (DESIGN.md, rewards/)."""
     import sys
@@ -162,6 +167,8 @@ def test_rewards_use_only_the_standard_library():
             for mod in mods:
                 top = mod.split(".")[0]
                 if mod.startswith("crossed_rlvr.rewards") or top in sys.stdlib_module_names or top == "__future__":
+                    continue
+                if name == "crossed_rlvr.rewards.symbolic" and top in SYMBOLIC_DEPENDENCIES:
                     continue
                 bad.append(f"{name}:{node.lineno} imports {mod}")
     assert bad == []

@@ -97,3 +97,72 @@ def test_trl_reward_unknown_convention_fails_early():
 
 def test_every_convention_has_a_program():
     assert set(REWARD_PROGRAMS) == {"hash", "boxed", "json", "xml", "answer_only"}
+
+
+# ---------------------------------------------------------------- native-boxed MATH training (App. D.3.1, issue 35)
+MATH_CASES = [
+    ("so \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}", 1.0),
+    ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),  # symbolic equivalence, not string equality
+    ("\\boxed{\\dfrac{2}{4}}", "\\frac{1}{2}", 1.0),
+    ("\\boxed{2\\sqrt{3}}", "\\sqrt{12}", 1.0),
+    ("\\boxed{\\sqrt{3}}", "2\\sqrt{3}", 0.0),
+    ("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}", 1.0),  # two levels of nested braces
+    ("\\boxed{(1, 2]}", "(1,2]", 1.0),  # intervals keep their open and closed ends
+    ("\\boxed{[1, 2]}", "(1,2]", 0.0),
+    ("\\boxed{\\{1, 2\\}}", "\\{1,2\\}", 1.0),  # escaped braces are literal, not structure
+    ("\\boxed{3} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}", 1.0),  # the last box
+    ("\\boxed{\\frac{1}{2}} then \\boxed{3}", "\\frac{1}{2}", 0.0),
+    ("\\boxed{\\frac{1}{2}", "\\frac{1}{2}", 0.0),  # never closed
+    ("#### \\frac{1}{2}", "\\frac{1}{2}", 0.0),  # the box is the marker
+    ("The answer is 1/2.", "\\frac{1}{2}", 0.0),  # no numeric fallback
+    ("\\boxed{\\frac{1}{2}}" + FILLER, "\\frac{1}{2}", 0.0),  # outside the final 300 characters
+    ("\\boxed{}", "0", 0.0),
+]
+
+
+@pytest.mark.parametrize("response, reference, expected", MATH_CASES)
+def test_boxed_math_reward(response, reference, expected):
+    assert reward("boxed_math", response, reference) == expected
+
+
+def test_boxed_math_reward_reads_nested_boxes_whole():
+    from crossed_rlvr.rewards.symbolic import box_payloads, last_box
+
+    assert box_payloads("\\boxed{\\frac{1}{\\boxed{2}}}") == ["\\frac{1}{\\boxed{2}}", "2"]
+    assert last_box("x \\boxed{ \\frac{a}{b} } y") == "\\frac{a}{b}"
+    assert box_payloads("\\boxed{" * 5000 + "1") == []  # never closed: nothing, in one pass
+
+
+def test_a_pathological_answer_times_out_without_hanging_the_trainer():
+    """A power tower Math-Verify cannot settle: its comparison is killed at the hard limit, scores 0, and the
+    next rollout is scored normally, also from a thread that is not the main one (where Math-Verify's own
+    signal-based limits cannot work)."""
+    import threading
+    import time
+
+    from crossed_rlvr.rewards.symbolic import SymbolicBoxedProgram
+
+    program = SymbolicBoxedProgram(limit_s=2.0)
+    program.score("\\boxed{1}", "1")  # the worker's start-up (spawn and Math-Verify's import) is not timed
+    results: list[tuple[float, float]] = []
+
+    def trainer_thread():
+        for response in ("\\boxed{9^{9^{9^{9^{9}}}}}", "\\boxed{\\frac{1}{2}}"):
+            start = time.perf_counter()
+            results.append((program.score(response, "\\frac{1}{2}" if "frac" in response else "1"),
+                            time.perf_counter() - start))
+
+    worker = threading.Thread(target=trainer_thread)
+    worker.start()
+    worker.join(timeout=60)
+    assert not worker.is_alive()
+    (tower, tower_s), (half, _) = results
+    assert tower == 0.0 and 1.5 < tower_s < 10, tower_s
+    assert half == 1.0
+
+
+def test_boxed_math_through_trl_and_verl_entries():
+    fn = make_trl_reward("boxed_math")
+    assert fn(completions=["\\boxed{\\frac{3}{4}}", "\\boxed{3/5}"], reference=["0.75", "\\frac{3}{4}"]) == [1.0, 0.0]
+    out = compute_score("math", "so \\boxed{\\sqrt{4}}", "2", {"convention": "boxed_math"})
+    assert out["score"] == 1.0

@@ -268,6 +268,33 @@ def test_answer_only_crossed_control_with_table1_wordings_study(tmp_path):
     assert "answer_only_hashxanswer_only_boxed" in report and "| one_shot |" in report
 
 
+def test_native_boxed_math_arm_study(tmp_path):
+    """Paper 001 App. D.3.1's native-boxed MATH arm at the smoke size: MATH-shaped train rows (answers with nested
+    braces, ``\\frac{1}{2}``) rewarded by the symbolic boxed program, a single-arm design evaluated on the MATH-500
+    split with the frozen MATH readers (strict symbolic box, lenient last line), gains against the initial policy."""
+    import pandas as pd
+
+    from tests.task_files import math_files
+
+    train, test = math_files(tmp_path / "data", n_train=160, n_test=16)
+    run = tmp_path / "math"
+    Study(study_cfg(run, "experiment=smoke", "task=math500", f"task.path={test}", f"task.train_path={train}",
+                    "task.dev_items=8", "arms.conventions=[boxed_math]", "arms.seeds=[83]", "validation.every=0",
+                    "evaluation.templates=[original]", "sft.epochs=24")).run_all()
+    rows = [json.loads(x) for x in (run / "train" / "boxed_math" / "s83" / "data" / "train.jsonl").read_text().splitlines()]
+    assert {r["convention"] for r in rows} == {"boxed_math"} and {r["reference"] for r in rows} == {"\\frac{1}{2}"}
+    metrics = [json.loads(x) for x in (run / "train" / "boxed_math" / "s83" / "metrics.jsonl").read_text().splitlines()]
+    # the warm-started model boxes \frac{1}{2}: the symbolic program rewards it (the GSM8K boxed program gives 0)
+    assert max(m["rewards/boxed_math_reward/mean"] for m in metrics) > 0
+    scores = pd.read_parquet(run / "eval" / "scores.parquet")
+    assert set(scores.task) == {"math500"} and {"math_strict.correct", "math_lenient.correct"} <= set(scores.columns)
+    con = pd.read_csv(run / "analysis" / "contrasts.csv")
+    gain = con[(con.name == "gain") & (con.policy == "grpo-boxed_math/s83") & (con.request == "boxed")]
+    assert {"acc.strict", "acc.lenient"} <= set(gain.measure) and gain.estimate.notna().all()
+    report = (run / "analysis" / "report.md").read_text()
+    assert "single-arm design" in report and "grpo-boxed_math/s83" in report
+
+
 def test_verl_arms_stop_until_their_launch_scripts_have_run(tmp_path):
     """engine=verl without engine.launch: the study writes each arm's verl data and launch scripts, stops
     with instructions, and after the scripts have produced the merged checkpoints it carries on."""

@@ -1,6 +1,7 @@
 """Reporting conventions and training reward programs (paper 001 §2.1, App. B.3, D.1).
 
-Importable by verl and TRL without the rest of the project: only the standard library is used.
+Importable by verl and TRL without the rest of the project: only the standard library is used, apart from
+the symbolic program's Math-Verify and pebble (project dependencies, imported when it first scores).
 """
 
 from crossed_rlvr.rewards.conventions import (

@@ -100,6 +100,11 @@ CONVENTIONS: dict[str, Convention] = {
         "answer_only_hash", "hash", "the right value anywhere in the final 300 characters", "#### {answer}",
         _suffixes("hash"), "answer_only",
     ),
+    # native-boxed MATH training (App. D.3.1): the boxed request, rewarded by symbolic equivalence
+    "boxed_math": Convention(
+        "boxed_math", "boxed", "\\boxed{<LaTeX answer>} with balanced braces, symbolically equal",
+        "\\boxed{{{answer}}}", _suffixes("boxed"), "boxed_math",
+    ),
     "answer_only_boxed": Convention(
         "answer_only_boxed", "boxed", "the right value anywhere in the final 300 characters", "\\boxed{{{answer}}}",
         _suffixes("boxed"), "answer_only",

@@ -10,6 +10,8 @@ intervention, which is why these differ from the evaluation readers in ``crossed
 - boxed: ``\\boxed{...}`` with a closing brace and no nested braces; payload trimmed.
 - json / xml: ``{"answer": ...}`` / ``<answer>...</answer>``, same window and normalisation.
 - answer_only (the I1 control, §2.4): the right value anywhere in the window, no marker.
+- boxed_math (native-boxed MATH training, D.3.1): in :mod:`crossed_rlvr.rewards.symbolic`; the last
+  balanced box compared with Math-Verify under a hard time limit (our rule: the paper prints none).
 
 Pure functions over strings; no project or framework imports, nothing evaluated as code.
 """
@@ -19,6 +21,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from crossed_rlvr.rewards.symbolic import SYMBOLIC_PROGRAMS, SymbolicBoxedProgram
 
 WINDOW_CHARS = 300
 
@@ -87,12 +91,16 @@ def program_name(convention: str) -> str:
     return "answer_only" if convention.startswith("answer_only") else convention
 
 
-def get_program(convention: str) -> RewardProgram:
+def get_program(convention: str) -> RewardProgram | SymbolicBoxedProgram:
+    name = program_name(convention)
+    if name in SYMBOLIC_PROGRAMS:
+        return SYMBOLIC_PROGRAMS[name]
     try:
-        return REWARD_PROGRAMS[program_name(convention)]
+        return REWARD_PROGRAMS[name]
     except KeyError:
         raise KeyError(
-            f"no training reward program for convention {convention!r}; expected one of {', '.join(REWARD_PROGRAMS)}"
+            f"no training reward program for convention {convention!r}; expected one of "
+            f"{', '.join([*REWARD_PROGRAMS, *SYMBOLIC_PROGRAMS])}"
         ) from None
 
 

@@ -74,7 +74,7 @@ def payload_table(cells: pd.DataFrame, task: str, template: str) -> str:
 def crossing_gaps(cells: pd.DataFrame, task: str | None = None, template: str | None = None) -> list[str]:
     """What keeps a crossed pair (§2: arms of both conventions, same seed, each under both requests)
     from forming: one line per missing cell or arm, so an import that split the design is visible."""
-    from crossed_rlvr.rewards.conventions import PARTNER
+    from crossed_rlvr.rewards.conventions import ARM_PARTNER, PARTNER
 
     part = cells if task is None else cells[(cells.task == task) & (cells.template == template)]
     cols = ["task", "template", "policy", "training_convention", "train_seed", "request"]
@@ -88,11 +88,16 @@ def crossing_gaps(cells: pd.DataFrame, task: str | None = None, template: str | 
             gaps.append(f"{t}/{tpl}: no trained arm, only the initial policy")
             continue
         for conv in sorted(convs):
-            partner = PARTNER.get(conv)
-            if partner is not None and partner not in convs:
+            partner = ARM_PARTNER.get(conv)
+            if partner is None:
+                gaps.append(f"{t}/{tpl}: {conv} arms have no crossed partner convention (a single-arm design: "
+                            "their gains against the initial policy are in the tables)")
+                continue
+            if partner not in convs:
                 gaps.append(f"{t}/{tpl}: arms trained on {conv} but none on {partner}")
+            own = CONVENTIONS[conv].request
             for policy, pol in arms[arms.training_convention == conv].groupby("policy"):
-                missing = sorted({conv, partner} - set(pol.request) - {None})
+                missing = sorted({own, PARTNER[own]} - set(pol.request))
                 if missing:
                     gaps.append(f"{t}/{tpl}: {policy} has no cell under request {', '.join(missing)}"
                                 + (f" (the task holds only {', '.join(sorted(requests))})" if requests else ""))

@@ -1,0 +1,149 @@
+"""The boxed training reward for symbolic answers: native-``\\boxed{}`` MATH training (paper 001 App. D.3.1).
+
+The paper trains a native-boxed MATH arm but does not print its reward program; this rule is ours
+(the README says so), built to agree with App. D.1's programs where they overlap:
+
+- the window is the response's final 300 characters, as in App. D.1;
+- the payload is the last ``\\boxed{...}`` that opens and closes inside the window, with balanced
+  braces, so ``\\boxed{\\frac{1}{2}}`` is read whole (the GSM8K program forbids nested braces, which
+  would leave every MATH answer with a brace unrewardable); ``\\{``/``\\}`` are literal braces;
+- the payload and the reference are compared by Math-Verify (both parsed as LaTeX math, then
+  ``verify``): 1.0 when equivalent, else 0.0. No numeric fallback and no other marker earns credit.
+
+Math-Verify's own time limits use ``signal.alarm``, which works only in a main thread, and the trainer
+calls its rewards from wherever it likes (TRL's main thread, verl's reward workers, a thread). So the
+comparison runs in a worker process (pebble, spawned) under a hard limit enforced from outside: a
+comparison that overruns (``9^{9^{9^{9^{9}}}}`` against 1) is killed, its worker replaced, and the
+response earns 0.0. Nothing in the response is evaluated as code; sympy sees only what Math-Verify's
+LaTeX parser built.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+
+WINDOW_CHARS = 300
+PAYLOAD_MAX_CHARS = 4_000  # as the evaluation's symbolic readers: longer is not an answer
+HARD_LIMIT_S = 10.0  # per comparison, parse and verify together (Math-Verify's own limits are 3 s + 3 s)
+_OPEN = "\\boxed{"
+
+
+def box_payloads(text: str) -> list[str]:
+    """The content of every balanced ``\\boxed{...}`` of ``text`` that closes, in order of opening.
+
+    One pass over the characters with a stack of open braces (written out: the window is at most 300
+    characters and this package imports only the standard library)."""
+    out: list[tuple[int, str]] = []
+    stack: list[tuple[int, bool]] = []  # (index of the content start, opened by \boxed{)
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            if text.startswith(_OPEN, i):
+                stack.append((i + len(_OPEN), True))
+                i += len(_OPEN)
+                continue
+            i += 2  # an escaped character (\{, \}) or a command's first letter: never a structural brace
+            continue
+        if c == "{":
+            stack.append((i + 1, False))
+        elif c == "}" and stack:
+            start, boxed = stack.pop()
+            if boxed:
+                out.append((start, text[start:i]))
+        i += 1
+    return [payload for _, payload in sorted(out)]
+
+
+def last_box(response: str) -> str | None:
+    """The payload this reward compares: the last nonempty balanced box of the final 300 characters."""
+    found = [p.strip() for p in box_payloads(response[-WINDOW_CHARS:])]
+    found = [p for p in found if p]
+    return found[-1] if found else None
+
+
+def _equivalent(payload: str, reference: str) -> bool:
+    """Math-Verify's verdict, in the worker process's main thread (so its own signal limits work too)."""
+    from math_verify import parse, verify
+
+    gold = parse(f"${reference}$") or parse(reference)
+    pred = parse(f"${payload}$")
+    return bool(gold) and bool(pred) and bool(verify(gold, pred))
+
+
+class _Pool:
+    """One spawned worker per process that uses the reward, made on first use and replaced when killed."""
+
+    def __init__(self) -> None:
+        self._pool: Any = None
+        self._pid = -1
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                import multiprocessing
+
+                from pebble import ProcessPool
+
+                # spawn, not fork: the trainer holds torch's threads and CUDA, which a fork would copy
+                self._pool = ProcessPool(max_workers=1, context=multiprocessing.get_context("spawn"))
+                self._pid = os.getpid()
+            return self._pool
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._pool is not None and self._pid == os.getpid():
+                self._pool.stop()
+                self._pool.join()
+            self._pool = None
+
+
+_POOL = _Pool()
+atexit.register(_POOL.stop)
+
+
+def equivalent(payload: str, reference: str, limit_s: float | None = None) -> bool:
+    """Whether Math-Verify finds ``payload`` equivalent to ``reference`` within the hard limit (else False)."""
+    from pebble import ProcessExpired
+
+    future = _POOL.get().schedule(_equivalent, args=(payload, reference),
+                                  timeout=HARD_LIMIT_S if limit_s is None else limit_s)
+    try:
+        return bool(future.result())
+    except (FutureTimeout, ProcessExpired):
+        return False  # killed at the limit (pebble replaces the worker): no credit, and the trainer goes on
+    except Exception:  # noqa: BLE001 - a parser error in the worker is an unreadable answer, not a crash
+        return False
+
+
+@dataclass(frozen=True)
+class SymbolicBoxedProgram:
+    """The ``boxed_math`` program, with the interface of :class:`crossed_rlvr.rewards.programs.RewardProgram`."""
+
+    name: str = "boxed_math"
+    limit_s: float | None = None
+
+    def candidates(self, response: str) -> list[str]:
+        payload = last_box(response)
+        return [] if payload is None else [payload]
+
+    def read(self, response: str, reference: str) -> tuple[str | None, float]:
+        answer = last_box(response)
+        if answer is None or len(answer) > PAYLOAD_MAX_CHARS or not str(reference).strip():
+            return answer, 0.0
+        return answer, 1.0 if equivalent(answer, str(reference).strip(), self.limit_s) else 0.0
+
+    def extract(self, response: str) -> str | None:
+        return last_box(response)
+
+    def score(self, response: str, reference: str) -> float:
+        return self.read(response, reference)[1]
+
+
+SYMBOLIC_PROGRAMS: dict[str, SymbolicBoxedProgram] = {"boxed_math": SymbolicBoxedProgram()}
