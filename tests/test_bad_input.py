@@ -141,7 +141,8 @@ CASES = [
      "is null"),
     ("analyze: unknown template", analyze_case(_set("template", "para_z")),
      "crossed-analyze: {tmp}/scores.parquet: row 4 (policy 'initial', request 'hash', item '3'): field 'template' "
-     "is 'para_z'; expected one of original, para_a, para_b"),
+     "is 'para_z'; expected one of original, para_a, para_b, "
+     "rephrased, one_shot"),
     ("analyze: a response twice with other scores", analyze_case(_repeat_row),
      "crossed-analyze: {tmp}/scores.parquet: row 25 (policy 'initial', request 'hash', item '2'): the same response "
      "key as row 3 (task, policy, training_convention, request, template, item_id, sample_idx); a table holds "

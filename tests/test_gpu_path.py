@@ -42,10 +42,11 @@ def local(tmp_path_factory):
             "strata": strata}
 
 
-def task_overrides(local, task: str) -> list[str]:
+def task_overrides(local, task: str, dev: bool = True) -> list[str]:
+    """Local task files; ``dev=False`` keeps the preset's own hold-out (the 7B preset: none, validation on test)."""
     train, test = local["gsm8k" if task == "gsm8k" else "math"]
     extra = [] if task == "gsm8k" else ["task=math500"]
-    return [*extra, f"task.path={test}", f"task.train_path={train}", f"task.dev_items={DEV}",
+    return [*extra, f"task.path={test}", f"task.train_path={train}", *([f"task.dev_items={DEV}"] if dev else []),
             f"recipe.proposal.strata_file={local['strata']}"]
 
 
@@ -60,7 +61,7 @@ def paper_gsm8k(local):
     run = local["tmp"] / "paper"
     proc = subprocess.run(
         [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare",
-         f"run_dir={run}", f"model.path={local['model']}", *task_overrides(local, "gsm8k")],
+         f"run_dir={run}", f"model.path={local['model']}", *task_overrides(local, "gsm8k", dev=False)],
         capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, "WANDB_API_KEY": "preflight-only"})  # the preset tracks online: its preflight wants a key
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -71,7 +72,10 @@ def test_gpu_presets_are_the_ones_rehearsed():
     assert GPU_PRESETS == ["gpu-smoke", "gpu-smoke-resume", "qwen2.5-1.5b-sft-marker", "qwen2.5-7b-gsm8k-crossed"]
 
 
-def check_grpo_rehearsal(run: Path, arms: list[str], n_test: int, updates: int, dev: int = DEV) -> None:
+def check_grpo_rehearsal(run: Path, arms: list[str], n_test: int, updates: int, dev: int = DEV,
+                         validation: str = "dev") -> None:
+    """verl's data of each arm: validation on ``dev`` held-out train rows, or on the ``test`` split (the 7B preset,
+    Table 23), under both requests; training rows disjoint from both."""
     summary = json.loads((run / "prepare_summary.json").read_text())
     assert sorted(summary["arms"]) == sorted(arms)
     test_questions = {json.loads(x)["question"] for x in (run / "eval" / "items").glob("*.jsonl").__next__()
@@ -80,17 +84,23 @@ def check_grpo_rehearsal(run: Path, arms: list[str], n_test: int, updates: int, 
         arm = Path(summary["arms"][name]["run_dir"])
         train = pd.read_parquet(arm / "data" / "train.parquet")
         val = pd.read_parquet(arm / "data" / "val.parquet")
-        assert len(val) == 2 * dev  # every dev item under both requests
+        n_val = dev if validation == "dev" else n_test
+        assert len(val) == 2 * n_val  # every validation item under both requests
         requests = [e["request"] for e in val["extra_info"]]
-        assert sorted(set(requests)) == ["boxed", "hash"] and requests.count("hash") == dev
+        assert sorted(set(requests)) == ["boxed", "hash"] and requests.count("hash") == n_val
         by_request = {r: {e["item_id"] for e in val["extra_info"] if e["request"] == r} for r in ("hash", "boxed")}
         assert by_request["hash"] == by_request["boxed"]
         train_ids = {e["item_id"] for e in train["extra_info"]}
         assert not train_ids & by_request["hash"]  # validation is held out of training
-        assert all(i.startswith("train-") for i in train_ids | by_request["hash"])
-        questions = {p[0]["content"].split("\n")[0] for p in val["prompt"]} | {
-            p[0]["content"].split("\n")[0] for p in train["prompt"]}
-        assert not {q.split("\n")[0] for q in test_questions} & questions  # and both are disjoint from test
+        assert all(i.startswith("train-") for i in train_ids)
+        val_questions = {p[0]["content"].split("\n")[0] for p in val["prompt"]}
+        train_questions = {p[0]["content"].split("\n")[0] for p in train["prompt"]}
+        tests = {q.split("\n")[0] for q in test_questions}
+        assert not tests & train_questions  # training is disjoint from the test split
+        if validation == "dev":
+            assert all(i.startswith("train-") for i in by_request["hash"]) and not tests & val_questions
+        else:
+            assert val_questions == tests
         assert set(val["data_source"]) == {f"{d}/{r}" for d in set(train["data_source"]) for r in ("hash", "boxed")}
         overrides = (arm / "verl_overrides.txt").read_text().split("\n")[:-1]
         for extra in ([], SDPA):  # verl's own validate_config, on both attention variants the launch may use
@@ -104,10 +114,44 @@ def check_grpo_rehearsal(run: Path, arms: list[str], n_test: int, updates: int, 
 
 
 def test_paper_preset_rehearses_on_gsm8k_files_without_dev_split(paper_gsm8k):
+    """§3/B.1/Table 23: both arms train on the frozen train rows (all of them: no dev hold-out) named by file and
+    sha256 in their configs, and verl validates on the test split."""
+    from crossed_rlvr.files import sha256_file
+
     arms = [f"grpo-{c}/s{s}" for s in (83, 84, 85, 86, 87) for c in ("hash", "boxed")]  # §3: seeds 83-87
-    check_grpo_rehearsal(paper_gsm8k, arms, n_test=40, updates=100)
+    check_grpo_rehearsal(paper_gsm8k, arms, n_test=40, updates=100, validation="test")
+    frozen = paper_gsm8k / "data" / "train_rows.jsonl"
+    rows = [json.loads(x) for x in frozen.read_text().splitlines()]
+    assert len(rows) == 120 and rows[0]["item_id"] == "train-0" and "answer" in rows[0]  # the source's own rows
+    for arm in ("hash", "boxed"):
+        task = json.loads((paper_gsm8k / "train" / arm / "s83" / "resolved_config.json").read_text())["task"]
+        assert task["train_rows"] == str(frozen.resolve()) and task["train_rows_sha256"] == sha256_file(frozen)
+        assert task["dev_items"] == 0
+    train = pd.read_parquet(paper_gsm8k / "train" / "hash" / "s83" / "data" / "train.parquet")
+    assert {e["item_id"] for e in train["extra_info"]} <= {r["item_id"] for r in rows}
     manifest = json.loads((paper_gsm8k / "eval" / "run.json").read_text())
-    assert manifest["splits"]["gsm8k-test.jsonl"]["dev"] == {"held_out_from": "train", "n": DEV, "seed": 20260919}
+    assert manifest["splits"]["gsm8k-test.jsonl"]["dev"] == {"held_out_from": "train", "n": 0, "seed": 20260919}
+
+
+def test_frozen_train_rows_are_checked_and_a_users_rows_are_used_as_given(local, tmp_path):
+    """``task.train_rows=FILE`` (the paper's exact rows): used as the train split, its hash pinned; a changed file
+    or a row that repeats a test question is refused with the file and row named."""
+    from crossed_rlvr.tasks.items import ItemFileError
+    from crossed_rlvr.tasks.splits import load_split
+
+    train, test = local["gsm8k"]
+    mine = tmp_path / "rows.jsonl"
+    mine.write_text("".join(train.read_text().splitlines(keepends=True)[:7]))
+    cfg = study_cfg(tmp_path / "r", "task=gsm8k", f"task.path={test}", f"task.train_rows={mine}", "task.split=train")
+    items = load_split(cfg.task)
+    assert [it["item_id"] for it in items] == [f"train-{k}" for k in range(7)]
+    pinned = study_cfg(tmp_path / "r", "task=gsm8k", f"task.path={test}", f"task.train_rows={mine}", "task.split=train",
+                       "task.train_rows_sha256=" + "0" * 64)
+    with pytest.raises(ItemFileError, match=r"rows.jsonl: its sha256 is .* not the 0000000000000000"):
+        load_split(pinned.task)
+    mine.write_text(mine.read_text() + test.read_text().splitlines(keepends=True)[3])
+    with pytest.raises(ItemFileError, match=r"rows.jsonl: row 8 has the question of test item '3'"):
+        load_split(cfg.task)
 
 
 def test_paper_preset_rehearses_on_math_files(local):
@@ -488,3 +532,33 @@ def test_the_7b_preset_holds_the_papers_evaluation_and_bootstrap_settings(tmp_pa
     assert (e.temperature, e.top_p, e.max_new_tokens, e.context_limit, e.base_seed) == (0.6, 0.95, 640, 4096,
                                                                                         20260908)
     assert (cfg.analysis.resamples, cfg.analysis.rng_seed) == (20000, 20260913)
+
+
+def test_protocol_card_names_each_arms_frozen_rows(tmp_path):
+    """Issue 35: the card states the split and the training rows (file and sha256) each trained policy used, read
+    from the arm's own resolved config beside its checkpoint."""
+    from crossed_rlvr.analysis.protocol import protocol_section, training_rows
+
+    weights = {}
+    for conv in ("hash", "boxed"):
+        arm = tmp_path / "train" / conv / "s83"
+        (arm / "checkpoints" / "step-100").mkdir(parents=True)
+        (arm / "resolved_config.json").write_text(json.dumps({"task": {
+            "name": "gsm8k", "train_rows": "/runs/p/data/train_rows.jsonl", "train_rows_sha256": "ab" * 32,
+            "dev_items": 0}, "train_items": {"n": 7473}}))
+        weights[f"grpo-{conv}/s83"] = {"path": str(arm / "checkpoints" / "step-100"), "weights_sha256": "c" * 64}
+    rows = training_rows(weights)
+    assert rows["grpo-hash/s83"]["sha256"] == "ab" * 32 and rows["grpo-boxed/s83"]["items"] == 7473
+    card = {"policies": sorted(weights), "weights": weights, "tasks": {"gsm8k": 1319}, "items_sha256": {},
+            "splits": {"gsm8k-test.jsonl": {"source": "gsm8k", "test": "hub", "train": "hub",
+                                            "dev": {"n": 0, "seed": 20260919},
+                                            "train_rows": {"file": "/runs/p/data/train_rows.jsonl",
+                                                           "sha256": "ab" * 32}}},
+            "training_rows": rows, "decoding": [], "training_seeds": [83], "generation_seeds": "x",
+            "bootstrap": {"resamples": 20000, "rng_seed": 20260913}, "generation_machines": [],
+            "analysis_machine": {}, "commit": "c", "responses_from_several_machines": False}
+    text = protocol_section(card)
+    assert "- **Split of `gsm8k-test.jsonl`**: gsm8k test from hub; training rows from " \
+           "`/runs/p/data/train_rows.jsonl` (sha256 `abababababababab…`)" in text
+    assert "- **Training rows**: `/runs/p/data/train_rows.jsonl` (sha256 `abababababababab…`), for 2 policies: " \
+           "`grpo-boxed/s83`, `grpo-hash/s83`" in text

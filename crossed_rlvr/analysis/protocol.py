@@ -45,6 +45,7 @@ def collect(scores_path: str | Path, scores: pd.DataFrame, n_resamples: int, rng
         if run.exists():
             runs[str(run)] = _read(run)
     items = {name: sha for r in runs.values() for name, sha in r.get("items", {}).items()}
+    splits = {name: sp for r in runs.values() for name, sp in r.get("splits", {}).items()}
     weights = {name: w for r in runs.values() for name, w in r.get("policies", {}).items()}
     machines = [m for r in runs.values() for m in r.get("machines", [])]
     seeds = sorted({int(s) for s in scores["train_seed"].dropna().unique()}) if "train_seed" in scores else []
@@ -54,6 +55,8 @@ def collect(scores_path: str | Path, scores: pd.DataFrame, n_resamples: int, rng
         "weights": weights,
         "tasks": {t: int(g["item_id"].nunique()) for t, g in scores.groupby("task")},
         "items_sha256": items,
+        "splits": splits,
+        "training_rows": training_rows(weights),
         "decoding": list(decoding.values()),
         "training_seeds": seeds,
         "generation_seeds": "item seed = base_seed + item id (+ 10^7 per further sample); "
@@ -64,6 +67,24 @@ def collect(scores_path: str | Path, scores: pd.DataFrame, n_resamples: int, rng
         "commit": source_commit(),
         "responses_from_several_machines": len({json.dumps(_kind(m), sort_keys=True) for m in machines}) > 1,
     }
+
+
+def training_rows(weights: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per trained policy, the task rows its arm trained on, from the arm's own ``resolved_config.json`` (a
+    checkpoint lives at ``<arm>/checkpoints/step-N``): the frozen rows file and its sha256, or the split that
+    made them (the arithmetic probe's seed)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, w in weights.items():
+        path = Path(str(w.get("path", "")))
+        for folder in (path, *list(path.parents)[:3]):
+            cfg = _read(folder / "resolved_config.json")
+            task = cfg.get("task")
+            if task:
+                out[name] = {"task": task.get("name"), "train_rows": task.get("train_rows"),
+                             "sha256": task.get("train_rows_sha256"), "dev_items": task.get("dev_items"),
+                             "seed": task.get("seed"), "items": (cfg.get("train_items") or {}).get("n")}
+                break
+    return out
 
 
 def _kind(m: dict[str, Any]) -> dict[str, Any]:
@@ -90,6 +111,18 @@ def protocol_section(card: dict[str, Any]) -> str:
     lines.append("- **Items**: " + "; ".join(f"{t}: {n} items" for t, n in card["tasks"].items()) + (
         " (" + "; ".join(f"`{k}` sha256 `{v[:16]}…`" for k, v in card["items_sha256"].items()) + ")"
         if card["items_sha256"] else ""))
+    for name, sp in (card.get("splits") or {}).items():
+        rows = sp.get("train_rows") or {}
+        lines.append(f"- **Split of `{name}`**: {sp.get('source')} test from {sp.get('test')}; training rows from "
+                     + (f"`{rows.get('file')}` (sha256 `{str(rows.get('sha256'))[:16]}…`)" if rows else
+                        f"{sp.get('train')} less {sp.get('dev', {}).get('n')} dev rows (seed {sp.get('dev', {}).get('seed')})"))
+    frozen = {(r["train_rows"], r["sha256"]): [] for r in (card.get("training_rows") or {}).values() if r["train_rows"]}
+    for p, r in (card.get("training_rows") or {}).items():
+        if r["train_rows"]:
+            frozen[(r["train_rows"], r["sha256"])].append(p)
+    for (file, sha), pols in frozen.items():
+        lines.append(f"- **Training rows**: `{file}` (sha256 `{str(sha)[:16]}…`), for {len(pols)} polic"
+                     f"{'y' if len(pols) == 1 else 'ies'}: {', '.join(f'`{p}`' for p in sorted(pols))}")
     for d in card["decoding"] or [{}]:
         s = d.get("settings", {})
         lines.append(("- **Decoding**" + (f" ({d['cells']} cells)" if len(card["decoding"]) > 1 else "") + ": ")

@@ -68,7 +68,10 @@ class TaskConf:
     train_per_stratum: dict[int, int] | None = nums(None, 0, BIG, why="0: no training items of that stratum")
     # GSM8K / MATH-500 splits
     train_path: str | None = None
-    dev_items: int | None = num(None, 1, BIG, why="validation reads the dev items")
+    dev_items: int | None = num(None, 0, BIG, why="0: no dev hold-out (validate on the test split)")
+    # frozen training rows (paper 001 §3, B.1): a file of the rows themselves, pinned by its sha256
+    train_rows: str | None = None
+    train_rows_sha256: str | None = None
     dev_seed: int | None = num(None, *SEED)
     # paper 000's benchmarks (crossed_rlvr.tasks.choice)
     hub_config: str | None = None

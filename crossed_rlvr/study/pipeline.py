@@ -138,6 +138,28 @@ class Study:
     def arm_list(self) -> list[tuple[str, int]]:
         return [(conv, int(seed)) for seed in self.cfg.arms.seeds for conv in self.cfg.arms.conventions]
 
+    def train_task(self) -> dict[str, Any]:
+        """The task as the arms see it: a hub task's train split frozen by content on first use
+        (``<run>/data/train_rows.jsonl``, paper 001 §3 "frozen training rows"), its file and sha256 part of
+        every arm's config; a user's ``task.train_rows`` is used as given, pinned by its hash."""
+        from crossed_rlvr.files import sha256_file
+        from crossed_rlvr.tasks.splits import freeze_train_rows
+
+        task = _plain(self.cfg.task)
+        if task.get("source") not in ("gsm8k", "math500"):
+            return task
+        if task.get("train_rows"):
+            path = Path(str(task["train_rows"])).resolve()
+            if not path.exists():
+                raise SystemExit(f"crossed-study: task.train_rows={task['train_rows']}: no such file")
+            return {**task, "train_rows": str(path), "train_rows_sha256": task.get("train_rows_sha256")
+                    or sha256_file(path)}
+        if not hasattr(self, "_frozen"):
+            self._frozen = freeze_train_rows(OmegaConf.create(task), self.run / "data" / "train_rows.jsonl")
+            self.say(f"    training rows frozen: {self._frozen['rows']} rows, sha256 {self._frozen['sha256'][:16]}… "
+                     f"({self._frozen['file']})")
+        return {**task, "train_rows": self._frozen["file"], "train_rows_sha256": self._frozen["sha256"]}
+
     def arm_dir(self, conv: str, seed: int) -> Path:
         return self.run / "train" / conv / f"s{seed}"
 
@@ -152,7 +174,7 @@ class Study:
         if strata is not None:  # the frozen strata file and its hash: part of both arms' configs
             recipe["proposal"] = {**recipe["proposal"], "strata_file": strata["file"], "strata_sha256": strata["sha256"]}
         return {
-            "model": {**_plain(c.model), "path": str(initial_path), "weights_sha256": weights}, "task": _plain(c.task),
+            "model": {**_plain(c.model), "path": str(initial_path), "weights_sha256": weights}, "task": self.train_task(),
             "convention": {"name": conv}, "recipe": recipe, "algorithm": _plain(c.algorithm),
             "engine": _plain(c.engine), "tracking": _plain(c.tracking),
             "validation": _plain(c.validation), "eval": _plain(c.eval),
@@ -262,7 +284,7 @@ class Study:
 
     def _sft_arms(self, ipath: str, weights: str) -> dict[str, Any]:
         c = self.cfg
-        spec = {"model": {**_plain(c.model), "path": ipath}, "task": _plain(c.task), "sft": _plain(c.sft),
+        spec = {"model": {**_plain(c.model), "path": ipath}, "task": self.train_task(), "sft": _plain(c.sft),
                 "run_dir": str(self.run), "seeds": [int(s) for s in c.arms.seeds], "arm": c.arms.sft_arm,
                 "control": c.arms.sft_control, "train_items": {"n": int(c.arms.train_items), "seed": 7},
                 "tracking": _plain(c.tracking), "study": self.study_name}
@@ -305,7 +327,7 @@ class Study:
             if not path.exists():
                 raise RecipeError(f"recipe.proposal.strata_file={prop.strata_file}: no such file")
             return {"file": str(path), "sha256": file_sha256(path)}
-        items = train_items(c.task, int(c.arms.train_items), 101)
+        items = train_items(OmegaConf.create(self.train_task()), int(c.arms.train_items), 101)
         if items and all(it.get("stratum") is not None for it in items):
             return None
         out = self.run / "data" / "strata.jsonl"
@@ -406,7 +428,8 @@ class Study:
         c = self.cfg
         arm, control = c.arms.sft_arm, c.arms.sft_control
         data = {conv: self.run / "data" / f"sft-{conv}.jsonl" for conv in (arm, control)}
-        n = write_pairs(train_items(c.task, int(c.arms.train_items), 7), data[arm], data[control], arm, control)
+        n = write_pairs(train_items(OmegaConf.create(self.train_task()), int(c.arms.train_items), 7), data[arm],
+                        data[control], arm, control)
         self.say(f"    prepared {n} content-matched SFT pairs: {data[arm]}, {data[control]}")
         return {"arms": {f"sft-{conv}/s{seed}": {"path": str(self.run / "models" / f"sft-{conv}" / f"s{seed}"),
                                                  "convention": conv, "seed": int(seed), "pairs": n,

@@ -9,15 +9,32 @@ Ids name the source row (``train-<row>``), so a dev item never collides with a t
 
 Sources: a local JSON Lines / Parquet file (``task.path`` for test, ``task.train_path`` for the train
 rows), or the Hugging Face hub when those are null.
+
+Frozen training rows (paper 001 §3, B.1, D.1: "the 7,377 frozen GSM8K training rows"): ``task.train_rows``
+names a file of the training rows themselves (the source's own fields), used as the train split exactly as
+it stands, and ``task.train_rows_sha256`` pins its content. A study freezes its train split into such a
+file on first use (:func:`freeze_train_rows`) and hands the file and its hash to every arm, so both arms of
+a pair train on rows identified by content, not by a hub revision. The paper does not say which 96 of
+GSM8K's 7,473 train rows it dropped; bring its rows with ``task.train_rows=FILE``.
 """
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.files import atomic_write_text, sha256_file
 from crossed_rlvr.tasks.items import ItemFileError
-from crossed_rlvr.tasks.loaders import load_gsm8k, load_math500
+from crossed_rlvr.tasks.loaders import (
+    gsm8k_item,
+    load_gsm8k,
+    load_math500,
+    math500_item,
+    read_hub,
+    read_local,
+)
 
 # Hub sources of each task's training rows (MATH-500's are MATH's train split).
 TRAIN_HUB = {"gsm8k": ("openai/gsm8k", "main", "train"),
@@ -31,10 +48,58 @@ def _norm(question: str) -> str:
 
 def held_out(rows: list[dict[str, Any]], n_dev: int, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(train, dev): ``n_dev`` rows drawn with ``random.Random(seed)``; both keep the file order."""
-    if n_dev >= len(rows):
+    if n_dev and n_dev >= len(rows):
         raise ItemFileError(f"task.dev_items={n_dev} leaves no training rows ({len(rows)} rows in the train source)")
     chosen = set(random.Random(seed).sample(range(len(rows)), n_dev))
     return ([r for k, r in enumerate(rows) if k not in chosen], [r for k, r in enumerate(rows) if k in chosen])
+
+
+CONVERT = {"gsm8k": (gsm8k_item, ("question", "answer")), "math500": (math500_item, ("problem",))}
+
+
+def _source_rows(task: Any) -> list[dict[str, Any]]:
+    """The train source's raw rows, each with ``source_row`` (its index there) and a ``_question`` to match on."""
+    train_path = task.get("train_path")
+    raw = read_local(Path(train_path)) if train_path else read_hub(*TRAIN_HUB[task.source])
+    convert, required = CONVERT[task.source]
+    out = []
+    for k, row in enumerate(raw):
+        for name in required:
+            if name not in row:
+                raise ItemFileError(f"{train_path or TRAIN_HUB[task.source][0]}: row {k + 1} lacks field '{name}'")
+        out.append({**row, "source_row": k, "_question": convert(row, k)["question"]})
+    return out
+
+
+def _train_dev_rows(task: Any, test: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    seen = {_norm(it["question"]) for it in test}
+    rows = [r for r in _source_rows(task) if _norm(r["_question"]) not in seen]
+    return held_out(rows, int(task.get("dev_items", 200) or 0), int(task.get("dev_seed", 20260919)))
+
+
+def _frozen_rows(task: Any, test: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items of ``task.train_rows``, checked against its sha256 and kept disjoint from the test split."""
+    path = Path(str(task.train_rows))
+    if not path.exists():
+        raise ItemFileError(f"task.train_rows={path}: no such file")
+    want = task.get("train_rows_sha256")
+    if want and sha256_file(path) != want:
+        raise ItemFileError(f"task.train_rows={path}: its sha256 is {sha256_file(path)[:16]}…, not the "
+                            f"{str(want)[:16]}… the run was configured with (the file changed after it was frozen)")
+    convert, required = CONVERT[task.source]
+    seen = {_norm(it["question"]): it["item_id"] for it in test}
+    items = []
+    for k, row in enumerate(read_local(path)):
+        for name in required:
+            if name not in row:
+                raise ItemFileError(f"{path}: row {k + 1} lacks field '{name}'")
+        it = convert(row, k)
+        if _norm(it["question"]) in seen:
+            raise ItemFileError(f"{path}: row {k + 1} has the question of test item {seen[_norm(it['question'])]!r}; "
+                                "training rows must be disjoint from the evaluation split")
+        items.append({**it, "item_id": str(row.get("item_id") or f"train-{k}"), "source_row": row.get("source_row", k),
+                      "split": "train"})
+    return items
 
 
 def load_split(task: Any) -> list[dict[str, Any]]:
@@ -46,17 +111,33 @@ def load_split(task: Any) -> list[dict[str, Any]]:
     test = loader(task.get("path"), "test")
     if split == "test":
         return test
-    train_path = task.get("train_path")
-    rows = loader(train_path, "train", hub=None if train_path else TRAIN_HUB[task.source])
-    seen = {_norm(it["question"]) for it in test}
-    rows = [{**it, "item_id": f"train-{k}", "source_row": k, "split": split}
-            for k, it in enumerate(rows) if _norm(it["question"]) not in seen]
-    train, dev = held_out(rows, int(task.get("dev_items", 200)), int(task.get("dev_seed", 20260919)))
-    return dev if split == "dev" else train
+    if split == "train" and task.get("train_rows"):
+        return _frozen_rows(task, test)
+    train, dev = _train_dev_rows(task, test)
+    convert, _ = CONVERT[task.source]
+    return [{**convert(r, r["source_row"]), "item_id": f"train-{r['source_row']}", "source_row": r["source_row"],
+             "split": split} for r in (dev if split == "dev" else train)]
+
+
+def freeze_train_rows(task: Any, path: Path) -> dict[str, Any]:
+    """The train split written once as a file of its raw rows (each with ``item_id`` ``train-<source row>``), and
+    its sha256: reused as it stands on later runs, so the rows stay frozen even if the hub's copy changes."""
+    if not path.exists():
+        loader = {"gsm8k": load_gsm8k, "math500": load_math500}[task.source]
+        train, _ = _train_dev_rows(task, loader(task.get("path"), "test"))
+        rows = [{**{k: v for k, v in r.items() if k not in ("_question",)}, "item_id": f"train-{r['source_row']}"}
+                for r in train]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows))
+    n = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+    return {"file": str(path.resolve()), "sha256": sha256_file(path), "rows": n}
 
 
 def split_record(task: Any) -> dict[str, Any]:
     """How the task's splits were made, for the run's item manifest."""
-    return {"source": task.source, "test": task.get("path") or "hub", "train": task.get("train_path") or "hub",
-            "dev": {"held_out_from": "train", "n": int(task.get("dev_items", 200)),
-                    "seed": int(task.get("dev_seed", 20260919))}}
+    out = {"source": task.source, "test": task.get("path") or "hub", "train": task.get("train_path") or "hub",
+           "dev": {"held_out_from": "train", "n": int(task.get("dev_items", 200) or 0),
+                   "seed": int(task.get("dev_seed", 20260919))}}
+    if task.get("train_rows"):
+        out["train_rows"] = {"file": str(task.train_rows), "sha256": task.get("train_rows_sha256")}
+    return out

@@ -14,6 +14,7 @@ from typing import Any
 
 from crossed_rlvr.conf.checks import RecipeError
 from crossed_rlvr.files import atomic_write_jsonl
+from crossed_rlvr.prompts import user_content
 from crossed_rlvr.rewards.conventions import get_convention
 from crossed_rlvr.train.proposal import frozen_proposal
 
@@ -80,12 +81,12 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
         random.Random(int(cfg.data_seed)).shuffle(order)
         draws = [(order[k % len(order)], 1.0) for k in range(n_rows)]
     conv = get_convention(cfg.convention.name)
-    suffix = conv.suffix(cfg.template)
     rows = []
     for step, (i, weight) in enumerate(draws):
         it = items[i]
         rows.append({
-            "row": step, "item_id": it["item_id"], "question": it["question"], "prompt": f"{it['question']}\n{suffix}",
+            "row": step, "item_id": it["item_id"], "question": it["question"],
+            "prompt": user_content(it["question"], conv.request, cfg.template),
             "reference": str(it["reference"]), "convention": conv.name, "request": conv.request,
             "stratum": it.get("stratum"), "is_weight": float(weight),
         })
