@@ -6,8 +6,6 @@ samples of a synthetic population, and the time it takes.
 
 from __future__ import annotations
 
-import sys
-
 from crossed_rlvr.calibration.simulate import (
     ANALYSIS_QUANTITIES,
     analysis_coverage,
@@ -16,7 +14,13 @@ from crossed_rlvr.calibration.simulate import (
 )
 
 if __name__ == "__main__":
-    draws = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    from crossed_rlvr.limits import Parser
+
+    parser = Parser(description=__doc__.splitlines()[0])
+    parser.add_argument("draws", nargs="?", type=int, default=1000, help="simulated frozen samples (default 1000)")
+    draws = parser.parse_args().draws
+    if draws < 1:
+        parser.error(f"draws={draws}: give at least 1")
     methods = {"exact, corrected (ours)": {}, "mutation: no multiplicity correction": {"corrected": False},
                "mutation: Wald intervals": {"interval": wald_interval}}
     for name, kwargs in methods.items():

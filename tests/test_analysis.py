@@ -459,3 +459,35 @@ def test_answer_only_crossed_control_beside_the_marker_pair(tmp_path):
             cell("grpo-answer_only_boxed/s2", "boxed", [1, 1, 0, 0], [1, 1, 0, 0], seed=2)]
     with pytest.raises(AnalysisError, match="has no answer_only_hash arm of seed 2 to cross with"):
         analyze(write(tmp_path, half, "half.parquet"), tmp_path / "h", n_resamples=50, figures=False)
+
+
+def test_sft_marker_criteria_are_checked_pass_and_fail(tmp_path):
+    """App. D.2.1's pre-specified criteria on hand-built cells: seed 1 meets all five, seed 2's control flips its
+    sign and its lenient scores drift apart; the cross-seed spread of D(H) - D(B) is checked too."""
+    from crossed_rlvr.analysis.criteria import sft_criteria
+
+    rows = [cell("initial", "hash", [0, 0, 0, 0], [0, 0, 0, 0], lenient=[1, 1, 0, 0]),  # D(π0) = 0 - 0.5 < 0
+            cell("initial", "boxed", [1, 1, 0, 0], [1, 1, 0, 0]),
+            # seed 1: H follows hash only (D = +0.5), B boxed only (D = -0.5); lenient equal across arms
+            cell("sft-hash/s1", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=1),
+            cell("sft-hash/s1", "boxed", [0, 0, 0, 0], [0, 0, 0, 0], lenient=[1, 1, 0, 0], seed=1),
+            cell("sft-boxed/s1", "hash", [0, 0, 0, 0], [0, 0, 0, 0], lenient=[1, 1, 0, 0], seed=1),
+            cell("sft-boxed/s1", "boxed", [1, 1, 0, 0], [1, 1, 0, 0], seed=1),
+            # seed 2: H as before; B's D = +0.25 (keeps no sign) and lenient 0.75 vs 0.5 under hash
+            cell("sft-hash/s2", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=2),
+            cell("sft-hash/s2", "boxed", [0, 0, 0, 0], [0, 0, 0, 0], lenient=[1, 1, 0, 0], seed=2),
+            cell("sft-boxed/s2", "hash", [1, 1, 1, 0], [1, 1, 1, 0], seed=2),
+            cell("sft-boxed/s2", "boxed", [1, 1, 0, 0], [1, 1, 0, 0], seed=2)]
+    out = analyze(write(tmp_path, rows), tmp_path / "o", n_resamples=50, figures=False)
+    table = sft_criteria(pd.read_csv(out / "cells.csv"))
+    verdict = {(r.seed, r.criterion.split(" ")[0] + " " + r.criterion.split(" ")[1]): r.pass_ for r in
+               table.rename(columns={"pass": "pass_"}).itertuples()}
+    assert table[table.seed == "1"]["pass"].all() and len(table[table.seed == "1"]) == 5
+    assert verdict[("2", "boxed control")] is False and verdict[("2", "largest lenient")] is False
+    assert verdict[("2", "hash arm")] is True
+    spread = table[table.criterion.str.startswith("cross-seed")].iloc[0]
+    assert spread.seed == "1 2" and spread.value == "0.7500" and not spread["pass"]  # 1.0 vs 0.25
+    report = (out / "report.md").read_text()
+    assert "## Pre-specified SFT criteria (App. D.2.1)" in report and "| 1 | arm-to-arm contrast D(H) − D(B) | " \
+        "+1.0000 | > +0.50 | pass |" in report
+    assert (out / "sft_criteria.csv").exists()

@@ -8,6 +8,7 @@ validation runs on every generated override list; the scripts are read line by l
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from tests.test_generation import SMALL
 CONF = Path(__file__).resolve().parent.parent / "crossed_rlvr" / "conf" / "experiment"
 GPU_PRESETS = sorted(p.stem for p in CONF.glob("*.yaml") if "requires_gpu: true" in p.read_text())
 DEV = 12
+N_VAL = 40  # the 7B preset validates on the test split: the 40 items of the local test file (Table 23)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,8 @@ def paper_gsm8k(local):
 
 
 def test_gpu_presets_are_the_ones_rehearsed():
-    assert GPU_PRESETS == ["gpu-smoke", "gpu-smoke-resume", "qwen2.5-1.5b-sft-marker", "qwen2.5-7b-gsm8k-crossed"]
+    assert GPU_PRESETS == ["gpu-smoke", "gpu-smoke-resume", "qwen2.5-1.5b-math-boxed", "qwen2.5-1.5b-sft-marker",
+                           "qwen2.5-7b-gsm8k-crossed", "qwen2.5-7b-math-boxed", "qwen2.5-7b-math500-transfer"]
 
 
 def check_grpo_rehearsal(run: Path, arms: list[str], n_test: int, updates: int, dev: int = DEV,
@@ -158,20 +161,30 @@ def test_paper_preset_rehearses_on_math_files(local):
     run = local["tmp"] / "math"
     Study(study_cfg(run, "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare", "arms.seeds=[83]",
                     f"model.path={local['model']}", *task_overrides(local, "math500"))).prepare()
-    check_grpo_rehearsal(run, ["grpo-hash/s83", "grpo-boxed/s83"], n_test=40, updates=100)
+    check_grpo_rehearsal(run, ["grpo-hash/s83", "grpo-boxed/s83"], n_test=40, updates=100, validation="test")
+    train = pd.read_parquet(run / "train" / "hash" / "s83" / "data" / "train.parquet")
+    assert set(train["reward_model"].map(lambda r: r["ground_truth"])) == {"\\frac{1}{2}"}  # MATH train: last box
     val = pd.read_parquet(run / "train" / "hash" / "s83" / "data" / "val.parquet")
-    assert set(val["reward_model"].map(lambda r: r["ground_truth"])) == {"\\frac{1}{2}"}  # MATH train: last box
+    assert set(val["reward_model"].map(lambda r: r["ground_truth"])) == {str(k + 2) for k in range(40)}  # MATH-500
 
 
 def test_sft_preset_rehearses(local):
     run = local["tmp"] / "sft"
-    summary = Study(study_cfg(run, "experiment=qwen2.5-1.5b-sft-marker", "stages=prepare",
-                              f"model.path={local['model']}", *task_overrides(local, "gsm8k"))).prepare()
+    cfg = study_cfg(run, "experiment=qwen2.5-1.5b-sft-marker", "stages=prepare", f"model.path={local['model']}",
+                    *task_overrides(local, "gsm8k", dev=False))
+    # D.2.1: 500 items x 4 samples, seeds 83-85, 10,000 resamples; the frozen rows, no dev hold-out
+    assert (cfg.evaluation.n_items, cfg.evaluation.samples, cfg.analysis.resamples) == (500, 4, 10000)
+    assert list(cfg.arms.seeds) == [83, 84, 85] and cfg.task.dev_items == 0
+    assert (cfg.eval.temperature, cfg.eval.top_p) == (0.6, 0.95)
+    summary = Study(cfg).prepare()
     assert sorted(summary["arms"]) == sorted(f"sft-{c}/s{s}" for s in (83, 84, 85) for c in ("hash", "boxed"))
     a = [json.loads(x) for x in (run / "data" / "sft-hash.jsonl").read_text().splitlines()]
     b = [json.loads(x) for x in (run / "data" / "sft-boxed.jsonl").read_text().splitlines()]
-    assert len(a) == len(b) == 120 - DEV  # the train rows less the held-out dev rows
-    assert json.loads((run / "eval_plan.json").read_text())["responses"] == 7 * 2 * (40 + 40 + 40)
+    assert len(a) == len(b) == 120  # D.2.1: both arms on all the frozen train rows
+    assert (run / "data" / "train_rows.jsonl").exists()
+    # D.2.1: 500 items (the file has 40) x 4 samples, the original wording, 7 policies x 2 requests
+    plan = json.loads((run / "eval_plan.json").read_text())
+    assert plan["responses"] == 7 * 2 * 40 * 4 and list(plan["templates"]) == ["original"]
 
 
 @pytest.mark.timeout(900)
@@ -344,7 +357,7 @@ def test_verl_validation_of_both_arms_over_training_is_analysed_crossed(paper_gs
     contrasts = pd.read_csv(out / "contrasts.csv")
     ip = contrasts[(contrasts.name == "interaction") & (contrasts.measure == "payload")].set_index("policy")
     assert ip.loc["grpo/s83@step0", "estimate"] == 0 and ip.loc["grpo/s83@step10", "estimate"] == 200
-    assert ip.loc["grpo/s83@step10", "n_items"] == DEV and ip.loc["grpo/s83@step10", "request"] == "hashxboxed"
+    assert ip.loc["grpo/s83@step10", "n_items"] == N_VAL and ip.loc["grpo/s83@step10", "request"] == "hashxboxed"
     rows = pd.read_csv(out / "over_training.csv")
     assert sorted(set(rows.step)) == [0, 10] and set(rows.seed) == {"s83", "mean"}
     assert "## Crossed interactions over training" in (out / "report.md").read_text()
@@ -456,13 +469,13 @@ def test_verl_validation_dump_imports_into_crossed_cells(paper_gsm8k, local, tmp
     dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
     records = import_verl_dump(dump, policy="grpo-hash/s83", training_convention="hash", train_seed=83)
     cells = {r: {x["item_id"] for x in records if x["request"] == r} for r in ("hash", "boxed")}
-    assert len(cells["hash"]) == len(cells["boxed"]) == DEV and cells["hash"] == cells["boxed"]
+    assert len(cells["hash"]) == len(cells["boxed"]) == N_VAL and cells["hash"] == cells["boxed"]
     out = tmp_path / "resp"
     out.mkdir()
     write_responses(out / "verl.jsonl", records)
     score_files([out], tmp_path / "scores.parquet")
     scores = pd.read_parquet(tmp_path / "scores.parquet")
-    assert sorted(scores.groupby("request").size().to_dict().items()) == [("boxed", DEV), ("hash", DEV)]
+    assert sorted(scores.groupby("request").size().to_dict().items()) == [("boxed", N_VAL), ("hash", N_VAL)]
     assert scores.loc[scores.request == "hash", "payload.hash"].all()
 
 
@@ -562,3 +575,64 @@ def test_protocol_card_names_each_arms_frozen_rows(tmp_path):
            "`/runs/p/data/train_rows.jsonl` (sha256 `abababababababab…`)" in text
     assert "- **Training rows**: `/runs/p/data/train_rows.jsonl` (sha256 `abababababababab…`), for 2 policies: " \
            "`grpo-boxed/s83`, `grpo-hash/s83`" in text
+
+
+@pytest.mark.parametrize("preset, model, gpus", [("qwen2.5-1.5b-math-boxed", "qwen2.5-1.5b-instruct", 4),
+                                                 ("qwen2.5-7b-math-boxed", "qwen2.5-7b-instruct", 4)])
+def test_native_math_boxed_presets_prepare_with_the_papers_values(local, preset, model, gpus, monkeypatch):
+    """App. D.3.1: boxed_math arms at seeds 83-85 on MATH's frozen train rows (MATH-500 held out), the recipe of
+    the other arms, D.3.1's panel under the boxed request with 256 samples, B.4's MATH500 generation settings."""
+    monkeypatch.setenv("WANDB_API_KEY", "preflight-only")
+    run = local["tmp"] / preset
+    cfg = study_cfg(run, f"experiment={preset}", "stages=prepare", f"model.path={local['model']}",
+                    *task_overrides(local, "math500"))
+    assert cfg.model.name == model and list(cfg.arms.conventions) == ["boxed_math"]
+    assert list(cfg.arms.seeds) == [83, 84, 85] and cfg.engine.n_gpus_per_node == gpus
+    assert (cfg.recipe.updates, cfg.recipe.lr, cfg.recipe.group_size) == (100, 1e-6, 8)
+    assert list(cfg.evaluation.requests) == ["boxed"] and cfg.evaluation.samples == 256
+    e = cfg.eval
+    assert (e.max_new_tokens, e.context_limit, e.batch_size, e.gpu_memory_utilization, e.base_seed) == (
+        8192, 12288, 32, 0.8, 20260909)
+    summary = Study(cfg).prepare()
+    assert sorted(summary["arms"]) == [f"grpo-boxed_math/s{s}" for s in (83, 84, 85)]
+    frozen = run / "data" / "train_rows.jsonl"
+    train = pd.read_parquet(run / "train" / "boxed_math" / "s83" / "data" / "train.parquet")
+    assert {e["convention"] for e in train["extra_info"]} == {"boxed_math"}
+    assert train["prompt"].map(lambda p: p[0]["content"]).str.endswith("within \\boxed{}.").all()
+    task = json.loads((run / "train" / "boxed_math" / "s84" / "resolved_config.json").read_text())["task"]
+    assert task["train_rows"] == str(frozen.resolve()) and len(frozen.read_text().splitlines()) == 120 - DEV
+    plan = json.loads((run / "eval_plan.json").read_text())
+    assert plan["responses"] == 4 * 1 * 40 * 256 and plan["requests"] == ["boxed"]
+
+
+def test_math500_transfer_preset_prepares_with_b4s_values(local, tmp_path, monkeypatch):
+    """App. B.4: the GSM8K study's final hash and boxed arms (arms.kind=given, arms.from_run) and the initial policy
+    on MATH-500 under both requests, one sample, 8,192/12,288 tokens, batch 32, seed 20260909 + i, 20,000
+    resamples with seed 20260909; nothing is trained, and an absent checkpoint is named before anything runs."""
+    monkeypatch.setenv("WANDB_API_KEY", "preflight-only")
+    source = tmp_path / "gsm8k-study"
+    cfg = study_cfg(tmp_path / "t", "experiment=qwen2.5-7b-math500-transfer", "stages=prepare", f"arms.from_run={source}",
+                    f"model.path={local['model']}", *task_overrides(local, "math500", dev=False))
+    e = cfg.eval
+    assert cfg.arms.kind == "given" and list(cfg.arms.seeds) == [83] and cfg.model.name == "qwen2.5-7b-instruct"
+    assert (e.max_new_tokens, e.context_limit, e.batch_size, e.gpu_memory_utilization, e.base_seed, e.temperature,
+            e.top_p) == (8192, 12288, 32, 0.8, 20260909, 0.6, 0.95)
+    assert (cfg.analysis.resamples, cfg.analysis.rng_seed, cfg.evaluation.samples) == (20000, 20260909, 1)
+    summary = Study(cfg).prepare()
+    want = {f"grpo-{c}/s83": str(source / "train" / c / "s83" / "checkpoints" / "step-100") for c in ("hash", "boxed")}
+    assert {k: v["path"] for k, v in summary["arms"].items()} == want
+    assert not any(v["exists"] for v in summary["arms"].values())
+    plan = json.loads((tmp_path / "t" / "eval_plan.json").read_text())
+    assert plan["responses"] == 3 * 2 * 40 and plan["task"] == "math500"
+    assert plan["templates"]["original"]["first_item_seed"] == 20260909  # item 0 of MATH-500
+    for c in ("hash", "boxed"):  # the checkpoints appear: now the arms stage takes them as they are
+        Path(want[f"grpo-{c}/s83"]).mkdir(parents=True)
+        (Path(want[f"grpo-{c}/s83"]) / "model.safetensors").write_bytes(b"w")
+    run = Study(study_cfg(tmp_path / "t", "experiment=qwen2.5-7b-math500-transfer", f"arms.from_run={source}",
+                          f"model.path={local['model']}", *task_overrides(local, "math500", dev=False)))
+    arms = run.arms({"path": str(local["model"])})
+    assert {k: a["path"] for k, a in arms["arms"].items()} == want
+    shutil.rmtree(want["grpo-boxed/s83"])
+    with pytest.raises(SystemExit, match=r"arms.kind=given: no checkpoint at .*boxed/s83/checkpoints/step-100"):
+        Study(study_cfg(tmp_path / "t2", "experiment=qwen2.5-7b-math500-transfer", f"arms.from_run={source}",
+                        f"model.path={local['model']}", *task_overrides(local, "math500", dev=False))).arms({"path": str(local["model"])})

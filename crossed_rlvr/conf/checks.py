@@ -234,7 +234,10 @@ def check_study(cfg: Any) -> None:
     _one_of(cfg, "initial.build", ("warmstart", "given"))
     _all_of(cfg, "initial.requests", REQUESTS)
     _all_of(cfg, "initial.templates", TEMPLATES)
-    _one_of(cfg, "arms.kind", ("grpo", "sft"))
+    _one_of(cfg, "arms.kind", ("grpo", "sft", "given"))
+    if cfg.arms.kind == "given" and not cfg.arms.get("from_run"):
+        raise ConfigError("arms.kind=given evaluates the arms another study trained: name its run directory with "
+                          "arms.from_run=DIR")
     _all_of(cfg, "arms.conventions", tuple(CONVENTIONS))
     _one_of(cfg, "arms.sft_arm", tuple(CONVENTIONS))
     _one_of(cfg, "arms.sft_control", tuple(CONVENTIONS))

@@ -342,7 +342,8 @@ class InitialConf:
 
 @dataclass
 class ArmsConf:
-    kind: str = "grpo"             # grpo | sft
+    kind: str = "grpo"             # grpo | sft | given (the final checkpoints of another study's arms)
+    from_run: str | None = None    # kind=given: that study's run_dir (its train/<convention>/s<seed>/checkpoints)
     conventions: list[str] = field(default_factory=lambda: ["hash", "boxed"])
     seeds: list[int] = nums(lambda: [83, 84], *SEED)
     parallel: int = num(2, 1, 64)

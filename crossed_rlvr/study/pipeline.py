@@ -190,6 +190,8 @@ class Study:
         weights = self.stamps.hash(ipath) if Path(ipath).exists() else ipath
         if c.arms.kind == "sft":
             return self._sft_arms(ipath, weights)
+        if c.arms.kind == "given":
+            return self._given_arms()
         if c.arms.kind != "grpo":
             raise SystemExit(f"crossed-study: arms.kind must be grpo or sft, not {c.arms.kind!r}")
         strata = self.strata(ipath, weights)
@@ -281,6 +283,25 @@ class Study:
         bar.update(updates * len(configs) - seen)
         bar.close()
         return {name: results[name] for name in configs}
+
+    def given_arm_paths(self) -> dict[str, dict[str, Any]]:
+        """``arms.kind=given``: another study's GRPO arms, at its final step (B.4's transfer of GSM8K-trained
+        checkpoints to MATH500 evaluates them on another task without training anything here)."""
+        c = self.cfg
+        src = Path(str(c.arms.from_run)).expanduser().resolve()
+        return {f"grpo-{conv}/s{seed}": {"path": str(src / "train" / conv / f"s{seed}" / "checkpoints" /
+                                                     f"step-{int(c.recipe.updates)}"),
+                                         "convention": conv, "seed": int(seed)} for conv, seed in self.arm_list()}
+
+    def _given_arms(self) -> dict[str, Any]:
+        arms = self.given_arm_paths()
+        missing = [a["path"] for a in arms.values() if not Path(a["path"]).is_dir()]
+        if missing:
+            raise SystemExit(f"crossed-study: arms.kind=given: no checkpoint at {', '.join(missing)} (arms.from_run="
+                             f"{self.cfg.arms.from_run}, recipe.updates={int(self.cfg.recipe.updates)}); train them "
+                             "with that study first, or set arms.seeds/arms.conventions to the arms it has")
+        fp = {name: self.stamps.hash(a["path"]) for name, a in arms.items()}
+        return self.stage("arms", fp, [Path(a["path"]) for a in arms.values()], lambda: {"arms": arms})
 
     def _sft_arms(self, ipath: str, weights: str) -> dict[str, Any]:
         c = self.cfg
@@ -385,7 +406,11 @@ class Study:
         (self.run / "study_config.yaml").write_text(OmegaConf.to_yaml(c, resolve=True))
         ipath = str(self.initial_path())
         initial = {"path": ipath, "built": False}
-        arms = self._prepare_sft_arms(ipath) if c.arms.kind == "sft" else self._prepare_grpo_arms(ipath)
+        if c.arms.kind == "given":  # nothing to prepare: the evaluation plan lists the checkpoints it will read
+            arms = {"arms": {name: {**a, "exists": Path(a["path"]).is_dir()}
+                             for name, a in self.given_arm_paths().items()}}
+        else:
+            arms = self._prepare_sft_arms(ipath) if c.arms.kind == "sft" else self._prepare_grpo_arms(ipath)
         plan = self.eval_plan(initial, arms)
         summary = {"initial": ipath, "arms": arms["arms"], "eval_plan": str(self.run / "eval_plan.json"),
                    "responses_planned": plan["responses"]}

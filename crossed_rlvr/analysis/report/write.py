@@ -9,6 +9,7 @@ from pathlib import Path
 
 from crossed_rlvr import __version__
 from crossed_rlvr.analysis.analyze import Analysis
+from crossed_rlvr.analysis.criteria import criteria_section, sft_criteria
 from crossed_rlvr.analysis.report.audit import audit_section
 from crossed_rlvr.analysis.report.document import (
     examples_section,
@@ -37,7 +38,10 @@ def write_tables(a: Analysis, folder: Path) -> None:
 def write_document(a: Analysis, folder: Path, figures: bool) -> None:
     """report.md (with its figures): the paper's tables, then over training, the reader audit, contents."""
     figs = write_figures(a.cells, a.contrasts, folder / "figures") if figures else []
-    extra = ["\n## Significance of the gains (paper 002 §4.2)\n", significance_table(a.paired),
+    criteria = sft_criteria(a.cells)
+    if not criteria.empty:
+        criteria.to_csv(folder / "sft_criteria.csv", index=False)
+    extra = [criteria_section(criteria), "\n## Significance of the gains (paper 002 §4.2)\n", significance_table(a.paired),
              "\n## Sampling runs (paper 002 §4.1)\n", sampling_table(a.sampling, a.df),
              "\n## Appendix: response length by correctness (paper 002 §5.2)\n", length_table(a.lengths),
              "\n## Appendix: example responses per crossed cell\n", examples_section(a.examples)]
