@@ -15,6 +15,11 @@ For a bare machine with torch and transformers (no verl, vLLM or Ray, no network
    as vLLM's share would be.
 3. One TRL GRPO update and one crossed evaluation batch of the tiny model (needs trl, hydra-core, omegaconf,
    datasets and math-verify importable; a step whose modules are missing is reported as skipped, by name).
+   On a bare image they travel as wheels: ``python scripts/device_bundle.py`` (where PyPI is reachable) writes
+   ``.device/wheels`` (56 MiB for CPython 3.12; 58 MiB with the checkout), and
+   ``python3 scripts/device_check.py --wheels .device/wheels`` installs them with ``pip --no-index`` into a
+   throw-away venv that sees the image's packages, then runs this script there (the wheels must sit inside the
+   interpreter's prefix: datasets pickles modules found outside it by value, and fails on pyarrow's types).
 
 Writes ``device_check.json`` and ``device_check.md`` (a table) into ``--out``.
 """
@@ -25,6 +30,7 @@ import argparse
 import functools
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +51,35 @@ SHAPES = {  # config.json values (Qwen2.5-7B-Instruct, Qwen2.5-1.5B-Instruct) an
     "tiny": {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
                  "num_key_value_heads": 2, "tie_word_embeddings": False},
 }
+
+
+OVERLAY = "CROSSED_DEVICE_OVERLAY"  # set inside the throw-away venv of --wheels
+
+
+def run_in_overlay(wheels: Path, argv: list[str]) -> int:
+    """Install the bundle's wheels into a fresh venv over this interpreter's packages and rerun this script in it."""
+    import shutil
+    import site
+
+    found = sorted(wheels.glob("*.whl"))
+    if not found:
+        print(f"device_check: --wheels {wheels}: no .whl files (python scripts/device_bundle.py writes them)",
+              file=sys.stderr)
+        return 2
+    env_dir = Path(tempfile.mkdtemp(prefix="device-check-env-"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)],
+                       check=True)
+        target = next((env_dir / "lib").glob("python3*/site-packages"))
+        # a venv made from a venv sees the base interpreter, not the outer venv: name this one's packages too
+        (target / "image.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target",
+                        str(target), *map(str, found)], check=True)
+        env = {**os.environ, OVERLAY: json.dumps({"wheels": [w.name for w in found], "prefix": str(env_dir)})}
+        return subprocess.run([str(env_dir / "bin" / "python"), str(Path(__file__).resolve()), *argv], env=env,
+                              check=False).returncode
+    finally:
+        shutil.rmtree(env_dir, ignore_errors=True)
 
 
 def cuda() -> bool:
@@ -211,12 +246,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", choices=["gpu", "tiny"], default="gpu",
                         help="gpu: the 7B and 1.5B shapes then the tiny model; tiny: toy shapes (any machine)")
     parser.add_argument("--out", default=".", help="folder for device_check.json and device_check.md")
+    parser.add_argument("--wheels", default=None,
+                        help="a folder of wheels (scripts/device_bundle.py) to run step 3 with, on a bare image")
     args = parser.parse_args(argv)
+    if args.wheels and not os.environ.get(OVERLAY):
+        return run_in_overlay(Path(args.wheels), ["--shape", args.shape, "--out", str(Path(args.out).resolve())])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     steps = [("7b", 3072, None), ("1.5b", 3072, 0.6)] if args.shape == "gpu" else [("tiny", 64, None),
                                                                                    ("tiny", 64, 0.6)]
     results: dict[str, Any] = {"device": "cuda" if cuda() else "cpu", "fsdp": []}
+    if os.environ.get(OVERLAY):
+        results["bundle"] = {**json.loads(os.environ[OVERLAY]), "python": sys.executable}
     for shape, seq, fraction in steps:
         try:
             results["fsdp"].append(fsdp_step(shape, seq, fraction))

@@ -24,3 +24,45 @@ def test_the_device_check_runs_at_a_toy_shape(tmp_path):
     assert tiny["eval_responses"] > 0 and tiny["grpo_update_s"] > 0, tiny
     table = (tmp_path / "device_check.md").read_text()
     assert table.startswith("| shape | tokens | card GiB | parameters |") and "tiny model on cpu" in table
+
+
+def _wheel(folder: Path, name: str) -> Path:
+    """A minimal pure-Python wheel of one module that records where it was imported from."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {f"{name}.py": "import os\nWHERE = os.path.abspath(__file__)\n",
+             f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+             f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{k},sha256={base64.urlsafe_b64encode(hashlib.sha256(v.encode()).digest()).rstrip(b'=').decode()},"
+                     f"{len(v.encode())}\n" for k, v in files.items()) + f"{name}-1.0.dist-info/RECORD,,\n"
+    path = folder / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for k, v in {**files, f"{name}-1.0.dist-info/RECORD": record}.items():
+            z.writestr(k, v)
+    return path
+
+
+def test_wheels_travel_into_a_throwaway_venv_over_the_images_packages(tmp_path):
+    """--wheels (the bare GPU image's route, scripts/device_bundle.py): the folder is installed with pip --no-index
+    into a fresh venv that still sees this interpreter's packages, the check reruns there and says so, and the
+    venv is gone afterwards."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "crossed_bundle_probe")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "device_check.py"), "--shape", "tiny", "--out",
+                           str(out), "--wheels", str(wheels)], capture_output=True, text=True, timeout=600, check=False,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads((out / "device_check.json").read_text())
+    bundle = result["bundle"]
+    assert bundle["wheels"] == ["crossed_bundle_probe-1.0-py3-none-any.whl"]
+    assert bundle["python"].startswith(bundle["prefix"]) and not Path(bundle["prefix"]).exists()
+    assert result["tiny"]["eval_responses"] > 0  # the project's own packages were still there
+    empty = tmp_path / "none"
+    empty.mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "device_check.py"), "--wheels", str(empty)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2 and "no .whl files" in proc.stderr
