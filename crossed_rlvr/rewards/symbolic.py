@@ -30,6 +30,7 @@ from typing import Any
 WINDOW_CHARS = 300
 PAYLOAD_MAX_CHARS = 4_000  # as the evaluation's symbolic readers: longer is not an answer
 HARD_LIMIT_S = 10.0  # per comparison, parse and verify together (Math-Verify's own limits are 3 s + 3 s)
+WORKERS = min(4, os.cpu_count() or 1)  # a batch of rollouts is compared in parallel (score_many)
 _OPEN = "\\boxed{"
 
 
@@ -92,7 +93,7 @@ class _Pool:
                 from pebble import ProcessPool
 
                 # spawn, not fork: the trainer holds torch's threads and CUDA, which a fork would copy
-                self._pool = ProcessPool(max_workers=1, context=multiprocessing.get_context("spawn"))
+                self._pool = ProcessPool(max_workers=WORKERS, context=multiprocessing.get_context("spawn"))
                 self._pid = os.getpid()
             return self._pool
 
@@ -108,18 +109,27 @@ _POOL = _Pool()
 atexit.register(_POOL.stop)
 
 
-def equivalent(payload: str, reference: str, limit_s: float | None = None) -> bool:
-    """Whether Math-Verify finds ``payload`` equivalent to ``reference`` within the hard limit (else False)."""
+def equivalent_many(pairs: list[tuple[str, str]], limit_s: float | None = None) -> list[bool]:
+    """Math-Verify's verdict on each (payload, reference), in parallel workers, each under the hard limit."""
     from pebble import ProcessExpired
 
-    future = _POOL.get().schedule(_equivalent, args=(payload, reference),
-                                  timeout=HARD_LIMIT_S if limit_s is None else limit_s)
-    try:
-        return bool(future.result())
-    except (FutureTimeout, ProcessExpired):
-        return False  # killed at the limit (pebble replaces the worker): no credit, and the trainer goes on
-    except Exception:  # noqa: BLE001 - a parser error in the worker is an unreadable answer, not a crash
-        return False
+    pool = _POOL.get()
+    futures = [pool.schedule(_equivalent, args=pair, timeout=HARD_LIMIT_S if limit_s is None else limit_s)
+               for pair in pairs]
+    out = []
+    for future in futures:
+        try:
+            out.append(bool(future.result()))
+        except (FutureTimeout, ProcessExpired):
+            out.append(False)  # killed at the limit (pebble replaces the worker): no credit, the trainer goes on
+        except Exception:  # noqa: BLE001 - a parser error in the worker is an unreadable answer, not a crash
+            out.append(False)
+    return out
+
+
+def equivalent(payload: str, reference: str, limit_s: float | None = None) -> bool:
+    """Whether Math-Verify finds ``payload`` equivalent to ``reference`` within the hard limit (else False)."""
+    return equivalent_many([(payload, reference)], limit_s)[0]
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,17 @@ class SymbolicBoxedProgram:
 
     def score(self, response: str, reference: str) -> float:
         return self.read(response, reference)[1]
+
+    def score_many(self, responses: list[str], references: list[str]) -> list[float]:
+        """The rewards of a batch of rollouts, their comparisons run side by side."""
+        answers = [last_box(r) for r in responses]
+        todo = [k for k, (a, ref) in enumerate(zip(answers, references, strict=True))
+                if a is not None and len(a) <= PAYLOAD_MAX_CHARS and str(ref).strip()]
+        verdicts = equivalent_many([(answers[k], str(references[k]).strip()) for k in todo], self.limit_s)
+        out = [0.0] * len(responses)
+        for k, ok in zip(todo, verdicts, strict=True):
+            out[k] = 1.0 if ok else 0.0
+        return out
 
 
 SYMBOLIC_PROGRAMS: dict[str, SymbolicBoxedProgram] = {"boxed_math": SymbolicBoxedProgram()}

@@ -36,7 +36,10 @@ def make_trl_reward(convention: str | None = None) -> Callable[..., list[float]]
         conventions = [convention] * len(completions) if convention else kwargs.get("convention")
         if conventions is None:
             raise ValueError("TRL reward needs a 'convention' column or a convention fixed at construction")
-        return [reward(c, _text(y), str(r)) for c, y, r in zip(conventions, completions, reference, strict=True)]
+        texts = [_text(y) for y in completions]
+        if convention is not None and hasattr(program := get_program(convention), "score_many"):
+            return program.score_many(texts, [str(r) for r in reference])  # symbolic: compared side by side
+        return [reward(c, y, str(r)) for c, y, r in zip(conventions, texts, reference, strict=True)]
 
     reward_fn.__name__ = f"{convention or 'convention'}_reward"
     return reward_fn
