@@ -232,7 +232,7 @@ def test_sft_marker_arms_study(tmp_path):
     assert "sft-hash/s84" in (run / "analysis" / "report.md").read_text()
 
 
-def test_answer_only_crossed_control_with_table1_wordings_study(tmp_path):
+def test_answer_only_crossed_control_with_table1_wordings_study(smoke, tmp_path):
     """Paper 001 App. D.2's answer-only 2 x 2 (answer-only reward under the hash and the boxed request) and
     Table 1's rephrased and one-shot prompts, through every stage at the smoke size: the arms train on their own
     request's prompt, the crossed evaluation runs every wording, and the report holds the pair's interaction
@@ -242,7 +242,9 @@ def test_answer_only_crossed_control_with_table1_wordings_study(tmp_path):
     from crossed_rlvr.rewards.conventions import request_suffix
 
     run = tmp_path / "ao"
-    Study(study_cfg(run, "experiment=smoke", "arms.conventions=[answer_only_hash,answer_only_boxed]", "arms.seeds=[83]",
+    initial = smoke[0] / "models" / "initial"  # the smoke study's warm-started policy, given (saves a warm start)
+    Study(study_cfg(run, "experiment=smoke", "initial.build=given", f"model.path={initial}",
+                    "arms.conventions=[answer_only_hash,answer_only_boxed]", "arms.seeds=[83]",
                     "validation.every=0", "evaluation.n_items=8", "evaluation.template_subset=null",
                     "evaluation.templates=[original,rephrased,one_shot]")).run_all()
     for conv, request in (("answer_only_hash", "hash"), ("answer_only_boxed", "boxed")):
