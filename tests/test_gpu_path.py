@@ -157,6 +157,25 @@ def test_frozen_train_rows_are_checked_and_a_users_rows_are_used_as_given(local,
         load_split(cfg.task)
 
 
+def test_frozen_rows_are_reused_as_they_stand_and_other_task_settings_are_refused(local, tmp_path):
+    """A study's frozen rows are written once; a rerun with the same task reuses them byte for byte, and a rerun whose
+    task would cut other rows (another dev hold-out, another train file) is refused rather than silently kept."""
+    from crossed_rlvr.tasks.items import ItemFileError
+    from crossed_rlvr.tasks.splits import freeze_train_rows
+
+    train, test = local["gsm8k"]
+    out = tmp_path / "data" / "train_rows.jsonl"
+    first = freeze_train_rows(study_cfg(tmp_path, "task=gsm8k", f"task.path={test}", f"task.train_path={train}",
+                                        "task.dev_items=12").task, out)
+    assert first["rows"] == 120 - 12
+    again = freeze_train_rows(study_cfg(tmp_path, "task=gsm8k", f"task.path={test}", f"task.train_path={train}",
+                                        "task.dev_items=12").task, out)
+    assert again == first
+    with pytest.raises(ItemFileError, match=r"train_rows.jsonl: frozen from other task settings \(dev_items: 12 -> 0\)"):
+        freeze_train_rows(study_cfg(tmp_path, "task=gsm8k", f"task.path={test}", f"task.train_path={train}",
+                                    "task.dev_items=0").task, out)
+
+
 def test_paper_preset_rehearses_on_math_files(local):
     run = local["tmp"] / "math"
     Study(study_cfg(run, "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare", "arms.seeds=[83]",

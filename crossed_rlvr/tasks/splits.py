@@ -122,6 +122,14 @@ def load_split(task: Any) -> list[dict[str, Any]]:
 def freeze_train_rows(task: Any, path: Path) -> dict[str, Any]:
     """The train split written once as a file of its raw rows (each with ``item_id`` ``train-<source row>``), and
     its sha256: reused as it stands on later runs, so the rows stay frozen even if the hub's copy changes."""
+    origin = {"source": task.source, "test": task.get("path") or "hub", "train": task.get("train_path") or "hub",
+              "dev_items": int(task.get("dev_items", 200) or 0), "dev_seed": int(task.get("dev_seed", 20260919))}
+    meta = path.with_suffix(".origin.json")
+    if path.exists() and meta.exists() and json.loads(meta.read_text()) != origin:
+        was = json.loads(meta.read_text())
+        changed = ", ".join(f"{k}: {was.get(k)!r} -> {v!r}" for k, v in origin.items() if was.get(k) != v)
+        raise ItemFileError(f"{path}: frozen from other task settings ({changed}); the arms trained on it would no "
+                            "longer match the task. Use a new run_dir, or remove the file to freeze the rows again")
     if not path.exists():
         loader = {"gsm8k": load_gsm8k, "math500": load_math500}[task.source]
         train, _ = _train_dev_rows(task, loader(task.get("path"), "test"))
@@ -129,6 +137,7 @@ def freeze_train_rows(task: Any, path: Path) -> dict[str, Any]:
                 for r in train]
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows))
+        atomic_write_text(meta, json.dumps(origin, indent=2) + "\n")
     n = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
     return {"file": str(path.resolve()), "sha256": sha256_file(path), "rows": n}
 
