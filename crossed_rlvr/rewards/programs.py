@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from crossed_rlvr.rewards.conventions import CONVENTIONS
 from crossed_rlvr.rewards.symbolic import SYMBOLIC_PROGRAMS, SymbolicBoxedProgram
 
 WINDOW_CHARS = 300
@@ -84,11 +85,10 @@ REWARD_PROGRAMS: dict[str, RewardProgram] = {
 
 
 def program_name(convention: str) -> str:
-    """The program a convention's rollouts are scored by: the answer-only arms of either request
-    (``answer_only_hash``, ``answer_only_boxed``, App. D.2) share ``answer_only``; every other
-    convention is its own program. (A rule rather than a lookup in ``conventions`` so that verl can
-    load this file alone.)"""
-    return "answer_only" if convention.startswith("answer_only") else convention
+    """The program a convention's rollouts are scored by (``Convention.program``: the answer-only arms of
+    either request share ``answer_only``, App. D.2); a name that is no convention is taken as a program."""
+    conv = CONVENTIONS.get(convention)
+    return conv.program if conv is not None else convention
 
 
 def get_program(convention: str) -> RewardProgram | SymbolicBoxedProgram:

@@ -80,13 +80,16 @@ def read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
 def _load(path: str | Path | None, hub: tuple[str, str | None, str], required: tuple[str, ...], convert
           ) -> list[dict[str, Any]]:
     rows = read_local(Path(path)) if path else read_hub(*hub)
-    items = []
+    require_fields(rows, required, str(path or hub[0]))
+    return [convert(row, i) for i, row in enumerate(rows)]
+
+
+def require_fields(rows: list[dict[str, Any]], required: tuple[str, ...], where: str) -> None:
+    """Refuse the first row that lacks a required field, naming the source and the row."""
     for i, row in enumerate(rows):
         for field in required:
             if field not in row:
-                raise ItemFileError(f"{path or hub[0]}: row {i + 1} lacks field '{field}'")
-        items.append(convert(row, i))
-    return items
+                raise ItemFileError(f"{where}: row {i + 1} lacks field '{field}'")
 
 
 def load_gsm8k(path: str | Path | None = None, split: str = "test", hub: tuple | None = None) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from crossed_rlvr.tasks.loaders import (
     math500_item,
     read_hub,
     read_local,
+    require_fields,
 )
 
 # Hub sources of each task's training rows (MATH-500's are MATH's train split).
@@ -62,13 +63,8 @@ def _source_rows(task: Any) -> list[dict[str, Any]]:
     train_path = task.get("train_path")
     raw = read_local(Path(train_path)) if train_path else read_hub(*TRAIN_HUB[task.source])
     convert, required = CONVERT[task.source]
-    out = []
-    for k, row in enumerate(raw):
-        for name in required:
-            if name not in row:
-                raise ItemFileError(f"{train_path or TRAIN_HUB[task.source][0]}: row {k + 1} lacks field '{name}'")
-        out.append({**row, "source_row": k, "_question": convert(row, k)["question"]})
-    return out
+    require_fields(raw, required, str(train_path or TRAIN_HUB[task.source][0]))
+    return [{**row, "source_row": k, "_question": convert(row, k)["question"]} for k, row in enumerate(raw)]
 
 
 def _train_dev_rows(task: Any, test: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -88,11 +84,10 @@ def _frozen_rows(task: Any, test: list[dict[str, Any]]) -> list[dict[str, Any]]:
                             f"{str(want)[:16]}… the run was configured with (the file changed after it was frozen)")
     convert, required = CONVERT[task.source]
     seen = {_norm(it["question"]): it["item_id"] for it in test}
+    rows = read_local(path)
+    require_fields(rows, required, str(path))
     items = []
-    for k, row in enumerate(read_local(path)):
-        for name in required:
-            if name not in row:
-                raise ItemFileError(f"{path}: row {k + 1} lacks field '{name}'")
+    for k, row in enumerate(rows):
         it = convert(row, k)
         if _norm(it["question"]) in seen:
             raise ItemFileError(f"{path}: row {k + 1} has the question of test item {seen[_norm(it['question'])]!r}; "
