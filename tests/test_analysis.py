@@ -15,6 +15,9 @@ from crossed_rlvr.analysis.contrasts import build_contrasts, evaluate
 from crossed_rlvr.analysis.coverage import mcnemar_exact, pass_at_k
 from tests.analysis_fixtures import cell, write
 
+# the analysed fixture is built once, on one worker (tests/conftest.py)
+WORKER_GROUP = "analysis"
+
 
 def study(tmp_path):
     rows = [

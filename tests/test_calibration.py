@@ -237,6 +237,7 @@ def test_import_keeps_the_stage_order_refuses_duplicates_and_writes_all_or_nothi
     assert store.import_labels(both, lock=True) == len(labels)
 
 
+@pytest.mark.exclusive
 def test_the_server_answers_every_malformed_request_with_a_4xx_and_is_not_stalled(calibration):
     """Issue 24, cases 4 and 8: bodies that are not JSON objects of UTF-8 text, bad lengths, oversize bodies,
     other origins and foreign Host headers get a 4xx and a message; an idle connection stalls no one."""

@@ -17,6 +17,9 @@ from crossed_rlvr.eval.generate.plan import RunError
 from crossed_rlvr.eval.generate.runner import run_eval
 from tests.test_runner import cfg_for, overrides, tiny  # noqa: F401  (tiny: the module's model fixture)
 
+# Ray clusters of two workers (tests/conftest.py: the exclusive group also keeps the serial run on one worker)
+pytestmark = [pytest.mark.exclusive]
+
 N_ITEMS = 12
 
 

@@ -6,7 +6,6 @@ validation runs on every generated override list; the scripts are read line by l
 """
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -16,60 +15,18 @@ from typing import ClassVar
 
 import pandas as pd
 import pytest
-from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.study.pipeline import Study
 from crossed_rlvr.train.translate import VERL_SEED_KEYS
 from crossed_rlvr.train.verl_engine import SDPA, validate_verl
-from tests.task_files import gsm8k_files, math_files
-from tests.test_generation import SMALL
+from tests.gpu_fixtures import DEV, N_VAL, study_cfg, task_overrides
+
+# with tests/test_launch.py: the local files and the 7B preset's prepare, built once on one worker
+WORKER_GROUP = "gpu_path"
 
 CONF = Path(__file__).resolve().parent.parent / "crossed_rlvr" / "conf" / "experiment"
 GPU_PRESETS = sorted(p.stem for p in CONF.glob("*.yaml") if "requires_gpu: true" in p.read_text())
-DEV = 12
-N_VAL = 40  # the 7B preset validates on the test split: the 40 items of the local test file (Table 23)
-
-
-@pytest.fixture(scope="module")
-def local(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("gpu")
-    build_tiny_model(tmp / "model", SMALL)
-    names = ("s1_easy", "s2_medium", "s3_hard")  # the user-given strata of the 7B preset's proposal (App. D.1)
-    strata = tmp / "strata.jsonl"
-    strata.write_text("".join(json.dumps({"item_id": f"train-{k}", "stratum": names[k % 3]}) + "\n"
-                              for k in range(200)))
-    return {"tmp": tmp, "model": tmp / "model", "gsm8k": gsm8k_files(tmp), "math": math_files(tmp),
-            "strata": strata}
-
-
-def task_overrides(local, task: str, dev: bool = True) -> list[str]:
-    """Local task files; ``dev=False`` keeps the preset's own hold-out (the 7B preset: none, validation on test)."""
-    train, test = local["gsm8k" if task == "gsm8k" else "math"]
-    extra = [] if task == "gsm8k" else ["task=math500"]
-    return [*extra, f"task.path={test}", f"task.train_path={train}", *([f"task.dev_items={DEV}"] if dev else []),
-            f"recipe.proposal.strata_file={local['strata']}"]
-
-
-def study_cfg(run_dir, *overrides):
-    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
-        return compose(config_name="crossed_study", overrides=[f"run_dir={run_dir}", *overrides])
-
-
-@pytest.fixture(scope="module")
-def paper_gsm8k(local):
-    """The issue's command, from the command line: the 7B preset rehearsed on a machine without a GPU."""
-    run = local["tmp"] / "paper"
-    proc = subprocess.run(
-        [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare",
-         f"run_dir={run}", f"model.path={local['model']}", *task_overrides(local, "gsm8k", dev=False)],
-        capture_output=True, text=True, timeout=600, check=False,
-        env={**os.environ, "WANDB_API_KEY": "preflight-only"})  # the preset tracks online: its preflight wants a key
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run
-
-
 def test_gpu_presets_are_the_ones_rehearsed():
     assert GPU_PRESETS == ["gpu-smoke", "gpu-smoke-resume", "qwen2.5-1.5b-math-boxed", "qwen2.5-1.5b-sft-marker",
                            "qwen2.5-7b-gsm8k-crossed", "qwen2.5-7b-math-boxed", "qwen2.5-7b-math500-transfer"]
@@ -206,6 +163,7 @@ def test_sft_preset_rehearses(local):
     assert plan["responses"] == 7 * 2 * 40 * 4 and list(plan["templates"]) == ["original"]
 
 
+@pytest.mark.exclusive
 @pytest.mark.timeout(900)
 def test_gpu_smoke_dry_run_passes_on_the_cpu(local):
     """The dry run is the launch rehearsal: both arms through verl's start-up on Ray (13 CPUs, 1 logical GPU)."""
@@ -498,6 +456,7 @@ def test_verl_validation_dump_imports_into_crossed_cells(paper_gsm8k, local, tmp
     assert scores.loc[scores.request == "hash", "payload.hash"].all()
 
 
+@pytest.mark.exclusive
 def test_the_resume_preset_rehearses_on_the_cpu(local, tmp_path):
     """Issue 34: gpu-smoke-resume (importance-weighted trainer from a strata file, offload, a checkpoint after every
     update) through verl's start-up on Ray up to NCCL, as gpu_smoke.sh's dry run does for it."""

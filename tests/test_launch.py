@@ -24,7 +24,11 @@ import pytest
 from crossed_rlvr.train.budget import Budget, BudgetError, budget_for, verl_budget
 from crossed_rlvr.train.proposal import frozen_proposal
 from crossed_rlvr.train.verl_engine import compose_verl
-from tests.test_gpu_path import DEV, arm_files, local, paper_gsm8k, study_cfg, task_overrides  # noqa: F401  (fixtures below)  # noqa: F401
+from tests.gpu_fixtures import study_cfg, task_overrides
+from tests.test_gpu_path import arm_files
+
+# with tests/test_gpu_path.py: its local files and 7B prepare fixtures, built once on one worker
+WORKER_GROUP = "gpu_path"
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +48,7 @@ def test_budget_of_each_preset_node():
     budget_for(1).check(13, 1)
 
 
-def test_budget_is_read_from_verls_composed_config(paper_gsm8k):  # noqa: F811
+def test_budget_is_read_from_verls_composed_config(paper_gsm8k):
     overrides = arm_files(paper_gsm8k)[2]
     assert verl_budget(compose_verl(overrides), weighted=True) == Budget(1, 4, 8, 1)
     smaller = verl_budget(compose_verl([*overrides, "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
@@ -52,7 +56,7 @@ def test_budget_is_read_from_verls_composed_config(paper_gsm8k):  # noqa: F811
     assert smaller.cpus_per_node() == 24 + 2 + 2
 
 
-def test_configured_cpus_below_the_budget_are_refused_before_any_script(local, tmp_path):  # noqa: F811
+def test_configured_cpus_below_the_budget_are_refused_before_any_script(local, tmp_path):
     from crossed_rlvr.conf.checks import RecipeError
     from crossed_rlvr.study.pipeline import Study
 
@@ -80,7 +84,8 @@ def launch(overrides: list[str], *flags: str, timeout: float = 300) -> tuple[sub
     return subprocess.CompletedProcess(cmd, child.returncode, out, err), time.perf_counter() - start
 
 
-def test_under_provisioned_node_is_refused_within_seconds(paper_gsm8k):  # noqa: F811
+@pytest.mark.exclusive
+def test_under_provisioned_node_is_refused_within_seconds(paper_gsm8k):
     """1 GPU and 8 CPUs: verl would hang in its TransferQueue; the preflight says why at once."""
     overrides = [*arm_files(paper_gsm8k)[2], "trainer.n_gpus_per_node=1", "ray_kwargs.ray_init.num_cpus=8"]
     proc, seconds = launch(overrides, "--weighted", "--rehearse", "1")
@@ -90,7 +95,8 @@ def test_under_provisioned_node_is_refused_within_seconds(paper_gsm8k):  # noqa:
     assert seconds < 60
 
 
-def test_a_real_launch_without_a_gpu_says_why(paper_gsm8k):  # noqa: F811
+@pytest.mark.exclusive
+def test_a_real_launch_without_a_gpu_says_why(paper_gsm8k):
     proc, _ = launch(arm_files(paper_gsm8k)[2], "--weighted")
     assert proc.returncode == 2
     assert "PREFLIGHT FAILED: torch" in proc.stdout and "CPU build" in proc.stdout
@@ -116,8 +122,9 @@ def test_driver_too_old_for_the_locked_cuda_13_stack(monkeypatch, tmp_path):
     assert "nvidia-smi is not on PATH" in gpu_problem()
 
 
+@pytest.mark.exclusive
 @pytest.mark.timeout(400)
-def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):  # noqa: F811
+def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):
     """Preflight off, 12 CPUs for a 14-CPU budget: TransferQueue (9) and the weighted task runner (1) leave 2
     free, and verl's {CPU: 3, GPU: 1} placement group can never be placed. The watchdog ends the run after
     the wait limit, naming what waits, Ray's free resources and the budget. (With 13 the rehearsal reaches
@@ -135,8 +142,9 @@ def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):  # noqa: F8
 
 
 # ---------------------------------------------------------------- the launch rehearsal of the 7B preset
+@pytest.mark.exclusive
 @pytest.mark.timeout(900)
-def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_trainer(local, tmp_path):  # noqa: F811
+def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_trainer(local, tmp_path):
     """``stages=rehearse``: both arms' launch scripts run verl's start-up on a local Ray with the preset's
     23 CPUs and 4 logical GPUs; our task runner builds ImportanceWeightedTrainer in verl's sync mode, the
     TransferQueue and the 4-bundle placement group are placed, and the 4 FSDP workers are constructed up to
@@ -168,7 +176,7 @@ def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_traine
 
 
 # ---------------------------------------------------------------- SLURM
-def test_slurm_script_waits_for_every_node_and_finds_the_head_address(paper_gsm8k):  # noqa: F811
+def test_slurm_script_waits_for_every_node_and_finds_the_head_address(paper_gsm8k):
     _, slurm, _ = arm_files(paper_gsm8k)
     assert "sleep" not in slurm
     assert slurm.count("--wait-nodes 1 ") == 2  # the head first, then every node (1 here)
@@ -176,6 +184,7 @@ def test_slurm_script_waits_for_every_node_and_finds_the_head_address(paper_gsm8
     assert 'RAY_ADDRESS="$head_ip:$port"' in slurm and "verl_launch \\\n  --weighted" in slurm
 
 
+@pytest.mark.exclusive
 @pytest.mark.timeout(300)
 def test_join_wait_counts_nodes_and_fails_loudly():
     """The SLURM script's join wait against a real Ray head started with ``ray start`` (1 node)."""
@@ -254,7 +263,7 @@ def test_strata_files_are_checked_line_by_line(tmp_path):
         attach_strata([{"item_id": "a"}, {"item_id": "b"}], {"a": "x"}, "f")
 
 
-def test_a_task_without_strata_gets_one_clear_error(local, tmp_path):  # noqa: F811
+def test_a_task_without_strata_gets_one_clear_error(local, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare",
          "arms.seeds=[83]", f"run_dir={tmp_path / 'r'}", f"model.path={local['model']}",
@@ -265,7 +274,7 @@ def test_a_task_without_strata_gets_one_clear_error(local, tmp_path):  # noqa: F
 
 
 @pytest.mark.timeout(600)
-def test_strata_estimated_with_the_initial_policy_are_frozen_into_both_arms(local, tmp_path):  # noqa: F811
+def test_strata_estimated_with_the_initial_policy_are_frozen_into_both_arms(local, tmp_path):
     """With the CPU backend the study estimates the strata itself (2 samples per item, Math-Verify), freezes
     them in data/strata.jsonl, and both arms' configs carry its sha256 (so the matched-arm check covers it)."""
     from crossed_rlvr.conf.checks import RecipeError
@@ -296,7 +305,7 @@ def test_strata_estimated_with_the_initial_policy_are_frozen_into_both_arms(loca
 
 # ---------------------------------------------------------------- verl's v1 validation dumps in the study report
 @pytest.mark.timeout(900)
-def test_verl_v1_validation_dumps_reach_the_studys_over_training_section(local, tmp_path):  # noqa: F811
+def test_verl_v1_validation_dumps_reach_the_studys_over_training_section(local, tmp_path):
     """A GPU study after its arms trained: verl's v1 trainer wrote ``<arm>/validation/{step}.jsonl`` (with
     ``uid``) through its own ``PPOTrainer._write_generations``; the study imports every step of every arm and
     its report has the crossed interactions over training (0 at step 0, +200 pp at step 10)."""

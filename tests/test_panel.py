@@ -26,6 +26,7 @@ def _hanging_verify(text, reference):
 _real_verify = mathverify.verify_text
 
 
+@pytest.mark.exclusive
 def test_slow_reader_over_limit_is_unreadable_not_a_hang(monkeypatch):
     # Workers are forked, so they inherit the patched Math-Verify call.
     monkeypatch.setattr(mathverify, "verify_text", _hanging_verify)
@@ -42,6 +43,7 @@ def test_slow_reader_over_limit_is_unreadable_not_a_hang(monkeypatch):
     assert hung["strict_first_hash.correct"] is True and hung["requested_payload"] is True
 
 
+@pytest.mark.exclusive
 def test_every_reader_over_limit_gives_unreadable_row(monkeypatch):
     monkeypatch.setattr(mathverify, "verify_text", _hanging_verify)
     real = readers.StrictFirstHash.extract

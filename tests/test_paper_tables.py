@@ -12,6 +12,9 @@ from crossed_rlvr.eval.score.scoring import score_files
 from crossed_rlvr.records import write_responses
 from tests.paper_tables import TABLE_10, TABLE_11, TABLE_12, build_records, policy_name
 
+# the scored tables are built once, on one worker (tests/conftest.py)
+WORKER_GROUP = "paper_tables"
+
 
 @pytest.fixture(scope="module")
 def analysis(tmp_path_factory):

@@ -18,6 +18,9 @@ import pytest
 
 from crossed_rlvr.cluster import RAY_AUTH
 
+# real Ray nodes under a time limit (tests/conftest.py)
+pytestmark = [pytest.mark.exclusive]
+
 BIN = Path(sys.executable).parent
 
 

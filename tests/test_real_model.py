@@ -15,6 +15,9 @@ from hydra import compose, initialize_config_module
 
 from crossed_rlvr.study.pipeline import Study
 
+# one worker runs the real model's study once for every test here (tests/conftest.py)
+WORKER_GROUP = "real_model"
+
 SHRINK = ["experiment=real-cpu", "tracking=off", "initial.train_items=32", "sft.epochs=1", "initial.band.every=1",
           "initial.band.n_items=4", "recipe.updates=1", "recipe.prompts_per_update=2", "recipe.group_size=4",
           "engine.micro_batch=8", "arms.seeds=[83]", "arms.train_items=8", "validation.every=1",

@@ -14,6 +14,9 @@ from crossed_rlvr.analysis.cli import analyze
 from crossed_rlvr.analysis.report.headline import collapse_columns, endpoint_decimals, headline_rows
 from tests.analysis_fixtures import cell, write
 
+# the analysed fixture is built once, on one worker (tests/conftest.py)
+WORKER_GROUP = "report"
+
 
 def _study(rng, n=60):
     """Two seeds of hash and boxed arms: the hash arm follows the hash request, the boxed arm the boxed one."""

@@ -133,6 +133,7 @@ def test_boxed_math_reward_reads_nested_boxes_whole():
     assert box_payloads("\\boxed{" * 5000 + "1") == []  # never closed: nothing, in one pass
 
 
+@pytest.mark.exclusive
 def test_a_pathological_answer_times_out_without_hanging_the_trainer():
     """A power tower Math-Verify cannot settle: its comparison is killed at the hard limit, scores 0, and the
     next rollout is scored normally, also from a thread that is not the main one (where Math-Verify's own

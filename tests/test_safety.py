@@ -54,6 +54,7 @@ def test_injection_payload_runs_nothing(tmp_path, monkeypatch):
     assert not any(r["math_verify.correct"] for r in rows)
 
 
+@pytest.mark.exclusive
 def test_multi_megabyte_and_deeply_nested_responses_are_fast():
     huge = ("We add 3 and 4 to get 7. " * 200_000) + "\n#### 7"  # ~5 MB
     nested = "\\boxed{" * 100_000 + "7" + "}" * 100_000
@@ -111,6 +112,7 @@ def warm_panel():
     warm()  # Math-Verify imported once in this process, so forked children measure the reading only
 
 
+@pytest.mark.exclusive
 @pytest.mark.parametrize("case", ["nested_boxes", "repeated_hash", "nested_boxes_balanced"])
 def test_pathological_responses_in_bounded_time_and_memory(case, warm_panel):
     """Issue 33: the whole panel (Math-Verify included) on 100 KB, 1 MB and 2 MB of a degenerate response, in a
@@ -134,6 +136,7 @@ ADVERSARIAL = ["\\boxed{", "}", "{", "#### ", "####", "1", "12345", "$", "**", "
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(pattern=st.lists(st.sampled_from(ADVERSARIAL), min_size=1, max_size=6).map("".join),
        size=st.sampled_from([200_000, 1_000_000]))
+@pytest.mark.exclusive
 def test_readers_are_linear_without_the_cap(pattern, size):
     """Issue 33: with the read cap lifted, the fast panel (every reader but Math-Verify, and the payload detector)
     still reads a repeated adversarial pattern in time and memory linear in its length: no backtracking regex, no

@@ -16,6 +16,9 @@ from hydra import compose, initialize_config_module
 from crossed_rlvr.study.cli import NeedsGPU, check_device
 from crossed_rlvr.study.pipeline import Study
 
+# one worker builds the smoke study once for every test here (tests/conftest.py)
+WORKER_GROUP = "smoke_study"
+
 
 def study_cfg(run_dir, *overrides):
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):

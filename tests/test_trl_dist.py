@@ -13,6 +13,9 @@ import pytest
 from crossed_rlvr.policies.tiny import build_tiny_model
 from tests.test_generation import SMALL
 
+# two training processes (tests/conftest.py: the exclusive group also keeps the module's arms on one worker)
+pytestmark = [pytest.mark.exclusive]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

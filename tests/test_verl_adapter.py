@@ -17,6 +17,9 @@ from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.train.cli import run_train
 from tests.test_generation import SMALL
 
+# the composed verl config is built once, on one worker (tests/conftest.py)
+WORKER_GROUP = "verl_adapter"
+
 
 def cfg_for(tmp_path, *overrides):
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):

@@ -19,6 +19,9 @@ import pytest
 from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
 from crossed_rlvr.records import read_responses
 
+# vLLM's engine (tests/conftest.py)
+pytestmark = [pytest.mark.exclusive]
+
 ROOT = Path(__file__).resolve().parent.parent
 # vLLM's CPU attention needs head_dim >= 32
 HEAD32 = TinyConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,

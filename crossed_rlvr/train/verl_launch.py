@@ -219,8 +219,9 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     from crossed_rlvr.train.verl_engine import validate_verl
 
     if rehearse is not None:
-        # N logical GPUs on a local Ray: verl places its workers as on a GPU node
-        overrides = [*overrides, f"+ray_kwargs.ray_init.num_gpus={rehearse}"]
+        # N logical GPUs on a local Ray: verl places its workers as on a GPU node. No dashboard: nobody reads a
+        # rehearsal's, and it starts ten Python processes of its own (its head and nine modules)
+        overrides = [*overrides, f"+ray_kwargs.ray_init.num_gpus={rehearse}", "+ray_kwargs.ray_init.include_dashboard=False"]
         import torch
 
         if torch.cuda.is_available():  # on a GPU node the workers would really start: stop them at NCCL

@@ -1,0 +1,80 @@
+"""How the suite shares the machine when it runs on several cores (pytest-xdist; pyproject.toml's addopts
+give ``-n auto --dist loadgroup``).
+
+- **One torch thread per worker.** Torch starts one thread per core in every process; two workers with two
+  threads each on a 2-core machine wait on each other's threads (the smoke warm start: 8x slower with the
+  other core busy). Set before anything imports torch, and inherited by the commands a test starts, so a
+  test's subprocess stays in its worker's core; a test that needs more says so in the environment it hands
+  its subprocess.
+- **Exclusive tests never run beside one another.** A test marked ``exclusive`` (an engine that starts
+  several processes, a Ray cluster, a test with a time limit on its own run) joins the one xdist group
+  ``exclusive``: xdist runs a group on a single worker, one test after another, so no two of them ever
+  overlap, and the other workers go on with the rest meanwhile (a lock between workers would leave a worker
+  idle whenever its next test waited for the lock). The group is the largest, so it starts first.
+- **Shared fixtures stay on one worker.** A module whose tests share an expensive module-scoped fixture (a
+  study, a trained arm, scored tables) names its group in ``WORKER_GROUP``: its tests (but the exclusive
+  ones) then run on one worker, so the fixture is built once, not once per worker.
+- **Each worker its own Ray folder.** Ray keeps its sessions under ``$RAY_TMPDIR/ray``; two workers starting
+  local clusters would share ``session_latest`` there.
+
+With ``-n 0`` (one process) the tests run as they are, in collection order.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+# xdist sets these in every worker's environment before it imports this file
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+if WORKER is not None and WORKERS > 1:
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = "1"
+    # short: Ray's socket paths under it must fit in 107 characters
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix=f"ray-{WORKER}-", dir="/tmp")
+
+# session fixtures of several modules (defined once, so built once per worker)
+pytest_plugins = ["tests.gpu_fixtures"]
+
+EXCLUSIVE = "exclusive"
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown (and unused) with ``-p no:xdist``
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: the cores this process may run on (xdist's own count asks psutil for physical cores, which
+    a 2-vCPU machine may report as 1), at most 4: every worker holds its own models and engines in memory."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{EXCLUSIVE}: never runs beside another exclusive test (several processes, a Ray cluster, "
+                   "or a time limit on its own run)")
+    if WORKER is not None and WORKERS > 1:
+        import torch
+
+        torch.set_num_threads(1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's xdist group: ``exclusive`` for an exclusive test, else its module's ``WORKER_GROUP`` if it has
+    one. Set here, one per test, because xdist joins every group mark a test carries into one name: a module-wide
+    group mark would put the module's exclusive tests in a group of their own, beside the other exclusive ones."""
+    for item in items:
+        module = getattr(item, "module", None)
+        if item.get_closest_marker(EXCLUSIVE) is not None:
+            item.add_marker(pytest.mark.xdist_group(EXCLUSIVE))
+        elif (group := getattr(module, "WORKER_GROUP", None)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    if WORKER is not None and os.environ.get("RAY_TMPDIR", "").startswith(f"/tmp/ray-{WORKER}-"):
+        shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)

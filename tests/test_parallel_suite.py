@@ -1,0 +1,86 @@
+"""The suite's own rules for sharing two cores (tests/conftest.py), checked on a throw-away suite run the way
+`make test` runs this one: every exclusive test on one worker, a module's WORKER_GROUP on one worker, one torch
+thread and a Ray folder of its own per worker. A pytest or xdist release that drops the groups (pytest 9.2
+did, silently) fails here instead of letting two Ray clusters share the machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+GROUPED = '''
+import json, os, pytest
+WORKER_GROUP = "shared"
+
+def record(name):
+    import torch
+    with open(os.environ["WHERE"], "a") as f:
+        f.write(json.dumps({"test": name, "worker": os.environ["PYTEST_XDIST_WORKER"],
+                            "threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"),
+                            "ray": os.environ.get("RAY_TMPDIR")}) + "\\n")
+
+@pytest.mark.parametrize("k", range(6))
+def test_shared(k):
+    record(f"shared{k}")
+
+@pytest.mark.exclusive
+@pytest.mark.parametrize("k", range(3))
+def test_exclusive_in_group(k):
+    record(f"exclusive-a{k}")
+'''
+
+OTHERS = '''
+import pytest
+from test_grouped import record
+
+@pytest.mark.exclusive
+@pytest.mark.parametrize("k", range(3))
+def test_exclusive_elsewhere(k):
+    record(f"exclusive-b{k}")
+
+@pytest.mark.parametrize("k", range(8))
+def test_free(k):
+    record(f"free{k}")
+'''
+
+
+def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text().replace(
+        'pytest_plugins = ["tests.gpu_fixtures"]', ""))
+    (suite / "test_grouped.py").write_text(GROUPED)
+    (suite / "test_others.py").write_text(OTHERS)
+    where = tmp_path / "where.jsonl"
+    # the project's addopts (-n auto --dist loadgroup), read from pyproject.toml as `make test` reads them
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
+                           str(ROOT / "pyproject.toml"), "--rootdir", str(suite), "-n", "2", str(suite)],
+                          capture_output=True, text=True, timeout=300, cwd=suite,
+                          env={**_clean_env(), "WHERE": str(where), "PYTHONPATH": str(suite)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(x) for x in where.read_text().splitlines()]
+    assert len(rows) == 6 + 3 + 3 + 8
+
+    def workers(prefix: str) -> set[str]:
+        return {r["worker"] for r in rows if r["test"].startswith(prefix)}
+
+    assert len(workers("exclusive")) == 1  # both modules' exclusive tests, one after another on one worker
+    assert len(workers("shared")) == 1
+    assert workers("free") | workers("shared") | workers("exclusive") == {"gw0", "gw1"}  # both cores used
+    assert {(r["threads"], r["omp"]) for r in rows} == {(1, "1")}
+    ray = {r["worker"]: r["ray"] for r in rows}
+    assert len(set(ray.values())) == 2 and all(v.startswith(f"/tmp/ray-{w}-") for w, v in ray.items())
+    assert not any(Path(v).exists() for v in ray.values())  # removed when the worker ends
+
+
+def _clean_env() -> dict[str, str]:
+    import os
+
+    # this test may itself run in a worker: its child suite must start as `make test` does
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith("PYTEST_") and k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                        "OPENBLAS_NUM_THREADS", "RAY_TMPDIR")}
