@@ -10,7 +10,8 @@ give ``-n auto --dist loadgroup``).
   several processes, a Ray cluster, a test with a time limit on its own run) joins the one xdist group
   ``exclusive``: xdist runs a group on a single worker, one test after another, so no two of them ever
   overlap, and the other workers go on with the rest meanwhile (a lock between workers would leave a worker
-  idle whenever its next test waited for the lock). The group is the largest, so it starts first.
+  idle whenever its next test waited for the lock). xdist hands out the groups with the most tests first, and
+  this is one of the largest (37 tests), so it starts at once rather than last.
 - **Shared fixtures stay on one worker.** A module whose tests share an expensive module-scoped fixture (a
   study, a trained arm, scored tables) names its group in ``WORKER_GROUP``: its tests (but the exclusive
   ones) then run on one worker, so the fixture is built once, not once per worker.

@@ -22,7 +22,8 @@ from crossed_rlvr.train.translate import VERL_SEED_KEYS
 from crossed_rlvr.train.verl_engine import SDPA, validate_verl
 from tests.gpu_fixtures import DEV, N_VAL, study_cfg, task_overrides
 
-# with tests/test_launch.py: the local files and the 7B preset's prepare, built once on one worker
+# with tests/test_launch.py on one worker, so the shared session fixtures (tests/gpu_fixtures.py) are built once
+# for the tests here that are not exclusive (the exclusive ones build them again on their own worker)
 WORKER_GROUP = "gpu_path"
 
 CONF = Path(__file__).resolve().parent.parent / "crossed_rlvr" / "conf" / "experiment"

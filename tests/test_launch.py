@@ -27,7 +27,7 @@ from crossed_rlvr.train.verl_engine import compose_verl
 from tests.gpu_fixtures import study_cfg, task_overrides
 from tests.test_gpu_path import arm_files
 
-# with tests/test_gpu_path.py: its local files and 7B prepare fixtures, built once on one worker
+# with tests/test_gpu_path.py on one worker: see there
 WORKER_GROUP = "gpu_path"
 
 ROOT = Path(__file__).resolve().parent.parent
