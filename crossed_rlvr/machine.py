@@ -114,17 +114,28 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def bf16_autocast(requested: bool) -> bool:
-    """Whether a stage asked for bfloat16 autocast gets it: on a GPU always; on a CPU only where the processor
-    computes bfloat16 natively (AMX or AVX512-BF16: measured ~1.5x faster per GRPO update of SmolLM2-135M here);
-    elsewhere CPU bfloat16 is emulated and slower than fp32, so the stage stays fp32."""
-    if not requested:
-        return False
+def native_bf16() -> bool:
+    """Whether this machine computes bfloat16 natively: a GPU, or a CPU with AMX or AVX512-BF16. Elsewhere CPU
+    bfloat16 is emulated: a SmolLM2-135M evaluation ran over 10 minutes in bfloat16 on an AVX2-only CPU."""
     import torch
 
     if torch.cuda.is_available():
         return True
     return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"})
+
+
+def bf16_autocast(requested: bool) -> bool:
+    """Whether a stage asked for bfloat16 autocast gets it: only where the machine computes bfloat16 natively
+    (measured ~1.5x faster per GRPO update of SmolLM2-135M on an AMX CPU); elsewhere the stage stays fp32."""
+    return requested and native_bf16()
+
+
+def eval_dtype(requested: str) -> str:
+    """The generation dtype of ``eval.dtype``: ``auto`` is bfloat16 where the machine computes it natively,
+    float32 elsewhere (the responses then differ between such machines; the evaluation records which ran)."""
+    if requested != "auto":
+        return requested
+    return "bfloat16" if native_bf16() else "float32"
 
 
 @contextlib.contextmanager

@@ -167,7 +167,7 @@ def test_sft_preset_rehearses(local):
 @pytest.mark.exclusive
 @pytest.mark.timeout(900)
 def test_gpu_smoke_dry_run_passes_on_the_cpu(local):
-    """The dry run is the launch rehearsal: both arms through verl's start-up on Ray (13 CPUs, 1 logical GPU)."""
+    """The dry run is the launch rehearsal: both arms through verl's start-up on Ray (7 CPUs, 1 logical GPU)."""
     train, _ = local["gsm8k"]
     proc = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(local["model"]), str(train.parent),
                            str(local["tmp"] / "smoke"), "--dry-run"], capture_output=True, text=True, timeout=840,
@@ -179,7 +179,7 @@ def test_gpu_smoke_dry_run_passes_on_the_cpu(local):
     check_grpo_rehearsal(local["tmp"] / "smoke", ["grpo-hash/s83", "grpo-boxed/s83"], n_test=40, updates=2, dev=32)
     result = json.loads((local["tmp"] / "smoke" / "rehearsal.json").read_text())
     for arm in result.values():
-        assert arm["trainer"] == "PPOTrainerSync" and arm["gpus"] == 1 and "13 CPUs and 1 GPU(s)" in arm["launch_lines"][0]
+        assert arm["trainer"] == "PPOTrainerSync" and arm["gpus"] == 1 and "7 CPUs and 1 GPU(s)" in arm["launch_lines"][0]
 
 
 def test_gpu_smoke_fails_on_the_first_stage_without_a_gpu(local):
@@ -342,10 +342,12 @@ def test_verl_validation_of_both_arms_over_training_is_analysed_crossed(paper_gs
 
 
 def test_slurm_and_ray_are_given_the_cpus_verl_reserves(paper_gsm8k):
-    """4 GPUs x {CPU: 3} + TransferQueue (8 units + controller) + the weighted task runner + 1 free = 23."""
-    single, slurm, _ = arm_files(paper_gsm8k)
-    assert "#SBATCH --cpus-per-task=23" in slurm and slurm.count('--num-cpus="$cpus"') == 2
-    assert "ray_kwargs.ray_init.num_cpus=23" in single
+    """4 GPUs x {CPU: 3} + TransferQueue (2 units on one node + controller) + the weighted task runner + 1 free
+    = 17."""
+    single, slurm, overrides = arm_files(paper_gsm8k)
+    assert "#SBATCH --cpus-per-task=17" in slurm and slurm.count('--num-cpus="$cpus"') == 2
+    assert "ray_kwargs.ray_init.num_cpus=17" in single
+    assert "transfer_queue.backend.SimpleStorage.num_data_storage_units=2" in overrides
 
 
 def test_arm_seed_reaches_every_seed_verl_has(paper_gsm8k):
@@ -469,8 +471,10 @@ def test_the_resume_preset_rehearses_on_the_cpu(local, tmp_path):
     shutil.copy(train, data / "train.jsonl")
     shutil.copy(test, data / "test.jsonl")
     shutil.copy(local["strata"], data / "strata.jsonl")
+    # one arm: what differs from gpu-smoke's dry run (both arms, above) is the preset, rehearsed on the hash arm
     proc = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(local["model"]), str(data), str(tmp_path / "run"),
-                           "--preset", "gpu-smoke-resume", "--dry-run"], capture_output=True, text=True, timeout=840,
+                           "arms.conventions=[hash]", "--preset", "gpu-smoke-resume", "--dry-run"],
+                          capture_output=True, text=True, timeout=840,
                           check=False, cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("PASS rehearse") and "WorkerDict.actor_rollout_init_model" in proc.stdout

@@ -35,33 +35,34 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # ---------------------------------------------------------------- budget
 def test_budget_of_each_preset_node():
-    """What verl 0.9.1 holds per node (train/budget.py): 3 CPUs per GPU bundle, TransferQueue 8 + 1,
-    the weighted task runner's own CPU, one free CPU for default-resource actors."""
-    assert budget_for(1).cpus_per_node() == 13            # gpu-smoke on a 1-GPU node
-    assert budget_for(4, weighted=True).cpus_per_node() == 23   # the 7B preset (App. D.1: four GPUs)
-    assert budget_for(8, weighted=True).cpus_per_node() == 35   # the 7B preset on an 8-GPU node
-    assert budget_for(8, nnodes=2, weighted=True).cpus_per_node() == 24 + 4 + 3
-    with pytest.raises(BudgetError, match=r"8 CPUs < 13.*TransferQueue 8 storage unit"):
-        budget_for(1).check(8, 1)
+    """What verl 0.9.1 holds per node (train/budget.py): 3 CPUs per GPU bundle, TransferQueue's storage units
+    (2 per node) + 1 controller, the weighted task runner's own CPU, one free CPU for default-resource actors."""
+    assert budget_for(1).cpus_per_node() == 7             # gpu-smoke on a 1-GPU node
+    assert budget_for(4, weighted=True).cpus_per_node() == 17   # the 7B preset (App. D.1: four GPUs)
+    assert budget_for(8, weighted=True).cpus_per_node() == 29   # the 7B preset on an 8-GPU node
+    assert budget_for(8, nnodes=2, weighted=True).cpus_per_node() == 24 + 2 + 3
+    assert budget_for(1, storage_units=8).cpus_per_node() == 13  # verl's own default of 8 units
+    with pytest.raises(BudgetError, match=r"5 CPUs < 7.*TransferQueue 2 storage unit"):
+        budget_for(1).check(5, 1)
     with pytest.raises(BudgetError, match=r"0 GPUs < 1"):
         budget_for(1).check(64, 0)
-    budget_for(1).check(13, 1)
+    budget_for(1).check(7, 1)
 
 
 def test_budget_is_read_from_verls_composed_config(paper_gsm8k):
     overrides = arm_files(paper_gsm8k)[2]
-    assert verl_budget(compose_verl(overrides), weighted=True) == Budget(1, 4, 8, 1)
-    smaller = verl_budget(compose_verl([*overrides, "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
-                                        "trainer.n_gpus_per_node=8"]), weighted=False)
-    assert smaller.cpus_per_node() == 24 + 2 + 2
+    assert verl_budget(compose_verl(overrides), weighted=True) == Budget(1, 4, 2, 1)
+    larger = verl_budget(compose_verl([*overrides, "transfer_queue.backend.SimpleStorage.num_data_storage_units=8",
+                                       "trainer.n_gpus_per_node=8"]), weighted=False)
+    assert larger.cpus_per_node() == 24 + 8 + 2
 
 
 def test_configured_cpus_below_the_budget_are_refused_before_any_script(local, tmp_path):
     from crossed_rlvr.conf.checks import RecipeError
     from crossed_rlvr.study.pipeline import Study
 
-    with pytest.raises(RecipeError, match=r"engine.cpus_per_node=8 offers Ray 8 CPUs .*8 CPUs < 13"):
-        Study(study_cfg(tmp_path / "r", "experiment=gpu-smoke", "stages=prepare", "engine.cpus_per_node=8",
+    with pytest.raises(RecipeError, match=r"engine.cpus_per_node=5 offers Ray 5 CPUs .*5 CPUs < 7"):
+        Study(study_cfg(tmp_path / "r", "experiment=gpu-smoke", "stages=prepare", "engine.cpus_per_node=5",
                         f"model.path={local['model']}", *task_overrides(local, "gsm8k"))).prepare()
     assert not (tmp_path / "r" / "train" / "hash" / "s83" / "launch_single_node.sh").exists()
 
@@ -86,12 +87,12 @@ def launch(overrides: list[str], *flags: str, timeout: float = 300) -> tuple[sub
 
 @pytest.mark.exclusive
 def test_under_provisioned_node_is_refused_within_seconds(paper_gsm8k):
-    """1 GPU and 8 CPUs: verl would hang in its TransferQueue; the preflight says why at once."""
-    overrides = [*arm_files(paper_gsm8k)[2], "trainer.n_gpus_per_node=1", "ray_kwargs.ray_init.num_cpus=8"]
+    """1 GPU and 6 CPUs: verl would hang in its TransferQueue; the preflight says why at once."""
+    overrides = [*arm_files(paper_gsm8k)[2], "trainer.n_gpus_per_node=1", "ray_kwargs.ray_init.num_cpus=6"]
     proc, seconds = launch(overrides, "--weighted", "--rehearse", "1")
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     line = next(x for x in proc.stdout.splitlines() if "PREFLIGHT FAILED" in x)
-    assert "8 CPUs < 14" in line and "{CPU: 3, GPU: 1}" in line and "TransferQueue 8 storage unit" in line
+    assert "6 CPUs < 8" in line and "{CPU: 3, GPU: 1}" in line and "TransferQueue 2 storage unit" in line
     assert seconds < 60
 
 
@@ -125,19 +126,19 @@ def test_driver_too_old_for_the_locked_cuda_13_stack(monkeypatch, tmp_path):
 @pytest.mark.exclusive
 @pytest.mark.timeout(400)
 def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):
-    """Preflight off, 12 CPUs for a 14-CPU budget: TransferQueue (9) and the weighted task runner (1) leave 2
+    """Preflight off, 6 CPUs for an 8-CPU budget: TransferQueue (3) and the weighted task runner (1) leave 2
     free, and verl's {CPU: 3, GPU: 1} placement group can never be placed. The watchdog ends the run after
-    the wait limit, naming what waits, Ray's free resources and the budget. (With 13 the rehearsal reaches
-    the workers: the budget's 14th CPU is for the default-resource actors verl creates after them, the
+    the wait limit, naming what waits, Ray's free resources and the budget. (With 7 the rehearsal reaches
+    the workers: the budget's 8th CPU is for the default-resource actors verl creates after them, the
     vLLM servers and the reward- and agent-loop workers, which the CPU rehearsal cannot reach.)"""
-    overrides = [*arm_files(paper_gsm8k)[2], "trainer.n_gpus_per_node=1", "ray_kwargs.ray_init.num_cpus=12"]
+    overrides = [*arm_files(paper_gsm8k)[2], "trainer.n_gpus_per_node=1", "ray_kwargs.ray_init.num_cpus=6"]
     proc, seconds = launch(overrides, "--weighted", "--rehearse", "1", "--no-preflight", "--wait-limit", "20",
                            timeout=360)
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if "WAIT LIMIT" in x)
-    assert "placement group" in line and "in 20 s" in line and "'CPU': 12.0" in line
-    assert "'CPU': 2.0" in line.split("free", 1)[1]  # 12 less TransferQueue's 9 and the task runner's 1
-    assert "14 CPUs and 1 GPU(s)" in line
+    assert "placement group" in line and "in 20 s" in line and "'CPU': 6.0" in line
+    assert "'CPU': 2.0" in line.split("free", 1)[1]  # 6 less TransferQueue's 3 and the task runner's 1
+    assert "8 CPUs and 1 GPU(s)" in line
     assert seconds < 300
 
 
@@ -146,7 +147,7 @@ def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):
 @pytest.mark.timeout(900)
 def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_trainer(local, tmp_path):
     """``stages=rehearse``: both arms' launch scripts run verl's start-up on a local Ray with the preset's
-    23 CPUs and 4 logical GPUs; our task runner builds ImportanceWeightedTrainer in verl's sync mode, the
+    17 CPUs and 4 logical GPUs; our task runner builds ImportanceWeightedTrainer in verl's sync mode, the
     TransferQueue and the 4-bundle placement group are placed, and the 4 FSDP workers are constructed up to
     ``init_process_group(nccl)``, the first point that needs CUDA."""
     run = tmp_path / "paper"
@@ -162,7 +163,7 @@ def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_traine
         assert arm["trainer"] == "ImportanceWeightedTrainer" and arm["gpus"] == 4 and arm["exit"] == 0
         assert arm["reached"].startswith("WorkerDict.actor_rollout_init_model") and "NCCL" in arm["reached"]
         assert any(x.startswith("preflight passed") for x in arm["launch_lines"])
-        assert "23 CPUs and 4 GPU(s)" in arm["launch_lines"][0]
+        assert "17 CPUs and 4 GPU(s)" in arm["launch_lines"][0]
         log = Path(arm["log"]).read_text()
         assert log.count("WorkerDict pid=") >= 4  # one worker per logical GPU was constructed
     train = pd.read_parquet(run / "train" / "hash" / "s83" / "data" / "train.parquet")

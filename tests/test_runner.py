@@ -113,3 +113,24 @@ def test_a_policys_hash_is_its_weights_not_its_run_records(tmp_path):
     assert tree_sha256(tmp_path) != tree_sha256(tmp_path, skip=RUN_RECORDS)
     (tmp_path / "model.safetensors").write_bytes(b"other weights")
     assert tree_sha256(tmp_path, skip=RUN_RECORDS) != before
+
+
+@pytest.mark.parametrize("flags, expected", [({"avx2"}, "float32"), ({"avx2", "amx_bf16"}, "bfloat16")])
+def test_auto_dtype_is_bfloat16_only_where_computed_natively(tmp_path, tiny, monkeypatch, flags, expected):
+    """``eval.dtype=auto``: emulated CPU bfloat16 is several times slower than float32, so ``auto`` runs float32
+    unless the CPU has AMX/AVX512-BF16; the resolved dtype is what the cells and their summary record."""
+    import json
+
+    import torch
+
+    from crossed_rlvr import machine
+
+    monkeypatch.setattr(machine, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = cfg_for(*overrides(tmp_path / "run", tiny, n_items=2, extra=["eval.dtype=auto", "templates=[original]"]))
+    summary = run_eval(cfg, progress=False)
+    assert {cell["dtype"] for cell in summary.values()} == {expected}
+    assert cfg.eval.dtype == "auto"  # the caller's config is left as it was given
+    metas = list((tmp_path / "run" / "responses").glob("*.meta.json"))
+    assert metas and {json.loads(m.read_text())["generation"]["dtype"] for m in metas} == {expected}
+    assert machine.eval_dtype("float16") == "float16"  # an explicit dtype is kept as asked

@@ -80,7 +80,7 @@ class TaskConf:
 @dataclass
 class EvalConf:
     backend: str = "hf"            # hf | vllm
-    dtype: str = "float32"
+    dtype: str = "float32"         # float32 | bfloat16 | float16 | auto (bfloat16 where computed natively)
     batch_size: int = num(16, 1, 65_536)
     temperature: float = field(default=0.6, metadata={"range": DECODING["temperature"]})
     top_p: float = field(default=0.95, metadata={"range": DECODING["top_p"]})
@@ -192,7 +192,7 @@ class EngineConf:
     gradient_checkpointing: bool = True
     launch: bool = False
     cpus_per_node: int | None = num(None, 1, 4096)  # Ray's CPUs per node; null: what verl's budget needs (train/budget.py)
-    tq_storage_units: int = num(8, 1, 1024)  # verl's TransferQueue storage units (1 CPU each)
+    tq_storage_units: int | None = num(None, 1, 1024)  # TransferQueue storage units (1 CPU each); null: 2 per node
     wait_limit_s: float = num(300.0, 1.0, 86_400.0)  # a Ray resource wait longer than this ends the launch (train/verl_launch.py)
     attention: str = "auto"
     save_optimizer: bool = False

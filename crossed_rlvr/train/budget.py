@@ -78,6 +78,7 @@ def verl_budget(composed: Any, weighted: bool) -> Budget:
                   storage_units=int(storage), runner_cpus=1 if weighted else 0)
 
 
-def budget_for(gpus_per_node: int, nnodes: int = 1, storage_units: int = 8, weighted: bool = False) -> Budget:
-    return Budget(nnodes=nnodes, gpus_per_node=gpus_per_node, storage_units=storage_units,
+def budget_for(gpus_per_node: int, nnodes: int = 1, storage_units: int | None = None, weighted: bool = False) -> Budget:
+    """The budget of the project's verl arms (``storage_units`` None: 2 per node, train/translate.py)."""
+    return Budget(nnodes=nnodes, gpus_per_node=gpus_per_node, storage_units=storage_units or 2 * nnodes,
                   runner_cpus=1 if weighted else 0)

@@ -53,6 +53,13 @@ VERL_SEED_KEYS: tuple[str, ...] = (
 )
 
 
+def storage_units(engine: Any) -> int:
+    """TransferQueue's storage units: ``engine.tq_storage_units``, else 2 per node, TransferQueue's own advice
+    (">= 2 x number of nodes"). verl's default of 8 holds 8 Ray CPUs (and 8 processes) on a one-node run
+    for nothing: a single-GPU node would need 13 CPUs instead of 7 (train/budget.py)."""
+    return int(engine.get("tq_storage_units") or 2 * int(engine.get("nnodes", 1) or 1))
+
+
 def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, out_dir: str) -> list[str]:
     """Hydra overrides of verl's ppo_trainer config (verl 0.9.x key names).
 
@@ -131,7 +138,7 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         # recipe.save_every, every N updates too, and a relaunch resumes from the latest (verl keeps one)
         f"trainer.save_freq={save_every if resumable else int(r.updates)}", "trainer.max_actor_ckpt_to_keep=1",
         "trainer.resume_mode=auto",
-        f"transfer_queue.backend.SimpleStorage.num_data_storage_units={int(e.get('tq_storage_units') or 8)}",
+        f"transfer_queue.backend.SimpleStorage.num_data_storage_units={storage_units(e)}",
         "trainer.val_before_train=True", f"trainer.test_freq={val_every}",
         f"trainer.logger={'[console,wandb]' if tracked else '[console]'}",
     ]

@@ -267,10 +267,13 @@ def release(loaded: dict[str, Any]) -> None:
 
 def load_backend(path: str, gen: Any) -> tuple[Any, Any]:
     """The engine and tokenizer of one policy for the ``eval`` settings ``gen`` (vLLM or transformers)."""
+    from crossed_rlvr.machine import eval_dtype
+
+    dtype = eval_dtype(str(gen.dtype))
     if gen.backend == "vllm":
         from crossed_rlvr.policies.loading import load_tokenizer
 
-        backend = VLLMBackend(path, dtype=gen.dtype, context_limit=int(gen.context_limit),
+        backend = VLLMBackend(path, dtype=dtype, context_limit=int(gen.context_limit),
                               cpu_kvcache_gib=int(gen.get("cpu_kvcache_gib", 1)),
                               gpu_memory_utilization=gen.get("gpu_memory_utilization", 0.9),
                               tensor_parallel_size=gen.get("tensor_parallel_size", 1),
@@ -278,5 +281,5 @@ def load_backend(path: str, gen: Any) -> tuple[Any, Any]:
         return backend, load_tokenizer(path)
     from crossed_rlvr.policies.loading import load_policy
 
-    model, tokenizer = load_policy(path, dtype=gen.dtype)
+    model, tokenizer = load_policy(path, dtype=dtype)
     return HFBackend(model, tokenizer, batch_size=int(gen.batch_size)), tokenizer

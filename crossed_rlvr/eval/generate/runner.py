@@ -5,6 +5,7 @@ resume and file rules (paper 001 §3 "Matched evaluation").
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -31,8 +32,14 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
     ``distribute.workers`` > 0 spreads the cells (split into shards) over Ray workers, each with its own
     engine (``eval/generate/workers.py``); the files are the same as this process alone would write.
     ``on_event(kind, info)`` is told of worker starts and finished shards (tests, monitoring)."""
+    from omegaconf import open_dict
     from tqdm import tqdm
 
+    from crossed_rlvr.machine import eval_dtype
+
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):  # ``auto`` resolved once, here: the cells record it and every worker runs it
+        cfg.eval.dtype = eval_dtype(str(cfg.eval.dtype))
     p = plan(cfg)
     total = sum(c.size for c in p.cells)
     summary: dict[str, Any] = {}
