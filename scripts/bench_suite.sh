@@ -11,7 +11,8 @@
 #   --busy    one core held busy by another process (`yes`) for the whole run
 #
 # Writes DIR/run-K.log (default /tmp/crossed-bench-suite) and prints one line per run: exit status, the
-# command's wall time and pytest's own summary line.
+# command's wall time and pytest's own summary line; then where the run's time went (DIR/timeline-K, summed up
+# by scripts/suite_timeline.py into DIR/timeline-K.txt: each worker's busy time, each group's, the costliest tests).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 runs=1 cold=0 busy=0 out=/tmp/crossed-bench-suite
@@ -21,7 +22,7 @@ while [ $# -gt 0 ]; do
     --cold) cold=1; shift ;;
     --busy) busy=1; shift ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench_suite.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -36,10 +37,13 @@ trap '[ -n "$hog" ] && kill "$hog" 2>/dev/null || true' EXIT
 for k in $(seq 1 "$runs"); do
   start=$(date +%s)
   set +e
-  (cd "$out/clone" && HOME=$env_home make test) >"$out/run-$k.log" 2>&1
+  (cd "$out/clone" && HOME=$env_home CROSSED_SUITE_TIMELINE=$out/timeline-$k make test) >"$out/run-$k.log" 2>&1
   code=$?
   set -e
   took=$(( $(date +%s) - start ))
   summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed)' "$out/run-$k.log" | tail -1 | sed 's/=//g')
   printf 'run %d: exit %d, make test %dm%02ds, pytest:%s\n' "$k" "$code" $((took / 60)) $((took % 60)) "$summary"
+  if [ -d "$out/timeline-$k" ]; then
+    "$out/clone/.venv/bin/python" "$here/scripts/suite_timeline.py" "$out/timeline-$k" >"$out/timeline-$k.txt" || true
+  fi
 done

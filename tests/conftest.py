@@ -19,12 +19,19 @@ give ``-n auto --dist loadgroup``).
   local clusters would share ``session_latest`` there.
 
 With ``-n 0`` (one process) the tests run as they are, in collection order.
+
+``CROSSED_SUITE_TIMELINE=DIR`` records when each test ran, on which worker, and the CPU time it and the commands
+it waited for used (``scripts/suite_timeline.py DIR`` sums it up; ``scripts/bench_suite.sh`` sets it).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +86,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     if WORKER is not None and os.environ.get("RAY_TMPDIR", "").startswith(f"/tmp/ray-{WORKER}-"):
         shutil.rmtree(os.environ["RAY_TMPDIR"], ignore_errors=True)
+
+
+TIMELINE = os.environ.get("CROSSED_SUITE_TIMELINE")
+
+
+def _cpu_seconds() -> float:
+    """User and system CPU time of this process and of the children it has waited for."""
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """With ``CROSSED_SUITE_TIMELINE``: one line per test (setup, call and teardown) in the worker's own file."""
+    if not TIMELINE:
+        yield
+        return
+    start, cpu = time.time(), _cpu_seconds()
+    yield
+    line = {"test": item.nodeid, "worker": WORKER or "main", "start": round(start, 3), "end": round(time.time(), 3),
+            "cpu": round(_cpu_seconds() - cpu, 2)}
+    Path(TIMELINE).mkdir(parents=True, exist_ok=True)
+    with open(Path(TIMELINE) / f"{WORKER or 'main'}.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")

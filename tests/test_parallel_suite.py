@@ -60,7 +60,8 @@ def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_pa
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
                            str(ROOT / "pyproject.toml"), "--rootdir", str(suite), "-n", "2", str(suite)],
                           check=False, capture_output=True, text=True, timeout=300, cwd=suite,
-                          env={**_clean_env(), "WHERE": str(where), "PYTHONPATH": str(suite)})
+                          env={**_clean_env(), "WHERE": str(where), "PYTHONPATH": str(suite),
+                               "CROSSED_SUITE_TIMELINE": str(tmp_path / "timeline")})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(x) for x in where.read_text().splitlines()]
     assert len(rows) == 6 + 3 + 3 + 8
@@ -75,6 +76,16 @@ def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_pa
     ray = {r["worker"]: r["ray"] for r in rows}
     assert len(set(ray.values())) == 2 and all(v.startswith(f"/tmp/ray-{w}-") for w, v in ray.items())
     assert not any(Path(v).exists() for v in ray.values())  # removed when the worker ends
+    # the timeline: every test once, on the worker that ran it, with its group (scripts/suite_timeline.py)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from suite_timeline import load, summary
+
+    timeline = load(tmp_path / "timeline")
+    assert len(timeline) == 20 and timeline["test"].is_unique and set(timeline["worker"]) == {"gw0", "gw1"}
+    assert timeline.groupby("group")["worker"].nunique()[["exclusive", "shared"]].tolist() == [1, 1]
+    assert (timeline["end"] >= timeline["start"]).all() and (timeline["cpu"] >= 0).all()
+    text = summary(timeline)
+    assert text.startswith("20 tests in ") and "exclusive" in text and "shared" in text
 
 
 def _clean_env() -> dict[str, str]:
