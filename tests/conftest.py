@@ -12,9 +12,11 @@ give ``-n auto --dist loadgroup``).
   overlap, and the other workers go on with the rest meanwhile (a lock between workers would leave a worker
   idle whenever its next test waited for the lock). xdist hands out the groups with the most tests first, and
   this is one of the largest (37 tests), so it starts at once rather than last.
-- **Shared fixtures stay on one worker.** A module whose tests share an expensive module-scoped fixture (a
-  study, a trained arm, scored tables) names its group in ``WORKER_GROUP``: its tests (but the exclusive
-  ones) then run on one worker, so the fixture is built once, not once per worker.
+- **Shared fixtures stay on one worker.** A module whose tests share an expensive module- or session-scoped
+  fixture (a study, a trained arm, scored tables) names its group in ``WORKER_GROUP`` and the fixtures in
+  ``SHARED_FIXTURES``: the tests that use one of them (directly or through another fixture; not the
+  exclusive ones) then run on one worker, so the fixture is built once, not once per worker, and the
+  module's other tests are free to run on any worker. (No ``SHARED_FIXTURES``: the whole module is grouped.)
 - **Each worker its own Ray folder.** Ray keeps its sessions under ``$RAY_TMPDIR/ray``; two workers starting
   local clusters would share ``session_latest`` there.
 
@@ -70,15 +72,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test's xdist group: ``exclusive`` for an exclusive test, else its module's ``WORKER_GROUP`` if it has
-    one. Set here, one per test, because xdist joins every group mark a test carries into one name: a module-wide
-    group mark would put the module's exclusive tests in a group of their own, beside the other exclusive ones."""
+    """Each test's xdist group: ``exclusive`` for an exclusive test, else its module's ``WORKER_GROUP`` if it uses
+    one of the module's ``SHARED_FIXTURES``. Set here, one per test, because xdist joins every group mark a test
+    carries into one name: a module-wide group mark would put the module's exclusive tests in a group of their
+    own, beside the other exclusive ones."""
     for item in items:
         module = getattr(item, "module", None)
         if item.get_closest_marker(EXCLUSIVE) is not None:
             item.add_marker(pytest.mark.xdist_group(EXCLUSIVE))
         elif (group := getattr(module, "WORKER_GROUP", None)) is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+            shared = getattr(module, "SHARED_FIXTURES", None)
+            if shared is None or set(shared) & set(getattr(item, "fixturenames", ())):
+                item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

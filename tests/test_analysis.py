@@ -17,6 +17,7 @@ from tests.analysis_fixtures import cell, write
 
 # the analysed fixture is built once, on one worker (tests/conftest.py)
 WORKER_GROUP = "analysis"
+SHARED_FIXTURES = ("result",)
 
 
 def study(tmp_path):

@@ -25,6 +25,7 @@ from tests.gpu_fixtures import DEV, N_VAL, study_cfg, task_overrides
 # with tests/test_launch.py on one worker, so the shared session fixtures (tests/gpu_fixtures.py) are built once
 # for the tests here that are not exclusive (the exclusive ones build them again on their own worker)
 WORKER_GROUP = "gpu_path"
+SHARED_FIXTURES = ("local", "paper_gsm8k")
 
 CONF = Path(__file__).resolve().parent.parent / "crossed_rlvr" / "conf" / "experiment"
 GPU_PRESETS = sorted(p.stem for p in CONF.glob("*.yaml") if "requires_gpu: true" in p.read_text())

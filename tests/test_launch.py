@@ -29,6 +29,7 @@ from tests.test_gpu_path import arm_files
 
 # with tests/test_gpu_path.py on one worker: see there
 WORKER_GROUP = "gpu_path"
+SHARED_FIXTURES = ("local", "paper_gsm8k")
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,6 +14,7 @@ from tests.paper_tables import TABLE_10, TABLE_11, TABLE_12, build_records, poli
 
 # the scored tables are built once, on one worker (tests/conftest.py)
 WORKER_GROUP = "paper_tables"
+SHARED_FIXTURES = ("analysis", "math_analysis")
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 GROUPED = '''
 import json, os, pytest
 WORKER_GROUP = "shared"
+SHARED_FIXTURES = ("thing",)
+
+@pytest.fixture(scope="module")
+def thing():
+    return 1
 
 def record(name):
     import torch
@@ -24,8 +29,12 @@ def record(name):
                             "ray": os.environ.get("RAY_TMPDIR")}) + "\\n")
 
 @pytest.mark.parametrize("k", range(6))
-def test_shared(k):
+def test_shared(k, thing):
     record(f"shared{k}")
+
+@pytest.mark.parametrize("k", range(2))
+def test_loose(k):  # in the module, without its shared fixture: free to run on any worker
+    record(f"loose{k}")
 
 @pytest.mark.exclusive
 @pytest.mark.parametrize("k", range(3))
@@ -64,14 +73,14 @@ def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_pa
                                "CROSSED_SUITE_TIMELINE": str(tmp_path / "timeline")})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(x) for x in where.read_text().splitlines()]
-    assert len(rows) == 6 + 3 + 3 + 8
+    assert len(rows) == 6 + 2 + 3 + 3 + 8
 
     def workers(prefix: str) -> set[str]:
         return {r["worker"] for r in rows if r["test"].startswith(prefix)}
 
     assert len(workers("exclusive")) == 1  # both modules' exclusive tests, one after another on one worker
     assert len(workers("shared")) == 1
-    assert workers("free") | workers("shared") | workers("exclusive") == {"gw0", "gw1"}  # both cores used
+    assert workers("free") | workers("shared") | workers("exclusive") | workers("loose") == {"gw0", "gw1"}
     assert {(r["threads"], r["omp"]) for r in rows} == {(1, "1")}
     ray = {r["worker"]: r["ray"] for r in rows}
     assert len(set(ray.values())) == 2 and all(v.startswith(f"/tmp/ray-{w}-") for w, v in ray.items())
@@ -81,11 +90,13 @@ def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_pa
     from suite_timeline import load, summary
 
     timeline = load(tmp_path / "timeline")
-    assert len(timeline) == 20 and timeline["test"].is_unique and set(timeline["worker"]) == {"gw0", "gw1"}
+    assert len(timeline) == 22 and timeline["test"].is_unique and set(timeline["worker"]) == {"gw0", "gw1"}
     assert timeline.groupby("group")["worker"].nunique()[["exclusive", "shared"]].tolist() == [1, 1]
+    groups = timeline.set_index(timeline["test"].str.extract(r"::(test_\w+)")[0])["group"]
+    assert set(groups["test_shared"]) == {"shared"} and set(groups["test_loose"]) == {"(none)"}
     assert (timeline["end"] >= timeline["start"]).all() and (timeline["cpu"] >= 0).all()
     text = summary(timeline)
-    assert text.startswith("20 tests in ") and "exclusive" in text and "shared" in text
+    assert text.startswith("22 tests in ") and "exclusive" in text and "shared" in text
 
 
 def _clean_env() -> dict[str, str]:

@@ -17,6 +17,7 @@ from crossed_rlvr.study.pipeline import Study
 
 # one worker runs the real model's study once for every test here (tests/conftest.py)
 WORKER_GROUP = "real_model"
+SHARED_FIXTURES = ("real",)
 
 # What the tests below read, and no more: two warm-start steps of 4 items, each with its sampled check, one GRPO
 # update per arm (no validation during training: none is asserted here), 4 items crossed. Decoding a 135M model

@@ -16,6 +16,7 @@ from tests.analysis_fixtures import cell, write
 
 # the analysed fixture is built once, on one worker (tests/conftest.py)
 WORKER_GROUP = "report"
+SHARED_FIXTURES = ("runs",)
 
 
 def _study(rng, n=60):

@@ -18,6 +18,7 @@ from crossed_rlvr.study.pipeline import Study
 
 # one worker builds the smoke study once for every test here (tests/conftest.py)
 WORKER_GROUP = "smoke_study"
+SHARED_FIXTURES = ("smoke",)
 
 
 def study_cfg(run_dir, *overrides):

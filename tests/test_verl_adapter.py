@@ -19,6 +19,7 @@ from tests.test_generation import SMALL
 
 # the composed verl config is built once, on one worker (tests/conftest.py)
 WORKER_GROUP = "verl_adapter"
+SHARED_FIXTURES = ("prepared",)
 
 
 def cfg_for(tmp_path, *overrides):
