@@ -1,0 +1,168 @@
+"""verl 0.9.1 on a CPU, through its own plugin seams: a ``cpu`` platform (first of the pieces that let verl's
+trainer run here; the FSDP2 engine selection and a transformers rollout replica come with it in later steps).
+
+verl imports this module itself, early in ``import verl``, when a process has
+``VERL_USE_EXTERNAL_MODULES=crossed_rlvr.train.verl_cpu`` (it raises if the import fails), and uses the
+platform when ``VERL_PLATFORM=cpu`` was set before anything asked verl for its platform
+(``verl.trainer.constants_ppo`` reads it at import time). ``ENV`` holds both, for the driver and for Ray's
+workers (``runtime_env``). The platform is never picked by auto-detection (``is_platform_available`` is
+False), so a GPU node that has this package installed is unaffected.
+
+- device ``cpu``, collectives ``gloo``, Ray resource ``GPU``: verl's resource check counts only GPUs/NPUs,
+  so a CPU run asks Ray for logical GPUs (``ray_init.num_gpus``), one per worker;
+- ``current_device()`` is ``torch.device("cpu")``, not an index: verl moves tensors with
+  ``.to(get_device_id())``, and an int there means ``cuda:N`` to torch;
+- ``device_module`` is a stand-in for the ``torch.cuda`` calls verl makes that ``torch.cpu`` lacks (memory
+  statistics, RNG state, IPC): memory from ``/proc/meminfo``, statistics 0, cache calls no-ops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import verl.utils.distributed as verl_distributed
+from verl.plugin.platform import PlatformBase, PlatformRegistry
+
+NAME = "cpu"
+ENV = {"VERL_USE_EXTERNAL_MODULES": __name__, "VERL_PLATFORM": NAME}
+
+
+def _meminfo() -> tuple[int, int]:
+    """(available, total) bytes of host memory, as ``torch.cuda.mem_get_info`` reports a GPU's."""
+    fields: dict[str, int] = {}
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            key, value = line.split(":", 1)
+            fields[key] = int(value.split()[0]) * 1024
+    return fields.get("MemAvailable", fields.get("MemFree", 0)), fields.get("MemTotal", 0)
+
+
+def _device_module() -> types.ModuleType:
+    """``torch.cpu`` with the ``torch.cuda`` calls verl 0.9.1 makes through ``get_torch_device()``."""
+    module = types.ModuleType("crossed_rlvr_cpu_device", "torch.cpu as verl's device module")
+    for name in ("synchronize", "current_stream", "stream", "Stream", "Event", "device_count", "is_available",
+                 "set_device", "current_device"):
+        setattr(module, name, getattr(torch.cpu, name))
+    none = lambda *args, **kwargs: None  # noqa: E731  (calls that mean nothing without a device allocator)
+    zero = lambda *args, **kwargs: 0  # noqa: E731
+    for name in ("empty_cache", "ipc_collect", "set_per_process_memory_fraction", "reset_peak_memory_stats",
+                 "manual_seed", "manual_seed_all"):
+        setattr(module, name, none)
+    for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
+        setattr(module, name, zero)
+    module.mem_get_info = lambda *args, **kwargs: _meminfo()
+    module.get_rng_state = lambda *args, **kwargs: torch.get_rng_state()
+    module.set_rng_state = lambda state, *args, **kwargs: torch.set_rng_state(state)
+    module.get_device_name = lambda *args, **kwargs: "cpu"
+    return module
+
+
+DEVICE = _device_module()
+
+
+@PlatformRegistry.register(platform=NAME)
+class PlatformCPU(PlatformBase):
+    """The CPU as verl's device (module docstring)."""
+
+    @property
+    def device_name(self) -> str:
+        return NAME
+
+    @property
+    def vendor_name(self) -> str:
+        return NAME
+
+    @property
+    def device_module(self) -> types.ModuleType:
+        return DEVICE
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_platform_available(self, use_smi_check: bool = False) -> bool:
+        return False  # chosen only by VERL_PLATFORM=cpu, never by auto-detection
+
+    def current_device(self) -> Any:
+        return torch.device("cpu")
+
+    def device_count(self) -> int:
+        return 1
+
+    def set_device(self, device_index: int) -> None:
+        return None
+
+    def synchronize(self, device_index: int | None = None) -> None:
+        return None
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def set_allocator_settings(self, settings: str) -> None:
+        return None
+
+    def empty_cache(self) -> None:
+        return None
+
+    def get_device_capability(self, device_index: int = 0) -> tuple[int | None, int | None]:
+        return None, None
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def visible_devices_envvar(self) -> str:
+        return "CUDA_VISIBLE_DEVICES"  # what Ray sets for the logical GPUs it hands a worker
+
+    def ray_resource_name(self) -> str:
+        return "GPU"
+
+    def ray_noset_envvars(self) -> list[str]:
+        return ["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"]
+
+    def is_ipc_supported(self) -> bool:
+        return False
+
+    @contextlib.contextmanager
+    def nvtx_range(self, msg: str) -> Iterator[None]:
+        yield
+
+    def profiler_start(self) -> None:
+        return None
+
+    def profiler_stop(self) -> None:
+        return None
+
+    def cudart(self) -> Any:
+        return None
+
+
+# The one patch. verl 0.9.1's ``initialize_global_process_group_ray`` builds its default backend as
+# f"cpu:gloo,{device}:{backend}"; on this platform that is "cpu:gloo,cpu:gloo", which torch refuses (a device
+# named twice). On the cpu platform the default becomes "gloo"; an explicit backend is passed through. Set on
+# the module before ``verl.workers.engine_workers`` imports the name (this module is imported inside
+# ``import verl``). tests/test_verl_cpu.py fails when a verl release changes the patched function.
+PATCHED_DEFAULT = 'backend = backend or f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"'
+ORIGINAL = verl_distributed.initialize_global_process_group_ray
+
+
+@functools.wraps(ORIGINAL)
+def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> None:
+    if backend is None and verl_distributed.get_device_name() == NAME:
+        backend = "gloo"
+    return ORIGINAL(timeout_second=timeout_second, backend=backend)
+
+
+def patched_source_matches() -> bool:
+    """Whether verl's function still builds the default backend the way the patch assumes."""
+    return PATCHED_DEFAULT in inspect.getsource(ORIGINAL)
+
+
+verl_distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
