@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+UNITS_PER_NODE = 2  # TransferQueue storage units per node unless engine.tq_storage_units says (its advice: >= 2)
 COLOCATE = 3  # verl.single_controller.ray.base.ResourcePoolManager.max_colocate_count (0.9.1)
 
 
@@ -80,5 +81,5 @@ def verl_budget(composed: Any, weighted: bool) -> Budget:
 
 def budget_for(gpus_per_node: int, nnodes: int = 1, storage_units: int | None = None, weighted: bool = False) -> Budget:
     """The budget of the project's verl arms (``storage_units`` None: 2 per node, train/translate.py)."""
-    return Budget(nnodes=nnodes, gpus_per_node=gpus_per_node, storage_units=storage_units or 2 * nnodes,
+    return Budget(nnodes=nnodes, gpus_per_node=gpus_per_node, storage_units=storage_units or UNITS_PER_NODE * nnodes,
                   runner_cpus=1 if weighted else 0)

@@ -57,7 +57,9 @@ def storage_units(engine: Any) -> int:
     """TransferQueue's storage units: ``engine.tq_storage_units``, else 2 per node, TransferQueue's own advice
     (">= 2 x number of nodes"). verl's default of 8 holds 8 Ray CPUs (and 8 processes) on a one-node run
     for nothing: a single-GPU node would need 13 CPUs instead of 7 (train/budget.py)."""
-    return int(engine.get("tq_storage_units") or 2 * int(engine.get("nnodes", 1) or 1))
+    from crossed_rlvr.train.budget import UNITS_PER_NODE
+
+    return int(engine.get("tq_storage_units") or UNITS_PER_NODE * int(engine.get("nnodes", 1) or 1))
 
 
 def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, out_dir: str) -> list[str]:
