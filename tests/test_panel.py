@@ -65,3 +65,33 @@ def test_every_reader_over_limit_gives_unreadable_row(monkeypatch):
 def test_in_process_and_pool_agree_on_math_verify(workers):
     rows = score_many([Item("The answer is $\\frac{3}{4}$.", "0.75")], workers=workers)
     assert rows[0]["math_verify.correct"] is True
+
+
+def test_math_verify_limit_counts_cpu_time_not_a_busy_machines_wait(monkeypatch):
+    """A reading's time limit counts the CPU time it used, so a machine too busy to run the reader
+    promptly gives the same score as a quiet one; a reading that really works past the limit is cut."""
+    import time
+
+    import math_verify
+
+    real_parse = math_verify.parse
+    monkeypatch.setattr(mathverify, "PARSE_TIMEOUT", 0.3)
+
+    def slow_to_be_scheduled(text, **kw):  # waits 0.6 s without computing, like a starved process
+        time.sleep(0.6)
+        return real_parse(text, **kw)
+
+    monkeypatch.setattr(math_verify, "parse", slow_to_be_scheduled)
+    assert mathverify.parse("$18$"), "waiting past the limit cut the reading short"
+
+    def computing(text, **kw):
+        end = time.process_time() + 5
+        while time.process_time() < end:
+            pass
+        return real_parse(text, **kw)
+
+    monkeypatch.setattr(math_verify, "parse", computing)
+    t0 = time.process_time()
+    assert mathverify.parse("$18$") == []
+    assert time.process_time() - t0 < 2, "the CPU-time limit did not stop the reading"
+    assert mathverify.verify(real_parse("$18$"), real_parse("$18$"))  # the timer is off again afterwards

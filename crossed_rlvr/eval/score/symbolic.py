@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from crossed_rlvr import text as tx
-from crossed_rlvr.eval.score.mathverify import answer_text, parse, parse_reference, time_limits
+from crossed_rlvr.eval.score.mathverify import answer_text, parse, parse_reference, verify
 from crossed_rlvr.eval.score.readers import Reader, Reading, reader
 
 # Outer wrappers a model puts around a reported answer: Markdown emphasis/code and math delimiters.
@@ -168,11 +168,8 @@ def _symbolic(payload: str) -> tuple:
 
 
 def verify_parsed(pred: list, reference: str) -> bool:
-    from math_verify import verify
-
     gold = list(parse_reference(str(reference)))
-    _, verify_timeout = time_limits()
-    return bool(pred) and bool(gold) and verify(gold, pred, timeout_seconds=verify_timeout)
+    return bool(pred) and bool(gold) and verify(gold, pred)
 
 
 @lru_cache(maxsize=256)
@@ -267,16 +264,13 @@ DIAGNOSTICS = ("payload_any.hash", "hash_digit_only", "math_hash_box_unequal")
 
 def diagnostics(response: str) -> dict[str, bool]:
     """Per-response counts behind Tables 16-17 (slow: Math-Verify compares the two payloads)."""
-    from math_verify import verify
-
     first_hash = first_hash_payload(response)
     first_box = first_box_payload(response)
     unequal = False
     if first_hash is not None and first_box is not None:
         a, b = symbolic(first_hash), symbolic(first_box)
         if a and b:
-            _, verify_timeout = time_limits()
-            unequal = not verify(a, b, timeout_seconds=verify_timeout)
+            unequal = not verify(a, b)
     return {"payload_any.hash": next(_hash_bodies(response), None) is not None,
             "hash_digit_only": first_hash is not None and _DIGITS.fullmatch(first_hash) is not None,
             "math_hash_box_unequal": unequal}
