@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import inspect
 import types
 from collections.abc import Iterator
@@ -28,9 +29,38 @@ from typing import Any
 import torch
 import verl.utils.distributed as verl_distributed
 from verl.plugin.platform import PlatformBase, PlatformRegistry
+from verl.workers.rollout import base as rollout_base
+from verl.workers.rollout.replica import RolloutReplicaRegistry
 
 NAME = "cpu"
-ENV = {"VERL_USE_EXTERNAL_MODULES": __name__, "VERL_PLATFORM": NAME}
+# VERL_ENGINE_DEVICE: verl's FSDP engines are registered for cuda/npu only; on this platform the (device-
+# neutral) FSDP2 engine is looked up under cuda.
+ENV = {"VERL_USE_EXTERNAL_MODULES": f"crossed_rlvr.train.verl_compat,{__name__}", "VERL_PLATFORM": NAME,
+       "VERL_ENGINE_DEVICE": "cuda"}
+
+# verl's settings for a CPU run, on top of an arm's overrides (the route is the GPU presets' own: FSDP2, the same
+# trainer, reward and importance correction). float32 and no compile: bfloat16 is emulated on most CPUs and
+# torch.compile has no CPU gain at this size; no offload (the parameters already live in host memory); padding
+# removal needs flash-attn; one agent-loop, reward and data-loader worker where verl's defaults start 8 each.
+OVERRIDES = [
+    "trainer.device=cpu",
+    "actor_rollout_ref.rollout.name=hf",
+    "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
+    "actor_rollout_ref.actor.fsdp_config.dtype=float32",
+    "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
+    "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
+    "actor_rollout_ref.model.use_remove_padding=False",
+    "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.rollout.agent.num_workers=1",
+    "reward.num_workers=1",
+    "data.dataloader_num_workers=0",
+]
+
+
+def launch_overrides(ranks: int) -> list[str]:
+    """``OVERRIDES`` plus a local Ray with ``ranks`` logical GPUs (the workers get ``ENV`` from verl_launch)."""
+    return [*OVERRIDES, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}"]
 
 
 def _meminfo() -> tuple[int, int]:
@@ -166,3 +196,10 @@ def patched_source_matches() -> bool:
 
 
 verl_distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
+
+# The transformers rollout (train/verl_rollout.py) under the rollout name ``hf``, registered wherever verl loads this
+# platform. By name, imported when verl first asks: that module imports verl, which may be importing this one.
+ROLLOUT = "hf"
+ROLLOUT_MODULE = "crossed_rlvr.train.verl_rollout"
+RolloutReplicaRegistry.register(ROLLOUT, lambda: importlib.import_module(ROLLOUT_MODULE).HFReplica)
+rollout_base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = f"{ROLLOUT_MODULE}.HFServerAdapter"  # it has no register function

@@ -107,6 +107,8 @@ def offered(composed: Any, rehearse_gpus: int | None) -> list[tuple[str, float, 
     cpus = init.get("num_cpus") or os.cpu_count() or 1
     if rehearse_gpus is not None:
         gpus = rehearse_gpus
+    elif init.get("num_gpus") is not None:  # a CPU run's logical GPUs
+        gpus = init.num_gpus
     else:
         import torch
 
@@ -121,6 +123,17 @@ def check_nodes(budget: Budget, nodes: list[tuple[str, float, float]]) -> None:
     ranked = sorted(nodes, key=lambda n: (-n[2], -n[1]))[: budget.nnodes]
     for name, cpus, gpus in ranked:
         budget.check(cpus, gpus, where=name)
+
+
+# Modules verl imports in every process (VERL_USE_EXTERNAL_MODULES): the TRL fix on every launch (train/verl_compat.py),
+# the CPU platform on a CPU run (train/verl_cpu.py).
+PLUGINS = "crossed_rlvr.train.verl_compat"
+CPU_PLUGINS = f"{PLUGINS},crossed_rlvr.train.verl_cpu"
+
+
+def cpu_env() -> dict[str, str]:
+    """The variables that make verl load its CPU platform (train/verl_cpu.py's ENV), without importing verl."""
+    return {"VERL_USE_EXTERNAL_MODULES": CPU_PLUGINS, "VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}
 
 
 # ------------------------------------------------------------------ watchdog
@@ -215,7 +228,16 @@ def cuda_point(err: BaseException) -> str | None:
     return f"{where[-1] if where else 'driver'}: {line[:200]}"
 
 
-def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: float, preflight: bool) -> int:
+def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: float, preflight: bool,
+        cpu: int | None = None) -> int:
+    # verl reads these when first imported: set before anything imports verl (Ray's workers get them too)
+    plugins = cpu_env() if cpu is not None else {"VERL_USE_EXTERNAL_MODULES": PLUGINS}
+    os.environ.update(plugins)
+    overrides = [*overrides, *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in plugins.items())]
+    if cpu is not None:  # verl on this CPU (train/verl_cpu.py)
+        from crossed_rlvr.train.verl_cpu import launch_overrides
+
+        overrides = [*overrides, *launch_overrides(cpu)]
     from crossed_rlvr.train.verl_engine import validate_verl
 
     if rehearse is not None:
@@ -230,7 +252,7 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     budget = verl_budget(composed, weighted)
     say(budget.describe())
     if preflight:
-        if rehearse is None and (problem := gpu_problem() or launch_problem(composed)) is not None:
+        if rehearse is None and cpu is None and (problem := gpu_problem() or launch_problem(composed)) is not None:
             say(f"PREFLIGHT FAILED: {problem}")
             return 2
         try:
@@ -282,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     add_number(parser, "--wait-limit", 1, 86_400, integer=False, default=300.0,
                         help="seconds a Ray resource wait may last before the run is ended (default 300; "
                         "$CROSSED_WAIT_LIMIT wins)")
+    cpu = os.environ.get("CROSSED_VERL_CPU")
+    add_number(parser, "--cpu", 1, 64, metavar="RANKS", default=int(cpu) if cpu else None,
+               help="train on this CPU through verl's plugin seams, on RANKS gloo ranks (default: $CROSSED_VERL_CPU)")
     parser.add_argument("--no-preflight", action="store_true", help="skip the GPU and budget checks")
     add_number(parser, "--wait-nodes", 1, 4096, metavar="N", help="only wait until N Ray nodes joined, then exit")
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"), help="Ray address for --wait-nodes")
@@ -296,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         return wait_for_nodes(args.address, args.wait_nodes, args.join_timeout)
     limit = float(os.environ.get("CROSSED_WAIT_LIMIT") or args.wait_limit)
     try:
-        code = run(args.overrides, args.weighted, args.rehearse, limit, not args.no_preflight)
+        code = run(args.overrides, args.weighted, args.rehearse, limit, not args.no_preflight, args.cpu)
     finally:
         import contextlib
 
