@@ -181,6 +181,7 @@ class EngineConf:
     nproc_per_node: int = num(1, 1, 64)  # TRL in crossed-study: each arm across this many processes (torchrun)
     bf16: bool = False             # TRL: bfloat16 autocast over fp32 masters (GPU; CPU with AMX/AVX512-BF16)
     # verl
+    device: str = "cuda"           # cuda: GPU nodes; cpu: verl's trainer on this CPU (train/verl_cpu.py), 1 gloo rank a GPU
     nnodes: int = num(1, 1, 4096)
     n_gpus_per_node: int = num(4, 1, 64)
     micro_batch_per_gpu: int = num(1, 1, 65_536)

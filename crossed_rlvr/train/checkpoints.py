@@ -7,7 +7,13 @@ resume past the end; it is removed unless ``recipe.keep_optimizer=true``. The me
 ``config.json`` and safetensors files whose headers read, holding as many parameters as the config says
 (counted from the headers, nothing loaded). An unverified merge keeps everything and exits 1.
 
-    python -m crossed_rlvr.train.checkpoints --merged DIR --shards DIR [--keep-optimizer]
+A verified merge is stamped with the settings the arm trained with (``crossed_rlvr_arm.json``: the sha256 of
+its verl overrides). The launch scripts ask ``--finished`` first, so a relaunch of a finished arm does nothing
+and says so: relaunched, verl's ``resume_mode=auto`` would load the final step, whose optimizer state is gone,
+and crash. A merge stamped with other settings is refused in one line rather than resumed or overwritten.
+
+    python -m crossed_rlvr.train.checkpoints --merged DIR --shards DIR [--keep-optimizer] [--trained-with SHA]
+    python -m crossed_rlvr.train.checkpoints --finished DIR --trained-with SHA   (exit 0 finished, 1 not, 2 other)
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from pathlib import Path
 from crossed_rlvr.interrupt import stops_cleanly
 
 STATE = ("optim_world_size_*", "extra_state_world_size_*")
+STAMP = "crossed_rlvr_arm.json"
 
 
 class MergeError(RuntimeError):
@@ -64,9 +71,30 @@ def verify_merge(folder: Path) -> int:
     return found
 
 
-def tidy(merged: Path, shards: Path, keep_optimizer: bool = False) -> list[Path]:
-    """Verify the merge, then remove the shards' optimizer and extra state (unless kept); the removed files."""
+def finished(merged: Path, trained_with: str) -> str | None:
+    """None when ``merged`` holds no verified merge (the arm has to train); "" when it holds this arm's,
+    trained with ``trained_with``; else why the folder cannot be taken as this arm's (MergeError's message)."""
+    if not (merged / "config.json").exists():
+        return None
+    try:
+        verify_merge(merged)
+    except MergeError:
+        return None  # an unfinished merge: the launch trains (or resumes) and merges again
+    stamp = merged / STAMP
+    if not stamp.is_file():
+        return f"{merged} holds a merged model with no record of the settings it was trained with ({STAMP})"
+    was = json.loads(stamp.read_text()).get("trained_with")
+    if was != trained_with:
+        return f"{merged} holds a model trained with other settings ({STAMP}: {was}, this launch: {trained_with})"
+    return ""
+
+
+def tidy(merged: Path, shards: Path, keep_optimizer: bool = False, trained_with: str | None = None) -> list[Path]:
+    """Verify the merge and stamp it, then remove the shards' optimizer and extra state (unless kept); the removed
+    files."""
     verify_merge(merged)
+    if trained_with:
+        (merged / STAMP).write_text(json.dumps({"trained_with": trained_with}) + "\n")
     if keep_optimizer:
         return []
     removed = [p for pattern in STATE for p in sorted(shards.glob(pattern))]
@@ -80,12 +108,29 @@ def main(argv: list[str] | None = None) -> int:
     from crossed_rlvr.limits import Parser
 
     parser = Parser(prog="python -m crossed_rlvr.train.checkpoints", description=__doc__.splitlines()[0])
-    parser.add_argument("--merged", required=True, help="the Hugging Face folder the merge wrote")
-    parser.add_argument("--shards", required=True, help="the final step's FSDP folder (global_step_N/actor)")
+    parser.add_argument("--merged", help="the Hugging Face folder the merge wrote")
+    parser.add_argument("--shards", help="the final step's FSDP folder (global_step_N/actor)")
     parser.add_argument("--keep-optimizer", action="store_true", help="keep the optimizer and extra state")
+    parser.add_argument("--trained-with", help="sha256 of the arm's verl overrides, stamped on the merge")
+    parser.add_argument("--finished", metavar="DIR", help="exit 0 when DIR is this arm's verified merge, 1 when the "
+                        "arm has to train, 2 when DIR holds another model")
     args = parser.parse_args(argv)
+    if args.finished:
+        if not args.trained_with:
+            parser.error("--finished needs --trained-with")
+        why = finished(Path(args.finished), args.trained_with)
+        if why is None:
+            return 1
+        if why:
+            print(f"checkpoints: {why}. Move it away to train the arm again.", file=sys.stderr)
+            return 2
+        print(f"checkpoints: this arm has finished: {args.finished} is its verified merge, trained with these "
+              "settings; nothing to do")
+        return 0
+    if not (args.merged and args.shards):
+        parser.error("--merged and --shards are required")
     try:
-        removed = tidy(Path(args.merged), Path(args.shards), args.keep_optimizer)
+        removed = tidy(Path(args.merged), Path(args.shards), args.keep_optimizer, args.trained_with)
     except MergeError as err:
         print(f"checkpoints: {err}; nothing removed", file=sys.stderr)
         return 1

@@ -142,7 +142,8 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         "trainer.resume_mode=auto",
         f"transfer_queue.backend.SimpleStorage.num_data_storage_units={storage_units(e)}",
         "trainer.val_before_train=True", f"trainer.test_freq={val_every}",
-        f"trainer.logger={'[console,wandb]' if tracked else '[console]'}",
+        # file: every update's metrics as JSON lines under <run_dir>/verl_metrics/, one file a launch (verl_launch)
+        f"trainer.logger={'[console,wandb,file]' if tracked else '[console,file]'}",
     ]
 
 

@@ -60,7 +60,9 @@ OVERRIDES = [
 
 def launch_overrides(ranks: int) -> list[str]:
     """``OVERRIDES`` plus a local Ray with ``ranks`` logical GPUs (the workers get ``ENV`` from verl_launch)."""
-    return [*OVERRIDES, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}"]
+    # no dashboard: nobody reads a CPU run's, and it starts ten Python processes of its own
+    return [*OVERRIDES, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
+            "+ray_kwargs.ray_init.include_dashboard=False"]
 
 
 def _meminfo() -> tuple[int, int]:

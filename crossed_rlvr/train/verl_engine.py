@@ -11,6 +11,7 @@ machine everything up to the launch is real and checked.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import re
 import shlex
@@ -171,6 +172,7 @@ set -euo pipefail
 {attention}
 # verl starts its own Ray here: never join whatever /tmp/ray/ray_current_cluster names (a `ray start` left over)
 export RAY_ADDRESS=local
+{finished}
 {ray_auth}{python} -m crossed_rlvr.train.verl_launch {flags} -- \\
 {args} \\
   ray_kwargs.ray_init.num_cpus={cpus} "${{ATTN[@]}}"
@@ -179,7 +181,7 @@ if [ -n "${{CROSSED_REHEARSE:-}}" ]; then exit 0; fi
 {merge}
 """
 
-SLURM = slurm_header("GRPO arm {arm} through verl") + "{exports}\n{attention}\n{ray_auth}" + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" {python} -m crossed_rlvr.train.verl_launch \\
+SLURM = slurm_header("GRPO arm {arm} through verl") + "{exports}\n{attention}\n{finished}\n{ray_auth}" + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" {python} -m crossed_rlvr.train.verl_launch \\
   {flags} -- \\
 {args} "${{ATTN[@]}}"
 {merge}
@@ -240,18 +242,26 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
     atomic_write_json(run_dir / "memory_plan.json", {"params": memory.params, "gpus": memory.gpus,
                                                      "card_gib": memory.card_gib, "train_gib": memory.train,
                                                      "rollout_gib": memory.rollout, "disk_gb": memory.disk})
-    flags = " ".join([*(["--weighted"] if weighted else []), f"--wait-limit {float(e.get('wait_limit_s', 300)):g}"])
+    cpu = str(e.get("device", "cuda")) == "cpu"  # verl's trainer on this CPU: one gloo rank per logical GPU
+    flags = " ".join([*(["--weighted"] if weighted else []), *([f"--cpu {int(e.n_gpus_per_node)}"] if cpu else []),
+                      f"--wait-limit {float(e.get('wait_limit_s', 300)):g}"])
     # verl saves FSDP shards; the evaluator reads a Hugging Face directory like the TRL engine's.
     step = int(cfg.recipe.updates)
     ckpt = run_dir.resolve() / "checkpoints"
+    # what the arm trains with: its overrides less the environment passed to Ray (wandb's run id changes per launch)
+    trained_with = hashlib.sha256("\n".join(o for o in overrides if ".runtime_env.env_vars." not in o).encode()
+                                  ).hexdigest()
+    # a finished arm is never relaunched: verl would reload its final step, whose optimizer state is removed
+    finished = (f"{shlex.quote(python)} -m crossed_rlvr.train.checkpoints --finished {ckpt}/step-{step} "
+                f"--trained-with {trained_with} && exit 0 || [ $? -eq 1 ]")
     merge = (f"{shlex.quote(python)} -m verl.model_merger merge --backend fsdp "
              f"--local_dir {ckpt}/global_step_{step}/actor --target_dir {ckpt}/step-{step}\n"
              # a verified merge frees the final step's optimizer state (train/checkpoints.py)
              f"{shlex.quote(python)} -m crossed_rlvr.train.checkpoints --merged {ckpt}/step-{step} "
-             f"--shards {ckpt}/global_step_{step}/actor"
+             f"--shards {ckpt}/global_step_{step}/actor --trained-with {trained_with}"
              + (" --keep-optimizer" if cfg.recipe.get("keep_optimizer", False) else ""))
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
-    fields = {"flags": flags, "wait": f"{float(e.get('wait_limit_s', 300)):g}", "merge": merge, "gpus": int(e.n_gpus_per_node), "arm": cfg.arm, "args": args,
+    fields = {"finished": finished, "flags": flags, "wait": f"{float(e.get('wait_limit_s', 300)):g}", "merge": merge, "gpus": int(e.n_gpus_per_node), "arm": cfg.arm, "args": args,
               "python": shlex.quote(python), "ray": shlex.quote(ray), "exports": exports,
               "cpus": cpus,
               "attention": attention_block(python, str(e.get("attention", "auto"))),

@@ -136,6 +136,55 @@ def cpu_env() -> dict[str, str]:
     return {"VERL_USE_EXTERNAL_MODULES": CPU_PLUGINS, "VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}
 
 
+def metrics_file(overrides: list[str]) -> str | None:
+    """Where verl's file logger writes this launch's metrics: ``<run_dir>/verl_metrics/launch-<UTC time>.jsonl``
+    beside the arm's checkpoints. One file a launch, because verl's logger truncates its file when it opens it:
+    a resumed arm would lose the updates before the resume. None without the ``file`` logger."""
+    from pathlib import Path
+
+    given = dict(o.split("=", 1) for o in overrides if "=" in o and not o.startswith("+"))
+    if "file" not in given.get("trainer.logger", "") or "trainer.default_local_dir" not in given:
+        return None
+    folder = Path(given["trainer.default_local_dir"]).parent / "verl_metrics"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder / f"launch-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}.jsonl")
+
+
+def read_metrics(run_dir: Any) -> list[dict[str, Any]]:
+    """Every update's metrics of an arm over all its launches, one row per step (a later launch's row wins)."""
+    import json
+    from pathlib import Path
+
+    rows: dict[int, dict[str, Any]] = {}
+    for path in sorted((Path(run_dir) / "verl_metrics").glob("launch-*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                rows[int(entry["step"])] = {"step": int(entry["step"]), **entry["data"]}
+    return [rows[k] for k in sorted(rows)]
+
+
+def unresumable(composed: Any) -> str | None:
+    """Why verl's ``resume_mode=auto`` would crash on this arm's latest checkpoint, else None: a step whose
+    optimizer state was removed after its merge (train/checkpoints.py) cannot be resumed, and verl would load
+    it and raise FileNotFoundError minutes into the launch."""
+    from pathlib import Path
+
+    trainer = composed.trainer
+    if trainer.get("resume_mode") != "auto" or not trainer.get("default_local_dir"):
+        return None
+    root = Path(str(trainer.default_local_dir))
+    marker = root / "latest_checkpointed_iteration.txt"
+    if not marker.is_file():
+        return None
+    step = marker.read_text().strip()
+    actor = root / f"global_step_{step}" / "actor"
+    if actor.is_dir() and not any(actor.glob("optim_world_size_*")):
+        return (f"{actor} has no optimizer state (removed once its merge was verified): verl cannot resume from "
+                f"step {step}. Its merged model is {root}/step-{step}; move {root} away to train the arm again")
+    return None
+
+
 # ------------------------------------------------------------------ watchdog
 EXPIRED = threading.Event()  # set when the watchdog ended a wait: the run exits with WAIT_EXIT
 
@@ -234,6 +283,8 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     plugins = cpu_env() if cpu is not None else {"VERL_USE_EXTERNAL_MODULES": PLUGINS}
     os.environ.update(plugins)
     overrides = [*overrides, *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in plugins.items())]
+    if (path := metrics_file(overrides)) is not None:
+        overrides.append(f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{path}'")
     if cpu is not None:  # verl on this CPU (train/verl_cpu.py)
         from crossed_rlvr.train.verl_cpu import launch_overrides
 
@@ -259,6 +310,9 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
             check_nodes(budget, offered(composed, rehearse))
         except BudgetError as err:
             say(f"PREFLIGHT FAILED: {err}")
+            return 2
+        if rehearse is None and (problem := unresumable(composed)) is not None:
+            say(f"PREFLIGHT FAILED: {problem}")
             return 2
         say("preflight passed: Ray's CPUs and GPUs cover verl's budget")
     threading.Thread(target=watchdog, args=(budget, wait_limit), daemon=True).start()
