@@ -61,3 +61,52 @@ def test_canary_the_patched_verl_function_is_the_one_the_patch_was_written_for()
 
     assert verl_cpu.patched_source_matches(), inspect.getsource(verl_cpu.ORIGINAL)
     assert list(inspect.signature(verl_cpu.ORIGINAL).parameters) == ["timeout_second", "backend"]
+
+
+def test_canary_verls_value_head_import_is_still_guarded_by_the_patched_check():
+    """verl 0.9.1 builds no actor beside TRL 1.16 unless its "is TRL available" check asks for the value-head
+    model (train/verl_compat.py); this fails when a verl release changes the guarded import."""
+    import verl.models.transformers.monkey_patch as monkey_patch
+
+    from crossed_rlvr.train import verl_compat
+
+    assert verl_compat.patched_source_matches(), inspect.getsource(monkey_patch.apply_monkey_patch)
+    assert monkey_patch.is_trl_available is verl_compat.value_head_available
+    try:
+        from trl import AutoModelForCausalLMWithValueHead  # noqa: F401
+        has_value_head = True
+    except ImportError:
+        has_value_head = False
+    assert verl_compat.value_head_available() is has_value_head
+
+
+def test_the_launchers_plugin_variables_are_the_platforms():
+    from crossed_rlvr.train.verl_cpu import ENV
+    from crossed_rlvr.train.verl_launch import PLUGINS, cpu_env
+
+    assert cpu_env() == ENV and ENV["VERL_USE_EXTERNAL_MODULES"].startswith(PLUGINS + ",")
+
+
+def test_rollout_tokens_are_seeded_and_carry_the_actors_log_probs():
+    """The transformers rollout: the same (seed, update, prompt, sample) draws the same token; another sample
+    draws from another stream; each log-prob is log_softmax(logits / T) of the token; greedy is the argmax."""
+    import torch
+
+    from crossed_rlvr.train.verl_rollout import next_token, sample_seed
+
+    logits = torch.randn(50, generator=torch.Generator().manual_seed(0))
+    seeds = [sample_seed(83, 2, [1, 2, 3], k) for k in range(8)]
+    assert len(set(seeds)) == 8 and seeds[0] == sample_seed(83, 2, [1, 2, 3], 0) != sample_seed(83, 3, [1, 2, 3], 0)
+
+    def draw(seed: int, temperature: float = 0.7, top_p: float = 1.0) -> list[tuple[int, float]]:
+        g = torch.Generator().manual_seed(seed)
+        return [next_token(logits, temperature, top_p, -1, g) for _ in range(20)]
+
+    assert draw(seeds[0]) == draw(seeds[0]) and draw(seeds[0]) != draw(seeds[1])
+    for token, logp in draw(seeds[0]):
+        assert abs(logp - float(torch.log_softmax(logits / 0.7, -1)[token])) < 1e-6
+    kept = torch.sort(torch.softmax(logits / 0.7, -1), descending=True)
+    nucleus = set(kept.indices[: int((torch.cumsum(kept.values, -1) < 0.5).sum()) + 1].tolist())
+    assert {t for t, _ in draw(seeds[2], top_p=0.5)} <= nucleus
+    token, logp = next_token(logits, 0.0, 1.0, -1, torch.Generator())
+    assert token == int(torch.argmax(logits)) and abs(logp - float(torch.log_softmax(logits, -1)[token])) < 1e-6

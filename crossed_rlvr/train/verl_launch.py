@@ -151,7 +151,8 @@ def metrics_file(overrides: list[str]) -> str | None:
 
 
 def read_metrics(run_dir: Any) -> list[dict[str, Any]]:
-    """Every update's metrics of an arm over all its launches, one row per step (a later launch's row wins)."""
+    """Every update's metrics of an arm over all its launches, one row per step (a later launch's value of a
+    metric wins)."""
     import json
     from pathlib import Path
 
@@ -159,8 +160,8 @@ def read_metrics(run_dir: Any) -> list[dict[str, Any]]:
     for path in sorted((Path(run_dir) / "verl_metrics").glob("launch-*.jsonl")):
         for line in path.read_text().splitlines():
             if line.strip():
-                entry = json.loads(line)
-                rows[int(entry["step"])] = {"step": int(entry["step"]), **entry["data"]}
+                entry = json.loads(line)  # a resumed launch logs its first validation under the step it resumed
+                rows.setdefault(int(entry["step"]), {"step": int(entry["step"])}).update(entry["data"])
     return [rows[k] for k in sorted(rows)]
 
 
@@ -171,8 +172,9 @@ def unresumable(composed: Any) -> str | None:
     from pathlib import Path
 
     trainer = composed.trainer
-    if trainer.get("resume_mode") != "auto" or not trainer.get("default_local_dir"):
-        return None
+    loads = list(composed.actor_rollout_ref.actor.checkpoint.get("load_contents") or [])
+    if trainer.get("resume_mode") != "auto" or not trainer.get("default_local_dir") or "optimizer" not in loads:
+        return None  # a model-only checkpoint (save_contents=[model]) is resumed from its weights alone
     root = Path(str(trainer.default_local_dir))
     marker = root / "latest_checkpointed_iteration.txt"
     if not marker.is_file():
