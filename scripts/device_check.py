@@ -5,9 +5,9 @@
 
 For a bare machine with torch and transformers (no verl, vLLM or Ray, no network). Steps:
 
-1. **FSDP as verl configures it** (``verl/workers/engine/fsdp``): a randomly initialised model from a hand-written
-   config (Qwen2.5-7B: 7.62B parameters, vocabulary 152,064), fp32 master weights, bf16 mixed precision with fp32
-   gradient reduction, one FSDP unit per decoder layer, activation checkpointing, SDPA. One micro-batch of 3,072
+1. **FSDP2 as verl configures it** (``actor.strategy=fsdp2``, ``verl/utils/fsdp_utils.py: apply_fsdp2``): a randomly
+   initialised model from a hand-written config (Qwen2.5-7B: 7.62B parameters, vocabulary 152,064), fp32 master
+   weights, bf16 mixed precision with fp32 gradient reduction, ``fully_shard`` on each decoder layer then the root, activation checkpointing, SDPA. One micro-batch of 3,072
    tokens forward and backward, then one AdamW step with the fused kernel and one with foreach (the copy the
    memory plan counts; on one H200 the plan expects it not to fit). ``torch.cuda.max_memory_allocated`` per
    phase, beside ``crossed_rlvr.train.memory``'s plan for the same shapes.
@@ -27,7 +27,6 @@ Writes ``device_check.json`` and ``device_check.md`` (a table) into ``--out``.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import subprocess
@@ -122,11 +121,8 @@ def fsdp_step(shape: str, seq: int, fraction: float | None = None) -> dict[str, 
     """Step 1/2: one FSDP micro-batch and AdamW steps (fused, then foreach) with the peak memory of each phase."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
-    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from transformers import Qwen2Config, Qwen2ForCausalLM
-    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 
     device = torch.device("cuda", 0) if cuda() else torch.device("cpu")
     if cuda():
@@ -147,10 +143,12 @@ def fsdp_step(shape: str, seq: int, fraction: float | None = None) -> dict[str, 
     with torch.device(device):
         model = Qwen2ForCausalLM(config).float()  # fp32 masters, as verl keeps them
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    mixed = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, buffer_dtype=torch.float32)
-    wrap = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Qwen2DecoderLayer})
-    model = FSDP(model, auto_wrap_policy=wrap, mixed_precision=mixed, sharding_strategy=ShardingStrategy.FULL_SHARD,
-                 device_id=device, use_orig_params=True)
+    # FSDP2 as verl's engine applies it (actor.strategy=fsdp2, verl.utils.fsdp_utils.apply_fsdp2): each decoder
+    # layer, then the root, bf16 compute over fp32 masters with fp32 gradient reduction
+    mixed = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=True)
+    for layer in model.model.layers:
+        fully_shard(layer, mp_policy=mixed)
+    fully_shard(model, mp_policy=mixed)
     out["parameters"] = sum(p.numel() for p in model.parameters())
     out["after_wrap_gib"] = peak_gib()
     reset_peak()

@@ -195,3 +195,18 @@ def test_weighted_trainer_rewrites_advantages_in_transfer_queue(monkeypatch):
     assert trainer._compute_advantage(batch, metrics) is batch
     assert [t.tolist() for t in store["advantages"].unbind()] == [[3.0, 3.0], [0.5, 0.5, 0.5]]
     assert metrics["crossed/is_weight_max"] == 3.0
+
+
+def test_verl_validates_the_items_trl_validates(tmp_path):
+    """verl's validation parquet holds the first validation.n_items items of the split under every request, the
+    items crossed-eval takes for TRL's validation (frozen_items), so the two engines' over-training curves
+    are read on the same items."""
+    from crossed_rlvr.eval.generate.plan import frozen_items
+    from crossed_rlvr.train.validation import validation_config
+    from crossed_rlvr.train.verl_engine import validation_rows
+
+    cfg = cfg_for(tmp_path, "validation.n_items=3", "validation.requests=[hash,boxed]")
+    rows = validation_rows(cfg)
+    trl_items, _, _ = frozen_items(tmp_path / "trl", validation_config(cfg, 0, tmp_path / "model").task)
+    assert [r["item_id"] for r in rows] == [it["item_id"] for it in trl_items] * 2
+    assert [r["request"] for r in rows] == ["hash"] * 3 + ["boxed"] * 3

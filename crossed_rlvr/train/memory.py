@@ -2,7 +2,8 @@
 
 Read against verl 0.9.1 and torch 2.11 (the GPU lock's versions):
 
-- **Train phase.** verl's FSDP engine brings parameters, gradients and optimizer state back to the GPU for the
+- **Train phase.** verl's FSDP engine (FSDP2, ``actor.strategy=fsdp2``: the same sharded fp32 state as FSDP1, each
+  layer's bf16 parameters gathered as it runs) brings parameters, gradients and optimizer state back to the GPU for the
   update even with ``param_offload``/``optimizer_offload`` (``verl/workers/engine/base.py``, the train-mode
   context switch): fp32 masters 4 B, fp32 gradients 4 B, AdamW's ``exp_avg`` and ``exp_avg_sq`` 8 B per
   parameter, sharded over the arm's GPUs. torch's default ("foreach") AdamW step makes a temporary copy of

@@ -106,6 +106,8 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         *(f"{key}={seed}" for key in VERL_SEED_KEYS),
         f"actor_rollout_ref.model.path={model_path}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={bool(e.get('gradient_checkpointing', True))}",
+        # FSDP2 (fully_shard): the engine verl's CPU route runs too (FSDP1 builds cuda:N device strings)
+        f"{actor}.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
         f"{actor}.optim.lr={float(r.lr)}", f"{actor}.optim.weight_decay={float(r.weight_decay)}",
         f"{actor}.optim.betas=[{float(r.betas[0])},{float(r.betas[1])}]",
         f"{actor}.optim.clip_grad={float(r.grad_clip)}", f"{actor}.optim.lr_warmup_steps=0",

@@ -45,7 +45,6 @@ ENV = {"VERL_USE_EXTERNAL_MODULES": f"crossed_rlvr.train.verl_compat,{__name__}"
 OVERRIDES = [
     "trainer.device=cpu",
     "actor_rollout_ref.rollout.name=hf",
-    "actor_rollout_ref.actor.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
     "actor_rollout_ref.actor.fsdp_config.dtype=float32",
     "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
     "actor_rollout_ref.actor.fsdp_config.param_offload=False",

@@ -98,6 +98,8 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
     task = OmegaConf.to_container(cfg.task, resolve=True)
     task.update(split=v.get("split", "dev"), n_items=v.get("n_items"))
     items = build_items(OmegaConf.create(task))
+    if v.get("n_items"):  # the first n items of the split, as crossed-eval takes them (TRL's validation)
+        items = items[: int(v.n_items)]
     cells = [(r, t) for r in v.get("requests", ["hash", "boxed"]) for t in v.get("templates", ["original"])]
     return [
         {"row": k * len(items) + j, "item_id": it["item_id"], "request": request, "template": template,
