@@ -1,0 +1,174 @@
+"""verl's own trainer, for real on this CPU (engine.device=cpu: FSDP2 on one gloo rank, a transformers rollout,
+train/verl_cpu.py and train/verl_rollout.py): the smoke study's arms trained through verl and analysed like TRL's,
+a kill after the first save and a resume that ends on the same weights as the uninterrupted arm, and relaunches
+of a finished arm that do nothing.
+
+Every test here starts verl on a local Ray: they run one after another on the exclusive worker (conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from crossed_rlvr.study.pipeline import Study
+from crossed_rlvr.train.rehearsal import TAG, kill_group
+from crossed_rlvr.train.verl_launch import read_metrics
+
+pytestmark = [pytest.mark.exclusive]
+WORKER_GROUP = "verl_train"
+SHARED_FIXTURES = ("verl_study", "resumed")
+
+SEED = 83
+
+
+def study_cfg(run_dir: Path, *overrides: str):
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        return compose(config_name="crossed_study", overrides=[f"run_dir={run_dir}", *overrides])
+
+
+@pytest.fixture(scope="module")
+def verl_study(tmp_path_factory):
+    """The smoke study with its hash and boxed arms trained by verl (one seed: the route, not the seed spread)."""
+    run = tmp_path_factory.mktemp("verl") / "study"
+    summary = Study(study_cfg(run, "experiment=smoke-verl", f"arms.seeds=[{SEED}]")).run_all()
+    return run, summary
+
+
+def arm(run: Path, conv: str) -> Path:
+    return run / "train" / conv / f"s{SEED}"
+
+
+def test_verl_arms_train_and_the_study_reports_their_crossed_interaction(verl_study):
+    """Rewards above zero in verl's own metrics, arms that end on different weights, interactions over training
+    that move away from zero, and the report's crossed interaction with its interval."""
+    import pandas as pd
+
+    run, summary = verl_study
+    assert not any(s["reused"] for s in summary["stages"].values())
+    for conv in ("hash", "boxed"):
+        rows = read_metrics(arm(run, conv))
+        steps = [r for r in rows if "critic/rewards/mean" in r]
+        assert [r["step"] for r in steps] == [1, 2, 3], rows
+        assert max(r["critic/rewards/mean"] for r in steps) > 0, (conv, steps)
+        # the importance correction ran: the rollout's log-probs reached verl (absent, verl skips it silently)
+        assert all(0.5 < r["rollout_corr/rollout_is_mean"] < 2.0 for r in steps)
+        assert all(r["rollout_corr/log_ppl_abs_diff"] < 0.1 for r in steps)  # rollout and actor agree
+    weights = [(arm(run, conv) / "checkpoints" / "step-3" / "model.safetensors").read_bytes() for conv in ("hash", "boxed")]
+    assert weights[0] != weights[1]
+    over = pd.read_csv(run / "analysis" / "over_training.csv")
+    assert sorted(set(over["step"])) == [0, 1, 2, 3]
+    assert (over.loc[(over.step > 0) & (over.contrast == "I_P"), "estimate"].abs() > 1e-9).any()
+    assert (over.loc[over.step == 0, ["estimate", "ci_low", "ci_high"]].abs() < 1e-9).all().all()
+    report = (run / "analysis" / "report.md").read_text()
+    assert f"| grpo/s{SEED} | hashxboxed |" in report and "## Crossed interactions over training" in report
+    con = pd.read_csv(run / "analysis" / "contrasts.csv")
+    inter = con[(con.name == "interaction") & (con.measure == "payload")]
+    assert len(inter) and inter[["ci_low", "ci_high"]].notna().all().all()
+
+
+def test_a_relaunched_finished_arm_does_nothing_and_says_so(verl_study):
+    run, _ = verl_study
+    folder = arm(run, "hash")
+    merged = folder / "checkpoints" / "step-3" / "model.safetensors"
+    before = (merged.stat().st_mtime_ns, sorted(p.name for p in (folder / "verl_metrics").iterdir()))
+    start = time.perf_counter()
+    out = subprocess.run(["bash", str(folder / "launch_single_node.sh")], capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "this arm has finished" in out.stdout and "verl_launch" not in out.stderr
+    assert (merged.stat().st_mtime_ns, sorted(p.name for p in (folder / "verl_metrics").iterdir())) == before
+    assert time.perf_counter() - start < 60  # no Ray, no verl
+
+
+def launch_until(script: Path, done, timeout: float = 600.0) -> str:
+    """Run a launch script in a session of its own; kill it (Ray included) once ``done()`` holds."""
+    tag = f"verl-resume-{os.getpid()}-{time.monotonic_ns()}"
+    log = script.parent / "killed_launch.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(["bash", str(script)], stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, TAG: tag})
+        deadline = time.monotonic() + timeout
+        try:
+            while not done():
+                assert proc.poll() is None, f"the launch ended before the kill: {log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, "no checkpoint within the time limit"
+                time.sleep(0.5)
+        finally:
+            kill_group(proc.pid, tag)
+    return log.read_text()
+
+
+@pytest.fixture(scope="module")
+def resumed(verl_study, tmp_path_factory):
+    """The study's hash arm again, resumable (a checkpoint every update), killed once its first checkpoint is
+    complete and relaunched to the end."""
+    from crossed_rlvr.train.cli import run_train
+
+    run, _ = verl_study
+    cfg = OmegaConf.create(json.loads((arm(run, "hash") / "resolved_config.json").read_text()))
+    folder = tmp_path_factory.mktemp("resume") / "arm"
+    cfg.run_dir = str(folder)
+    cfg.recipe.save_every = 1
+    cfg.engine.launch = False
+    cfg.tracking = {"mode": "off", "project": "crossed-rlvr"}
+    run_train(cfg)
+    script = folder / "launch_single_node.sh"
+    ckpt = folder / "checkpoints"
+
+    def first_update_done() -> bool:
+        # verl writes the tracker file after the step's files, and logs the step after its checkpoint and validation
+        marker = ckpt / "latest_checkpointed_iteration.txt"
+        return marker.is_file() and marker.read_text().strip() == "1" and \
+            any(r["step"] == 1 and "critic/rewards/mean" in r for r in read_metrics(folder))
+
+    killed = launch_until(script, first_update_done)
+    assert not (ckpt / "global_step_2").exists(), "killed too late to test a resume"
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900, check=False)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    return run, folder, killed, out.stdout + out.stderr
+
+
+def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_weights(resumed):
+    """Dataloader position, optimizer state and weights continue from step 1; the rollout seeds every completion
+    by (update, prompt, sample), so the resumed arm's final weights equal the uninterrupted arm's exactly."""
+    from safetensors.torch import load_file
+
+    run, folder, killed, relaunched = resumed
+    assert "Training from scratch" in killed
+    assert "global_step_1" in relaunched and "Training from scratch" not in relaunched
+    rows = read_metrics(folder)
+    assert [r["step"] for r in rows if "critic/rewards/mean" in r] == [1, 2, 3]
+    assert len(list((folder / "verl_metrics").glob("launch-*.jsonl"))) == 2  # the first launch's lines kept
+    got = load_file(folder / "checkpoints" / "step-3" / "model.safetensors")
+    want = load_file(arm(run, "hash") / "checkpoints" / "step-3" / "model.safetensors")
+    assert got.keys() == want.keys()
+    different = [k for k in want if not (got[k] == want[k]).all()]
+    assert different == [], different[:5]
+    uninterrupted = {r["step"]: r["critic/rewards/mean"] for r in read_metrics(arm(run, "hash")) if "critic/rewards/mean" in r}
+    assert {r["step"]: r["critic/rewards/mean"] for r in rows if "critic/rewards/mean" in r} == uninterrupted
+
+
+def test_a_step_without_its_optimizer_state_is_refused_before_verl_starts(resumed):
+    """The finished resumable arm's optimizer state went with the verified merge. Relaunched, it does nothing;
+    with its merge moved away, verl's resume_mode=auto would load that step and crash on the missing optimizer:
+    the launch refuses in one line before Ray starts."""
+    _, folder, _, _ = resumed
+    ckpt = folder / "checkpoints"
+    assert not list((ckpt / "global_step_3" / "actor").glob("optim_world_size_*"))  # removed after the merge
+    script = folder / "launch_single_node.sh"
+    again = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode == 0 and "this arm has finished" in again.stdout
+    (ckpt / "step-3").rename(folder / "merged-elsewhere")
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=300, check=False)
+    said = [x for x in out.stdout.splitlines() if "PREFLIGHT FAILED" in x]
+    assert out.returncode == 2 and said, (out.stdout + out.stderr)[-3000:]
+    assert "no optimizer state" in said[0] and "global_step_3" in said[0]
+    assert "Started a local Ray" not in out.stdout + out.stderr
