@@ -210,3 +210,18 @@ def test_verl_validates_the_items_trl_validates(tmp_path):
     trl_items, _, _ = frozen_items(tmp_path / "trl", validation_config(cfg, 0, tmp_path / "model").task)
     assert [r["item_id"] for r in rows] == [it["item_id"] for it in trl_items] * 2
     assert [r["request"] for r in rows] == ["hash"] * 3 + ["boxed"] * 3
+
+
+def test_the_training_digest_follows_what_trains_not_where_files_are():
+    """A finished arm's merge is stamped with this digest: moving the run directory or reinstalling the package
+    keeps it; a changed training setting does not."""
+    from crossed_rlvr.train.verl_engine import training_digest
+
+    base = ["data.train_files=/a/train.parquet", "trainer.default_local_dir=/a/checkpoints",
+            "reward.custom_reward_function.path=/venv1/verl_reward.py", "actor_rollout_ref.actor.optim.lr=5e-05",
+            "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_RUN_ID='x1'"]
+    moved = ["data.train_files=/b/train.parquet", "trainer.default_local_dir=/b/checkpoints",
+             "reward.custom_reward_function.path=/venv2/verl_reward.py", "actor_rollout_ref.actor.optim.lr=5e-05",
+             "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_RUN_ID='x2'"]
+    assert training_digest(base) == training_digest(moved)
+    assert training_digest(base) != training_digest([*base[:3], "actor_rollout_ref.actor.optim.lr=1e-05", base[4]])

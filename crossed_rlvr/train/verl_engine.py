@@ -190,6 +190,19 @@ SLURM = slurm_header("GRPO arm {arm} through verl") + "{exports}\n{attention}\n{
 """
 
 
+# Overrides that say where files are, not what is trained: a run directory moved, or the package reinstalled
+# elsewhere, is the same arm.
+LOCATIONS = ("data.train_files=", "data.val_files=", "reward.custom_reward_function.path=",
+             "trainer.default_local_dir=", "trainer.validation_data_dir=")
+
+
+def training_digest(overrides: list[str]) -> str:
+    """sha256 of what an arm trains with: its overrides less file locations and the environment passed to Ray
+    (wandb's run id changes from launch to launch). A verified merge is stamped with it (train/checkpoints.py)."""
+    kept = [o for o in overrides if ".runtime_env.env_vars." not in o and not o.startswith(LOCATIONS)]
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()
+
+
 def in_double_quotes(text: str) -> str:
     """``text`` as it must appear inside a bash double-quoted string."""
     return "".join("\\" + c if c in '\\"$`' else c for c in text)
@@ -250,9 +263,7 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
     # verl saves FSDP shards; the evaluator reads a Hugging Face directory like the TRL engine's.
     step = int(cfg.recipe.updates)
     ckpt = run_dir.resolve() / "checkpoints"
-    # what the arm trains with: its overrides less the environment passed to Ray (wandb's run id changes per launch)
-    trained_with = hashlib.sha256("\n".join(o for o in overrides if ".runtime_env.env_vars." not in o).encode()
-                                  ).hexdigest()
+    trained_with = training_digest(overrides)
     # a finished arm is never relaunched: verl would reload its final step, whose optimizer state is removed
     finished = (f"{shlex.quote(python)} -m crossed_rlvr.train.checkpoints --finished {ckpt}/step-{step} "
                 f"--trained-with {trained_with} && exit 0 || [ $? -eq 1 ]")

@@ -1,6 +1,6 @@
 """The launch scripts' entry into verl: preflight, a watchdog on Ray's waits, then verl's own ``run_ppo``.
 
-    python -m crossed_rlvr.train.verl_launch [--weighted] [--rehearse GPUS] [--wait-limit S] -- OVERRIDES...
+    python -m crossed_rlvr.train.verl_launch [--weighted] [--rehearse GPUS | --cpu RANKS] [--wait-limit S] -- OVERRIDES...
 
 It composes verl's ``ppo_trainer`` config with the arm's overrides exactly as ``verl.trainer.main_ppo``
 does, runs verl's ``validate_config``, and then:
@@ -14,6 +14,12 @@ does, runs verl's ``validate_config``, and then:
    has waited for resources longer than ``--wait-limit`` seconds.
 3. **verl**: ``run_ppo`` with verl's ``TaskRunnerV1``, or with our importance-weighted task runner
    (``--weighted``, train/verl_weighted.py) that builds ``ImportanceWeightedTrainer`` in verl's sync mode.
+
+Every launch makes verl load ``crossed_rlvr.train.verl_compat`` in each of its processes (the TRL fix every verl
+0.9.1 launch needs); ``--cpu N`` trains on this CPU instead of GPUs, through verl's plugin seams
+(``crossed_rlvr.train.verl_cpu``: N gloo ranks, FSDP2, a transformers rollout). Each launch's per-update metrics go
+to ``<run_dir>/verl_metrics/launch-<time>.jsonl`` (``read_metrics`` merges them), and the preflight refuses a
+latest checkpoint whose optimizer state is gone (``unresumable``) before Ray starts.
 
 ``--rehearse N`` is the launch rehearsal on a machine without GPUs: Ray is started locally with the
 preset's CPUs and N logical GPUs, verl starts for real (TransferQueue, resource pools, placement groups,
