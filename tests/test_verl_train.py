@@ -22,7 +22,9 @@ from crossed_rlvr.study.pipeline import Study
 from crossed_rlvr.train.rehearsal import TAG, kill_group
 from crossed_rlvr.train.verl_launch import read_metrics
 
-pytestmark = [pytest.mark.exclusive]
+# The study fixture trains two verl arms (~95 s of start-up each on 2 cores) and evaluates them: 567 s in a whole
+# suite run here, too near the suite's 600 s per test; its first test gets the time it needs.
+pytestmark = [pytest.mark.exclusive, pytest.mark.timeout(1800)]
 WORKER_GROUP = "verl_train"
 SHARED_FIXTURES = ("verl_study", "resumed")
 
