@@ -138,7 +138,9 @@ CPU_PLUGINS = f"{PLUGINS},crossed_rlvr.train.verl_cpu"
 
 
 def cpu_env() -> dict[str, str]:
-    """The variables that make verl load its CPU platform (train/verl_cpu.py's ENV), without importing verl."""
+    """The variables that make verl load its CPU platform: train/verl_cpu.py's ``ENV`` (a test keeps the two
+    equal), written again here because importing verl_cpu imports verl, which must not happen before they are
+    set, and verl_cpu cannot import this module (an import circle)."""
     return {"VERL_USE_EXTERNAL_MODULES": CPU_PLUGINS, "VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}
 
 
@@ -287,17 +289,18 @@ def cuda_point(err: BaseException) -> str | None:
 
 def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: float, preflight: bool,
         cpu: int | None = None) -> int:
+    from crossed_rlvr.train.verl_engine import env_overrides, validate_verl  # neither imports verl
+
     # verl reads these when first imported: set before anything imports verl (Ray's workers get them too)
     plugins = cpu_env() if cpu is not None else {"VERL_USE_EXTERNAL_MODULES": PLUGINS}
     os.environ.update(plugins)
-    overrides = [*overrides, *(f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in plugins.items())]
     if (path := metrics_file(overrides)) is not None:
-        overrides.append(f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH='{path}'")
+        plugins = {**plugins, "VERL_FILE_LOGGER_PATH": path}  # read by verl's file logger in its task runner
+    overrides = [*overrides, *env_overrides(plugins)]
     if cpu is not None:  # verl on this CPU (train/verl_cpu.py)
         from crossed_rlvr.train.verl_cpu import launch_overrides
 
         overrides = [*overrides, *launch_overrides(cpu)]
-    from crossed_rlvr.train.verl_engine import validate_verl
 
     if rehearse is not None:
         # N logical GPUs on a local Ray: verl places its workers as on a GPU node. No dashboard: nobody reads a
