@@ -8,6 +8,7 @@ a fresh process (Ray reads its auth settings when it is imported).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +18,10 @@ MARKER = "crossed-rlvr launch:"
 
 
 def say(text: str) -> None:
-    print(f"{MARKER} {text}", flush=True)
+    # one write, not print's two: Ray's log thread prints workers' lines to the same stream, and a line of
+    # its written between print's text and its newline would split ours
+    sys.stdout.write(f"{MARKER} {text}\n")
+    sys.stdout.flush()
 
 
 def slurm_header(what: str) -> str:

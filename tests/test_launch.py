@@ -86,6 +86,19 @@ def launch(overrides: list[str], *flags: str, timeout: float = 300) -> tuple[sub
     return subprocess.CompletedProcess(cmd, child.returncode, out, err), time.perf_counter() - start
 
 
+def test_launch_lines_are_found_where_rays_log_thread_left_a_line_open(capsys):
+    """Ray's log thread prints workers' lines into the driver's output; a line of its left without its
+    newline runs into ours. The rehearsal still reads what was reached, and ``say`` writes a line at once."""
+    from crossed_rlvr.cluster import MARKER, say
+    from crossed_rlvr.train.rehearsal import launch_lines
+
+    say("REACHED WorkerDict.x: no NCCL")
+    said = capsys.readouterr().out
+    assert said == f"{MARKER} REACHED WorkerDict.x: no NCCL\n"
+    log = f"{MARKER} 17 CPUs\n(CrossedTaskRunner pid=1)     raise RuntimeError(){said}\n(pid=2) more\n"
+    assert launch_lines(log) == ["17 CPUs", "REACHED WorkerDict.x: no NCCL"]
+
+
 @pytest.mark.exclusive
 def test_under_provisioned_node_is_refused_within_seconds(paper_gsm8k):
     """1 GPU and 6 CPUs: verl would hang in its TransferQueue; the preflight says why at once."""

@@ -53,7 +53,7 @@ def rehearse_arm(arm_dir: Path, gpus: int, timeout: float = 600.0, wait_limit: f
             kill_group(proc.pid, tag)
     seconds = round(time.perf_counter() - start, 1)
     text = log.read_text(errors="replace")
-    lines = [x[len(MARKER):].strip() for x in text.splitlines() if x.startswith(MARKER)]
+    lines = launch_lines(text)
     reached = next((x[len("REACHED "):] for x in lines if x.startswith("REACHED ")), None)
     trainer = next((m.group(1) for m in re.finditer(r"crossed-rlvr trainer: (\w+)", text)), None)
     result = {"arm_dir": str(arm_dir), "gpus": int(gpus), "seconds": seconds, "exit": code, "reached": reached,
@@ -67,6 +67,12 @@ def rehearse_arm(arm_dir: Path, gpus: int, timeout: float = 600.0, wait_limit: f
                              + (f": {said}" if said else "") + f"; last lines of {log}:\n"
                              + "\n".join(text.splitlines()[-15:]))
     return result
+
+
+def launch_lines(text: str) -> list[str]:
+    """What ``verl_launch`` said in a log (``cluster.say``), wherever in a line it begins: Ray's log thread
+    writes workers' lines to the same file, and one left without its newline runs into ours."""
+    return [m.group(1).strip() for m in re.finditer(re.escape(MARKER) + r"(.*)", text)]
 
 
 TAG = "CROSSED_REHEARSAL_ID"
