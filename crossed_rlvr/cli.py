@@ -1,7 +1,6 @@
 """``crossed-rlvr``: command-line entry.
 
-Until the end-to-end study lands (issue 6), ``crossed-rlvr panel`` is the main job: it scores
-responses with the whole reader panel and the payload detector. Without ``--input`` it scores a
+``crossed-rlvr panel`` scores responses with the whole reader panel and the payload detector. Without ``--input`` it scores a
 built-in set of example responses covering the reporting cases of paper 001 App. B.2.
 """
 

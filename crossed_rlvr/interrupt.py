@@ -1,4 +1,4 @@
-"""Ctrl-C ends every command with one line that says how to go on, never a traceback (issue 22); so does a
+"""Ctrl-C ends every command with one line that says how to go on, never a traceback; so does a
 file-system error that names its path (a full or read-only disk: exit 1; a path that cannot be used: exit 2).
 
 A terminal's Ctrl-C reaches the whole foreground process group: the command's own worker processes

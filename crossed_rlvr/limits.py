@@ -1,4 +1,4 @@
-"""Declared ranges of numeric settings, and the argparse commands' numeric flags (issue 33).
+"""Declared ranges of numeric settings, and the argparse commands' numeric flags.
 
 A :class:`Range` is what a number may be: finite, within its bounds, with a note on what the bounds protect
 (or what 0 means where 0 is admitted). The Hydra schemas (:mod:`crossed_rlvr.conf.schema`) attach one to
@@ -22,7 +22,7 @@ BIG = 10**8  # counts of items, steps or tokens no machine gets near: a typo, no
 
 @dataclass(frozen=True)
 class Range:
-    """The values a numeric setting may take (issue 33): within [low, high] (``low_open``: above low),
+    """The values a numeric setting may take: within [low, high] (``low_open``: above low),
     whole for an integer field. The one declaration :mod:`crossed_rlvr.conf.ranges` checks every value against,
     from a preset file or from the command line; ``why`` says what the bounds protect."""
 

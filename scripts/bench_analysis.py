@@ -1,4 +1,4 @@
-"""Paired-bootstrap speed for a five-seed crossed study (issue 3 benchmark).
+"""Paired-bootstrap speed for a five-seed crossed study.
 
 20,000 paired item-bootstrap resamples of every contrast of a five-seed crossed study on GSM8K's
 size (1,319 items, 22 cells: initial + hash/boxed arms x 5 seeds, under hash and boxed requests,

@@ -1,4 +1,4 @@
-"""crossed-eval serial vs on Ray workers (issue 25 benchmark), on the tiny study's cells.
+"""crossed-eval serial vs on Ray workers, on the tiny study's cells.
 
 Three policies of the tiny study's size (initial, hash and boxed arms: three tiny models) x two
 requests on the arith task's first items: one serial run (all cores, in this process), then the same

@@ -1,4 +1,4 @@
-"""Generation throughput of a policy per backend, dtype and thread count (issue 32: the backend by measurement).
+"""Generation throughput of a policy per backend, dtype and thread count (the backend by measurement).
 
 Samples the arithmetic probe's first N prompts under the hash request through the evaluator's own engines
 (``eval/generate/engines.py``: the transformers loop, or vLLM's CPU build when this interpreter has it) at the

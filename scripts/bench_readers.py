@@ -5,10 +5,10 @@ Prints responses per second for
   (b) Math-Verify alone (full response), one core, in-process;
   (c) the whole panel on all cores through the worker pool, on 29,018 responses
       (the size of paper 001's GSM8K crossed collection).
-Targets (issue 2): (a) >= 10,000 responses/s; (c) under 60 s on a 2-core machine.
+Targets: (a) >= 10,000 responses/s; (c) under 60 s on a 2-core machine.
 
 ``--pathological`` instead prints, for each adversarial response of crossed_rlvr.eval.score.stress at
-100 KB, 1 MB and 2 MB, the whole panel's time and peak-memory growth in a forked scoring child (issue 33).
+100 KB, 1 MB and 2 MB, the whole panel's time and peak-memory growth in a forked scoring child.
 """
 
 from __future__ import annotations

@@ -236,7 +236,7 @@ def test_templates_figure_and_wandb_offline(tmp_path, monkeypatch):
     assert len(runs) == 1 and any(runs[0].rglob("*.wandb"))
 
 
-# ---------------------------------------------------------------- issue 11: analysis that cannot silently lie
+# ---------------------------------------------------------------- analysis that cannot silently lie
 HB = [  # I_P = 100 [(1 - 0) - (0 - 1)] / ... per item: hash arm follows hash only, boxed arm boxed only
     cell("initial", "hash", [1, 1, 0, 0], [1, 1, 0, 0]), cell("initial", "boxed", [1, 1, 0, 0], [1, 1, 0, 0]),
     cell("grpo-hash/s1", "hash", [1, 1, 1, 1], [1, 1, 1, 1], seed=1),
@@ -404,7 +404,7 @@ def test_wording_summary_compares_the_same_items(tmp_path):
     assert shared.n_items.iloc[0] == 2
     report = (out / "report.md").read_text()
     assert "| t | original | grpo | hashxboxed | 1 | +0.00 (—) | +100.00 (—) |" in report
-    # the header counts generated responses: 6 cells x 4 + 6 x 2 = 36, not the @shared re-uses as well (issue 26)
+    # the header counts generated responses: 6 cells x 4 + 6 x 2 = 36, not the @shared re-uses as well
     assert "36 responses in 12 cells." in report
 
 
@@ -430,7 +430,7 @@ def test_truncation_sensitivity_and_pass_at_k_gains(tmp_path):
 
 
 def test_crossed_analyze_defaults_to_the_studys_bootstrap_seed(tmp_path):
-    """Re-analysing a study's scores with crossed-analyze's defaults gives the study's own intervals (issue 26)."""
+    """Re-analysing a study's scores with crossed-analyze's defaults gives the study's own intervals."""
     from hydra import compose, initialize_config_module
 
     from crossed_rlvr.analysis.analyze import DEFAULT_RNG_SEED

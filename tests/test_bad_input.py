@@ -1,4 +1,4 @@
-"""Issue 22: bad input never becomes data. One row per case: the input, the command, and the first line
+"""Bad input never becomes data. One row per case: the input, the command, and the first line
 it must print (file, row or line, and field named), exit status 2, never a traceback and never an output.
 
 Cases of other tables: bad overrides and ranges in tests/test_config.py (BAD), bad lm-eval and verl rows in
@@ -152,14 +152,14 @@ CASES = [
     ("analyze: negative sample index", analyze_case(_set("sample_idx", -1)),
      "crossed-analyze: {tmp}/scores.parquet: row 4 (policy 'initial', request 'hash', item '3'): field 'sample_idx' "
      "is -1 (int64); expected a whole number in [0, 100,000,000]"),
-    # crossed-analyze: the bootstrap's settings (issue 33): refused before any work, never an empty interval
+    # crossed-analyze: the bootstrap's settings: refused before any work, never an empty interval
     *[(f"analyze: --resamples {v}", analyze_case(_same, "--resamples", v),
        f"crossed-analyze: argument --resamples: {v} is outside its range [10, 1,000,000] (an interval needs at least "
        "10 resamples) (see crossed-analyze --help)") for v in ("0", "1", "-5", "9", "1000001")],
     *[(f"analyze: --rng-seed {v}", analyze_case(_same, "--rng-seed", v),
        f"crossed-analyze: argument --rng-seed: {v} is outside its range [0, 2**64 - 1] (see crossed-analyze --help)")
       for v in ("-1", str(2**64))],
-    # issue 33: partial designs are named in one line and refused (--allow-partial analyses the complete rest)
+    # partial designs are named in one line and refused (--allow-partial analyses the complete rest)
     ("analyze: half a policy", analyze_case(lambda df: df[~((df.policy == "grpo-hash/s1") & (df.request == "boxed"))]),
      "crossed-analyze: {tmp}/scores.parquet: partial design: t/original: policy 'grpo-hash/s1' has no response under "
      "request 'boxed' (the table holds 'boxed', 'hash' there); pass --allow-partial to analyse only the complete "
@@ -178,7 +178,7 @@ CASES = [
      "crossed-analyze: {tmp}/scores.parquet: partial design: t/original: policy 'grpo-boxed/s1' has its requests "
      "under different task names (t: hash; t2: boxed); import them under one task name (crossed-import --task) (and "
      "5 more gaps); pass --allow-partial to analyse only the complete policies"),
-    # issue 33: records and tables that contradict themselves
+    # records and tables that contradict themselves
     ("score: a key twice in one record", score_case(json.dumps(rec(1)).replace('"reference": ', '"reference": "99", '
                                                                                   '"reference": ', 1).encode()),
      "crossed-score: {tmp}/a.jsonl:2: key 'reference' appears twice in one object (JSON keeps the last silently; "
@@ -196,7 +196,7 @@ CASES = [
     ("score: prompt_tokens -5", score_records(rec(0), rec(1, prompt_tokens=-5)),
      "crossed-score: {tmp}/a.jsonl:2: field 'prompt_tokens' is -5; expected a number in [-1, 100,000,000] (-1: not "
      "recorded (outputs imported from lm-eval or verl))"),
-    # issue 33: a scores table's dtypes are checked like its values
+    # a scores table's dtypes are checked like its values
     ("analyze: an integer item id", analyze_case(lambda df: df.assign(item_id=df.item_id.astype(int))),
      "crossed-analyze: {tmp}/scores.parquet: row 1 (policy 'initial', request 'hash', item 0): field 'item_id' is 0 "
      "(int64); expected text"),
@@ -328,7 +328,7 @@ def test_ctrl_c_ends_a_command_with_one_line_and_its_resume_hint(tmp_path):
 
 def test_a_killed_analysis_leaves_no_hidden_folder_after_the_next_run(tmp_path):
     """A SIGKILL runs no cleanup: the temporary folder of a dead process is removed at the next start, one
-    of a live process is left alone (issue 33)."""
+    of a live process is left alone."""
     import os
     import subprocess
 
@@ -349,7 +349,7 @@ def test_a_killed_analysis_leaves_no_hidden_folder_after_the_next_run(tmp_path):
 
 
 def test_allow_partial_analyses_the_complete_policies_and_names_the_rest(tmp_path, capsys):
-    """Issue 33: --allow-partial leaves the incomplete policy out (and its partner, now unpaired), says so, and
+    """--allow-partial leaves the incomplete policy out (and its partner, now unpaired), says so, and
     the protocol card lists it."""
     def half(df):
         extra = df[df.policy == "grpo-hash/s1"].assign(policy="grpo-hash/s2", train_seed=2)
@@ -369,6 +369,6 @@ def test_allow_partial_analyses_the_complete_policies_and_names_the_rest(tmp_pat
 
 
 def test_a_nullable_boolean_column_without_nulls_is_read_as_true_or_false(tmp_path):
-    """Issue 33: pandas' nullable boolean dtype (what some tools write) is plain true/false when no value is null."""
+    """Pandas' nullable boolean dtype (what some tools write) is plain true/false when no value is null."""
     path = scores_table(tmp_path, lambda df: df.assign(requested_payload=df.requested_payload.astype("boolean")))
     assert analyze_main([str(path), "-o", str(tmp_path / "out"), "--resamples", "10", "--no-figures"]) == 0

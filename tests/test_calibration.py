@@ -160,7 +160,7 @@ def test_candidate_fidelity_maps_back_to_its_reader(tmp_path):
                                                "states; their strata: "),
 ])
 def test_bad_sample_options_are_refused_before_anything_is_frozen(tmp_path, capsys, extra, first):
-    """Issue 24, cases 2 and 9: a repeated state (human accuracy 1.3125), a census typo (ignored), caps below 1."""
+    """A repeated state (human accuracy 1.3125), a census typo (ignored), caps below 1."""
     scores = scored_study(tmp_path)
     try:
         code = main(["sample", str(scores), "-o", str(tmp_path / "cal"), *extra])
@@ -173,7 +173,7 @@ def test_bad_sample_options_are_refused_before_anything_is_frozen(tmp_path, caps
 
 
 def test_the_calibration_folder_moves_with_its_scores_or_without_them(calibration, tmp_path, monkeypatch):
-    """Issue 24, case 5: the scores path is kept relative to the folder; commands that do not read the scores
+    """The scores path is kept relative to the folder; commands that do not read the scores
     (annotate, export, import) never ask for them."""
     import shutil
 
@@ -190,7 +190,7 @@ def test_the_calibration_folder_moves_with_its_scores_or_without_them(calibratio
 
 
 def test_import_keeps_the_stage_order_refuses_duplicates_and_writes_all_or_nothing(calibration, tmp_path):
-    """Issue 24, case 7: Stage 2 without Stage 1 (which crashed the adjudication queue), duplicate rows
+    """Stage 2 without Stage 1 (which crashed the adjudication queue), duplicate rows
     (last-wins), bad JSON in a CSV cell (a traceback), and an import killed midway (partial rows)."""
     folder, _ = calibration
     head, rows = load_calibration(folder)
@@ -239,7 +239,7 @@ def test_import_keeps_the_stage_order_refuses_duplicates_and_writes_all_or_nothi
 
 @pytest.mark.exclusive
 def test_the_server_answers_every_malformed_request_with_a_4xx_and_is_not_stalled(calibration):
-    """Issue 24, cases 4 and 8: bodies that are not JSON objects of UTF-8 text, bad lengths, oversize bodies,
+    """Bodies that are not JSON objects of UTF-8 text, bad lengths, oversize bodies,
     other origins and foreign Host headers get a 4xx and a message; an idle connection stalls no one."""
     import http.client
     import socket
@@ -273,7 +273,7 @@ def test_the_server_answers_every_malformed_request_with_a_4xx_and_is_not_stalle
             (400, "field 'label' must be a JSON object")
         assert post(b'{"annotator": "\xff"}') == (400, "the body is not UTF-8 text")
         assert post(b"{}", {"Content-Length": "abc"})[0] == 400
-        assert post(b"{}", {"Content-Length": "²"})[0] == 400  # a Unicode digit int() refuses (issue 33)
+        assert post(b"{}", {"Content-Length": "²"})[0] == 400  # a Unicode digit int() refuses
         assert post(b"x" * 10, {"Content-Length": str(2 << 20)})[0] == 413
         assert post(b"{}", {"Origin": "http://evil.example"})[0] == 403
         assert post(b"{}", {"Host": "evil.example"})[0] == 421
@@ -289,7 +289,7 @@ def test_the_server_answers_every_malformed_request_with_a_4xx_and_is_not_stalle
 
 @pytest.mark.parametrize("names", [("alice", "bob"), ("zed", "bob")])
 def test_adjudication_decides_whatever_the_annotators_are_called(calibration, tmp_path, names):
-    """Issue 24, case 1: alice = no_answer/incorrect, bob = clear/correct, carol adjudicates correct: the final
+    """Alice = no_answer/incorrect, bob = clear/correct, carol adjudicates correct: the final
     label is correct with an answer, also when alice is renamed zed (it used to flip z between (0,0) and (1,1));
     an adjudicated 'unresolved' stays unresolved (eq. 10); two differing adjudications are refused."""
     from crossed_rlvr.calibration.analysis import z_values as z_of
@@ -322,7 +322,7 @@ def test_adjudication_decides_whatever_the_annotators_are_called(calibration, tm
 
 
 def test_csv_export_is_safe_to_open_in_a_spreadsheet_and_round_trips(calibration, tmp_path):
-    """Issue 24, case 10: a span such as '=HYPERLINK(...)' is written with a leading quote and read back as typed."""
+    """A span such as '=HYPERLINK(...)' is written with a leading quote and read back as typed."""
     folder, _ = calibration
     head, rows = load_calibration(folder)
     store = LabelStore(folder, rows, head["seed"])
@@ -343,7 +343,7 @@ def test_csv_export_is_safe_to_open_in_a_spreadsheet_and_round_trips(calibration
 
 @pytest.mark.parametrize("mutation", ["no multiplicity correction", "Wald intervals"])
 def test_the_coverage_check_catches_a_wrong_method(mutation):
-    """Issue 24, case 6: the check fails for a wrong method (the identification ranges alone held ~100% for
+    """The check fails for a wrong method (the identification ranges alone held ~100% for
     every method tried, so they could not)."""
     from crossed_rlvr.calibration.simulate import wald_interval
 
@@ -353,7 +353,7 @@ def test_the_coverage_check_catches_a_wrong_method(mutation):
 
 
 def test_a_label_text_has_a_size_limit(calibration):
-    """Issue 24, case 8: a 50 MB span was stored."""
+    """A 50 MB span was stored."""
     folder, _ = calibration
     head, rows = load_calibration(folder)
     store = LabelStore(folder, rows, head["seed"])
@@ -362,7 +362,7 @@ def test_a_label_text_has_a_size_limit(calibration):
 
 
 def test_declared_roles_decide_who_reads_and_writes(calibration):
-    """Issue 24, cases 3 and 4: with roles declared, a person is their link's token, not a typed name: a third
+    """With roles declared, a person is their link's token, not a typed name: a third
     name reads nothing, A cannot write B's labels, annotators cannot adjudicate nor adjudicators annotate, and
     a name that locks Stage 2 never becomes A or B."""
     import http.client
@@ -420,7 +420,7 @@ def test_declared_roles_decide_who_reads_and_writes(calibration):
 
 @pytest.mark.parametrize("method", ["exact, corrected", "no multiplicity correction", "Wald intervals"])
 def test_coverage_through_analyze_itself(method):
-    """Issue 24: the check run through ``analyze_calibration`` (settings, seed means, the full M of 5 endpoints)
+    """The check run through ``analyze_calibration`` (settings, seed means, the full M of 5 endpoints)
     over frozen samples of a population with known truth: the exact corrected bounds hold every quantity at
     once in >= 95% of samples; without the multiplicity correction, or with Wald intervals, they do not.
     Seeded, so the figures are fixed: 0.99 / 0.85 / 0.61 at 150 samples (the closing note's table)."""
@@ -467,7 +467,7 @@ def test_reference_flags_and_review_requests_reach_the_adjudicator(calibration, 
 
 
 def test_annotate_serves_only_declared_people(calibration, capsys):
-    """Issue 24: a typed name decides nothing. Without declared roles, annotate refuses to serve and says how
+    """A typed name decides nothing. Without declared roles, annotate refuses to serve and says how
     to declare them; nothing is written."""
     folder, _ = calibration
     assert main(["annotate", str(folder), "--port", "0"]) == 2
@@ -477,7 +477,7 @@ def test_annotate_serves_only_declared_people(calibration, capsys):
 
 
 def test_the_calibration_folder_is_private(calibration, capsys):
-    """Issue 33: the sample, the labels and the roles are the owner's alone; a roles file others can read (its
+    """The sample, the labels and the roles are the owner's alone; a roles file others can read (its
     tokens are credentials) is refused with the fix, before anything is served."""
     from crossed_rlvr.calibration.roles import declare_roles
 
@@ -495,7 +495,7 @@ def test_the_calibration_folder_is_private(calibration, capsys):
 
 
 def test_locks_are_for_known_stages_and_an_adjudicator_cannot_relabel_after_locking(calibration):
-    """Issue 33: a lock of stage '' wrote a junk lock row; an adjudicator could relabel after locking."""
+    """A lock of stage '' wrote a junk lock row; an adjudicator could relabel after locking."""
     folder, _ = calibration
     head, rows = load_calibration(folder)
     store = LabelStore(folder, rows, head["seed"])
@@ -525,7 +525,7 @@ def test_locks_are_for_known_stages_and_an_adjudicator_cannot_relabel_after_lock
 
 
 def test_import_reads_a_spreadsheets_csv_with_a_byte_order_mark_and_refuses_lists_as_names(calibration, tmp_path):
-    """Issue 33: Excel's 'CSV UTF-8' starts with a BOM (read as part of the first column's name: "missing field
+    """Excel's 'CSV UTF-8' starts with a BOM (read as part of the first column's name: "missing field
     'annotator'"); a JSON label whose annotator is a list reached SQLite as a TypeError."""
     folder, _ = calibration
     head, rows = load_calibration(folder)
@@ -547,7 +547,7 @@ def test_import_reads_a_spreadsheets_csv_with_a_byte_order_mark_and_refuses_list
 
 
 def test_the_server_holds_64_simultaneous_saves(calibration):
-    """Issue 33: 40 simultaneous writes reset 8 connections (socketserver's listen backlog of 5)."""
+    """40 simultaneous writes reset 8 connections (socketserver's listen backlog of 5)."""
     import http.client
     import threading
 
@@ -588,7 +588,7 @@ def test_the_server_holds_64_simultaneous_saves(calibration):
 
 def test_a_stage1_pack_carries_no_reference_candidate_or_policy_and_its_labels_come_home(calibration, tmp_path,
                                                                                            capsys):
-    """Issue 33: the calibration folder holds each observation's policy, reference and reader candidates and every
+    """The calibration folder holds each observation's policy, reference and reader candidates and every
     person's link; the pack for one annotator's laptop holds ids, questions, responses and that one link, 0600,
     serves Stage 1 only, and its labels import into the folder, where Stage 2 then opens."""
     from crossed_rlvr.calibration.roles import declare_roles

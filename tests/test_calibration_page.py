@@ -29,7 +29,7 @@ class Server:
         from crossed_rlvr.calibration.roles import declare_roles, load_roles
 
         self.folder = folder
-        if load_roles(folder) is None:  # annotate serves only declared people (issue 24)
+        if load_roles(folder) is None:  # annotate serves only declared people
             declare_roles(folder, ["A", "B"], ["C"])
         self.start()
 
@@ -198,7 +198,7 @@ def test_two_annotators_in_a_real_browser(twelve, tmp_path):
 
 
 def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
-    """Declared roles (issue 24): each person's link carries their token; the page shows their name, which
+    """Declared roles: each person's link carries their token; the page shows their name, which
     cannot be edited, and the labels land under it whatever is typed; a third name's page reads nothing."""
     from playwright.sync_api import sync_playwright
 
@@ -211,7 +211,7 @@ def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             page = browser.new_page()
-            blocked: list[str] = []  # the page works under its own Content-Security-Policy (issue 33)
+            blocked: list[str] = []  # the page works under its own Content-Security-Policy
             page.on("console", lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None)
             response = page.goto(f"{server.url}?token={roles.token_of('A')}")
             headers = response.headers

@@ -42,7 +42,7 @@ BAD = [
     ("crossed_study", "engine.micro_batch=3", "engine.micro_batch=3 does not divide"),
     ("crossed_study", "task.path=/no/such/file.jsonl", "task.path='/no/such/file.jsonl' does not exist"),
     ("crossed_eval", "policies=[{name: initial, path: ./nope}]", "policies[0].path='./nope' does not exist"),
-    # issue 22: ranges that used to pass the checks and fail minutes later, or silently mean "all"
+    # ranges that used to pass the checks and fail minutes later, or silently mean "all"
     ("crossed_eval", "task.n_items=-4", "task.n_items=-4: outside its range [1, 100,000,000]"),
     ("crossed_eval", "task.n_items=0", "task.n_items=0: outside its range [1, 100,000,000]"),
     ("crossed_study", "validation.n_items=0", "validation.n_items=0: outside its range [1, 100,000,000]"),
@@ -54,11 +54,11 @@ BAD = [
     ("crossed_eval", "tracking.mode=disabled", "tracking.mode='disabled' is unknown; expected one of off, offline"),
     ("crossed_eval", "eval=vllm", "eval.backend=vllm (crossed-eval generates with it) needs a GPU"),
     ("crossed_study", "eval=vllm", "eval.backend=vllm (the study's evaluation stage generates with it) needs a GPU"),
-    # issue 33: the analysis stage's bootstrap settings, checked before the first stage (no empty interval)
+    # the analysis stage's bootstrap settings, checked before the first stage (no empty interval)
     ("crossed_study", "analysis.resamples=1", "analysis.resamples=1: outside its range [10, 1,000,000]"),
     ("crossed_study", "analysis.resamples=0", "analysis.resamples=0: outside its range [10, 1,000,000]"),
     ("crossed_study", "analysis.rng_seed=-1", "analysis.rng_seed=-1: outside its range [0, 2**64 - 1]"),
-    # issue 33: policies whose names would mix two policies' responses
+    # policies whose names would mix two policies' responses
     ("crossed_eval", "policies=[{name: initial, path: org/a}, {name: initial, path: org/b}]",
      "policies[1].name='initial' is also policies[0].name; every policy needs a name of its own"),
     ("crossed_eval", "policies=[{name: grpo-hash/s83, path: org/a, training_convention: boxed, train_seed: 83}]",
@@ -67,7 +67,7 @@ BAD = [
     ("crossed_eval", "policies=[{name: grpo-hash/s83, path: org/a, training_convention: hash, train_seed: 99}]",
      "policies[0]: policy 'grpo-hash/s83' names convention 'hash' and seed 83, but its training_convention='hash' "
      "and train_seed=99"),
-    # issue 32: the warm start's request-following band
+    # the warm start's request-following band
     ("crossed_study", "initial.band={low: 0.8, high: 0.3, every: 4}", "initial.band.low=0.8 must not exceed initial.band.high=0.3"),
     ("crossed_study", "initial.band={low: -0.1, every: 4}", "initial.band.low=-0.1: outside its range [0, 1]"),
     ("crossed_study", "initial.band.every=-1", "initial.band.every=-1: outside its range [0, 1,000,000]"),
@@ -162,7 +162,7 @@ PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "cros
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_tracking_choice_on_the_command_line_beats_every_preset(preset):
     """Presets pick groups with ``override``, never by setting values, so the user's group choice wins
-    (issue 22: experiment=smoke tracking=offline logged nothing)."""
+    (experiment=smoke tracking=offline logged nothing)."""
     for choice in ("off", "offline", "online"):
         with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
             cfg = compose(config_name="crossed_study", overrides=[f"experiment={preset}", f"tracking={choice}"])
@@ -170,7 +170,7 @@ def test_a_tracking_choice_on_the_command_line_beats_every_preset(preset):
 
 
 def test_a_train_sweep_honours_run_dir(tmp_path):
-    """``crossed-train -m ... run_dir=X``: the jobs go under X/<convention>/s<seed> (issue 22: the sweep
+    """``crossed-train -m ... run_dir=X``: the jobs go under X/<convention>/s<seed> (the sweep
     directory was fixed to runs/train whatever run_dir said)."""
     build_tiny_model(tmp_path / "model", SMALL)
     cmd = [str(BIN / "crossed-train"), "-m", "convention=hash,boxed", "seed=83", "tracking=off", "recipe=tiny",

@@ -1,4 +1,4 @@
-"""scripts/device_check.py at a toy shape on this CPU (issue 34), so the prepared GPU check cannot rot: FSDP as
+"""scripts/device_check.py at a toy shape on this CPU, so the prepared GPU check cannot rot: FSDP as
 verl configures it, both AdamW steps, the memory plan beside it, and the tiny model's GRPO update and evaluation."""
 
 from __future__ import annotations

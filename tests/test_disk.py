@@ -1,4 +1,4 @@
-"""No traceback on any file or disk condition (issue 33): folders, FIFOs, symbolic-link loops, outputs that are
+"""No traceback on any file or disk condition: folders, FIFOs, symbolic-link loops, outputs that are
 the wrong kind of path, and a disk that fills up or turns read-only mid-write. Each row: the command's input,
 the first line it prints, its exit status and what is on disk afterwards."""
 

@@ -1,4 +1,4 @@
-"""crossed-eval on Ray workers (issue 25): a local Ray with 2 CPU workers writes the serial run's files
+"""crossed-eval on Ray workers: a local Ray with 2 CPU workers writes the serial run's files
 byte for byte; a worker or the driver killed mid-run loses at most its shard, and the resumed run
 writes the same files; a cell split across workers equals the unsplit cell."""
 

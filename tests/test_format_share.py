@@ -64,7 +64,7 @@ def test_spread_of_harness_gains():
     assert (s.spread == 0).all()  # one harness: no spread
 
 
-# ---------------------------------------------------------------- issue 23: inputs that used to corrupt the share
+# ---------------------------------------------------------------- inputs that used to corrupt the share
 def _records(task, policy, keys, texts, request="boxed"):
     from tests.test_records import rec
 
@@ -80,7 +80,7 @@ def _write(tmp_path, records, name="r.jsonl"):
 
 
 def test_a_key_outside_the_assumed_options_is_refused_not_misread(tmp_path, capsys):
-    """MMLU-Pro keys run to J: without item files, omega would read only A-D (issue 23, case 1)."""
+    """MMLU-Pro keys run to J: without item files, omega would read only A-D."""
     from crossed_rlvr.rescore.cli import main
 
     keys = ["E", "B", "J", "A"]
@@ -108,7 +108,7 @@ def test_a_key_outside_the_assumed_options_is_refused_not_misread(tmp_path, caps
 
 def test_benchmarks_with_the_same_item_ids_pool_in_one_run(tmp_path):
     """Loaders number MMLU, AQuA-RAT, SAT-Math and BBH items by row: the record key holds the task, so
-    several benchmarks are re-scored and pooled in one command (issue 23, case 2)."""
+    several benchmarks are re-scored and pooled in one command."""
     from crossed_rlvr.records import read_responses
     from crossed_rlvr.rescore.cli import runs_from_records
 
@@ -200,7 +200,7 @@ def test_variants_pooling_rules_and_leave_one_out_in_the_cli(tmp_path):
 def test_a_pair_with_its_own_chat_templates_is_reported_but_not_pooled(tmp_path):
     """Open-Reasoner-Zero's base and RL models ship different chat templates: their prompts differ, which
     the response checks refuse elsewhere; crossed-rescore records it, reports the pair, and keeps it out of
-    the pooled share and Fig. 3 (paper 000 App. A; issue 23, case 8)."""
+    the pooled share and Fig. 3 (paper 000 App. A)."""
     from crossed_rlvr.rescore.cli import main
 
     keys = ["ABCD"[k % 4] for k in range(60)]
@@ -261,7 +261,7 @@ def test_a_plain_prompt_and_a_harness_prompt_are_names_crossed_rescore_reads(tmp
     """Paper 000 re-scored outputs made under prompts other than the four requests (a "plain" prompt, the
     harnesses' own): lm-eval samples of a prompt with no request suffix import under ``--request plain`` (or
     a harness prompt's name), crossed-rescore pools them, and crossed-score refuses them with the reason
-    (its readers need a requested convention) -- issue 23, case 8."""
+    (its readers need a requested convention)."""
     from crossed_rlvr.eval.generate.importers import main as import_main
     from crossed_rlvr.eval.score.scoring import main as score_main
     from crossed_rlvr.rescore.cli import main

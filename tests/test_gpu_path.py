@@ -462,7 +462,7 @@ def test_verl_validation_dump_imports_into_crossed_cells(paper_gsm8k, local, tmp
 
 @pytest.mark.exclusive
 def test_the_resume_preset_rehearses_on_the_cpu(local, tmp_path):
-    """Issue 34: gpu-smoke-resume (importance-weighted trainer from a strata file, offload, a checkpoint after every
+    """The gpu-smoke-resume preset (importance-weighted trainer from a strata file, offload, a checkpoint after every
     update) through verl's start-up on Ray up to NCCL, as gpu_smoke.sh's dry run does for it."""
     import shutil
 
@@ -532,7 +532,7 @@ def test_the_7b_preset_holds_the_papers_evaluation_and_bootstrap_settings(tmp_pa
 
 
 def test_protocol_card_names_each_arms_frozen_rows(tmp_path):
-    """Issue 35: the card states the split and the training rows (file and sha256) each trained policy used, read
+    """The card states the split and the training rows (file and sha256) each trained policy used, read
     from the arm's own resolved config beside its checkpoint."""
     from crossed_rlvr.analysis.protocol import protocol_section, training_rows
 

@@ -140,7 +140,7 @@ def test_qwen_cases_are_enough():
 
 def test_qwen_runs_mmlu_as_mmlu_stem_and_normalises_keys():
     """Paper 000 ran MMLU as Qwen2.5-Math's MMLU-STEM (its letter rule) and its parse_ground_truth strips the
-    key as it strips answers (issue 23, case 4)."""
+    key as it strips answers."""
     from crossed_rlvr.rescore.harness import qwen_extract
     from crossed_rlvr.rescore.share import Outputs, credited
 

@@ -143,7 +143,7 @@ def test_verl_import_and_score(tmp_path):
 
 
 def test_verl_dump_task_is_read_or_refused_never_guessed(tmp_path, capsys):
-    """Issue 22: a MATH dump imported without --task was labelled gsm8k and scored strict 0.125 instead of
+    """A MATH dump imported without --task was labelled gsm8k and scored strict 0.125 instead of
     1.0. The task comes from the rows' data_source (crossed_rlvr/<task>/<request>) or --task, else refusal."""
     row = {"input": "Simplify 2/4.\nPut the final answer in \\boxed{}.", "output": "\\boxed{\\frac12}",
            "gts": "\\frac{1}{2}", "score": 1.0, "step": 5}
@@ -203,7 +203,7 @@ def _lm(doc, target="#### 5", resps=(("#### 5",),), question="What is 2+3?", suf
             "arguments": {"gen_args_0": {"arg_0": prompt, "arg_1": {}}}}
 
 
-# (what the file holds, the first words of the error): issue 22, bad rows never become data
+# (what the file holds, the first words of the error): bad rows never become data
 LM_EVAL_BAD = [
     ([_lm(0, target=None)], "samples_gsm8k.jsonl:1: field 'target' is null"),
     ([_lm(0, resps=((None,),))], "samples_gsm8k.jsonl:1: field 'resps' generation 0 is null, not text"),

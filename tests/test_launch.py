@@ -373,7 +373,7 @@ def test_verl_v1_validation_dumps_reach_the_studys_over_training_section(local, 
     ("10.1.2.3", 0, "head 10.1.2.3"),
 ])
 def test_the_head_address_lookup_says_what_to_set(tmp_path, address, code, last):
-    """Issue 34: under ``set -euo pipefail`` a lookup that finds only loopback addresses used to end the
+    """Under ``set -euo pipefail`` a lookup that finds only loopback addresses used to end the
     script silently (grep's status 1 through pipefail); it now prints what to set. Run with stub SLURM tools."""
     from crossed_rlvr.cluster import RAY_CLUSTER
 

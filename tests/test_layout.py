@@ -148,7 +148,7 @@ def test_imports_go_only_to_the_same_or_an_earlier_layer():
     assert bad == []
 
 
-# The native-MATH boxed program (issue 35) compares with Math-Verify in a pebble worker: project dependencies,
+# The native-MATH boxed program compares with Math-Verify in a pebble worker: project dependencies,
 # imported inside its functions, so importing the programs still needs nothing beyond the standard library.
 SYMBOLIC_DEPENDENCIES = {"math_verify", "pebble"}
 

@@ -1,4 +1,4 @@
-"""The memory and disk plan of a verl arm (issue 34): the 7B preset fits 4 x 80 GB, is refused on one 141 GB
+"""The memory and disk plan of a verl arm: the 7B preset fits 4 x 80 GB, is refused on one 141 GB
 card with foreach AdamW and fits it with the fused step; a tiny model always fits."""
 
 from __future__ import annotations

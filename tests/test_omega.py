@@ -75,7 +75,7 @@ def test_light_normalisation(answer, key, equal):
     assert same(answer, key) is equal
 
 
-# issue 23, case 7: App. B's rules where omega used to differ from them
+# App. B's rules where omega used to differ from them
 APP_B = [
     ("mc", "So the answer is \\boxed {B}.", "B"),           # a space before the brace is still a box
     ("mc", "Thinking.\r\nB\r\n", "B"),                       # position 5 with CRLF line ends

@@ -1,4 +1,4 @@
-"""Preflights for what only a cluster reveals (issue 34): each a row, input -> the first line of the message, the
+"""Preflights for what only a cluster reveals: each a row, input -> the first line of the message, the
 exit status, and nothing launched. Run with an empty HOME and Hugging Face cache and no wandb key."""
 
 from __future__ import annotations

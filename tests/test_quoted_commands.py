@@ -1,4 +1,4 @@
-"""Every command the README and docs/ quote still exists and still parses (issue 35, point 7).
+"""Every command the README and docs/ quote still exists and still parses.
 
 A quoted preset that does not exist, a renamed flag, a Hydra key that moved or a script that was deleted
 fails here, not in a reader's shell: each quoted executable answers ``--help``, every ``experiment=NAME``

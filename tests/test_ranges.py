@@ -1,4 +1,4 @@
-"""Every numeric setting has a declared range, and every value outside it is refused in one line (issue 33).
+"""Every numeric setting has a declared range, and every value outside it is refused in one line.
 
 The fields are enumerated from the schemas (and the argparse commands' numeric flags from their parsers), so a
 new field or flag without a range fails here. Each one is tried with NaN, infinity, 0, -1 and a huge value, on

@@ -1,4 +1,4 @@
-"""Ray's token authentication on every path (issue 34), with a real `ray start --head` on this CPU while a stale
+"""Ray's token authentication on every path, with a real `ray start --head` on this CPU while a stale
 ~/.ray/auth_token exists (the one an earlier local ray.init leaves): the sbatch scripts' RAY_AUTH block decides
 the mode and the token for the head, a second node started the way the scripts start one, the join check,
 a plain driver and the crossed evaluation's driver; a driver that reads the stale file is refused."""

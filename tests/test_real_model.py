@@ -1,4 +1,4 @@
-"""The real SmolLM2-135M-Instruct through every stage of the study at CI size (issue 32).
+"""The real SmolLM2-135M-Instruct through every stage of the study at CI size.
 
 Toy models hide what real ones show: the chat template, special tokens, the end-of-turn token, sampling
 of a pretrained distribution. One module-scoped run (about four minutes on 2 cores): a warm start of two

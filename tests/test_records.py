@@ -120,7 +120,7 @@ def test_extra_fields_are_kept(tmp_path):
 
 def test_an_interrupted_cells_scratch_is_never_read(tmp_path):
     """Scoring a responses folder directly skips hidden folders: ``.partial/`` holds a killed evaluation's
-    scratch, which is not a finished cell (issue 33)."""
+    scratch, which is not a finished cell."""
     from crossed_rlvr.records import find_response_files
 
     responses = tmp_path / "responses"

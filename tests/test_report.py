@@ -1,4 +1,4 @@
-"""The report's first screen (issue 26): the headline equals contrasts.csv, collapsing never hides a
+"""The report's first screen: the headline equals contrasts.csv, collapsing never hides a
 differing column, the stated Monte Carlo error matches a re-run with another bootstrap seed, the
 protocol card is in the report and the manifest, and unbounded ratios are not printed as numbers."""
 
@@ -222,7 +222,7 @@ def test_a_decoding_sweep_is_one_study_with_a_table_per_setting(tmp_path):
     bad.to_parquet(tmp_path / "bad.parquet", index=False)
     from crossed_rlvr.analysis.analyze import AnalysisError
 
-    # a decoding column written as text is refused by its dtype (issue 33), "0.6" as much as "hot"
+    # a decoding column written as text is refused by its dtype, "0.6" as much as "hot"
     with pytest.raises(AnalysisError, match=r"row 1 .*field 'temperature' is '0.6' \(str\); expected a number in "
                                             r"\[0, 10\] or null"):
         analyze(tmp_path / "bad.parquet", tmp_path / "o2", n_resamples=10, figures=False)

@@ -99,7 +99,7 @@ def test_every_convention_has_a_program():
     assert set(REWARD_PROGRAMS) == {"hash", "boxed", "json", "xml", "answer_only"}
 
 
-# ---------------------------------------------------------------- native-boxed MATH training (App. D.3.1, issue 35)
+# ---------------------------------------------------------------- native-boxed MATH training (App. D.3.1)
 MATH_CASES = [
     ("so \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}", 1.0),
     ("\\boxed{0.5}", "\\frac{1}{2}", 1.0),  # symbolic equivalence, not string equality

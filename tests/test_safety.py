@@ -1,4 +1,4 @@
-"""No reader runs model text as code, and none crashes or hangs on arbitrary text (issue 2, item 6)."""
+"""No reader runs model text as code, and none crashes or hangs on arbitrary text."""
 
 import time
 from pathlib import Path
@@ -90,7 +90,7 @@ def test_fast_last_number_equals_full_scan(text):
 
 @pytest.mark.parametrize("text", ["#### " * 200_000, "\\boxed{" * 140_000 + "}" * 140_000])
 def test_first_payloads_copy_one_payload_not_one_per_marker(text):
-    """Issue 33: a response that degenerates into one long line of markers (1 MB) or nested boxes: the strict
+    """A response that degenerates into one long line of markers (1 MB) or nested boxes: the strict
     symbolic readers take the first payload only, so memory stays linear (before: one copy of the rest of
     the line per marker, 2.2 GB at 150 KB)."""
     import tracemalloc
@@ -115,7 +115,7 @@ def warm_panel():
 @pytest.mark.exclusive
 @pytest.mark.parametrize("case", ["nested_boxes", "repeated_hash", "nested_boxes_balanced"])
 def test_pathological_responses_in_bounded_time_and_memory(case, warm_panel):
-    """Issue 33: the whole panel (Math-Verify included) on 100 KB, 1 MB and 2 MB of a degenerate response, in a
+    """The whole panel (Math-Verify included) on 100 KB, 1 MB and 2 MB of a degenerate response, in a
     forked child as a scoring worker: before, 1 MB of nested boxes took 12.1 GB and 58 s, #### x 10^5 6.0 GB;
     now the readers see a head and tail of text.READ_CAP_CHARS and record that they did."""
     from crossed_rlvr.eval.score.stress import CASES, PATHOLOGICAL, measure
@@ -138,7 +138,7 @@ ADVERSARIAL = ["\\boxed{", "}", "{", "#### ", "####", "1", "12345", "$", "**", "
        size=st.sampled_from([200_000, 1_000_000]))
 @pytest.mark.exclusive
 def test_readers_are_linear_without_the_cap(pattern, size):
-    """Issue 33: with the read cap lifted, the fast panel (every reader but Math-Verify, and the payload detector)
+    """With the read cap lifted, the fast panel (every reader but Math-Verify, and the payload detector)
     still reads a repeated adversarial pattern in time and memory linear in its length: no backtracking regex, no
     recursion over nesting, no copy of the rest of a line per marker (measured <= 30 bytes and ~1.4 us a char)."""
     import tracemalloc

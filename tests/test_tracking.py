@@ -1,4 +1,4 @@
-"""wandb runs never share an id across starts (issue 22): a stage redone, or run again with other settings,
+"""wandb runs never share an id across starts: a stage redone, or run again with other settings,
 is a new run; only a verl arm relaunched onto its own checkpoint with the same settings resumes its run."""
 
 import json

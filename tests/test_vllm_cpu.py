@@ -75,7 +75,7 @@ def test_the_vllm_backend_runs_on_vllms_cpu_build(vllm_env, tmp_path):
     assert second.returncode == 0, second.stderr[-4000:]
     for f in files:
         assert f.read_bytes() == (tmp_path / "b" / "responses" / f.name).read_bytes()
-    # two Ray workers, each with a vLLM engine of its own (issue 25): the same files, shards of 4 responses
+    # two Ray workers, each with a vLLM engine of its own: the same files, shards of 4 responses
     spread = crossed_eval(vllm_env, tmp_path / "c", model, other, "distribute.workers=2", "distribute.shard_size=4")
     assert spread.returncode == 0, spread.stderr[-4000:]
     for f in files:

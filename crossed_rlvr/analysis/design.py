@@ -1,4 +1,4 @@
-"""Is the crossed design complete? (issue 33; paper 001 §2: every policy under every request, on the same items).
+"""Is the crossed design complete? (paper 001 §2: every policy under every request, on the same items).
 
 A scores table assembled from several runs can hold half a policy (one request only), an arm without its
 partner of the same seed, or a policy scored on 2 of the 6 items the others were. Paired contrasts over

@@ -1,4 +1,4 @@
-"""One check for every numeric setting (issue 33): each value against the range its schema field declares.
+"""One check for every numeric setting: each value against the range its schema field declares.
 
 Every ``int``/``float`` field of every schema (and each number of a list or dict field) carries a
 :class:`~crossed_rlvr.limits.Range` in its metadata; ``numeric_fields`` finds them all, so a new field

@@ -1,4 +1,4 @@
-"""After an arm's Hugging Face merge: verify it, then drop the final step's optimizer state (issue 34).
+"""After an arm's Hugging Face merge: verify it, then drop the final step's optimizer state.
 
 A resumable verl checkpoint holds fp32 weights and AdamW state for every rank (``optim_world_size_*``,
 ``extra_state_world_size_*``): ~91 GB for a 7B arm, ~0.9 TB for the ten arms of paper 001. Once the final

@@ -1,4 +1,4 @@
-"""A memory and disk plan of a verl arm, before launch (issue 34): will it fit the GPUs and the disk?
+"""A memory and disk plan of a verl arm, before launch: will it fit the GPUs and the disk?
 
 Read against verl 0.9.1 and torch 2.11 (the GPU lock's versions):
 

@@ -1,4 +1,4 @@
-"""Preflights for what only a cluster reveals, at ``stages=prepare`` and again at launch (issue 34).
+"""Preflights for what only a cluster reveals, at ``stages=prepare`` and again at launch.
 
 Each one is a line that names the fix, before anything is launched:
 

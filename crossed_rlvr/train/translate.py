@@ -71,7 +71,7 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
     data-loader state every N updates, and verl's ``resume_mode=auto`` continues an interrupted arm from the
     latest; ``engine.save_optimizer`` keeps optimizer state in the final one too), TransferQueue's storage
     units (``engine.tq_storage_units``; they count in the Ray budget, train/budget.py), and crossed
-    validation (issue 15): before training, every ``validation.every`` updates (0: only at the end) and at
+    validation: before training, every ``validation.every`` updates (0: only at the end) and at
     the end, under every validation request, greedy as App. D.1 (``validation.greedy=false``: sampled with
     ``eval.temperature`` and ``eval.top_p``; one sample per prompt), dumped to ``validation_data_dir`` for
     ``crossed-import verl --all-steps``.

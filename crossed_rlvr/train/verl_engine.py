@@ -85,7 +85,7 @@ def validate_verl(overrides: list[str]) -> Any:
 
 
 def validation_rows(cfg: Any) -> list[dict[str, Any]]:
-    """The task's dev items under every validation request and wording (crossed validation, issue 15).
+    """The task's dev items under every validation request and wording (crossed validation).
 
     Every row keeps the arm's convention (its score is the arm's training reward); the request is in
     the prompt, which ``crossed-import verl`` reads back to file each response under its request."""

@@ -7,7 +7,7 @@ arm; the program itself is the shared one in :mod:`crossed_rlvr.rewards.programs
 The result is a dict: ``score`` (the reward), ``acc`` (the same value, verl's usual metric name)
 and ``is_weight``, the row's importance weight P_i/Q_i (1.0 without the frozen proposal), which verl
 keeps with each trajectory so that :mod:`crossed_rlvr.train.verl_weighted` can scale advantages.
-Validation rows (crossed validation, issue 15) name their request in ``extra_info["request"]``; for them
+Validation rows (crossed validation) name their request in ``extra_info["request"]``; for them
 the result adds ``payload`` (the requested payload is present) and ``strict`` (the request's strict
 reader is correct): cheap pure readers, so verl logs both per request (``val-aux/<data_source>/...``)
 at every validation step and writes them into its dump. Math-Verify and the rest of the panel run after

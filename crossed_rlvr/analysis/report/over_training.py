@@ -1,4 +1,4 @@
-"""Crossed interactions over training: I_P, I_S and I_MV at every validation checkpoint (issue 15).
+"""Crossed interactions over training: I_P, I_S and I_MV at every validation checkpoint.
 
 Paper 001 measures the arms at the end only (§3); validation during training stores each arm's
 checkpoint ``<arm>/s<seed>@step<K>`` under both requests, so the analysis's ordinary contrasts already

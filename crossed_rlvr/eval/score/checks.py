@@ -1,4 +1,4 @@
-"""Checks of a scores table before any number is computed from it (issue 22).
+"""Checks of a scores table before any number is computed from it.
 
 ``crossed-analyze``, ``crossed-calibrate`` and the validation analysis read scores tables that a user may
 have made or edited elsewhere. A table is refused, with its path, row and field, when a column the

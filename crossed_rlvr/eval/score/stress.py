@@ -1,4 +1,4 @@
-"""Adversarial responses and a per-response time and peak-memory measurement (issue 33).
+"""Adversarial responses and a per-response time and peak-memory measurement.
 
 A real RL policy that degenerates into repetition writes exactly these: 10^5 nested ``\\boxed{``,
 one line of repeated ``####``, megabytes of digits or braces. ``measure`` scores one response with
