@@ -4,8 +4,10 @@ A resumable verl checkpoint holds fp32 weights and AdamW state for every rank (`
 ``extra_state_world_size_*``): ~91 GB for a 7B arm, ~0.9 TB for the ten arms of paper 001. Once the final
 step is merged into a Hugging Face folder that reads back whole, the optimizer state serves nothing but a
 resume past the end; it is removed unless ``recipe.keep_optimizer=true``. The merge is verified first:
-``config.json`` and safetensors files whose headers read, holding as many parameters as the config says
-(counted from the headers, nothing loaded). An unverified merge keeps everything and exits 1.
+``config.json`` and safetensors files whose headers read, holding exactly the tensors, by name and shape, of
+the model that config describes (built by transformers on the meta device: no memory, no weights; a tensor
+tied to another may be stored once). A formula would miss what an architecture adds (OLMo-2's query and key
+norms). An unverified merge keeps everything and exits 1.
 
 A verified merge is stamped with the settings the arm trained with (``crossed_rlvr_arm.json``: the sha256 of
 its verl overrides). The launch scripts ask ``--finished`` first, so a relaunch of a finished arm does nothing
@@ -32,43 +34,67 @@ class MergeError(RuntimeError):
     pass
 
 
-def merged_parameters(folder: Path) -> int:
-    """Parameters in a merged Hugging Face folder, from its safetensors headers (no tensor is read)."""
+def stored_tensors(folder: Path) -> dict[str, tuple[int, ...]]:
+    """Name and shape of every tensor in a merged Hugging Face folder, from its safetensors headers (no tensor is
+    read)."""
     from safetensors import safe_open
 
     files = sorted(folder.glob("*.safetensors"))
     if not (folder / "config.json").is_file() or not files:
         raise MergeError(f"{folder}: no config.json and *.safetensors (the merge did not finish)")
-    total = 0
+    shapes: dict[str, tuple[int, ...]] = {}
     for f in files:
         try:
             with safe_open(str(f), framework="numpy") as st:
                 for key in st.keys():  # noqa: SIM118 - safe_open is not a mapping
-                    n = 1
-                    for d in st.get_slice(key).get_shape():
-                        n *= int(d)
-                    total += n
+                    shapes[key] = tuple(int(d) for d in st.get_slice(key).get_shape())
         except Exception as err:  # noqa: BLE001 - a truncated or foreign file, whatever the library raises
             raise MergeError(f"{f}: not a readable safetensors file ({err})") from None
-    return total
+    return shapes
+
+
+def model_tensors(folder: Path) -> tuple[dict[str, tuple[int, ...]], set[str]] | None:
+    """The state dict (names and shapes) of the causal LM that ``folder/config.json`` describes, built on the meta
+    device, and the names tied to an earlier tensor (``save_pretrained`` stores those once). None when this
+    transformers does not know the architecture."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(str(folder))
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except (ValueError, KeyError, OSError):
+        return None
+    seen: set[int] = set()
+    tied: set[str] = set()
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in seen:
+            tied.add(name)
+        seen.add(id(param))
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}, tied
 
 
 def verify_merge(folder: Path) -> int:
-    """The merged folder's parameter count when it matches its config.json (tied embeddings stored once or
-    twice), else MergeError."""
-    from crossed_rlvr.train.memory import Shape
+    """The merged folder's parameter count when its tensors are the ones its config.json describes, else
+    MergeError naming what is missing, unexpected or of the wrong shape."""
+    import math
 
-    found = merged_parameters(folder)
-    config = json.loads((folder / "config.json").read_text())
-    try:
-        shape = Shape.from_config(config)
-    except (KeyError, TypeError, ValueError):
-        return found  # an architecture the formula does not know: readable headers are the check
-    want = shape.parameters()
-    allowed = {want, want + shape.vocab * shape.hidden} if shape.tied else {want}
-    if found not in allowed:
-        raise MergeError(f"{folder}: holds {found:,} parameters; its config.json describes {want:,}")
-    return found
+    found = stored_tensors(folder)
+    total = sum(math.prod(shape) for shape in found.values())
+    expected = model_tensors(folder)
+    if expected is None:
+        return total  # an architecture transformers does not know: readable headers are the check
+    shapes, tied = expected
+    missing = [n for n in shapes if n not in found and n not in tied]
+    unexpected = [n for n in found if n not in shapes]
+    wrong = [f"{n} {list(found[n])} (config: {list(shapes[n])})" for n in shapes if n in found and found[n] != shapes[n]]
+    if missing or unexpected or wrong:
+        said = [f"{what}: {', '.join(names[:3])}" + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+                for what, names in (("missing", missing), ("not in the model", unexpected), ("wrong shape", wrong))
+                if names]
+        raise MergeError(f"{folder}: its tensors are not the ones its config.json describes ({'; '.join(said)})")
+    return total
 
 
 def finished(merged: Path, trained_with: str) -> str | None:

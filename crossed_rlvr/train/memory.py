@@ -52,13 +52,23 @@ class Shape:
     kv_heads: int
     tied: bool
     attention_bias: bool
+    model_type: str = "llama"
 
     @classmethod
     def from_config(cls, c: dict[str, Any]) -> Shape:
         return cls(int(c["vocab_size"]), int(c["hidden_size"]), int(c["num_hidden_layers"]),
                    int(c["intermediate_size"]), int(c["num_attention_heads"]),
                    int(c.get("num_key_value_heads") or c["num_attention_heads"]), bool(c.get("tie_word_embeddings")),
-                   bool(c.get("attention_bias", c.get("model_type") == "qwen2")))  # Qwen2: q/k/v biases
+                   bool(c.get("attention_bias", c.get("model_type") == "qwen2")),  # Qwen2: q/k/v biases
+                   str(c.get("model_type") or "llama"))
+
+    def config(self) -> dict[str, Any]:
+        """The config.json fields that fix the model's tensors (transformers' ``AutoConfig.for_model`` takes them)."""
+        extra = {"attention_bias": self.attention_bias} if self.model_type != "qwen2" else {}  # Qwen2's are fixed
+        return {"model_type": self.model_type, "vocab_size": self.vocab, "hidden_size": self.hidden,
+                "num_hidden_layers": self.layers, "intermediate_size": self.intermediate,
+                "num_attention_heads": self.heads, "num_key_value_heads": self.kv_heads,
+                "tie_word_embeddings": self.tied, **extra}
 
     def parameters(self) -> int:
         """Parameters of a decoder-only transformer (embeddings, attention, gated MLP, RMS norms, head)."""
@@ -70,13 +80,13 @@ class Shape:
 
 
 # Shapes of the hub models the presets name, for a plan without the network (their config.json values):
-# vocabulary, hidden size, layers, MLP size, heads, key-value heads, tied embeddings, attention biases.
+# vocabulary, hidden size, layers, MLP size, heads, key-value heads, tied embeddings, attention biases, model type.
 KNOWN_SHAPES: dict[str, Shape] = {
-    "Qwen/Qwen2.5-7B-Instruct": Shape(152064, 3584, 28, 18944, 28, 4, False, True),
-    "Qwen/Qwen2.5-1.5B-Instruct": Shape(151936, 1536, 28, 8960, 12, 2, True, True),
-    "allenai/OLMo-2-1124-7B-Instruct": Shape(100352, 4096, 32, 11008, 32, 32, False, False),
-    "HuggingFaceTB/SmolLM2-1.7B-Instruct": Shape(49152, 2048, 24, 8192, 32, 32, True, False),
-    "HuggingFaceTB/SmolLM2-135M-Instruct": Shape(49152, 576, 30, 1536, 9, 3, True, False),
+    "Qwen/Qwen2.5-7B-Instruct": Shape(152064, 3584, 28, 18944, 28, 4, False, True, "qwen2"),
+    "Qwen/Qwen2.5-1.5B-Instruct": Shape(151936, 1536, 28, 8960, 12, 2, True, True, "qwen2"),
+    "allenai/OLMo-2-1124-7B-Instruct": Shape(100352, 4096, 32, 11008, 32, 32, False, False, "olmo2"),
+    "HuggingFaceTB/SmolLM2-1.7B-Instruct": Shape(49152, 2048, 24, 8192, 32, 32, True, False, "llama"),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": Shape(49152, 576, 30, 1536, 9, 3, True, False, "llama"),
 }
 
 
