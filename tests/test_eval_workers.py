@@ -194,6 +194,9 @@ def test_the_slurm_script_starts_ray_as_the_arms_do_then_drives_every_gpu(tmp_pa
     assert text.rstrip().endswith('distribute.address="$head_ip:$port" distribute.workers=16 '
                                   "distribute.gpus_per_worker=1")
     assert str(Path(sys.executable).parent / "crossed-study") + " experiment=qwen2.5-7b-gsm8k-crossed" in text
+    # the driver runs in the batch script on the head, not as a job step that would ask for the GPUs Ray holds
+    assert text.split(cluster, 1)[1].lstrip().startswith(str(Path(sys.executable).parent / "crossed-study"))
+    assert "--overlap" not in text
     assert main(["slurm", "--nodes", "1", "--gpus-per-node", "8", "-o", str(out), "--", "crossed-eval"]) == 2
     assert main(["slurm", "--nodes", "1", "--gpus-per-node", "8", "--gpus-per-worker", "3", "-o",
                  str(tmp_path / "b.sbatch"), "--", "crossed-eval"]) == 2

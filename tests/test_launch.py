@@ -197,6 +197,9 @@ def test_slurm_script_waits_for_every_node_and_finds_the_head_address(paper_gsm8
     assert slurm.count("--wait-nodes 1 ") == 2  # the head first, then every node (1 here)
     assert "${HEAD_IP:-" in slurm and "grep -v '^127\\.'" in slurm
     assert 'RAY_ADDRESS="$head_ip:$port"' in slurm and "verl_launch \\\n  --weighted" in slurm
+    # the driver runs in the batch script on the head, not as a job step that would ask for the GPUs Ray holds
+    driver = next(x for x in slurm.splitlines() if "crossed_rlvr.train.verl_launch" in x)
+    assert driver.startswith('RAY_ADDRESS="$head_ip:$port" ') and "srun" not in driver and "--overlap" not in slurm
 
 
 @pytest.mark.exclusive

@@ -183,7 +183,10 @@ if [ -n "${{CROSSED_REHEARSE:-}}" ]; then exit 0; fi
 {merge}
 """
 
-SLURM = slurm_header("GRPO arm {arm} through verl") + "{exports}\n{attention}\n{finished}\n{ray_auth}" + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" srun --overlap --nodes=1 --ntasks=1 -w "$head" {python} -m crossed_rlvr.train.verl_launch \\
+# The driver runs in the batch script itself, on the head (where sbatch runs it), as Ray's own SLURM template
+# does: an `srun --overlap` step would ask for the job's GPUs, which `ray start --head` holds, and where a SLURM
+# version shares only CPUs between steps it waits forever.
+SLURM = slurm_header("GRPO arm {arm} through verl") + "{exports}\n{attention}\n{finished}\n{ray_auth}" + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" {python} -m crossed_rlvr.train.verl_launch \\
   {flags} -- \\
 {args} "${{ATTN[@]}}"
 {merge}

@@ -311,8 +311,8 @@ def run_distributed(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracke
     return driver.machines
 
 
-EVAL_SLURM_RUN = """srun --overlap --nodes=1 --ntasks=1 -w "$head" \\
-  {command} \\
+# the driver runs in the batch script, on the head: a job step would ask for GPUs that `ray start` holds
+EVAL_SLURM_RUN = """{command} \\
   distribute.address="$head_ip:$port" distribute.workers={workers} distribute.gpus_per_worker={per_worker}
 """
 
