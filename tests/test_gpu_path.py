@@ -369,12 +369,23 @@ def test_arm_seed_reaches_every_seed_verl_has(paper_gsm8k):
 
 def test_attention_falls_back_to_sdpa_without_flash_attn(paper_gsm8k, tmp_path):
     single, _, _ = arm_files(paper_gsm8k)
-    assert "import flash_attn" in single and '"${ATTN[@]}"' in single
+    assert "import flash_attn" in single and '${ATTN[@]+"${ATTN[@]}"}' in single
     # run the script's own attention block: here flash-attn is absent, so ATTN holds the SDPA overrides
     block = single.split("set -euo pipefail\n", 1)[1].split("\nfi\n", 1)[0] + "\nfi\n"
     out = subprocess.run(["bash", "-c", block + 'printf "%s\\n" "${ATTN[@]}"'], capture_output=True, text=True,
                          check=True)
     assert out.stdout.split() == SDPA
+
+
+def test_no_generated_script_expands_an_array_that_bash_4_2_calls_unbound(paper_gsm8k):
+    """Under ``set -u``, bash before 4.4 ends a script at ``"${A[@]}"`` of an empty array (this machine's bash 5
+    does not, so the check is static): every array the scripts expand whole is guarded with ``${A[@]+...}``."""
+    import re
+
+    for text in arm_files(paper_gsm8k)[:2]:
+        bare = [m.group(0) for m in re.finditer(r'(?<!\+)"\$\{\w+\[@\]\}"', text)]
+        assert bare == [], bare
+        assert text.count('${ATTN[@]+"${ATTN[@]}"}') == 1
 
 
 class _FakeLLM:

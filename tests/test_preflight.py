@@ -107,3 +107,56 @@ def test_the_launch_scripts_run_offline(tmp_path):
 
     cfg = OmegaConf.create({"tracking": {"mode": "offline", "project": "p"}, "run_dir": str(tmp_path), "arm": "a"})
     assert launch_env(cfg)["HF_HUB_OFFLINE"] == "1"
+
+
+def test_a_temporary_folder_too_long_for_rays_sockets_is_refused_with_the_fix(tmp_path, capsys):
+    """Ray's sockets go under RAY_TMPDIR, else TMPDIR: a per-job TMPDIR on a cluster can leave them over 107 bytes.
+    The launch refuses before Ray starts and names the variable and a folder that fits."""
+    from crossed_rlvr.train.preflight import RAY_SOCKET_TAIL, SOCKET_PATH_MAX, socket_path_problem
+    from crossed_rlvr.train.verl_launch import run
+
+    fits = "/" + "t" * (SOCKET_PATH_MAX - RAY_SOCKET_TAIL - 1)
+    assert socket_path_problem({"TMPDIR": fits}) is None and socket_path_problem({}) is None
+    long = fits + "x"
+    said = socket_path_problem({"TMPDIR": long})
+    assert said.startswith(f"TMPDIR={long} ({len(long)} bytes) leaves Ray's socket paths over 107 bytes")
+    assert "export RAY_TMPDIR=/tmp/ray-$USER" in said
+    assert socket_path_problem({"TMPDIR": long, "RAY_TMPDIR": "/tmp/r"}) is None  # Ray's own variable wins
+    # Ray's own check, on the path its first socket would have: the arithmetic above is Ray's limit
+    from ray._private.utils import validate_socket_filepath
+
+    validate_socket_filepath(f"{fits}/ray/session_2026-12-02_01-46-52_467512_4194304/sockets/plasma_store")
+    with pytest.raises(OSError, match="cannot exceed 107 bytes"):
+        validate_socket_filepath(f"{long}/ray/session_2026-12-02_01-46-52_467512_4194304/sockets/plasma_store")
+    from crossed_rlvr.train.verl_launch import PLUGINS
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("RAY_TMPDIR", raising=False)
+        mp.setenv("TMPDIR", long)
+        mp.setenv("RAY_ADDRESS", "local")
+        mp.setenv("VERL_USE_EXTERNAL_MODULES", PLUGINS)  # run() sets it for verl: put back afterwards
+        overrides = ["algorithm.adv_estimator=grpo", "critic.enable=False", f"actor_rollout_ref.model.path={tmp_path}",
+                     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+                     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+                     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1"]
+        assert run(overrides, False, 1, 10, True) == 2
+    assert f"PREFLIGHT FAILED: TMPDIR={long}" in capsys.readouterr().out
+
+
+def test_a_gpu_node_without_a_compiler_or_python_headers_is_refused_by_name(tmp_path, monkeypatch):
+    """Triton and vLLM compile kernels at first use, inside the rollout: the launch checks for cc and Python.h."""
+    import sysconfig
+
+    from crossed_rlvr.train.preflight import compiler_problem
+
+    assert compiler_problem() is None  # this machine has both
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert compiler_problem().startswith("no C compiler (cc) on PATH") and "build-essential" in compiler_problem()
+    cc = tmp_path / "cc"
+    cc.write_text("#!/bin/sh\n")
+    cc.chmod(0o755)
+    assert compiler_problem() is None
+    said = compiler_problem(str(tmp_path / "include"))
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert said.startswith(f"no Python headers ({tmp_path}/include/Python.h)") and f"python{version}-dev" in said
+    assert Path(sysconfig.get_paths()["include"], "Python.h").is_file()

@@ -9,12 +9,18 @@ Each one is a line that names the fix, before anything is launched:
   4 FSDP ranks and 4 vLLM servers would fetch the weights at once, or fail on a node without the network.
   ``crossed-study ... stages=fetch`` downloads them once into the cache (``HF_HOME``), and the launch
   scripts run with ``HF_HUB_OFFLINE=1`` so no rank reaches for the hub.
+- A temporary folder whose path leaves no room for Ray's Unix sockets: Ray puts them at
+  ``<RAY_TMPDIR or TMPDIR or /tmp>/ray/session_<date>_<pid>/sockets/plasma_store`` and refuses a path over
+  107 bytes (the kernel's ``sun_path``), which a cluster's per-job TMPDIR can reach.
+- No C compiler or no Python headers on a GPU node: Triton and vLLM compile kernels on first use, inside
+  the rollout, minutes after the model loaded.
 """
 
 from __future__ import annotations
 
 import netrc
 import os
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -79,6 +85,39 @@ def cache_problem(cfg: Any, command: str = "crossed-study") -> str | None:
     return (f"{key}: the {kind} {repo} is not in this machine's Hugging Face cache{more}; download it once with "
             f"`{command} <the same overrides> stages=fetch` (the launch runs with HF_HUB_OFFLINE=1), or point {key} "
             "at a local copy")
+
+
+# Ray's longest socket path below its temporary folder: "/ray/" + "session_2026-12-02_01-46-52_467512_4194304"
+# (42: the date, microseconds and a 7-digit pid) + "/sockets/plasma_store" (21)
+RAY_SOCKET_TAIL = 5 + 42 + 21
+SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX path, as Ray checks them (validate_socket_filename)
+
+
+def socket_path_problem(env: dict[str, str] | None = None) -> str | None:
+    """Ray's sockets would not fit under the temporary folder Ray picks (RAY_TMPDIR, else TMPDIR, else /tmp)."""
+    env = os.environ if env is None else env
+    name = next((k for k in ("RAY_TMPDIR", "TMPDIR") if env.get(k)), None)
+    root = env[name] if name else "/tmp"
+    if len(root.encode()) + RAY_SOCKET_TAIL <= SOCKET_PATH_MAX:
+        return None
+    return (f"{name}={root} ({len(root.encode())} bytes) leaves Ray's socket paths over {SOCKET_PATH_MAX} bytes; "
+            f"export RAY_TMPDIR=/tmp/ray-$USER (any folder of at most {SOCKET_PATH_MAX - RAY_SOCKET_TAIL} bytes)")
+
+
+def compiler_problem(include: str | None = None) -> str | None:
+    """Triton's and vLLM's kernels compile on the node at first use: a C compiler and ``Python.h`` must be there."""
+    import shutil
+    import sysconfig
+
+    include = include or sysconfig.get_paths()["include"]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        return ("no C compiler (cc) on PATH: Triton and vLLM compile kernels on the GPU node at first use; install "
+                "one (Debian/Ubuntu: apt install build-essential; conda: conda install gcc) or load its module")
+    if not (Path(include) / "Python.h").is_file():
+        return (f"no Python headers ({include}/Python.h): Triton and vLLM compile kernels against them at first use; "
+                f"install them (Debian/Ubuntu: apt install python{version}-dev; conda: they come with python)")
+    return None
 
 
 def problems(cfg: Any, command: str = "crossed-study") -> list[str]:

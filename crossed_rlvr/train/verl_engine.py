@@ -153,7 +153,9 @@ SDPA = ["+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
 
 
 def attention_block(python: str, choice: str) -> str:
-    """Bash that sets ATTN to the attention overrides: fixed, or decided on the GPU node (``auto``)."""
+    """Bash that sets ATTN to the attention overrides: fixed, or decided on the GPU node (``auto``). The scripts
+    expand it as ``${ATTN[@]+"${ATTN[@]}"}``: under ``set -u``, bash before 4.4 (RHEL 7's 4.2) calls a plain
+    ``"${ATTN[@]}"`` of the empty array (flash-attn installed) unbound and ends the script."""
     sdpa = " ".join(shlex.quote(o) for o in SDPA)
     if choice == "flash_attention_2":
         return "ATTN=()"
@@ -177,7 +179,7 @@ export RAY_ADDRESS=local
 {finished}
 {ray_auth}{python} -m crossed_rlvr.train.verl_launch {flags} -- \\
 {args} \\
-  ray_kwargs.ray_init.num_cpus={cpus} "${{ATTN[@]}}"
+  ray_kwargs.ray_init.num_cpus={cpus} ${{ATTN[@]+"${{ATTN[@]}}"}}
 # the launch rehearsal (CROSSED_REHEARSE=<GPUs> on a CPU machine) ends where verl first needs a GPU
 if [ -n "${{CROSSED_REHEARSE:-}}" ]; then exit 0; fi
 {merge}
@@ -188,7 +190,7 @@ if [ -n "${{CROSSED_REHEARSE:-}}" ]; then exit 0; fi
 # version shares only CPUs between steps it waits forever.
 SLURM = slurm_header("GRPO arm {arm} through verl") + "{exports}\n{attention}\n{finished}\n{ray_auth}" + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" {python} -m crossed_rlvr.train.verl_launch \\
   {flags} -- \\
-{args} "${{ATTN[@]}}"
+{args} ${{ATTN[@]+"${{ATTN[@]}}"}}
 {merge}
 """
 

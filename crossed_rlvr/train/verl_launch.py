@@ -79,16 +79,17 @@ def gpu_problem() -> str | None:
 
 
 def launch_problem(composed: Any) -> str | None:
-    """wandb credentials when verl will log online, and the model in the local cache when it is a hub id
-    (train/preflight.py): what fails minutes into a run, checked before Ray starts."""
+    """wandb credentials when verl will log online, the model in the local cache when it is a hub id, and a C
+    compiler with Python's headers for the kernels Triton and vLLM build (train/preflight.py): what fails minutes
+    into a run on a GPU node, checked before Ray starts."""
     from omegaconf import OmegaConf
 
-    from crossed_rlvr.train.preflight import problems
+    from crossed_rlvr.train.preflight import compiler_problem, problems
 
     online = "wandb" in list(composed.trainer.logger) and os.environ.get("WANDB_MODE") not in ("offline", "disabled")
     launch = OmegaConf.create({"tracking": {"mode": "online" if online else "off"},
                                "model": {"source": "hub", "path": str(composed.actor_rollout_ref.model.path)}})
-    found = problems(launch)
+    found = [*problems(launch), *filter(None, [compiler_problem()])]
     return found[0] if found else None
 
 
@@ -289,6 +290,7 @@ def cuda_point(err: BaseException) -> str | None:
 
 def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: float, preflight: bool,
         cpu: int | None = None) -> int:
+    from crossed_rlvr.train.preflight import socket_path_problem
     from crossed_rlvr.train.verl_engine import env_overrides, validate_verl  # neither imports verl
 
     # verl reads these when first imported: set before anything imports verl (Ray's workers get them too)
@@ -316,6 +318,9 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     if preflight:
         if rehearse is None and cpu is None and (problem := gpu_problem() or launch_problem(composed)) is not None:
             say(f"PREFLIGHT FAILED: {problem}")
+            return 2
+        if os.environ.get("RAY_ADDRESS", "local") == "local" and (problem := socket_path_problem()) is not None:
+            say(f"PREFLIGHT FAILED: {problem}")  # verl starts Ray here, under this machine's temporary folder
             return 2
         try:
             check_nodes(budget, offered(composed, rehearse))
