@@ -77,6 +77,14 @@ head_ip=${{HEAD_IP:-$(srun --nodes=1 --ntasks=1 -w "$head" bash -c \\
   | tr ' ' '\\n' | grep -E '^[0-9]+(\\.[0-9]+){{3}}$' | grep -v '^127\\.' | head -n 1 || true)}}
 # (|| true: under pipefail a grep that finds nothing would end the script before the message below)
 if [ -z "$head_ip" ]; then echo "no IPv4 address found for head node $head; set HEAD_IP" >&2; exit 1; fi
+# every node reads the run's Ray token (RAY_AUTH): a run_dir on node-local storage would leave a node
+# unauthenticated and the join wait below timing out without a reason
+for node in "${{nodes[@]}}"; do
+  if ! srun --nodes=1 --ntasks=1 -w "$node" test -s "$RAY_AUTH_TOKEN_PATH"; then
+    echo "node $node cannot read the Ray token file $RAY_AUTH_TOKEN_PATH: put run_dir (or RAY_AUTH_TOKEN_PATH)" \
+      "on storage every node shares" >&2; exit 1
+  fi
+done
 port=6379
 srun --nodes=1 --ntasks=1 -w "$head" {ray} start --head --node-ip-address="$head_ip" --port=$port \\
   --num-cpus="$cpus" --num-gpus={gpus} --block &

@@ -388,8 +388,43 @@ def test_the_head_address_lookup_says_what_to_set(tmp_path, address, code, last)
         (bin_dir / tool).chmod(0o755)
     lookup = RAY_CLUSTER.split("port=6379")[0].format(cpus=1, ray="ray", python="python", nodes=1, gpus=0)
     script = tmp_path / "lookup.sh"
-    script.write_text("set -euo pipefail\nSLURM_JOB_NODELIST=nodeA\n" + lookup + 'echo "head $head_ip"\n')
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    script.write_text(f"set -euo pipefail\nSLURM_JOB_NODELIST=nodeA\nRAY_AUTH_TOKEN_PATH={token}\n" + lookup
+                      + 'echo "head $head_ip"\n')
+    (bin_dir / "srun").write_text(f'#!/bin/bash\nshift 4; [ "$1" = test ] && exec "$@"; echo {address}\n')
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, timeout=60,
                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert out.returncode == code
     assert (out.stderr if code else out.stdout).strip().splitlines()[-1] == last
+
+
+def test_a_node_that_cannot_read_the_ray_token_stops_the_start_naming_the_file(tmp_path):
+    """A run_dir on node-local storage: the second node has no token file. The script says so at once instead of
+    leaving the join wait to time out. Run with stub SLURM tools (the second node sees no file)."""
+    from crossed_rlvr.cluster import RAY_CLUSTER
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho nodeA; echo nodeB\n")
+    # srun --nodes=1 --ntasks=1 -w NODE CMD...: nodeB's file system lacks the run folder
+    (bin_dir / "srun").write_text('#!/bin/bash\nnode=$4; shift 4\n[ "$1" = test ] || { echo 10.1.2.3; exit 0; }\n'
+                                  '[ "$node" = nodeB ] && exit 1; exec "$@"\n')
+    for tool in ("scontrol", "srun"):
+        (bin_dir / tool).chmod(0o755)
+    token = tmp_path / "run" / ".ray_auth_token"
+    token.parent.mkdir()
+    token.write_text("t\n")
+    lookup = RAY_CLUSTER.split("port=6379")[0].format(cpus=1, ray="ray", python="python", nodes=2, gpus=0)
+    script = tmp_path / "start.sh"
+    script.write_text(f"set -euo pipefail\nSLURM_JOB_NODELIST=nodeA,nodeB\nRAY_AUTH_TOKEN_PATH={token}\n" + lookup
+                      + 'echo "every node reads it"\n')
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, timeout=60,
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert out.returncode == 1 and "every node reads it" not in out.stdout
+    assert out.stderr.strip().splitlines()[-1] == (f"node nodeB cannot read the Ray token file {token}: put run_dir "
+                                                   "(or RAY_AUTH_TOKEN_PATH) on storage every node shares")
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho nodeA\n")  # one node, which has the file
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, timeout=60,
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert out.returncode == 0 and out.stdout.strip() == "every node reads it"
