@@ -69,21 +69,41 @@ def test_configured_cpus_below_the_budget_are_refused_before_any_script(local, t
 
 
 # ---------------------------------------------------------------- preflight and watchdog
-def launch(overrides: list[str], *flags: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
-    """verl_launch in a session of its own, tagged as a rehearsal is, so that whatever it leaves (the watchdog
-    ends the driver with os._exit; Ray's agents outlive it) is killed after it, as ``rehearse_arm`` does."""
+def launch(overrides: list[str], *flags: str, timeout: float = 300, env: dict[str, str] | None = None,
+           before_cleanup=None) -> tuple[subprocess.CompletedProcess, float]:
+    """verl_launch in a session of its own, tagged as a rehearsal is, so that whatever a failing launch might
+    leave is killed after it, as ``rehearse_arm`` does (``before_cleanup`` looks first)."""
     from crossed_rlvr.train.rehearsal import TAG, kill_group
 
     tag = f"test-{os.getpid()}-{time.monotonic_ns()}"
     start = time.perf_counter()
     cmd = [sys.executable, "-m", "crossed_rlvr.train.verl_launch", *flags, "--", *overrides]
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                             env={**os.environ, TAG: tag}, start_new_session=True)
+                             env={**os.environ, **(env or {}), TAG: tag}, start_new_session=True)
     try:
         out, err = child.communicate(timeout=timeout)
+        if before_cleanup is not None:
+            before_cleanup()
     finally:
         kill_group(child.pid, tag)
     return subprocess.CompletedProcess(cmd, child.returncode, out, err), time.perf_counter() - start
+
+
+def processes_under(folder: Path) -> list[str]:
+    """Command lines of live processes that name ``folder`` (a Ray session's daemons and workers name its
+    temporary folder in their arguments)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            line = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(folder) in line and state != "Z":
+            found.append(f"{entry}: {line[:160]}")
+    return found
 
 
 def test_launch_lines_are_found_where_rays_log_thread_left_a_line_open(capsys):
@@ -145,10 +165,22 @@ def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):
     the wait limit, naming what waits, Ray's free resources and the budget. (With 7 the rehearsal reaches
     the workers: the budget's 8th CPU is for the default-resource actors verl creates after them, the
     vLLM servers and the reward- and agent-loop workers, which the CPU rehearsal cannot reach.)"""
+    import tempfile
+
     overrides = [*arm_files(paper_gsm8k)[2], "trainer.n_gpus_per_node=1", "ray_kwargs.ray_init.num_cpus=6"]
+    session = Path(tempfile.mkdtemp(prefix="rw", dir="/tmp"))  # this launch's Ray folder: short, for its sockets
+    left: list[str] = []
+
+    def survivors() -> None:  # the watchdog stops the Ray it started before it ends the driver
+        deadline = time.monotonic() + 15
+        while (found := processes_under(session)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left.extend(found)
+
     proc, seconds = launch(overrides, "--weighted", "--rehearse", "1", "--no-preflight", "--wait-limit", "20",
-                           timeout=360)
+                           timeout=360, env={"RAY_TMPDIR": str(session)}, before_cleanup=survivors)
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert left == [], left  # no daemon, agent or worker of its Ray session outlives the driver
     line = next(x for x in proc.stdout.splitlines() if "WAIT LIMIT" in x)
     assert "placement group" in line and "in 20 s" in line and "'CPU': 6.0" in line
     assert "'CPU': 2.0" in line.split("free", 1)[1]  # 6 less TransferQueue's 3 and the task runner's 1
