@@ -6,12 +6,20 @@ give ``-n auto --dist loadgroup``).
   other core busy). Set before anything imports torch, and inherited by the commands a test starts, so a
   test's subprocess stays in its worker's core; a test that needs more says so in the environment it hands
   its subprocess.
+- **One worker more than cores.** Half of the suite's time is spent in tests that mostly wait: Ray's start-up,
+  engines in other processes, polls. On two workers over two cores a third of the CPU sat idle; a third
+  worker fills it (``-n auto``: the cores plus one, at most 4).
 - **Exclusive tests never run beside one another.** A test marked ``exclusive`` (an engine that starts
   several processes, a Ray cluster, a test with a time limit on its own run) joins the one xdist group
   ``exclusive``: xdist runs a group on a single worker, one test after another, so no two of them ever
   overlap, and the other workers go on with the rest meanwhile (a lock between workers would leave a worker
-  idle whenever its next test waited for the lock). xdist hands out the groups with the most tests first, and
-  this is one of the largest (37 tests), so it starts at once rather than last.
+  idle whenever its next test waited for the lock).
+- **A lane of its own for verl's trainer.** ``test_verl_train.py`` (verl training on a local Ray, four launches)
+  is a group of its own beside the exclusive one: each local Ray has its own folder and free ports, and the two
+  chains in one would be the suite's whole length. Its time limits are its own runs', not its neighbours'.
+- **The long groups start first.** ``HEAVY`` orders the collection so that the longest groups are the first work
+  units xdist hands out (``--no-loadscope-reorder`` keeps that order); a long group started last would be the
+  suite's tail.
 - **Shared fixtures stay on one worker.** A module whose tests share an expensive module- or session-scoped
   fixture (a study, a trained arm, scored tables) names its group in ``WORKER_GROUP`` and the fixtures in
   ``SHARED_FIXTURES``: the tests that use one of them (directly or through another fixture; not the
@@ -57,13 +65,17 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 pytest_plugins = ["tests.gpu_fixtures"]
 
 EXCLUSIVE = "exclusive"
+# the groups that take longest, in the order their first test is handed out (measured: the exclusive chain
+# ~25 min, verl's trainer ~15, the smoke study ~12, the real model ~6, the GPU-path rehearsals ~5)
+HEAVY = (EXCLUSIVE, "verl_train", "smoke_study", "real_model", "gpu_path")
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown (and unused) with ``-p no:xdist``
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: the cores this process may run on (xdist's own count asks psutil for physical cores, which
-    a 2-vCPU machine may report as 1), at most 4: every worker holds its own models and engines in memory."""
-    return max(1, min(len(os.sched_getaffinity(0)), 4))
+    a 2-vCPU machine may report as 1) plus one for the time tests spend waiting, at most 4: every worker holds
+    its own models and engines in memory."""
+    return max(1, min(len(os.sched_getaffinity(0)) + 1, 4))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -82,14 +94,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     one of the module's ``SHARED_FIXTURES``. Set here, one per test, because xdist joins every group mark a test
     carries into one name: a module-wide group mark would put the module's exclusive tests in a group of their
     own, beside the other exclusive ones."""
+    groups: dict[str, str] = {}
     for item in items:
         module = getattr(item, "module", None)
         if item.get_closest_marker(EXCLUSIVE) is not None:
-            item.add_marker(pytest.mark.xdist_group(EXCLUSIVE))
+            groups[item.nodeid] = EXCLUSIVE
         elif (group := getattr(module, "WORKER_GROUP", None)) is not None:
             shared = getattr(module, "SHARED_FIXTURES", None)
             if shared is None or set(shared) & set(getattr(item, "fixturenames", ())):
-                item.add_marker(pytest.mark.xdist_group(group))
+                groups[item.nodeid] = group
+        if item.nodeid in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+    # the long groups first, in HEAVY's order; the rest as collected (a stable sort keeps each group's order)
+    rank = {g: k for k, g in enumerate(HEAVY)}
+    items.sort(key=lambda it: rank.get(groups.get(it.nodeid, ""), len(HEAVY)))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

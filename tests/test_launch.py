@@ -127,7 +127,7 @@ def test_under_provisioned_node_is_refused_within_seconds(paper_gsm8k):
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     line = next(x for x in proc.stdout.splitlines() if "PREFLIGHT FAILED" in x)
     assert "6 CPUs < 8" in line and "{CPU: 3, GPU: 1}" in line and "TransferQueue 2 storage unit" in line
-    assert seconds < 60
+    assert seconds < 150  # verl's import and config check on a busy machine; a hang would wait out the 300 s limit
 
 
 @pytest.mark.exclusive
@@ -197,11 +197,12 @@ def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_traine
     TransferQueue and the 4-bundle placement group are placed, and the 4 FSDP workers are constructed up to
     ``init_process_group(nccl)``, the first point that needs CUDA."""
     run = tmp_path / "paper"
-    proc = subprocess.run(
-        [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=rehearse",
-         "arms.seeds=[83]", f"run_dir={run}", f"model.path={local['model']}", *task_overrides(local, "gsm8k")],
-        capture_output=True, text=True, timeout=880, check=False, cwd=ROOT,
-        env={**os.environ, "WANDB_API_KEY": "preflight-only"})  # the preset tracks online: its preflight wants a key
+    cmd = [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=rehearse",
+           "arms.seeds=[83]", f"run_dir={run}", f"model.path={local['model']}", *task_overrides(local, "gsm8k")]
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                             env={**os.environ, "WANDB_API_KEY": "preflight-only"})  # the preset's preflight wants a key
+    out, err = child.communicate(timeout=880)
+    proc = subprocess.CompletedProcess(cmd, child.returncode, out, err)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((run / "rehearsal.json").read_text())
     assert sorted(result) == ["grpo-boxed/s83", "grpo-hash/s83"]
@@ -219,7 +220,7 @@ def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_traine
     assert sorted({round(e["is_weight"], 6) for e in train["extra_info"]}) == expected
     from crossed_rlvr.train.rehearsal import tagged
 
-    assert tagged() == []  # nothing of a rehearsal (Ray's daemons included) is left running
+    assert tagged(prefix=f"{child.pid}-") == []  # nothing of its rehearsals (Ray's daemons included) is left running
 
 
 # ---------------------------------------------------------------- SLURM

@@ -1,6 +1,6 @@
 """The suite's own rules for sharing two cores (tests/conftest.py), checked on a throw-away suite run the way
-`make test` runs this one: every exclusive test on one worker, a module's WORKER_GROUP on one worker, one torch
-thread and a Ray folder of its own per worker. A pytest or xdist release that drops the groups (pytest 9.2
+`make test` runs this one: every exclusive test on one worker and handed out first, a module's WORKER_GROUP on
+one worker, one torch thread and a Ray folder of its own per worker. A pytest or xdist release that drops the groups (pytest 9.2
 did, silently) fails here instead of letting two Ray clusters share the machine."""
 
 from __future__ import annotations
@@ -80,6 +80,10 @@ def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_pa
         return {r["worker"] for r in rows if r["test"].startswith(prefix)}
 
     assert len(workers("exclusive")) == 1  # both modules' exclusive tests, one after another on one worker
+    # HEAVY's groups are handed out first (collected first, xdist's reordering off): the exclusive worker starts
+    # with them, though the shared group's tests come first in the files
+    ran = [r["test"] for r in rows if r["worker"] in workers("exclusive")]
+    assert ran[0].startswith("exclusive"), ran
     assert len(workers("shared")) == 1
     assert workers("free") | workers("shared") | workers("exclusive") | workers("loose") == {"gw0", "gw1"}
     assert {(r["threads"], r["omp"]) for r in rows} == {(1, "1")}

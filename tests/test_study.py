@@ -79,7 +79,7 @@ def test_smoke_study_shows_the_interactions_over_training(smoke):
 
 
 def test_smoke_study_learns(smoke):
-    """The smoke preset trains for real (issue 22): rewards above zero in every arm's GRPO groups, hash and
+    """The smoke preset trains for real: rewards above zero in every arm's GRPO groups, hash and
     boxed arms of one seed that end with different weights, and crossed interactions over training that
     move away from zero, so the end-to-end tests built on it can see a training bug."""
     import pandas as pd
@@ -168,14 +168,21 @@ def test_tampered_output_is_redone(smoke):
     assert redone == ["score"] and scores.read_bytes() == good
 
 
-def test_fresh_run_directory_writes_identical_responses(smoke, tmp_path):
-    run, _ = smoke
-    other = tmp_path / "b"
-    Study(study_cfg(other, "experiment=smoke")).run_all()
-    files = sorted((run / "eval" / "responses").glob("*.jsonl"))
-    assert files
+# Every stage of the smoke study (warm start, both arms, crossed evaluation over the wordings), cut to what a
+# byte comparison needs: the property holds or fails at any size, and two of these cost less than one smoke run.
+SAME_SEEDS = ["experiment=smoke", "initial.train_items=16", "sft.epochs=2", "recipe.updates=1", "arms.seeds=[83]",
+              "arms.train_items=8", "validation.every=0", "evaluation.n_items=4", "analysis.resamples=50"]
+
+
+def test_fresh_run_directory_writes_identical_responses(tmp_path):
+    """The same config and seeds in two fresh run directories: every response file is byte-identical."""
+    for name in ("a", "b"):
+        Study(study_cfg(tmp_path / name, *SAME_SEEDS)).run_all()
+    files = sorted((tmp_path / "a" / "eval" / "responses").glob("*.jsonl"))
+    # initial + hash/boxed arms, each under both requests and the smoke's wordings
+    assert len(files) == 3 * 2 * 3
     for f in files:
-        assert (other / "eval" / "responses" / f.name).read_bytes() == f.read_bytes(), f.name
+        assert (tmp_path / "b" / "eval" / "responses" / f.name).read_bytes() == f.read_bytes(), f.name
 
 
 @pytest.mark.parametrize("preset", ["qwen2.5-7b-gsm8k-crossed", "qwen2.5-1.5b-sft-marker"])

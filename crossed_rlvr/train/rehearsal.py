@@ -38,6 +38,7 @@ def rehearse_arm(arm_dir: Path, gpus: int, timeout: float = 600.0, wait_limit: f
     log = Path(arm_dir) / "rehearsal.log"
     # verl_launch hides the GPUs from verl's actors, so the rehearsal never trains, on a GPU node too
     tag = f"{os.getpid()}-{time.monotonic_ns()}"  # marks every process of this rehearsal, daemons included
+    # (the pid first: tagged(prefix=f"{pid}-") finds what any rehearsal of this process left)
     env = {**os.environ, "CROSSED_REHEARSE": str(int(gpus)), "CROSSED_WAIT_LIMIT": f"{wait_limit:g}",
            "RAY_DEDUP_LOGS": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", TAG: tag}
     start = time.perf_counter()
@@ -78,10 +79,11 @@ def launch_lines(text: str) -> list[str]:
 TAG = "CROSSED_REHEARSAL_ID"
 
 
-def tagged(tag: str | None = None) -> list[int]:
-    """Live processes started by a rehearsal (``tag``: by this one), found by the variable every process
-    of it inherits: Ray's GCS and raylet may leave the rehearsal's session, never its environment."""
-    needle = f"{TAG}={tag}".encode() if tag else f"{TAG}=".encode()
+def tagged(tag: str | None = None, prefix: str = "") -> list[int]:
+    """Live processes started by a rehearsal (``tag``: by this one; ``prefix``: by those whose tag starts so, as
+    the rehearsals of one ``crossed-study`` process do), found by the variable every process of it inherits: Ray's
+    GCS and raylet may leave the rehearsal's session, never its environment."""
+    needle = f"{TAG}={tag}".encode() if tag else f"{TAG}={prefix}".encode()
     found = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit() or int(entry) == os.getpid():
