@@ -79,7 +79,7 @@ head_ip=${{HEAD_IP:-$(srun --nodes=1 --ntasks=1 -w "$head" bash -c \\
 if [ -z "$head_ip" ]; then echo "no IPv4 address found for head node $head; set HEAD_IP" >&2; exit 1; fi
 # every node reads the run's Ray token (RAY_AUTH): a run_dir on node-local storage would leave a node
 # unauthenticated and the join wait below timing out without a reason
-for node in "${{nodes[@]}}"; do
+for node in ${{nodes[@]+"${{nodes[@]}}"}}; do
   if ! srun --nodes=1 --ntasks=1 -w "$node" test -s "$RAY_AUTH_TOKEN_PATH"; then
     echo "node $node cannot read the Ray token file $RAY_AUTH_TOKEN_PATH: put run_dir (or RAY_AUTH_TOKEN_PATH)" \
       "on storage every node shares" >&2; exit 1

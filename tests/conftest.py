@@ -6,17 +6,11 @@ give ``-n auto --dist loadgroup``).
   other core busy). Set before anything imports torch, and inherited by the commands a test starts, so a
   test's subprocess stays in its worker's core; a test that needs more says so in the environment it hands
   its subprocess.
-- **One worker more than cores.** Half of the suite's time is spent in tests that mostly wait: Ray's start-up,
-  engines in other processes, polls. On two workers over two cores a third of the CPU sat idle; a third
-  worker fills it (``-n auto``: the cores plus one, at most 4).
 - **Exclusive tests never run beside one another.** A test marked ``exclusive`` (an engine that starts
   several processes, a Ray cluster, a test with a time limit on its own run) joins the one xdist group
   ``exclusive``: xdist runs a group on a single worker, one test after another, so no two of them ever
   overlap, and the other workers go on with the rest meanwhile (a lock between workers would leave a worker
   idle whenever its next test waited for the lock).
-- **A lane of its own for verl's trainer.** ``test_verl_train.py`` (verl training on a local Ray, four launches)
-  is a group of its own beside the exclusive one: each local Ray has its own folder and free ports, and the two
-  chains in one would be the suite's whole length. Its time limits are its own runs', not its neighbours'.
 - **The long groups start first.** ``HEAVY`` orders the collection so that the longest groups are the first work
   units xdist hands out (``--no-loadscope-reorder`` keeps that order); a long group started last would be the
   suite's tail.
@@ -65,17 +59,18 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 pytest_plugins = ["tests.gpu_fixtures"]
 
 EXCLUSIVE = "exclusive"
-# the groups that take longest, in the order their first test is handed out (measured: the exclusive chain
-# ~25 min, verl's trainer ~15, the smoke study ~12, the real model ~6, the GPU-path rehearsals ~5)
-HEAVY = (EXCLUSIVE, "verl_train", "smoke_study", "real_model", "gpu_path")
+# the groups that take longest, in the order their first test is handed out (measured: the exclusive chain, verl's
+# trainer included, ~40 min; the smoke study ~10, the real model ~6, the GPU-path checks ~5)
+HEAVY = (EXCLUSIVE, "smoke_study", "real_model", "gpu_path")
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown (and unused) with ``-p no:xdist``
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: the cores this process may run on (xdist's own count asks psutil for physical cores, which
-    a 2-vCPU machine may report as 1) plus one for the time tests spend waiting, at most 4: every worker holds
-    its own models and engines in memory."""
-    return max(1, min(len(os.sched_getaffinity(0)) + 1, 4))
+    a 2-vCPU machine may report as 1), at most 4: every worker holds its own models and engines in memory. Not
+    one more than the cores: the suite is CPU-bound (a third worker on two cores made it no faster, and its
+    tests with a time limit of their own failed)."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
 def pytest_configure(config: pytest.Config) -> None:

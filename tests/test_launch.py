@@ -137,6 +137,47 @@ def test_a_real_launch_without_a_gpu_says_why(paper_gsm8k):
     assert "PREFLIGHT FAILED: torch" in proc.stdout and "CPU build" in proc.stdout
 
 
+def test_a_gpu_launch_checks_host_memory_and_free_disk_against_the_prepared_plan(paper_gsm8k, monkeypatch, capsys,
+                                                                                 tmp_path):
+    """The plan prepare wrote beside the checkpoints, against the node the launch starts on: MemAvailable, then the
+    free space of the checkpoints' file system; refused in one line before Ray starts. (The rehearsal's arm plans
+    the tiny model it runs; its plan here is the 7B model's, as prepare writes it for the preset.)"""
+    from collections import namedtuple
+
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.train import verl_launch
+    from crossed_rlvr.train.memory import KNOWN_SHAPES, check
+
+    arm = tmp_path / "arm"
+    shutil.copytree(paper_gsm8k / "train" / "hash" / "s83", arm)
+    written = json.loads((arm / "memory_plan.json").read_text())
+    assert {"host_gib", "host_peak_gib", "disk_peak_gb"} <= set(written)  # prepare writes the plan's new parts
+    cfg = OmegaConf.create(json.loads((arm / "resolved_config.json").read_text()))
+    big = check(cfg, KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"])
+    (arm / "memory_plan.json").write_text(json.dumps({**written, "host_peak_gib": big.host_peak,
+                                                      "disk_peak_gb": big.disk_peak}))
+    assert 113 < big.host_peak < 114 and 182 < big.disk_peak < 184
+    monkeypatch.setattr(verl_launch, "gpu_problem", lambda: None)  # as on a GPU node: the next checks speak
+    monkeypatch.setattr(verl_launch, "launch_problem", lambda composed: None)
+    monkeypatch.setattr(verl_launch, "check_nodes", lambda budget, offered: None)  # a node with Ray's CPUs
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", verl_launch.PLUGINS)  # run() sets it for verl: put back after
+    here = str(paper_gsm8k / "train" / "hash" / "s83")
+    overrides = [o.replace(here, str(arm)) for o in arm_files(paper_gsm8k)[2]] + ["+ray_kwargs.ray_init.num_gpus=4"]
+    monkeypatch.setattr(verl_launch, "available_memory_gib", lambda: 100.0)
+    assert verl_launch.run(overrides, True, None, 10, True) == 2
+    assert "PREFLIGHT FAILED: host memory: the offloaded state and the model load (or a checkpoint save) need " \
+           "113.5 GiB on this node, which has 100.0 GiB available" in capsys.readouterr().out
+    monkeypatch.setattr(verl_launch, "available_memory_gib", lambda: 500.0)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 9 * 10**11, 10**11))
+    assert verl_launch.run(overrides, True, None, 10, True) == 2
+    out = capsys.readouterr().out
+    assert "PREFLIGHT FAILED: disk: the checkpoints need 182.8 GB more at their fullest" in out
+    assert "file system has 100.0 GB free" in out
+
+
 def test_driver_too_old_for_the_locked_cuda_13_stack(monkeypatch, tmp_path):
     """A CUDA-13 torch on a node with driver 550: the preflight names the driver and the minimum (580)."""
     import torch

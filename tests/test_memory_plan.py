@@ -123,3 +123,40 @@ def test_an_unverified_merge_removes_nothing(merged_tiny, tmp_path, capsys):
     (broken / "config.json").unlink()
     assert main(["--merged", str(broken), "--shards", str(actor)]) == 1
     assert len(list(actor.glob("optim_*"))) == 2
+
+
+def test_host_memory_and_disk_of_the_7b_preset_are_planned():
+    """Parameter and optimizer offload: 12 B per parameter pinned on the node, plus 4 B whole for the model load
+    on rank 0 or a checkpoint save (~92 GB + ~30 GB); a save holds two resumable checkpoints (~183 GB)."""
+    p = check(preset())
+    n = p.params
+    assert p.host_peak == pytest.approx(16 * n / GIB) and 113 < p.host_peak < 114
+    assert p.disk_peak == pytest.approx(2 * 12 * n / 1e9) and 182 < p.disk_peak < 184
+    assert "host memory (per node)" in p.table() and "at the fullest" in p.table()
+    two_nodes = check(preset("engine.nnodes=2", "engine.n_gpus_per_node=2"))
+    assert two_nodes.host_peak == pytest.approx((6 + 4) * n / GIB)  # the offloaded shards split over the nodes
+    kept = check(preset("engine.optimizer_offload=false"))
+    assert kept.host_peak == pytest.approx(8 * n / GIB)
+
+
+def test_a_node_short_of_memory_or_disk_is_named_with_the_fix():
+    from crossed_rlvr.train.memory import node_problem
+
+    planned = {"host_peak_gib": 113.5, "disk_peak_gb": 182.8}
+    assert node_problem(planned, 200.0, 500.0, 0.0, "/scratch") is None
+    said = node_problem(planned, 100.0, 500.0, 0.0, "/scratch")
+    assert said.startswith("host memory: the offloaded state and the model load (or a checkpoint save) need 113.5 GiB "
+                           "on this node, which has 100.0 GiB available") and "engine.optimizer_offload=false" in said
+    said = node_problem(planned, 200.0, 120.0, 0.0, "/scratch")
+    assert said.startswith("disk: the checkpoints need 182.8 GB more at their fullest (two at a save) and /scratch's "
+                           "file system has 120.0 GB free") and "recipe.save_every=0" in said
+    assert node_problem(planned, 200.0, 120.0, 91.4, "/scratch") is None  # a resume: one checkpoint is there already
+
+
+def test_available_memory_is_read_from_meminfo(tmp_path):
+    from crossed_rlvr.train.verl_launch import available_memory_gib
+
+    info = tmp_path / "meminfo"
+    info.write_text("MemTotal:       263867260 kB\nMemFree:         1000000 kB\nMemAvailable:   104857600 kB\n")
+    assert available_memory_gib(str(info)) == 100.0
+    assert 0 < available_memory_gib() < float("inf")  # this machine's

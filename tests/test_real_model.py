@@ -18,6 +18,9 @@ from crossed_rlvr.study.pipeline import Study
 # one worker runs the real model's study once for every test here (tests/conftest.py)
 WORKER_GROUP = "real_model"
 SHARED_FIXTURES = ("real",)
+# the module's study takes ~6 minutes on a quiet 2-core machine and ~10 beside the exclusive chain's engines:
+# more than the suite's 600 s per test, which its first test's set-up counts
+pytestmark = pytest.mark.timeout(1500)
 
 # What the tests below read, and no more: two warm-start steps of 4 items, each with its sampled check, one GRPO
 # update per arm (no validation during training: none is asserted here), 4 items crossed. Decoding a 135M model

@@ -3,8 +3,7 @@ train/verl_cpu.py and train/verl_rollout.py): the smoke study's arms trained thr
 a kill after the first save and a resume that ends on the same weights as the uninterrupted arm, and relaunches
 of a finished arm that do nothing.
 
-Every test here starts verl on a local Ray: they run one after another in a lane of their own (conftest.py),
-beside the exclusive tests.
+Every test here starts verl on a local Ray: they run one after another on the exclusive worker (conftest.py).
 """
 
 from __future__ import annotations
@@ -25,8 +24,7 @@ from crossed_rlvr.train.verl_launch import read_metrics
 
 # The study fixture trains two verl arms (~95 s of start-up each on 2 cores) and evaluates them: 567 s in a whole
 # suite run here, too near the suite's 600 s per test; its first test gets the time it needs.
-pytestmark = [pytest.mark.timeout(1800)]
-WORKER_GROUP = "verl_train"  # every test of the module, one after another on one worker
+pytestmark = [pytest.mark.exclusive, pytest.mark.timeout(1800)]
 
 SEED = 83
 

@@ -17,6 +17,11 @@ Read against verl 0.9.1 and torch 2.11 (the GPU lock's versions):
 - **Rollout phase.** vLLM holds ``engine.gpu_memory_utilization`` of the card; the actor's state stays on
   the GPU unless offloaded.
 - Both phases add ``OVERHEAD_GIB`` for the CUDA context, NCCL buffers and the allocator's fragmentation.
+- **Host memory (per node).** ``param_offload`` keeps each rank's fp32 parameter shard in pinned CPU memory
+  between updates (4 B per parameter over the node's ranks), ``optimizer_offload`` its AdamW state (8 B);
+  on top comes the largest transient, 4 B per parameter whole: rank 0 loads the Hugging Face model in fp32
+  before sharding it, and a checkpoint save gathers the full fp32 state dict for the merged config. 92 GB
+  offloaded plus 30 GB for a 7B model, checked against ``/proc/meminfo`` when the launch starts.
 - **Disk.** A resumable checkpoint (``recipe.save_every`` > 0, or ``engine.save_optimizer``) holds fp32
   weights and AdamW state, 12 B per parameter; a model-only one 4 B. verl keeps the previous checkpoint
   until the new one is complete (``max_actor_ckpt_to_keep=1``), so a save needs twice that; the merged
@@ -118,6 +123,7 @@ class Plan:
     train: dict[str, float] = field(default_factory=dict)    # GiB per GPU in the update
     rollout: dict[str, float] = field(default_factory=dict)  # GiB per GPU while vLLM generates
     disk: dict[str, float] = field(default_factory=dict)     # GB per arm
+    host: dict[str, float] = field(default_factory=dict)     # GiB of CPU memory per node
 
     @property
     def train_peak(self) -> float:
@@ -126,6 +132,17 @@ class Plan:
     @property
     def rollout_peak(self) -> float:
         return sum(self.rollout.values())
+
+    @property
+    def host_peak(self) -> float:
+        return sum(self.host.values())
+
+    @property
+    def disk_peak(self) -> float:
+        """GB the checkpoint folder holds at its fullest: two checkpoints during a save, or the last one and
+        the merged model."""
+        one = next(v for k, v in self.disk.items() if k.startswith("checkpoint ("))
+        return max(2 * one, one + self.disk.get("merged Hugging Face model (fp32)", 0.0))
 
     def fits(self) -> bool:
         return self.train_peak <= self.card_gib and self.rollout_peak <= self.card_gib
@@ -139,8 +156,12 @@ class Plan:
         rows += [f"    {k:<52s} {v:8.1f} GiB" for k, v in self.rollout.items()]
         rows.append(f"    {'total':<52s} {self.rollout_peak:8.1f} GiB "
                     f"{'fits' if self.rollout_peak <= self.card_gib else 'DOES NOT FIT'}")
+        rows.append("  host memory (per node):")
+        rows += [f"    {k:<52s} {v:8.1f} GiB" for k, v in self.host.items()]
+        rows.append(f"    {'total':<52s} {self.host_peak:8.1f} GiB (checked against the node at launch)")
         rows.append("  disk (per arm):")
         rows += [f"    {k:<52s} {v:8.1f} GB" for k, v in self.disk.items()]
+        rows.append(f"    {'at the fullest':<52s} {self.disk_peak:8.1f} GB (checked against free space at launch)")
         return "\n".join(rows)
 
 
@@ -175,6 +196,12 @@ def plan(cfg: Any, shape: Shape | None = None) -> Plan:
         resident += 8 * n / gpus / GIB
     p.rollout["actor state kept on the GPU (not offloaded)"] = resident
     p.rollout["CUDA context, NCCL, fragmentation"] = OVERHEAD_GIB
+    nodes = max(1, int(e.get("nnodes") or 1))
+    if bool(e.get("param_offload", True)):
+        p.host["offloaded fp32 parameters (4 B, the node's shards)"] = 4 * n / nodes / GIB
+    if bool(e.get("optimizer_offload", True)):
+        p.host["offloaded AdamW state (8 B, the node's shards)"] = 8 * n / nodes / GIB
+    p.host["model load on rank 0, or a checkpoint save (fp32, 4 B)"] = 4 * n / GIB
     resumable = int(r.get("save_every") or 0) > 0 or bool(e.get("save_optimizer", False))
     one = (12 if resumable else 4) * n / 1e9
     p.disk[f"checkpoint ({'weights + AdamW, 12 B' if resumable else 'weights, 4 B'} per parameter)"] = one
@@ -220,3 +247,22 @@ def check(cfg: Any, shape: Shape | None = None) -> Plan:
                         f"{p.card_gib:.1f} GiB of engine.gpu_memory_gib; "
                         + (f"fix: {'; or '.join(fix)}" if fix else "no override fits it on this node") + "\n" + p.table())
     return p
+
+
+def node_problem(planned: dict[str, Any], available_gib: float, free_gb: float, already_gb: float,
+                 folder: str) -> str | None:
+    """What the node this launch starts on lacks for a prepared plan (``memory_plan.json``), in one line with
+    the fix, else None. ``available_gib``: /proc/meminfo's MemAvailable; ``free_gb``: free space on the
+    checkpoint folder's file system; ``already_gb``: checkpoints already in it (a resume keeps them)."""
+    host = float(planned.get("host_peak_gib") or 0.0)
+    if host > available_gib:
+        return (f"host memory: the offloaded state and the model load (or a checkpoint save) need {host:.1f} GiB on "
+                f"this node, which has {available_gib:.1f} GiB available (/proc/meminfo MemAvailable); fix: "
+                "engine.optimizer_offload=false if the GPUs hold the AdamW state (memory_plan.txt), or a node with "
+                "more memory")
+    need = float(planned.get("disk_peak_gb") or 0.0) - already_gb
+    if need > free_gb:
+        return (f"disk: the checkpoints need {need:.1f} GB more at their fullest (two at a save) and {folder}'s file "
+                f"system has {free_gb:.1f} GB free; fix: recipe.save_every=0 (a model-only checkpoint at the end, 4 B "
+                "per parameter), or a run_dir on a larger file system")
+    return None

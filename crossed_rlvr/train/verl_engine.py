@@ -261,7 +261,9 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
     atomic_write_text(run_dir / "memory_plan.txt", memory.table() + "\n")
     atomic_write_json(run_dir / "memory_plan.json", {"params": memory.params, "gpus": memory.gpus,
                                                      "card_gib": memory.card_gib, "train_gib": memory.train,
-                                                     "rollout_gib": memory.rollout, "disk_gb": memory.disk})
+                                                     "rollout_gib": memory.rollout, "disk_gb": memory.disk,
+                                                     "host_gib": memory.host, "host_peak_gib": memory.host_peak,
+                                                     "disk_peak_gb": memory.disk_peak})
     cpu = str(e.get("device", "cuda")) == "cpu"  # verl's trainer on this CPU: one gloo rank per logical GPU
     flags = " ".join([*(["--weighted"] if weighted else []), *([f"--cpu {int(e.n_gpus_per_node)}"] if cpu else []),
                       f"--wait-limit {float(e.get('wait_limit_s', 300)):g}"])

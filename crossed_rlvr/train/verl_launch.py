@@ -34,6 +34,7 @@ import re
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.cluster import say
@@ -196,6 +197,32 @@ def unresumable(composed: Any) -> str | None:
     return None
 
 
+def node_short(composed: Any) -> str | None:
+    """The prepared plan (``memory_plan.json`` beside the checkpoints) against this node: its available memory and
+    the free space of the checkpoints' file system (train/memory.py: node_problem)."""
+    import json
+    import shutil
+
+    from crossed_rlvr.train.memory import node_problem
+
+    root = Path(str(composed.trainer.get("default_local_dir") or ""))
+    plan_file = root.parent / "memory_plan.json"
+    if not str(composed.trainer.get("default_local_dir") or "") or not plan_file.is_file():
+        return None  # launched by hand, without a prepared plan
+    planned = json.loads(plan_file.read_text())
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    already = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) / 1e9 if root.is_dir() else 0.0
+    return node_problem(planned, available_memory_gib(), shutil.disk_usage(existing).free / 1e9, already, str(existing))
+
+
+def available_memory_gib(meminfo: str = "/proc/meminfo") -> float:
+    """MemAvailable (what can be allocated without swapping), in GiB."""
+    for line in Path(meminfo).read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024 / 2**30
+    return float("inf")
+
+
 # ------------------------------------------------------------------ watchdog
 EXPIRED = threading.Event()  # set when the watchdog ended a wait: the run exits with WAIT_EXIT
 
@@ -328,6 +355,9 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
             say(f"PREFLIGHT FAILED: {err}")
             return 2
         if rehearse is None and (problem := unresumable(composed)) is not None:
+            say(f"PREFLIGHT FAILED: {problem}")
+            return 2
+        if rehearse is None and cpu is None and (problem := node_short(composed)) is not None:
             say(f"PREFLIGHT FAILED: {problem}")
             return 2
         say("preflight passed: Ray's CPUs and GPUs cover verl's budget")
