@@ -497,33 +497,53 @@ def test_the_resume_preset_rehearses_on_the_cpu(local, tmp_path):
     assert "--weighted" in single and "crossed_rlvr.train.checkpoints --merged" in single
 
 
+def test_both_launch_scripts_ask_whether_the_arm_has_finished_before_anything_starts(paper_gsm8k):
+    """The single-node and the SLURM script take the same first step: a finished arm (its merge verified and stamped
+    with these settings) exits 0 before Ray or verl start, so a relaunch never resumes a step whose optimizer state
+    went with the merge."""
+    for text in arm_files(paper_gsm8k)[:2]:
+        lines = text.splitlines()
+        check = next(k for k, x in enumerate(lines) if "crossed_rlvr.train.checkpoints --finished" in x)
+        assert lines[check].endswith("&& exit 0 || [ $? -eq 1 ]") and "/checkpoints/step-100 --trained-with " in lines[check]
+        first_ray = next(k for k, x in enumerate(lines)
+                         if not x.lstrip().startswith("#") and ("ray start" in x or "verl_launch" in x))
+        assert check < first_ray
+
+
 FAKE_LAUNCH = """#!/usr/bin/env bash
-# a stand-in for verl: the first run saves step 1 and hangs (to be killed); a rerun resumes and finishes
+# a stand-in for verl: the first run saves step 1 and hangs (to be killed); a rerun resumes and finishes; a third
+# run finds the finished arm and does nothing (the launch scripts' --finished check)
 d=$(dirname "$0")/checkpoints; mkdir -p "$d"
+if [ -f "$d/step-2/crossed_rlvr_arm.json" ]; then {finished}; fi
 if [ ! -f "$d/latest_checkpointed_iteration.txt" ]; then
   echo $$ > "$d/../first.pid"; echo 1 > "$d/latest_checkpointed_iteration.txt"; exec sleep 600
 fi
 {resume}echo "step:2 - crossed/is_weight_mean:1.013 - crossed/is_weight_max:2.0"
-echo 2 > "$d/latest_checkpointed_iteration.txt"
+echo 2 > "$d/latest_checkpointed_iteration.txt"; mkdir -p "$d/step-2"; echo '{}' > "$d/step-2/crossed_rlvr_arm.json"
 """
 
 
-@pytest.mark.parametrize("resumes", [True, False])
-def test_the_resume_check_kills_after_the_first_save_and_relaunches(tmp_path, resumes):
+@pytest.mark.parametrize("case", ["resumes", "no resume", "relaunch trains again"])
+def test_the_resume_check_kills_after_the_first_save_and_relaunches(tmp_path, case):
     from types import SimpleNamespace
 
     from crossed_rlvr.study.smoke import resume_check
 
     arm = tmp_path / "train" / "hash" / "s83"
     arm.mkdir(parents=True)
-    resume = 'echo "Resuming from $d/global_step_1, setting global step to 1"\n' if resumes else ""
-    (arm / "launch_single_node.sh").write_text(FAKE_LAUNCH.replace("{resume}", resume))
+    resume = 'echo "Resuming from $d/global_step_1, setting global step to 1"\n' if case != "no resume" else ""
+    # without the finished check, verl would resume the last step, whose optimizer state the merge removed
+    finished = ('echo "checkpoints: this arm has finished"; exit 0' if case != "relaunch trains again"
+                else 'echo "FileNotFoundError: $d/global_step_2/actor/optim_world_size_1_rank_0.pt" >&2; exit 1')
+    (arm / "launch_single_node.sh").write_text(FAKE_LAUNCH.replace("{resume}", resume).replace("{finished}", finished))
     study = SimpleNamespace(cfg=OmegaConf.create({"recipe": {"save_every": 1, "updates": 2}}),
                             prepare=lambda: {"arms": {"grpo-hash/s83": {"run_dir": str(arm)}}})
-    if resumes:
-        assert resume_check(study, limit_s=60, poll_s=0.2).startswith("grpo-hash/s83 killed after its step-1 save")
+    if case == "resumes":
+        said = resume_check(study, limit_s=60, poll_s=0.2)
+        assert said.startswith("grpo-hash/s83 killed after its step-1 save") and said.endswith("a relaunch did nothing")
     else:
-        with pytest.raises(RuntimeError, match="did not resume from global_step_1"):
+        match = "did not resume from global_step_1" if case == "no resume" else "finished arm did not stop at once"
+        with pytest.raises(RuntimeError, match=match):
             resume_check(study, limit_s=60, poll_s=0.2)
     status = Path(f"/proc/{(arm / 'first.pid').read_text().strip()}/status")
     state = next((line.split()[1] for line in status.read_text().splitlines() if line.startswith("State:")), "gone") \

@@ -60,8 +60,10 @@ def check_merged(arms: dict[str, Any]) -> str:
 
 def resume_check(study: Any, limit_s: float = 3600.0, poll_s: float = 5.0) -> str:
     """The first arm's launch script, killed once its first resumable checkpoint is complete, then run again: it
-    must resume from step 1 (verl: "Resuming from .../global_step_1"), finish, and log the importance-weighted
-    trainer's weights (``crossed/is_weight_mean``). Needs ``recipe.save_every`` >= 1 (gpu-smoke-resume)."""
+    must resume from step 1 (verl: "Resuming from .../global_step_1"), finish (merge, check, optimizer state
+    removed) and log the importance-weighted trainer's weights (``crossed/is_weight_mean``); run a third time, it
+    must do nothing and say the arm has finished (a relaunch never resumes a step whose optimizer state is gone).
+    Needs ``recipe.save_every`` >= 1 (gpu-smoke-resume)."""
     import os
     import subprocess
 
@@ -101,7 +103,13 @@ def resume_check(study: Any, limit_s: float = 3600.0, poll_s: float = 5.0) -> st
     if latest.read_text().strip() != str(int(study.cfg.recipe.updates)):
         raise RuntimeError(f"{name}: the relaunch ended at step {latest.read_text().strip()}, not "
                            f"{int(study.cfg.recipe.updates)}")
-    return f"{name} killed after its step-1 save, resumed from global_step_1, finished; importance weights logged"
+    third = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=600, check=False)
+    (run_dir / "resume_third.log").write_text(third.stdout + third.stderr)
+    if third.returncode != 0 or "this arm has finished" not in third.stdout:
+        raise RuntimeError(f"{name}: a relaunch of the finished arm did not stop at once (exit {third.returncode}); "
+                           f"see {run_dir / 'resume_third.log'}")
+    return (f"{name} killed after its step-1 save, resumed from global_step_1, finished; importance weights logged; "
+            "a relaunch did nothing")
 
 
 def rehearsed(summary: dict[str, Any]) -> str:
