@@ -86,8 +86,8 @@ from verl.model_merger.base_model_merger import ModelMergerConfig
 from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
-shards, merged, tokenizer = (Path(a) for a in sys.argv[1:4])
-dist.init_process_group("gloo", rank=0, world_size=1)
+shards, merged, tokenizer, store = (Path(a) for a in sys.argv[1:5])
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)  # no port to pick
 torch.manual_seed(0)
 config = Olmo2Config(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=2, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0,
@@ -115,11 +115,11 @@ def test_a_tiny_olmo2_merged_by_verl_passes_and_frees_its_optimizer_state(tmp_pa
 
     build_tiny_model(tmp_path / "tokenizer")
     shards, merged = tmp_path / "global_step_1" / "actor", tmp_path / "step-1"
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-           "VERL_USE_EXTERNAL_MODULES": "crossed_rlvr.train.verl_compat,crossed_rlvr.train.verl_cpu",
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "crossed_rlvr.train.verl_compat,crossed_rlvr.train.verl_cpu",
            "VERL_PLATFORM": "cpu"}
-    proc = subprocess.run([sys.executable, "-c", SAVE_AND_MERGE, str(shards), str(merged), str(tmp_path / "tokenizer")],
-                          capture_output=True, text=True, timeout=300, check=False, env=env, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", SAVE_AND_MERGE, str(shards), str(merged), str(tmp_path / "tokenizer"),
+                           str(tmp_path / "store")], capture_output=True, text=True, timeout=300, check=False, env=env,
+                          cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     parameters = int(proc.stdout.split()[-1])
     assert json.loads((merged / "config.json").read_text())["model_type"] == "olmo2"
@@ -128,10 +128,3 @@ def test_a_tiny_olmo2_merged_by_verl_passes_and_frees_its_optimizer_state(tmp_pa
     assert "merge verified" in capsys.readouterr().out
     assert not list(shards.glob("optim_world_size_*")) and list(shards.glob("model_world_size_*"))
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -124,6 +124,7 @@ class Plan:
     rollout: dict[str, float] = field(default_factory=dict)  # GiB per GPU while vLLM generates
     disk: dict[str, float] = field(default_factory=dict)     # GB per arm
     host: dict[str, float] = field(default_factory=dict)     # GiB of CPU memory per node
+    checkpoint_gb: float = 0.0                               # one checkpoint of the arm
 
     @property
     def train_peak(self) -> float:
@@ -141,8 +142,7 @@ class Plan:
     def disk_peak(self) -> float:
         """GB the checkpoint folder holds at its fullest: two checkpoints during a save, or the last one and
         the merged model."""
-        one = next(v for k, v in self.disk.items() if k.startswith("checkpoint ("))
-        return max(2 * one, one + self.disk.get("merged Hugging Face model (fp32)", 0.0))
+        return max(2 * self.checkpoint_gb, self.checkpoint_gb + 4 * self.params / 1e9)
 
     def fits(self) -> bool:
         return self.train_peak <= self.card_gib and self.rollout_peak <= self.card_gib
@@ -203,7 +203,7 @@ def plan(cfg: Any, shape: Shape | None = None) -> Plan:
         p.host["offloaded AdamW state (8 B, the node's shards)"] = 8 * n / nodes / GIB
     p.host["model load on rank 0, or a checkpoint save (fp32, 4 B)"] = 4 * n / GIB
     resumable = int(r.get("save_every") or 0) > 0 or bool(e.get("save_optimizer", False))
-    one = (12 if resumable else 4) * n / 1e9
+    one = p.checkpoint_gb = (12 if resumable else 4) * n / 1e9
     p.disk[f"checkpoint ({'weights + AdamW, 12 B' if resumable else 'weights, 4 B'} per parameter)"] = one
     p.disk["during a save (the previous one kept until done)"] = 2 * one
     p.disk["merged Hugging Face model (fp32)"] = 4 * n / 1e9

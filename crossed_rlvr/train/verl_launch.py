@@ -90,8 +90,8 @@ def launch_problem(composed: Any) -> str | None:
     online = "wandb" in list(composed.trainer.logger) and os.environ.get("WANDB_MODE") not in ("offline", "disabled")
     launch = OmegaConf.create({"tracking": {"mode": "online" if online else "off"},
                                "model": {"source": "hub", "path": str(composed.actor_rollout_ref.model.path)}})
-    found = [*problems(launch), *filter(None, [compiler_problem()])]
-    return found[0] if found else None
+    found = problems(launch)
+    return found[0] if found else compiler_problem()
 
 
 def minimum_driver(cuda: str) -> int | None:
@@ -205,9 +205,10 @@ def node_short(composed: Any) -> str | None:
 
     from crossed_rlvr.train.memory import node_problem
 
-    root = Path(str(composed.trainer.get("default_local_dir") or ""))
+    where = str(composed.trainer.get("default_local_dir") or "")
+    root = Path(where)
     plan_file = root.parent / "memory_plan.json"
-    if not str(composed.trainer.get("default_local_dir") or "") or not plan_file.is_file():
+    if not where or not plan_file.is_file():
         return None  # launched by hand, without a prepared plan
     planned = json.loads(plan_file.read_text())
     existing = next(p for p in (root, *root.parents) if p.exists())
