@@ -72,6 +72,8 @@ BAD = [
     ("crossed_study", "initial.band={low: -0.1, every: 4}", "initial.band.low=-0.1: outside its range [0, 1]"),
     ("crossed_study", "initial.band.every=-1", "initial.band.every=-1: outside its range [0, 1,000,000]"),
     ("crossed_study", "initial.band={every: 2, n_items: 0}", "initial.band.n_items=0: outside its range [1, 100,000,000]"),
+    # a rehearsal of arms the study does not train would rehearse nothing
+    ("crossed_study", "rehearsal.conventions=[json]", "rehearsal.conventions: 'json' unknown; expected among hash, boxed"),
 ]
 
 

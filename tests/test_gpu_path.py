@@ -168,17 +168,20 @@ def test_sft_preset_rehearses(local):
 @pytest.mark.exclusive
 @pytest.mark.timeout(900)
 def test_gpu_smoke_dry_run_passes_on_the_cpu(local):
-    """The dry run is the launch rehearsal: both arms through verl's start-up on Ray (7 CPUs, 1 logical GPU)."""
+    """The dry run prepares both arms and rehearses the launch: verl's start-up on Ray (7 CPUs, 1 logical GPU),
+    for the boxed arm here (``rehearsal.conventions``); the resume preset's rehearsal below takes the hash arm, so
+    each convention's launch is rehearsed once and each test pays one verl start-up."""
     train, _ = local["gsm8k"]
     proc = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(local["model"]), str(train.parent),
-                           str(local["tmp"] / "smoke"), "--dry-run"], capture_output=True, text=True, timeout=840,
-                          check=False, cwd=Path(__file__).resolve().parent.parent)
+                           str(local["tmp"] / "smoke"), "rehearsal.conventions=[boxed]", "--dry-run"], capture_output=True,
+                          text=True, timeout=840, check=False, cwd=Path(__file__).resolve().parent.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # 3 policies x 2 requests x 40 items (the file has 40 test items; the preset asks for up to 64)
     assert proc.stdout.splitlines() == [proc.stdout.splitlines()[0]] and "240 responses planned" in proc.stdout
     assert proc.stdout.startswith("PASS rehearse") and "WorkerDict.actor_rollout_init_model" in proc.stdout
     check_grpo_rehearsal(local["tmp"] / "smoke", ["grpo-hash/s83", "grpo-boxed/s83"], n_test=40, updates=2, dev=32)
     result = json.loads((local["tmp"] / "smoke" / "rehearsal.json").read_text())
+    assert sorted(result) == ["grpo-boxed/s83"]
     for arm in result.values():
         assert arm["trainer"] == "PPOTrainerSync" and arm["gpus"] == 1 and "7 CPUs and 1 GPU(s)" in arm["launch_lines"][0]
 
@@ -483,7 +486,7 @@ def test_the_resume_preset_rehearses_on_the_cpu(local, tmp_path):
     shutil.copy(train, data / "train.jsonl")
     shutil.copy(test, data / "test.jsonl")
     shutil.copy(local["strata"], data / "strata.jsonl")
-    # one arm: what differs from gpu-smoke's dry run (both arms, above) is the preset, rehearsed on the hash arm
+    # one arm: what differs from gpu-smoke's dry run (the boxed arm, above) is the preset, rehearsed on the hash arm
     proc = subprocess.run(["bash", "scripts/gpu_smoke.sh", str(local["model"]), str(data), str(tmp_path / "run"),
                            "arms.conventions=[hash]", "--preset", "gpu-smoke-resume", "--dry-run"],
                           capture_output=True, text=True, timeout=840,

@@ -233,20 +233,23 @@ def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):
 @pytest.mark.exclusive
 @pytest.mark.timeout(900)
 def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_trainer(local, tmp_path):
-    """``stages=rehearse``: both arms' launch scripts run verl's start-up on a local Ray with the preset's
+    """``stages=rehearse``: the hash arm's launch script runs verl's start-up on a local Ray with the preset's
     17 CPUs and 4 logical GPUs; our task runner builds ImportanceWeightedTrainer in verl's sync mode, the
     TransferQueue and the 4-bundle placement group are placed, and the 4 FSDP workers are constructed up to
-    ``init_process_group(nccl)``, the first point that needs CUDA."""
+    ``init_process_group(nccl)``, the first point that needs CUDA. One arm: the boxed arm's launch differs only in
+    its reward program and names (``paper_gsm8k``'s tests read both arms' scripts; gpu_smoke's dry run rehearses
+    a boxed arm), and each rehearsed arm costs a verl start-up on 4 workers."""
     run = tmp_path / "paper"
     cmd = [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=rehearse",
-           "arms.seeds=[83]", f"run_dir={run}", f"model.path={local['model']}", *task_overrides(local, "gsm8k")]
+           "arms.seeds=[83]", "rehearsal.conventions=[hash]", f"run_dir={run}", f"model.path={local['model']}",
+           *task_overrides(local, "gsm8k")]
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                              env={**os.environ, "WANDB_API_KEY": "preflight-only"})  # the preset's preflight wants a key
     out, err = child.communicate(timeout=880)
     proc = subprocess.CompletedProcess(cmd, child.returncode, out, err)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((run / "rehearsal.json").read_text())
-    assert sorted(result) == ["grpo-boxed/s83", "grpo-hash/s83"]
+    assert sorted(result) == ["grpo-hash/s83"]
     for arm in result.values():
         assert arm["trainer"] == "ImportanceWeightedTrainer" and arm["gpus"] == 4 and arm["exit"] == 0
         assert arm["reached"].startswith("WorkerDict.actor_rollout_init_model") and "NCCL" in arm["reached"]

@@ -240,6 +240,7 @@ def check_study(cfg: Any) -> None:
         raise ConfigError("arms.kind=given evaluates the arms another study trained: name its run directory with "
                           "arms.from_run=DIR")
     _all_of(cfg, "arms.conventions", tuple(CONVENTIONS))
+    _all_of(cfg, "rehearsal.conventions", tuple(cfg.arms.conventions))
     _one_of(cfg, "arms.sft_arm", tuple(CONVENTIONS))
     _one_of(cfg, "arms.sft_control", tuple(CONVENTIONS))
     if not cfg.arms.seeds:

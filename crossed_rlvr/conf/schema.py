@@ -243,6 +243,9 @@ class ValidationConf:
 class RehearsalConf:
     timeout_s: float = num(600.0, 1.0, 86_400.0)  # one arm's rehearsal (train/rehearsal.py) is killed after this
     wait_limit_s: float = num(120.0, 1.0, 86_400.0)  # a Ray resource wait longer than this fails the rehearsal
+    # the arms whose launch is rehearsed (null: every arm); matched arms differ only in their reward program,
+    # so one convention is enough to try a new cluster's start-up at a verl start-up's cost instead of several
+    conventions: list[str] | None = None
 
 
 @dataclass

@@ -390,7 +390,9 @@ class Study:
             summary["rehearsal"] = {}
             return summary
         r = c.get("rehearsal") or {}
-        summary["rehearsal"] = rehearse(summary["arms"], int(c.engine.n_gpus_per_node), self.run / "rehearsal.json",
+        only = r.get("conventions")
+        arms = {name: arm for name, arm in summary["arms"].items() if only is None or arm["convention"] in only}
+        summary["rehearsal"] = rehearse(arms, int(c.engine.n_gpus_per_node), self.run / "rehearsal.json",
                                         timeout=float(r.get("timeout_s", 600)),
                                         wait_limit=float(r.get("wait_limit_s", 120)), say=self.say)
         (self.run / "prepare_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
