@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hydra import compose, initialize_config_module
@@ -16,6 +18,32 @@ from tests.test_generation import SMALL
 
 DEV = 12
 N_VAL = 40  # the 7B preset validates on the test split: the 40 items of the local test file (Table 23)
+
+
+class Answer(BaseHTTPRequestHandler):
+    """Any request answered 200 with nothing: a host that is there."""
+
+    def do_HEAD(self) -> None:  # http.server's name
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_POST = do_HEAD
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def online_env():
+    """What a run with ``tracking=online`` needs to pass its preflight here: a key, and a wandb host that answers
+    (a local server: this machine has no route to api.wandb.ai). Nothing reaches it past the preflight."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    no_proxy = ",".join(x for x in (os.environ.get("NO_PROXY"), "127.0.0.1,localhost") if x)
+    yield {"WANDB_API_KEY": "preflight-only", "WANDB_BASE_URL": f"http://127.0.0.1:{server.server_port}",
+           "NO_PROXY": no_proxy, "no_proxy": no_proxy}
+    server.shutdown()
 
 
 @pytest.fixture(scope="session")
@@ -44,13 +72,13 @@ def study_cfg(run_dir, *overrides):
 
 
 @pytest.fixture(scope="session")
-def paper_gsm8k(local):
+def paper_gsm8k(local, online_env):
     """The issue's command, from the command line: the 7B preset rehearsed on a machine without a GPU."""
     run = local["tmp"] / "paper"
     proc = subprocess.run(
         [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare",
          f"run_dir={run}", f"model.path={local['model']}", *task_overrides(local, "gsm8k", dev=False)],
         capture_output=True, text=True, timeout=600, check=False,
-        env={**os.environ, "WANDB_API_KEY": "preflight-only"})  # the preset tracks online: its preflight wants a key
+        env={**os.environ, **online_env})  # the preset tracks online: its preflight wants a key and wandb's host
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run

@@ -232,7 +232,7 @@ def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):
 # ---------------------------------------------------------------- the launch rehearsal of the 7B preset
 @pytest.mark.exclusive
 @pytest.mark.timeout(900)
-def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_trainer(local, tmp_path):
+def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_trainer(local, online_env, tmp_path):
     """``stages=rehearse``: the hash arm's launch script runs verl's start-up on a local Ray with the preset's
     17 CPUs and 4 logical GPUs; our task runner builds ImportanceWeightedTrainer in verl's sync mode, the
     TransferQueue and the 4-bundle placement group are placed, and the 4 FSDP workers are constructed up to
@@ -244,7 +244,7 @@ def test_paper_preset_rehearsal_reaches_the_gpu_workers_with_the_weighted_traine
            "arms.seeds=[83]", "rehearsal.conventions=[hash]", f"run_dir={run}", f"model.path={local['model']}",
            *task_overrides(local, "gsm8k")]
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                             env={**os.environ, "WANDB_API_KEY": "preflight-only"})  # the preset's preflight wants a key
+                             env={**os.environ, **online_env})  # the preset tracks online (its preflight)
     out, err = child.communicate(timeout=880)
     proc = subprocess.CompletedProcess(cmd, child.returncode, out, err)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -358,12 +358,12 @@ def test_strata_files_are_checked_line_by_line(tmp_path):
         attach_strata([{"item_id": "a"}, {"item_id": "b"}], {"a": "x"}, "f")
 
 
-def test_a_task_without_strata_gets_one_clear_error(local, tmp_path):
+def test_a_task_without_strata_gets_one_clear_error(local, online_env, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "crossed_rlvr.study.cli", "experiment=qwen2.5-7b-gsm8k-crossed", "stages=prepare",
          "arms.seeds=[83]", f"run_dir={tmp_path / 'r'}", f"model.path={local['model']}",
          *task_overrides(local, "gsm8k")[:-1]], capture_output=True, text=True, timeout=300, check=False, cwd=ROOT,
-        env={**os.environ, "WANDB_API_KEY": "preflight-only"})
+        env={**os.environ, **online_env})
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "no difficulty strata" in proc.stderr and "recipe.proposal.strata_file=PATH" in proc.stderr
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -30,35 +34,49 @@ def fake_cache(tmp: Path, kind: str, repo: str) -> None:
     (snap / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
 
 
-def netrc(tmp: Path) -> dict[str, str]:
-    (tmp / "home" / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password fake-key\n")
+def netrc(tmp: Path, online: dict[str, str]) -> dict[str, str]:
+    """A key where `wandb login` puts it, for the host that answers (netrc entries are per host)."""
+    (tmp / "home" / ".netrc").write_text("machine 127.0.0.1\n  login user\n  password fake-key\n")
     (tmp / "home" / ".netrc").chmod(0o600)
-    return {}
+    return {k: v for k, v in online.items() if k != "WANDB_API_KEY"}
+
+
+def closed_port() -> int:
+    """A port nothing listens on: a connection to it is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 ROWS = [
-    ("wandb online without credentials", [], lambda t: {},
+    ("wandb online without credentials", [], lambda t, o: {},
      "crossed-study: tracking=online needs wandb credentials here and on every node (WANDB_API_KEY, or `wandb "
      "login`); or pass tracking=offline and `wandb sync` the run folders later", 2),
-    ("tracking=offline passes to the cache check", ["tracking=offline"], lambda t: {},
+    ("a key, but wandb's host refuses", [],
+     lambda t, o: {"WANDB_API_KEY": "k", "WANDB_BASE_URL": f"http://127.0.0.1:{closed_port()}", "NO_PROXY": "*"},
+     "crossed-study: tracking=online: wandb's host http://127.0.0.1:", 2),
+    ("a key, but no name for wandb's host", [],
+     lambda t, o: {"WANDB_API_KEY": "k", "WANDB_BASE_URL": "https://wandb.invalid"},
+     "crossed-study: tracking=online: wandb's host https://wandb.invalid cannot be reached from this machine", 2),
+    ("tracking=offline passes to the cache check", ["tracking=offline"], lambda t, o: {},
      "crossed-study: model.path: the model Qwen/Qwen2.5-7B-Instruct is not in this machine's Hugging Face cache "
      "(and 1 more); download it once with `crossed-study <the same overrides> stages=fetch` (the launch runs with "
      "HF_HUB_OFFLINE=1), or point model.path at a local copy", 2),
-    ("a key from `wandb login` (netrc)", [], netrc,
+    ("a key from `wandb login` (netrc), the host answering", [], netrc,
      "crossed-study: model.path: the model Qwen/Qwen2.5-7B-Instruct is not in this machine's Hugging Face cache", 2),
     ("the model cached, the dataset not", ["tracking=offline"],
-     lambda t: fake_cache(t, "model", "Qwen/Qwen2.5-7B-Instruct") or {},
+     lambda t, o: fake_cache(t, "model", "Qwen/Qwen2.5-7B-Instruct") or {},
      "crossed-study: task.path: the dataset openai/gsm8k is not in this machine's Hugging Face cache; download it "
      "once", 2),
-    ("stages=fetch without the network", ["tracking=offline", "stages=fetch"], lambda t: {},
+    ("stages=fetch without the network", ["tracking=offline", "stages=fetch"], lambda t, o: {},
      "crossed-study: model.path: could not download the model Qwen/Qwen2.5-7B-Instruct", 1),
 ]
 
 
 @pytest.mark.parametrize(("case", "overrides", "setup", "first", "status"), ROWS, ids=[r[0] for r in ROWS])
-def test_preflights_refuse_before_anything_is_launched(tmp_path, case, overrides, setup, first, status):
+def test_preflights_refuse_before_anything_is_launched(tmp_path, online_env, case, overrides, setup, first, status):
     (tmp_path / "home").mkdir()
-    env = clean_env(tmp_path, **(setup(tmp_path) or {}))
+    env = clean_env(tmp_path, **(setup(tmp_path, online_env) or {}))
     stages = [] if any(o.startswith("stages=") for o in overrides) else ["stages=prepare"]
     proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.study.cli", *PRESET, *stages, *overrides,
                            f"run_dir={tmp_path}/run"], capture_output=True, text=True, env=env, timeout=300,
@@ -71,8 +89,9 @@ def test_preflights_refuse_before_anything_is_launched(tmp_path, case, overrides
     assert not run.exists() or {p.name for p in run.iterdir()} <= {"hydra", "crossed-study.log"}  # nothing ran
 
 
-def test_the_launch_checks_credentials_and_the_cache_again(tmp_path, monkeypatch, capsys):
-    """verl_launch's preflight, before Ray starts: the same two checks on the composed verl config."""
+def test_the_launch_checks_credentials_and_the_cache_again(tmp_path, monkeypatch, capsys, online_env):
+    """verl_launch's preflight, before Ray starts, on the node: the same checks on the composed verl config (a
+    login node may reach wandb when the compute nodes cannot)."""
     from crossed_rlvr.train import verl_launch
     from crossed_rlvr.train.verl_launch import run
 
@@ -89,6 +108,11 @@ def test_the_launch_checks_credentials_and_the_cache_again(tmp_path, monkeypatch
     assert run(overrides, False, None, 10, True) == 2
     assert "PREFLIGHT FAILED: tracking=online needs wandb credentials" in capsys.readouterr().out
     monkeypatch.setenv("WANDB_API_KEY", "fake")
+    monkeypatch.setenv("NO_PROXY", "*")
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{closed_port()}")  # a node with no route to wandb
+    assert run(overrides, False, None, 10, True) == 2
+    assert "PREFLIGHT FAILED: tracking=online: wandb's host http://127.0.0.1:" in capsys.readouterr().out
+    monkeypatch.setenv("WANDB_BASE_URL", online_env["WANDB_BASE_URL"])
     assert run(overrides, False, None, 10, True) == 2
     assert "PREFLIGHT FAILED: model.path: the model Qwen/Qwen2.5-7B-Instruct is not in this machine's Hugging Face " \
            "cache" in capsys.readouterr().out
@@ -98,6 +122,49 @@ def test_the_launch_checks_credentials_and_the_cache_again(tmp_path, monkeypatch
     from crossed_rlvr.train.verl_launch import launch_problem
 
     assert launch_problem(compose_verl(overrides)) is None
+
+
+class Status(BaseHTTPRequestHandler):
+    """Every request refused with 401: an answer all the same."""
+
+    def do_HEAD(self) -> None:  # http.server's name
+        self.send_response(401)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_wandbs_host_that_answers_refuses_or_hangs(monkeypatch):
+    """Any HTTP answer passes (a 401 included: the host is there); a refused connection, an unknown name and a
+    host that accepts and never answers are each refused within the time limit, with the fix."""
+    from http.server import ThreadingHTTPServer
+
+    from crossed_rlvr.train.preflight import tracking_problem, unreachable
+
+    monkeypatch.setenv("NO_PROXY", "*")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Status)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert unreachable(f"http://127.0.0.1:{server.server_port}", 1.0) is None
+    finally:
+        server.shutdown()
+    assert "refused" in unreachable(f"http://127.0.0.1:{closed_port()}", 1.0)
+    assert unreachable("http://wandb.invalid", 1.0) is not None
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never reads or answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        assert unreachable(url, 1.0) == "no answer in 1 s"
+        assert time.monotonic() - start < 5
+        monkeypatch.setenv("WANDB_API_KEY", "k")
+        monkeypatch.setenv("WANDB_BASE_URL", url)
+        said = tracking_problem("online", timeout=1.0)
+    assert said == (f"tracking=online: wandb's host {url} cannot be reached from this machine (no answer in 1 s); "
+                    "pass tracking=offline and `wandb sync` the run folders later from a machine that can reach it")
+    assert tracking_problem("offline") is None and tracking_problem("off") is None  # nothing sent
 
 
 def test_the_launch_scripts_run_offline(tmp_path):

@@ -5,6 +5,9 @@ Each one is a line that names the fix, before anything is launched:
 - ``tracking=online`` without wandb credentials: verl calls ``wandb.init`` inside ``fit()``, after the model
   is loaded and vLLM started, so a run without a key dies minutes in. Credentials are ``WANDB_API_KEY`` or
   the ``api.wandb.ai`` entry ``wandb login`` writes to ``~/.netrc``; nothing is sent to check them.
+- ``tracking=online`` on a machine that cannot reach wandb's host (``WANDB_BASE_URL``, else api.wandb.ai):
+  compute nodes often have no route out, and ``wandb.init`` would fail at the same late point. One HTTP
+  request with a short time limit: any answer, whatever its status, shows the host can be reached.
 - A model or dataset named by hub id that is not in the local Hugging Face cache: on first start verl's
   4 FSDP ranks and 4 vLLM servers would fetch the weights at once, or fail on a node without the network.
   ``crossed-study ... stages=fetch`` downloads them once into the cache (``HF_HOME``), and the launch
@@ -29,11 +32,19 @@ from urllib.parse import urlparse
 HUB_DATASETS = {"gsm8k": "openai/gsm8k", "math500": "HuggingFaceH4/MATH-500"}
 
 
+WANDB_HOST = "https://api.wandb.ai"
+REACH_TIMEOUT_S = 5.0  # a host that answers at all answers within this; a silent firewall drop never does
+
+
+def wandb_host() -> str:
+    return os.environ.get("WANDB_BASE_URL") or WANDB_HOST
+
+
 def wandb_credentials() -> bool:
     """Whether wandb would find an API key here (environment or netrc), without any network call."""
     if os.environ.get("WANDB_API_KEY"):
         return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or "api.wandb.ai"
+    host = urlparse(wandb_host()).hostname or "api.wandb.ai"
     path = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
     try:
         return path.is_file() and netrc.netrc(str(path)).authenticators(host) is not None
@@ -41,10 +52,38 @@ def wandb_credentials() -> bool:
         return False
 
 
-def tracking_problem(mode: str | None) -> str | None:
-    if mode == "online" and not wandb_credentials():
+def unreachable(url: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
+    """Why ``url`` gives no HTTP answer within ``timeout`` seconds (None: it answered, with any status)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return None
+    except urllib.error.HTTPError:  # an answer (401, 404, ...): the host is there
+        return None
+    except TimeoutError:  # socket.timeout is TimeoutError since 3.10
+        return f"no answer in {timeout:g} s"
+    except urllib.error.URLError as err:
+        reason = err.reason
+        if isinstance(reason, TimeoutError):
+            return f"no answer in {timeout:g} s"
+        return str(getattr(reason, "strerror", None) or reason)
+    except (OSError, ValueError) as err:  # a reset connection, or a malformed WANDB_BASE_URL
+        return str(err)
+
+
+def tracking_problem(mode: str | None, timeout: float = REACH_TIMEOUT_S) -> str | None:
+    if mode != "online":
+        return None
+    if not wandb_credentials():
         return ("tracking=online needs wandb credentials here and on every node (WANDB_API_KEY, or `wandb login`); "
                 "or pass tracking=offline and `wandb sync` the run folders later")
+    host = wandb_host()
+    why = unreachable(host, timeout)
+    if why is not None:
+        return (f"tracking=online: wandb's host {host} cannot be reached from this machine ({why}); pass "
+                "tracking=offline and `wandb sync` the run folders later from a machine that can reach it")
     return None
 
 
