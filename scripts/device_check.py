@@ -16,10 +16,12 @@ For a bare machine with torch and transformers (no verl, vLLM or Ray, no network
 3. One TRL GRPO update and one crossed evaluation batch of the tiny model (needs trl, hydra-core, omegaconf,
    datasets and math-verify importable; a step whose modules are missing is reported as skipped, by name).
    On a bare image they travel as wheels: ``python scripts/device_bundle.py`` (where PyPI is reachable) writes
-   ``.device/wheels`` (56 MiB for CPython 3.12; 58 MiB with the checkout), and
+   ``.device/wheels`` (only what the image lacks), and
    ``python3 scripts/device_check.py --wheels .device/wheels`` installs them with ``pip --no-index`` into a
    throw-away venv that sees the image's packages, then runs this script there (the wheels must sit inside the
-   interpreter's prefix: datasets pickles modules found outside it by value, and fails on pyarrow's types).
+   interpreter's prefix: datasets pickles modules found outside it by value, and fails on pyarrow's types). Each
+   requirement of a carried wheel that the image meets with another version is printed and kept in
+   ``bundle.unmet``.
 
 Writes ``device_check.json`` and ``device_check.md`` (a table) into ``--out``.
 """
@@ -79,6 +81,31 @@ def run_in_overlay(wheels: Path, argv: list[str]) -> int:
                               check=False).returncode
     finally:
         shutil.rmtree(env_dir, ignore_errors=True)
+
+
+def unmet(wheel_names: list[str]) -> list[str]:
+    """Each requirement of a carried distribution that the venv does not meet (the image may hold a package at
+    another version than the bundle was closed against): ``--no-deps`` installs without asking, so say it here,
+    by name, before a step fails on it. Empty: every requirement is met."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    out = []
+    for wheel in wheel_names:
+        dist = md.distribution(wheel.split("-")[0])
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+                continue  # another Python's, or an extra's
+            try:
+                have = md.version(req.name)
+            except md.PackageNotFoundError:
+                out.append(f"{dist.name} {dist.version} needs {req}; not installed")
+                continue
+            if req.specifier and not req.specifier.contains(have, prereleases=True):
+                out.append(f"{dist.name} {dist.version} needs {req}; found {req.name} {have}")
+    return out
 
 
 def cuda() -> bool:
@@ -256,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"device": "cuda" if cuda() else "cpu", "fsdp": []}
     if os.environ.get(OVERLAY):
         results["bundle"] = {**json.loads(os.environ[OVERLAY]), "python": sys.executable}
+        results["bundle"]["unmet"] = unmet(results["bundle"]["wheels"])
+        for line in results["bundle"]["unmet"]:  # carry the right version: device_bundle.py --add NAME==VERSION
+            print(f"device_check: unmet: {line}", flush=True)
     for shape, seq, fraction in steps:
         try:
             results["fsdp"].append(fsdp_step(shape, seq, fraction))
