@@ -58,6 +58,18 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 # session fixtures of several modules (defined once, so built once per worker)
 pytest_plugins = ["tests.gpu_fixtures"]
 
+
+
+@pytest.fixture(scope="session")
+def warm_cache(tmp_path_factory) -> Path:
+    """The warm-start cache (``initial.cache_dir``) of the studies that start from the smoke preset's initial policy:
+    beside the workers' own temporary folders, so the first study to need that policy builds it (~3 minutes) and
+    the others, on any worker, copy it. Within one run only: a code change could change the policy without
+    changing its fingerprint."""
+    root = tmp_path_factory.getbasetemp()
+    return (root.parent if WORKER is not None else root) / "warm-cache"
+
+
 EXCLUSIVE = "exclusive"
 # the groups that take longest, in the order their first test is handed out (measured: the exclusive chain, verl's
 # trainer included, ~40 min; the smoke study ~10, the real model ~6, the GPU-path checks ~5)

@@ -27,10 +27,11 @@ def study_cfg(run_dir, *overrides):
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
+def smoke(tmp_path_factory, warm_cache):
     run = tmp_path_factory.mktemp("study") / "a"
     # tracked offline here; the reruns below track nothing and must still reuse every stage
-    summary = Study(study_cfg(run, "experiment=smoke", "tracking.mode=offline")).run_all()
+    summary = Study(study_cfg(run, "experiment=smoke", "tracking.mode=offline",
+                              f"initial.cache_dir={warm_cache}")).run_all()
     return run, summary
 
 
@@ -105,9 +106,13 @@ def test_study_logs_one_wandb_run_per_arm_and_stage(smoke):
     run, _ = smoke
     runs = {r["name"]: r for r in offline_runs(run)}
     arms = [f"grpo-{c}/s{s}" for c in ("hash", "boxed") for s in (83, 84)]
-    assert sorted(runs) == sorted(["initial", "eval", "analysis", *arms])
+    # the warm start logs its run where it trains: in a whole suite run this study is the first to need the
+    # policy (its group is handed out first) and builds it; run after verl's study, it copies it from the cache
+    built = json.loads((run / "stages" / "initial.json").read_text())["info"]["from_cache"] is None
+    assert sorted(runs) == sorted([*(["initial"] if built else []), "eval", "analysis", *arms])
     assert {r["group"] for r in runs.values()} == {"a"}  # the study's run directory name
-    assert {runs[a]["job_type"] for a in arms} == {"train"} and runs["initial"]["job_type"] == "sft-warmstart"
+    assert {runs[a]["job_type"] for a in arms} == {"train"}
+    assert not built or runs["initial"]["job_type"] == "sft-warmstart"
     for arm in arms:
         conv = arm[5:].split("/")[0]
         assert all(f"{other}_reward" not in k for k in runs[arm]["history"] for other in {"hash", "boxed"} - {conv})
@@ -175,14 +180,24 @@ SAME_SEEDS = ["experiment=smoke", "initial.train_items=16", "sft.epochs=2", "rec
 
 
 def test_fresh_run_directory_writes_identical_responses(tmp_path):
-    """The same config and seeds in two fresh run directories: every response file is byte-identical."""
-    for name in ("a", "b"):
-        Study(study_cfg(tmp_path / name, *SAME_SEEDS)).run_all()
+    """The same config and seeds in two fresh run directories: every response file is byte-identical. Both warm
+    start their initial policy; the second keeps it in a warm-start cache, and a third study with the cache copies
+    it from there instead of training (initial.cache_dir) and still writes the same files."""
+    cache = tmp_path / "warm-cache"
+    summaries = {name: Study(study_cfg(tmp_path / name, *SAME_SEEDS, *extra)).run_all()
+                 for name, extra in (("a", []), ("b", [f"initial.cache_dir={cache}"]),
+                                     ("c", [f"initial.cache_dir={cache}"]))}
     files = sorted((tmp_path / "a" / "eval" / "responses").glob("*.jsonl"))
     # initial + hash/boxed arms, each under both requests and the smoke's wordings
     assert len(files) == 3 * 2 * 3
-    for f in files:
-        assert (tmp_path / "b" / "eval" / "responses" / f.name).read_bytes() == f.read_bytes(), f.name
+    for other in ("b", "c"):
+        for f in files:
+            assert (tmp_path / other / "eval" / "responses" / f.name).read_bytes() == f.read_bytes(), (other, f.name)
+    stamps = {name: json.loads((tmp_path / name / "stages" / "initial.json").read_text())["info"] for name in "bc"}
+    assert stamps["b"]["from_cache"] is None and stamps["c"]["from_cache"] == str(next(cache.iterdir()))
+    assert summaries["c"]["stages"]["initial"]["seconds"] < summaries["b"]["stages"]["initial"]["seconds"]
+    for f in (tmp_path / "a" / "models" / "initial").glob("*.safetensors"):
+        assert (tmp_path / "c" / "models" / "initial" / f.name).read_bytes() == f.read_bytes()
 
 
 @pytest.mark.parametrize("preset", ["qwen2.5-7b-gsm8k-crossed", "qwen2.5-1.5b-sft-marker"])

@@ -35,10 +35,12 @@ def study_cfg(run_dir: Path, *overrides: str):
 
 
 @pytest.fixture(scope="module")
-def verl_study(tmp_path_factory):
-    """The smoke study with its hash and boxed arms trained by verl (one seed: the route, not the seed spread)."""
+def verl_study(tmp_path_factory, warm_cache):
+    """The smoke study with its hash and boxed arms trained by verl (one seed: the route, not the seed spread),
+    from the smoke study's initial policy (the suite's warm-start cache)."""
     run = tmp_path_factory.mktemp("verl") / "study"
-    summary = Study(study_cfg(run, "experiment=smoke-verl", f"arms.seeds=[{SEED}]")).run_all()
+    summary = Study(study_cfg(run, "experiment=smoke-verl", f"arms.seeds=[{SEED}]",
+                              f"initial.cache_dir={warm_cache}")).run_all()
     return run, summary
 
 

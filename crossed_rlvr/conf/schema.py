@@ -342,6 +342,7 @@ class InitialConf:
     seed: int = num(0, *SEED)
     band: BandConf = field(default_factory=BandConf)  # stop the warm start in a request-following band
     threads: int | None = num(1, 1, 1024)  # torch threads of the warm start; null: torch's default (the machine's cores)
+    cache_dir: str | None = None   # warm-started policies shared by studies, by fingerprint (study/warm_cache.py)
 
 
 @dataclass

@@ -102,8 +102,9 @@ class Study:
             return self.stage("initial", fp, outputs, lambda: {"path": str(path), "built": False})
         if c.initial.build != "warmstart":
             raise SystemExit(f"crossed-study: initial.build must be warmstart or given, not {c.initial.build!r}")
+        # where a built policy is kept for other studies does not change it: not part of the fingerprint
         fp = {"model": _plain(c.model), "task": _plain(c.task), "sft": _plain(c.sft),
-                     "initial": _plain(c.initial)}
+              "initial": {k: v for k, v in _plain(c.initial).items() if k != "cache_dir"}}
         warm = {"requests": list(c.initial.requests), "templates": list(c.initial.templates),
                 "seed": int(c.initial.seed), "follow_rate": float(c.initial.follow_rate)}
         if not c.model.get("tiny"):  # a given model (SmolLM2, a hub name) is fine-tuned, not built
@@ -132,6 +133,16 @@ class Study:
             shutil.rmtree(self.run / "models" / "fresh", ignore_errors=True)
             return {"path": str(path), "built": True, **{k: v for k, v in result.items() if k != "config"}}
 
+        cache = c.initial.get("cache_dir")
+        if cache:
+            from crossed_rlvr.study.warm_cache import fetch_or_build
+
+            def key() -> str:  # a tiny model's path is where it is built (in this run directory), not an input
+                return digest({**fp, "model": {k: v for k, v in fp["model"].items() if k != "path"}}
+                              if c.model.get("tiny") else fp)
+
+            return self.stage("initial", fp, [Path(path)],
+                              lambda: fetch_or_build(Path(str(cache)), key(), Path(path), build, self.say))
         return self.stage("initial", fp, [Path(path)], build)
 
     # ------------------------------------------------------------------ 2. matched arms
