@@ -519,7 +519,9 @@ FAKE_LAUNCH = """#!/usr/bin/env bash
 d=$(dirname "$0")/checkpoints; mkdir -p "$d"
 if [ -f "$d/step-2/crossed_rlvr_arm.json" ]; then {finished}; fi
 if [ ! -f "$d/latest_checkpointed_iteration.txt" ]; then
-  echo $$ > "$d/../first.pid"; echo 1 > "$d/latest_checkpointed_iteration.txt"; exec sleep 600
+  echo $$ > "$d/../first.pid"; echo 1 > "$d/latest_checkpointed_iteration.txt"; mkdir -p "$d/../verl_metrics"
+  sleep 0.5; echo '{"step": 1, "data": {"critic/rewards/mean": 0.25}}' > "$d/../verl_metrics/launch-1.jsonl"
+  exec sleep 600
 fi
 {resume}echo "step:2 - crossed/is_weight_mean:1.013 - crossed/is_weight_max:2.0"
 echo 2 > "$d/latest_checkpointed_iteration.txt"; mkdir -p "$d/step-2"; echo '{}' > "$d/step-2/crossed_rlvr_arm.json"
@@ -539,11 +541,14 @@ def test_the_resume_check_kills_after_the_first_save_and_relaunches(tmp_path, ca
     finished = ('echo "checkpoints: this arm has finished"; exit 0' if case != "relaunch trains again"
                 else 'echo "FileNotFoundError: $d/global_step_2/actor/optim_world_size_1_rank_0.pt" >&2; exit 1')
     (arm / "launch_single_node.sh").write_text(FAKE_LAUNCH.replace("{resume}", resume).replace("{finished}", finished))
-    study = SimpleNamespace(cfg=OmegaConf.create({"recipe": {"save_every": 1, "updates": 2}}),
+    study = SimpleNamespace(cfg=OmegaConf.create({"recipe": {"save_every": 1, "updates": 2, "proposal": {"enabled": True}}}),
                             prepare=lambda: {"arms": {"grpo-hash/s83": {"run_dir": str(arm)}}})
     if case == "resumes":
         said = resume_check(study, limit_s=60, poll_s=0.2)
-        assert said.startswith("grpo-hash/s83 killed after its step-1 save") and said.endswith("a relaunch did nothing")
+        assert said == ("grpo-hash/s83 killed after its first update, resumed from global_step_1, finished; "
+                        "importance weights logged; a relaunch did nothing")
+        # killed only once step 1 was logged too: its metrics line would be lost with a kill between the two
+        assert (arm / "verl_metrics" / "launch-1.jsonl").read_text().startswith('{"step": 1')
     else:
         match = "did not resume from global_step_1" if case == "no resume" else "finished arm did not stop at once"
         with pytest.raises(RuntimeError, match=match):

@@ -1,7 +1,7 @@
 """verl's own trainer, for real on this CPU (engine.device=cpu: FSDP2 on one gloo rank, a transformers rollout,
 train/verl_cpu.py and train/verl_rollout.py): the smoke study's arms trained through verl and analysed like TRL's,
-a kill after the first save and a resume that ends on the same weights as the uninterrupted arm, and relaunches
-of a finished arm that do nothing.
+a kill after the first update and a resume that ends on the same weights as the uninterrupted arm (the route
+``gpu_smoke.sh --resume-check`` takes), and relaunches of a finished arm that do nothing.
 
 Every test here starts verl on a local Ray: they run one after another on the exclusive worker (conftest.py).
 """
@@ -9,7 +9,6 @@ Every test here starts verl on a local Ray: they run one after another on the ex
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -19,7 +18,6 @@ from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from crossed_rlvr.study.pipeline import Study
-from crossed_rlvr.train.rehearsal import TAG, kill_group
 from crossed_rlvr.train.verl_launch import read_metrics
 
 # The study fixture trains two verl arms (~95 s of start-up each on 2 cores) and evaluates them: 567 s in a whole
@@ -90,28 +88,12 @@ def test_a_relaunched_finished_arm_does_nothing_and_says_so(verl_study):
     assert time.perf_counter() - start < 60  # no Ray, no verl
 
 
-def launch_until(script: Path, done, timeout: float = 600.0) -> str:
-    """Run a launch script in a session of its own; kill it (Ray included) once ``done()`` holds."""
-    tag = f"verl-resume-{os.getpid()}-{time.monotonic_ns()}"
-    log = script.parent / "killed_launch.log"
-    with log.open("w") as fh:
-        proc = subprocess.Popen(["bash", str(script)], stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, TAG: tag})
-        deadline = time.monotonic() + timeout
-        try:
-            while not done():
-                assert proc.poll() is None, f"the launch ended before the kill: {log.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, "no checkpoint within the time limit"
-                time.sleep(0.5)
-        finally:
-            kill_group(proc.pid, tag)
-    return log.read_text()
-
-
 @pytest.fixture(scope="module")
 def resumed(verl_study, tmp_path_factory):
-    """The study's hash arm again, resumable (a checkpoint every update), killed once its first checkpoint is
-    complete and relaunched to the end."""
+    """The study's hash arm again, resumable (a checkpoint every update), through the route ``gpu_smoke.sh
+    --resume-check`` takes (study/smoke.py: resume_arm): killed once its first update is complete, relaunched to
+    the end, then launched a third time."""
+    from crossed_rlvr.study.smoke import resume_arm
     from crossed_rlvr.train.cli import run_train
 
     run, _ = verl_study
@@ -122,20 +104,9 @@ def resumed(verl_study, tmp_path_factory):
     cfg.engine.launch = False
     cfg.tracking = {"mode": "off", "project": "crossed-rlvr"}
     run_train(cfg)
-    script = folder / "launch_single_node.sh"
-    ckpt = folder / "checkpoints"
-
-    def first_update_done() -> bool:
-        # verl writes the tracker file after the step's files, and logs the step after its checkpoint and validation
-        marker = ckpt / "latest_checkpointed_iteration.txt"
-        return marker.is_file() and marker.read_text().strip() == "1" and \
-            any(r["step"] == 1 and "critic/rewards/mean" in r for r in read_metrics(folder))
-
-    killed = launch_until(script, first_update_done)
-    assert not (ckpt / "global_step_2").exists(), "killed too late to test a resume"
-    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900, check=False)
-    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
-    return run, folder, killed, out.stdout + out.stderr
+    said = resume_arm(f"grpo-hash/s{SEED}", folder, 3, weighted=False, limit_s=900, poll_s=0.5)
+    logs = [(folder / f"resume_{k}.log").read_text(errors="replace") for k in ("first", "second", "third")]
+    return run, folder, said, logs
 
 
 def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_weights(resumed):
@@ -143,8 +114,9 @@ def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_wei
     by (update, prompt, sample), so the resumed arm's final weights equal the uninterrupted arm's exactly."""
     from safetensors.torch import load_file
 
-    run, folder, killed, relaunched = resumed
-    assert "Training from scratch" in killed
+    run, folder, said, (killed, relaunched, _) = resumed
+    assert said == f"grpo-hash/s{SEED} killed after its first update, resumed from global_step_1, finished; a relaunch did nothing"
+    assert "Training from scratch" in killed and "global_step_2" not in killed  # killed before a second save
     assert "global_step_1" in relaunched and "Training from scratch" not in relaunched
     rows = read_metrics(folder)
     assert [r["step"] for r in rows if "critic/rewards/mean" in r] == [1, 2, 3]
@@ -162,12 +134,11 @@ def test_a_step_without_its_optimizer_state_is_refused_before_verl_starts(resume
     """The finished resumable arm's optimizer state went with the verified merge. Relaunched, it does nothing;
     with its merge moved away, verl's resume_mode=auto would load that step and crash on the missing optimizer:
     the launch refuses in one line before Ray starts."""
-    _, folder, _, _ = resumed
+    _, folder, _, (_, _, again) = resumed
     ckpt = folder / "checkpoints"
     assert not list((ckpt / "global_step_3" / "actor").glob("optim_world_size_*"))  # removed after the merge
     script = folder / "launch_single_node.sh"
-    again = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=300, check=False)
-    assert again.returncode == 0 and "this arm has finished" in again.stdout
+    assert "this arm has finished" in again and "Started a local Ray" not in again  # the third launch
     (ckpt / "step-3").rename(folder / "merged-elsewhere")
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=300, check=False)
     said = [x for x in out.stdout.splitlines() if "PREFLIGHT FAILED" in x]

@@ -11,7 +11,7 @@ no GPU visible, up to its first CUDA need: train/rehearsal.py), 2 GRPO updates p
 vLLM, scoring and analysis. One PASS/FAIL line per stage; the first failure exits non-zero.
 ``--preset gpu-smoke-resume --resume-check`` runs the 7B path's moving parts instead (the importance-weighted
 trainer with a strata file ``DATA_DIR/strata.jsonl``, offload, a checkpoint after every update) and kills the
-first arm after its first save, then relaunches it (``resume_check``). Nothing needs the network when the
+first arm after its first update, then relaunches it (``resume_check``). Nothing needs the network when the
 model and data are local. ``--dry-run`` stops after the rehearsal
 (it runs on a machine without a GPU; the test suite runs it).
 """
@@ -59,36 +59,54 @@ def check_merged(arms: dict[str, Any]) -> str:
 
 
 def resume_check(study: Any, limit_s: float = 3600.0, poll_s: float = 5.0) -> str:
-    """The first arm's launch script, killed once its first resumable checkpoint is complete, then run again: it
-    must resume from step 1 (verl: "Resuming from .../global_step_1"), finish (merge, check, optimizer state
-    removed) and log the importance-weighted trainer's weights (``crossed/is_weight_mean``); run a third time, it
-    must do nothing and say the arm has finished (a relaunch never resumes a step whose optimizer state is gone).
-    Needs ``recipe.save_every`` >= 1 (gpu-smoke-resume)."""
-    import os
-    import subprocess
-
-    from crossed_rlvr.train.rehearsal import kill_group
-
+    """The study's first arm through ``resume_arm``. Needs ``recipe.save_every`` >= 1 (gpu-smoke-resume)."""
     if int(study.cfg.recipe.get("save_every") or 0) < 1:
         raise RuntimeError("the resume check needs recipe.save_every >= 1 (use --preset gpu-smoke-resume)")
     name, arm = sorted(study.prepare()["arms"].items())[0]
-    run_dir = Path(arm["run_dir"])
+    return resume_arm(name, Path(arm["run_dir"]), int(study.cfg.recipe.updates),
+                      bool((study.cfg.recipe.get("proposal") or {}).get("enabled", False)), limit_s, poll_s)
+
+
+def resume_arm(name: str, run_dir: Path, updates: int, weighted: bool, limit_s: float = 3600.0,
+               poll_s: float = 5.0) -> str:
+    """An arm's launch script, killed once its first update is complete (its resumable checkpoint and its logged
+    metrics), then run again: it must resume from step 1 (verl: "Resuming from .../global_step_1"), finish (merge,
+    check, optimizer state removed) and, importance-weighted, log the weights (``crossed/is_weight_mean``); run a
+    third time, it must do nothing and say the arm has finished (a relaunch never resumes a step whose optimizer
+    state is gone). The logs stay beside the arm: ``resume_first.log``, ``resume_second.log``, ``resume_third.log``.
+    ``gpu_smoke.sh --resume-check`` and the suite's verl-on-CPU test both take this route."""
+    import os
+    import subprocess
+
+    from crossed_rlvr.train.rehearsal import TAG, kill_group
+    from crossed_rlvr.train.verl_launch import read_metrics
+
     script = run_dir / "launch_single_node.sh"
     latest = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
-    env = {**os.environ, "VERL_LOGGING_LEVEL": "INFO"}  # verl's v1 trainer says it resumes at INFO
+    tag = f"resume-{os.getpid()}-{time.monotonic_ns()}"  # every process of the first launch, Ray's daemons too
+    env = {**os.environ, "VERL_LOGGING_LEVEL": "INFO", TAG: tag}  # verl's v1 trainer says it resumes at INFO
+
+    def first_update_done() -> bool:
+        # verl writes the tracker file after the step's files, and logs the step after its checkpoint and
+        # validation: killed before that line, the resumed launch (which starts at step 2) would never log step 1
+        return latest.exists() and latest.read_text().strip() == "1" and \
+            any(r["step"] == 1 and "critic/rewards/mean" in r for r in read_metrics(run_dir))
+
     with (run_dir / "resume_first.log").open("w") as log:
         first = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env,
                                  start_new_session=True)
         start = time.monotonic()
-        while not (latest.exists() and latest.read_text().strip() == "1"):
-            if first.poll() is not None:
-                raise RuntimeError(f"{name}: the first launch ended (exit {first.returncode}) before its step-1 "
-                                   f"checkpoint; see {run_dir / 'resume_first.log'}")
-            if time.monotonic() - start > limit_s:
-                kill_group(first.pid)
-                raise RuntimeError(f"{name}: no step-1 checkpoint within {limit_s:g} s")
-            time.sleep(poll_s)
-        kill_group(first.pid)  # the arm dies after its first save, as a preempted job would
+        try:
+            while not first_update_done():
+                if first.poll() is not None:
+                    raise RuntimeError(f"{name}: the first launch ended (exit {first.returncode}) before its step-1 "
+                                       f"checkpoint; see {run_dir / 'resume_first.log'}")
+                if time.monotonic() - start > limit_s:
+                    raise RuntimeError(f"{name}: no step-1 checkpoint within {limit_s:g} s")
+                time.sleep(poll_s)
+        finally:
+            kill_group(first.pid, tag)  # the arm dies after its first update, as a preempted job would
+    env.pop(TAG)
     with (run_dir / "resume_second.log").open("w") as log:
         second = subprocess.run(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env,
                                 timeout=limit_s, check=False)
@@ -98,18 +116,17 @@ def resume_check(study: Any, limit_s: float = 3600.0, poll_s: float = 5.0) -> st
     if "Resuming from" not in text or "global_step_1" not in text:
         raise RuntimeError(f"{name}: the relaunch did not resume from global_step_1 (no 'Resuming from ...global_step_1' "
                            f"in {run_dir / 'resume_second.log'})")
-    if "crossed/is_weight_mean" not in text:
+    if weighted and "crossed/is_weight_mean" not in text:
         raise RuntimeError(f"{name}: the relaunch logged no importance weights (crossed/is_weight_mean)")
-    if latest.read_text().strip() != str(int(study.cfg.recipe.updates)):
-        raise RuntimeError(f"{name}: the relaunch ended at step {latest.read_text().strip()}, not "
-                           f"{int(study.cfg.recipe.updates)}")
+    if latest.read_text().strip() != str(updates):
+        raise RuntimeError(f"{name}: the relaunch ended at step {latest.read_text().strip()}, not {updates}")
     third = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=600, check=False)
     (run_dir / "resume_third.log").write_text(third.stdout + third.stderr)
     if third.returncode != 0 or "this arm has finished" not in third.stdout:
         raise RuntimeError(f"{name}: a relaunch of the finished arm did not stop at once (exit {third.returncode}); "
                            f"see {run_dir / 'resume_third.log'}")
-    return (f"{name} killed after its step-1 save, resumed from global_step_1, finished; importance weights logged; "
-            "a relaunch did nothing")
+    return (f"{name} killed after its first update, resumed from global_step_1, finished; "
+            + ("importance weights logged; " if weighted else "") + "a relaunch did nothing")
 
 
 def rehearsed(summary: dict[str, Any]) -> str:
