@@ -168,7 +168,7 @@ def test_a_gpu_launch_checks_host_memory_and_free_disk_against_the_prepared_plan
     monkeypatch.setattr(verl_launch, "available_memory_gib", lambda: 100.0)
     assert verl_launch.run(overrides, True, None, 10, True) == 2
     assert "PREFLIGHT FAILED: host memory: the offloaded state and the model load (or a checkpoint save) need " \
-           "113.5 GiB on this node, which has 100.0 GiB available" in capsys.readouterr().out
+           "113.5 GiB on a node, and this node has 100.0 GiB available" in capsys.readouterr().out
     monkeypatch.setattr(verl_launch, "available_memory_gib", lambda: 500.0)
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**12, 9 * 10**11, 10**11))
@@ -176,6 +176,22 @@ def test_a_gpu_launch_checks_host_memory_and_free_disk_against_the_prepared_plan
     out = capsys.readouterr().out
     assert "PREFLIGHT FAILED: disk: the checkpoints need 182.8 GB more at their fullest" in out
     assert "file system has 100.0 GB free" in out
+    assert "no GPU read on this node: the plan is the prepared one" in out  # torch sees no GPU here
+    # the GPUs first: the arm planned again on the cards torch reads (a fake device table), before memory and disk
+    from crossed_rlvr.train import memory
+
+    resolved = json.loads((arm / "resolved_config.json").read_text())
+    resolved["model"]["path"] = "Qwen/Qwen2.5-7B-Instruct"  # the preset's model, as the 7B arm is planned
+    (arm / "resolved_config.json").write_text(json.dumps(resolved))
+    monkeypatch.setattr(memory, "gpu_table", lambda: [("NVIDIA A100-SXM4-40GB", 39.4)] * 4)
+    assert verl_launch.run(overrides, True, None, 10, True) == 2
+    said = next(x for x in capsys.readouterr().out.splitlines() if "PREFLIGHT FAILED" in x)
+    assert "the update needs 42.7 GiB per GPU, more than the 39.4 GiB of this node's NVIDIA A100-SXM4-40GB; " \
+           "fix: engine.fused_optimizer=true" in said
+    monkeypatch.setattr(memory, "gpu_table", lambda: [("NVIDIA H100 80GB HBM3", 79.2)] * 4)
+    assert verl_launch.run(overrides, True, None, 10, True) == 2  # fits the cards; the disk still speaks
+    out = capsys.readouterr().out
+    assert "memory plan on this node's 4 x NVIDIA H100 80GB HBM3 (79.2 GiB)" in out and "PREFLIGHT FAILED: disk" in out
 
 
 def test_driver_too_old_for_the_locked_cuda_13_stack(monkeypatch, tmp_path):

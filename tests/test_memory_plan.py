@@ -146,7 +146,7 @@ def test_a_node_short_of_memory_or_disk_is_named_with_the_fix():
     assert node_problem(planned, 200.0, 500.0, 0.0, "/scratch") is None
     said = node_problem(planned, 100.0, 500.0, 0.0, "/scratch")
     assert said.startswith("host memory: the offloaded state and the model load (or a checkpoint save) need 113.5 GiB "
-                           "on this node, which has 100.0 GiB available") and "engine.optimizer_offload=false" in said
+                           "on a node, and this node has 100.0 GiB available") and "engine.optimizer_offload=false" in said
     said = node_problem(planned, 200.0, 120.0, 0.0, "/scratch")
     assert said.startswith("disk: the checkpoints need 182.8 GB more at their fullest (two at a save) and /scratch's "
                            "file system has 120.0 GB free") and "recipe.save_every=0" in said
@@ -160,3 +160,56 @@ def test_available_memory_is_read_from_meminfo(tmp_path):
     info.write_text("MemTotal:       263867260 kB\nMemFree:         1000000 kB\nMemAvailable:   104857600 kB\n")
     assert available_memory_gib(str(info)) == 100.0
     assert 0 < available_memory_gib() < float("inf")  # this machine's
+
+
+# The lent 1 x H200 machine: one card of 139.8 GiB as torch reads it, 128 GiB of host memory, 64 GB of disk
+H200_NODE = ("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8", "engine.host_memory_gib=128",
+             "engine.disk_free_gb=64")
+
+
+def test_a_declared_node_is_planned_for_the_cheapest_fix_first():
+    """stages=prepare plans for the node declared in engine.*: its GPUs, its card, its host memory and its disk,
+    each printed; refused with the fix that costs least: fused AdamW before a second GPU, then a model-only
+    checkpoint where the disk is short."""
+    with pytest.raises(PlanError) as info:
+        check(preset(*H200_NODE))
+    first = str(info.value).splitlines()[0]
+    assert "more than the 139.8 GiB of engine.gpu_memory_gib; fix: engine.fused_optimizer=true" in first
+    assert first.index("fused_optimizer") < first.index("engine.n_gpus_per_node=2")
+    with pytest.raises(PlanError) as info:
+        check(preset(*H200_NODE, "engine.fused_optimizer=true"))
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("disk: the checkpoints need 182.8 GB more at their fullest (two at a save) and the "
+                            "declared node has 64.0 GB free (engine.disk_free_gb); fix: recipe.save_every=0")
+    p = check(preset(*H200_NODE, "engine.fused_optimizer=true", "recipe.save_every=0"))
+    table = p.table()
+    assert "  node: 1 x GPU of 139.8 GiB, 128 GiB host memory, 64 GB free disk" in table
+    assert "fits the declared 128 GiB (checked again at launch)" in table and p.disk_peak < 64
+    with pytest.raises(PlanError, match=r"need 113.5 GiB on a node, and the declared node has 100.0 GiB "
+                                        r"\(engine.host_memory_gib\)"):
+        check(preset(*H200_NODE, "engine.fused_optimizer=true", "recipe.save_every=0", "engine.host_memory_gib=100"))
+    assert "host memory not declared, free disk not declared" in check(preset()).table()
+
+
+def test_the_launch_plans_again_on_the_gpus_it_reads_from_a_device_table():
+    """At launch the arm is planned again on the node's own cards (a fake device table here, as torch would read
+    it): the prepared 4 x 80 GB plan fits 4 H100s, is refused on 4 A100s of 40 GB with the fixes, and one H200
+    read at launch fits an arm prepared for it with the fused step."""
+    from crossed_rlvr.train.memory import launch_problem
+
+    cfg = preset()
+    problem, said = launch_problem(cfg, [("NVIDIA H100 80GB HBM3", 79.2)] * 4)
+    assert problem is None and said.startswith("memory plan on this node's 4 x NVIDIA H100 80GB HBM3 (79.2 GiB): update")
+    problem, _ = launch_problem(cfg, [("NVIDIA A100-SXM4-40GB", 39.4)] * 4)
+    assert problem.startswith("Qwen/Qwen2.5-7B-Instruct: the update needs 4")
+    assert "more than the 39.4 GiB of this node's NVIDIA A100-SXM4-40GB; fix: " in problem
+    assert problem.endswith("(prepare the arm again with it: crossed-study ... stages=prepare)")
+    # the smallest card of the ones the arm uses counts; a fifth GPU it does not use is not read
+    mixed = [("NVIDIA H100 80GB HBM3", 79.2)] * 3 + [("NVIDIA A100-SXM4-40GB", 39.4), ("NVIDIA H200", 139.8)]
+    assert "39.4 GiB" in launch_problem(cfg, mixed)[1]
+    h200 = preset("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8", "engine.fused_optimizer=true")
+    problem, said = launch_problem(h200, [("NVIDIA H200", 139.8)])
+    assert problem is None and "1 x NVIDIA H200 (139.8 GiB)" in said
+    problem, _ = launch_problem(preset("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8"), [("NVIDIA H200", 139.8)])
+    assert "fix: engine.fused_optimizer=true" in problem
+    assert launch_problem(cfg, []) == (None, "no GPU read on this node: the plan is the prepared one")

@@ -200,6 +200,9 @@ class EngineConf:
     # the memory plan (train/memory.py): usable memory of one GPU (torch.cuda.mem_get_info's total: H100/H200
     # 80 GB 79.6, H200 140.4, A100 80 GB 79.2, A100 40 GB 39.4) and the AdamW step without a foreach copy
     gpu_memory_gib: float = num(79.6, 1.0, 1024.0, why="usable memory of one GPU for the memory plan")
+    # the rest of the node the plan is made for at stages=prepare (null: not checked until the launch reads it)
+    host_memory_gib: float | None = num(None, 1.0, 1_000_000.0, why="host memory of one node")
+    disk_free_gb: float | None = num(None, 0.0, 1e9, why="free disk under run_dir")
     fused_optimizer: bool = False
 
 

@@ -27,7 +27,11 @@ Read against verl 0.9.1 and torch 2.11 (the GPU lock's versions):
   until the new one is complete (``max_actor_ckpt_to_keep=1``), so a save needs twice that; the merged
   Hugging Face model adds 4 B per parameter (fp32, as saved).
 
-A plan that does not fit is refused at ``stages=prepare`` with its arithmetic and the overrides that fix it.
+A plan is made for a declared node (``engine.n_gpus_per_node`` GPUs of ``engine.gpu_memory_gib``, and, when
+given, ``engine.host_memory_gib`` of host memory and ``engine.disk_free_gb`` of free disk) and refused at
+``stages=prepare`` with its arithmetic and the overrides that fix it, the cheapest first (fused AdamW before more
+GPUs). At launch ``verl_launch`` plans again on the node it starts on: its GPUs' memory as torch reads it, its
+available host memory and free disk.
 """
 
 from __future__ import annotations
@@ -125,6 +129,9 @@ class Plan:
     disk: dict[str, float] = field(default_factory=dict)     # GB per arm
     host: dict[str, float] = field(default_factory=dict)     # GiB of CPU memory per node
     checkpoint_gb: float = 0.0                               # one checkpoint of the arm
+    host_gib: float | None = None                            # the declared node's host memory (None: not declared)
+    disk_free_gb: float | None = None                        # its free disk for the checkpoints (None: not declared)
+    gpu_name: str = "GPU"                                    # what the card is, when read from a device
 
     @property
     def train_peak(self) -> float:
@@ -147,9 +154,26 @@ class Plan:
     def fits(self) -> bool:
         return self.train_peak <= self.card_gib and self.rollout_peak <= self.card_gib
 
+    def node(self) -> str:
+        """The node planned for, as declared (or read at launch)."""
+        host = f"{self.host_gib:.0f} GiB host memory" if self.host_gib is not None else "host memory not declared"
+        disk = f"{self.disk_free_gb:.0f} GB free disk" if self.disk_free_gb is not None else "free disk not declared"
+        return f"{self.gpus} x {self.gpu_name} of {self.card_gib:.1f} GiB, {host}, {disk}"
+
+    def node_problem(self) -> str | None:
+        """The declared node's host memory or disk falls short (None: fits, or not declared)."""
+        return node_problem({"host_peak_gib": self.host_peak, "disk_peak_gb": self.disk_peak},
+                            float("inf") if self.host_gib is None else self.host_gib,
+                            float("inf") if self.disk_free_gb is None else self.disk_free_gb, 0.0, "the declared node",
+                            declared=True)
+
     def table(self) -> str:
+        def verdict(need: float, have: float | None, unit: str) -> str:
+            return "(checked against the node at launch)" if have is None else \
+                f"{'fits' if need <= have else 'DOES NOT FIT'} the declared {have:.0f} {unit} (checked again at launch)"
+
         rows = [f"memory plan: {self.params / 1e9:.2f}B parameters on {self.gpus} GPU(s) of {self.card_gib:.1f} GiB",
-                "  update (per GPU):"]
+                f"  node: {self.node()}", "  update (per GPU):"]
         rows += [f"    {k:<52s} {v:8.1f} GiB" for k, v in self.train.items()]
         rows.append(f"    {'total':<52s} {self.train_peak:8.1f} GiB {'fits' if self.train_peak <= self.card_gib else 'DOES NOT FIT'}")
         rows.append("  rollout (per GPU):")
@@ -158,10 +182,10 @@ class Plan:
                     f"{'fits' if self.rollout_peak <= self.card_gib else 'DOES NOT FIT'}")
         rows.append("  host memory (per node):")
         rows += [f"    {k:<52s} {v:8.1f} GiB" for k, v in self.host.items()]
-        rows.append(f"    {'total':<52s} {self.host_peak:8.1f} GiB (checked against the node at launch)")
+        rows.append(f"    {'total':<52s} {self.host_peak:8.1f} GiB {verdict(self.host_peak, self.host_gib, 'GiB')}")
         rows.append("  disk (per arm):")
         rows += [f"    {k:<52s} {v:8.1f} GB" for k, v in self.disk.items()]
-        rows.append(f"    {'at the fullest':<52s} {self.disk_peak:8.1f} GB (checked against free space at launch)")
+        rows.append(f"    {'at the fullest':<52s} {self.disk_peak:8.1f} GB {verdict(self.disk_peak, self.disk_free_gb, 'GB')}")
         return "\n".join(rows)
 
 
@@ -174,7 +198,9 @@ def plan(cfg: Any, shape: Shape | None = None) -> Plan:
     card = float(e.get("gpu_memory_gib") or 79.6)
     s = int(e.get("micro_batch_per_gpu") or 1) * int(r.max_context_tokens)
     h = shape.hidden
-    p = Plan(params=n, gpus=gpus, card_gib=card)
+    host, disk = e.get("host_memory_gib"), e.get("disk_free_gb")
+    p = Plan(params=n, gpus=gpus, card_gib=card, host_gib=None if host is None else float(host),
+             disk_free_gb=None if disk is None else float(disk), gpu_name=str(e.get("gpu_name") or "GPU"))
     p.train["fp32 parameters (4 B, sharded)"] = 4 * n / gpus / GIB
     p.train["fp32 gradients (4 B, sharded)"] = 4 * n / gpus / GIB
     p.train["AdamW exp_avg + exp_avg_sq (8 B, sharded)"] = 8 * n / gpus / GIB
@@ -236,33 +262,78 @@ def fixes(p: Plan, cfg: Any) -> list[str]:
     return out
 
 
+def gpu_problem(p: Plan, cfg: Any, where: str = "engine.gpu_memory_gib") -> str | None:
+    """The update or the rollout does not fit the plan's card: the phase, its need, and the fixes."""
+    if p.fits():
+        return None
+    phase = "the update" if p.train_peak > p.card_gib else "the rollout"
+    peak = p.train_peak if p.train_peak > p.card_gib else p.rollout_peak
+    fix = fixes(p, cfg)
+    return (f"{cfg.model.path}: {phase} needs {peak:.1f} GiB per GPU, more than the {p.card_gib:.1f} GiB of {where}; "
+            + (f"fix: {'; or '.join(fix)}" if fix else "no override fits it on this node"))
+
+
 def check(cfg: Any, shape: Shape | None = None) -> Plan:
-    """The plan, or PlanError with its table and the overrides that would make it fit."""
+    """The plan, or PlanError with its table and the overrides that would make it fit the declared node."""
     p = plan(cfg, shape)
-    if not p.fits():
-        phase = "the update" if p.train_peak > p.card_gib else "the rollout"
-        peak = p.train_peak if p.train_peak > p.card_gib else p.rollout_peak
-        fix = fixes(p, cfg)
-        raise PlanError(f"{cfg.model.path}: {phase} needs {peak:.1f} GiB per GPU, more than the "
-                        f"{p.card_gib:.1f} GiB of engine.gpu_memory_gib; "
-                        + (f"fix: {'; or '.join(fix)}" if fix else "no override fits it on this node") + "\n" + p.table())
+    problem = gpu_problem(p, cfg) or p.node_problem()
+    if problem is not None:
+        raise PlanError(problem + "\n" + p.table())
     return p
 
 
 def node_problem(planned: dict[str, Any], available_gib: float, free_gb: float, already_gb: float,
-                 folder: str) -> str | None:
-    """What the node this launch starts on lacks for a prepared plan (``memory_plan.json``), in one line with
-    the fix, else None. ``available_gib``: /proc/meminfo's MemAvailable; ``free_gb``: free space on the
-    checkpoint folder's file system; ``already_gb``: checkpoints already in it (a resume keeps them)."""
+                 folder: str, declared: bool = False) -> str | None:
+    """What a node lacks for a plan (``memory_plan.json``), in one line with the fix, else None.
+    ``available_gib``: /proc/meminfo's MemAvailable at launch, or ``engine.host_memory_gib`` (``declared``);
+    ``free_gb``: free space on the checkpoint folder's file system, or ``engine.disk_free_gb``; ``already_gb``:
+    checkpoints already in it (a resume keeps them)."""
     host = float(planned.get("host_peak_gib") or 0.0)
     if host > available_gib:
+        has = (f"the declared node has {available_gib:.1f} GiB (engine.host_memory_gib)" if declared else
+               f"this node has {available_gib:.1f} GiB available (/proc/meminfo MemAvailable)")
         return (f"host memory: the offloaded state and the model load (or a checkpoint save) need {host:.1f} GiB on "
-                f"this node, which has {available_gib:.1f} GiB available (/proc/meminfo MemAvailable); fix: "
-                "engine.optimizer_offload=false if the GPUs hold the AdamW state (memory_plan.txt), or a node with "
-                "more memory")
+                f"a node, and {has}; fix: engine.optimizer_offload=false if the GPUs hold the AdamW state "
+                "(memory_plan.txt), or a node with more memory")
     need = float(planned.get("disk_peak_gb") or 0.0) - already_gb
     if need > free_gb:
-        return (f"disk: the checkpoints need {need:.1f} GB more at their fullest (two at a save) and {folder}'s file "
-                f"system has {free_gb:.1f} GB free; fix: recipe.save_every=0 (a model-only checkpoint at the end, 4 B "
-                "per parameter), or a run_dir on a larger file system")
+        has = (f"the declared node has {free_gb:.1f} GB free (engine.disk_free_gb)" if declared else
+               f"{folder}'s file system has {free_gb:.1f} GB free")
+        return (f"disk: the checkpoints need {need:.1f} GB more at their fullest (two at a save) and {has}; fix: "
+                "recipe.save_every=0 (a model-only checkpoint at the end, 4 B per parameter), or a run_dir on a "
+                "larger file system")
     return None
+
+
+def gpu_table() -> list[tuple[str, float]]:
+    """(name, total GiB) of each GPU torch sees on this node: what the launch plans on."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    out = []
+    for i in range(torch.cuda.device_count()):
+        _free, total = torch.cuda.mem_get_info(i)
+        out.append((torch.cuda.get_device_name(i), total / GIB))
+    return out
+
+
+def launch_problem(cfg: Any, gpus: list[tuple[str, float]]) -> tuple[str | None, str]:
+    """The arm's plan again on the GPUs it will use on this node (``gpus``: ``gpu_table()``, the first
+    ``engine.n_gpus_per_node`` of them): a refusal with the fixes, or None, and the line that says what was
+    planned on. The smallest card of the ones used counts; fewer GPUs than asked is Ray's budget check's to say."""
+    from omegaconf import OmegaConf
+
+    used = gpus[: int(cfg.engine.n_gpus_per_node)]
+    if not used:
+        return None, "no GPU read on this node: the plan is the prepared one"
+    name, card = min(used, key=lambda g: g[1])
+    plain = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))  # a struct config refuses the new key
+    here = OmegaConf.merge(plain, {"engine": {"gpu_memory_gib": card, "gpu_name": name}})
+    p = plan(here)
+    said = (f"memory plan on this node's {len(used)} x {name} ({card:.1f} GiB): update {p.train_peak:.1f} GiB, "
+            f"rollout {p.rollout_peak:.1f} GiB per GPU")
+    problem = gpu_problem(p, here, where=f"this node's {name}")
+    if problem is not None:
+        problem += " (prepare the arm again with it: crossed-study ... stages=prepare)"
+    return problem, said

@@ -263,7 +263,7 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
                                                      "card_gib": memory.card_gib, "train_gib": memory.train,
                                                      "rollout_gib": memory.rollout, "disk_gb": memory.disk,
                                                      "host_gib": memory.host, "host_peak_gib": memory.host_peak,
-                                                     "disk_peak_gb": memory.disk_peak})
+                                                     "disk_peak_gb": memory.disk_peak, "node": memory.node()})
     cpu = str(e.get("device", "cuda")) == "cpu"  # verl's trainer on this CPU: one gloo rank per logical GPU
     flags = " ".join([*(["--weighted"] if weighted else []), *([f"--cpu {int(e.n_gpus_per_node)}"] if cpu else []),
                       f"--wait-limit {float(e.get('wait_limit_s', 300)):g}"])

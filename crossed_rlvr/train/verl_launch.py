@@ -197,19 +197,29 @@ def unresumable(composed: Any) -> str | None:
     return None
 
 
-def node_short(composed: Any) -> str | None:
-    """The prepared plan (``memory_plan.json`` beside the checkpoints) against this node: its available memory and
-    the free space of the checkpoints' file system (train/memory.py: node_problem)."""
+def node_short(composed: Any, gpus: list[tuple[str, float]] | None = None) -> str | None:
+    """The prepared plan (``memory_plan.json`` beside the checkpoints) against this node: the arm planned again
+    on the GPUs torch reads here (``gpus``: memory.gpu_table() unless given), then its available memory and the
+    free space of the checkpoints' file system (train/memory.py: launch_problem, node_problem)."""
     import json
     import shutil
 
-    from crossed_rlvr.train.memory import node_problem
+    from crossed_rlvr.train.memory import gpu_table, launch_problem, node_problem
 
     where = str(composed.trainer.get("default_local_dir") or "")
     root = Path(where)
     plan_file = root.parent / "memory_plan.json"
     if not where or not plan_file.is_file():
         return None  # launched by hand, without a prepared plan
+    resolved = root.parent / "resolved_config.json"  # the arm's crossed-train config, as prepared
+    if resolved.is_file():
+        from omegaconf import OmegaConf
+
+        problem, said = launch_problem(OmegaConf.create(json.loads(resolved.read_text())),
+                                       gpu_table() if gpus is None else gpus)
+        say(said)
+        if problem is not None:
+            return problem
     planned = json.loads(plan_file.read_text())
     existing = next(p for p in (root, *root.parents) if p.exists())
     already = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) / 1e9 if root.is_dir() else 0.0
