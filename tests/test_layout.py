@@ -196,3 +196,20 @@ def test_the_layer_rule_sees_a_climb_and_a_private_import(tmp_path):
     edges = imports(modules(pkg))
     assert ("crossed_rlvr.rewards.programs", "crossed_rlvr.analysis.cells", "_x", 2) in edges
     assert layer_of("crossed_rlvr.analysis.cells") > layer_of("crossed_rlvr.rewards.programs")
+
+
+def test_item_seeds_are_named_once():
+    """Each training draw's seed is a constant of tasks/training.py; no stage writes the number itself, and the
+    commands' config defaults are those constants (the strata are estimated on the GRPO arms' own items)."""
+    import re
+
+    from hydra import compose, initialize_config_module
+
+    from crossed_rlvr.tasks.training import GRPO_ITEM_SEED, SFT_ITEM_SEED
+
+    for path in ("study/pipeline.py", "sft/cli.py", "train/recipe.py"):
+        text = (ROOT / path).read_text()
+        assert not re.search(r"\"seed\": (7|101)\b|\"seed\", (7|101)\)|train_items\), (7|101)\)", text), path
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        assert compose(config_name="crossed_train").train_items.seed == GRPO_ITEM_SEED
+        assert compose(config_name="crossed_sft").train_items.seed == SFT_ITEM_SEED

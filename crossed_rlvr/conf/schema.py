@@ -227,7 +227,7 @@ class SFTRecipeConf:
 @dataclass
 class TrainItemsConf:
     n: int | None = num(4000, 1, BIG)
-    seed: int = num(101, *SEED)
+    seed: int = num(101, *SEED)  # tasks/training.py: GRPO_ITEM_SEED (the SFT commands default to SFT_ITEM_SEED)
 
 
 @dataclass

@@ -25,9 +25,10 @@ from crossed_rlvr.sft.trainer import SFTConfig, train_sft
 
 
 def train_items(cfg: Any) -> list[dict[str, Any]]:
+    from crossed_rlvr.tasks.training import SFT_ITEM_SEED
     from crossed_rlvr.tasks.training import train_items as build
 
-    return build(cfg.task, cfg.train_items.get("n"), int(cfg.train_items.get("seed", 7)))
+    return build(cfg.task, cfg.train_items.get("n"), int(cfg.train_items.get("seed", SFT_ITEM_SEED)))
 
 
 def warmstart_target(item: dict[str, Any], request: str, follow_rate: float, rng: random.Random) -> tuple[str, str]:

@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study.stamps import Stamps, digest
+from crossed_rlvr.tasks.training import GRPO_ITEM_SEED, SFT_ITEM_SEED
 
 STAGES = ("initial", "arms", "eval", "score", "analyze")
 
@@ -124,7 +125,7 @@ class Study:
             sft_cfg = OmegaConf.create({
                 "model": {**_plain(c.model), "path": str(path)}, "task": _plain(c.task), "sft": _plain(c.sft),
                 "eval": _plain(c.eval),
-                "run_dir": str(self.run), "train_items": {"n": int(c.initial.train_items), "seed": 7},
+                "run_dir": str(self.run), "train_items": {"n": int(c.initial.train_items), "seed": SFT_ITEM_SEED},
                 "tracking": _plain(c.tracking), "study": self.study_name,
                 "warmstart": warm,
             })
@@ -192,7 +193,7 @@ class Study:
             "seed": seed, "data_seed": seed, "run_dir": str(self.arm_dir(conv, seed)), "arm": f"grpo-{conv}/s{seed}",
             "study": self.study_name,
             "overwrite": True, "template": "original",
-            "train_items": {"n": int(c.arms.train_items), "seed": 101},
+            "train_items": {"n": int(c.arms.train_items), "seed": GRPO_ITEM_SEED},
         }
 
     def arms(self, initial: dict[str, Any]) -> dict[str, Any]:
@@ -318,7 +319,7 @@ class Study:
         c = self.cfg
         spec = {"model": {**_plain(c.model), "path": ipath}, "task": self.train_task(), "sft": _plain(c.sft),
                 "run_dir": str(self.run), "seeds": [int(s) for s in c.arms.seeds], "arm": c.arms.sft_arm,
-                "control": c.arms.sft_control, "train_items": {"n": int(c.arms.train_items), "seed": 7},
+                "control": c.arms.sft_control, "train_items": {"n": int(c.arms.train_items), "seed": SFT_ITEM_SEED},
                 "tracking": _plain(c.tracking), "study": self.study_name}
         fp = {"spec": untracked(spec), "initial_weights": weights}
         final = {f"sft-{conv}/s{seed}": self.run / "models" / f"sft-{conv}" / f"s{seed}"
@@ -359,7 +360,7 @@ class Study:
             if not path.exists():
                 raise RecipeError(f"recipe.proposal.strata_file={prop.strata_file}: no such file")
             return {"file": str(path), "sha256": file_sha256(path)}
-        items = train_items(OmegaConf.create(self.train_task()), int(c.arms.train_items), 101)
+        items = train_items(OmegaConf.create(self.train_task()), int(c.arms.train_items), GRPO_ITEM_SEED)
         if items and all(it.get("stratum") is not None for it in items):
             return None
         out = self.run / "data" / "strata.jsonl"
@@ -466,8 +467,8 @@ class Study:
         c = self.cfg
         arm, control = c.arms.sft_arm, c.arms.sft_control
         data = {conv: self.run / "data" / f"sft-{conv}.jsonl" for conv in (arm, control)}
-        n = write_pairs(train_items(OmegaConf.create(self.train_task()), int(c.arms.train_items), 7), data[arm],
-                        data[control], arm, control)
+        items = train_items(OmegaConf.create(self.train_task()), int(c.arms.train_items), SFT_ITEM_SEED)
+        n = write_pairs(items, data[arm], data[control], arm, control)
         self.say(f"    prepared {n} content-matched SFT pairs: {data[arm]}, {data[control]}")
         return {"arms": {f"sft-{conv}/s{seed}": {"path": str(self.run / "models" / f"sft-{conv}" / f"s{seed}"),
                                                  "convention": conv, "seed": int(seed), "pairs": n,

@@ -14,6 +14,13 @@ class TrainItemsError(ValueError):
     pass
 
 
+# The seed of each stage's draw of training items, named once. The SFT warm start and the SFT marker arms draw
+# with one; the GRPO arms with another, and the difficulty strata (train/strata.py) are estimated on exactly the
+# GRPO arms' items, so the study draws them with GRPO_ITEM_SEED too. Changing one changes every study's items.
+SFT_ITEM_SEED = 7
+GRPO_ITEM_SEED = 101
+
+
 def stratum_counts(strata: list[int], n: int | None, per_stratum: dict | None) -> dict[int, int]:
     """Items per stratum: the task's own counts (scaled down to ``n`` if smaller), else ``n`` split evenly."""
     if per_stratum:
@@ -29,7 +36,7 @@ def stratum_counts(strata: list[int], n: int | None, per_stratum: dict | None) -
     return {s: n // len(strata) + (1 if k < n % len(strata) else 0) for k, s in enumerate(strata)}
 
 
-def train_items(task: Any, n: int | None = None, seed: int = 101) -> list[dict[str, Any]]:
+def train_items(task: Any, n: int | None = None, seed: int = GRPO_ITEM_SEED) -> list[dict[str, Any]]:
     """Items to train on, ids ``train-<k>``; ``seed`` is added to the task's seed for arithmetic items."""
     if task.source != "arith":
         from omegaconf import OmegaConf

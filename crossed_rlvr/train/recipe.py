@@ -21,12 +21,12 @@ from crossed_rlvr.train.proposal import frozen_proposal
 
 def train_items(cfg: Any) -> list[dict[str, Any]]:
     """Training items for the task, disjoint from its evaluation items."""
-    from crossed_rlvr.tasks.training import TrainItemsError
+    from crossed_rlvr.tasks.training import GRPO_ITEM_SEED, TrainItemsError
     from crossed_rlvr.tasks.training import train_items as build
 
     t = cfg.train_items
     try:
-        return build(cfg.task, t.get("n"), int(t.get("seed", 101)))
+        return build(cfg.task, t.get("n"), int(t.get("seed", GRPO_ITEM_SEED)))
     except TrainItemsError as err:
         raise RecipeError(str(err)) from None
 
