@@ -46,7 +46,7 @@ def _panel(args: argparse.Namespace) -> int:
                 records.append({"response": str(rec["response"]), "reference": str(rec["reference"]),
                                 "request": str(rec.get("request", "hash"))})
         except ValueError as err:
-            print(err, file=sys.stderr)
+            print(f"crossed-rlvr: {err}", file=sys.stderr)
             return 2
     else:
         records = EXAMPLES

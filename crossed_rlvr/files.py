@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.errors import CrossedError
+
 
 def sha256_file(path: str | Path) -> str:
     h = hashlib.sha256()
@@ -65,7 +67,7 @@ class Source:
         return f"{self.path}:{self.line}"
 
 
-class DuplicateKey(ValueError):
+class DuplicateKey(CrossedError, ValueError):
     pass
 
 

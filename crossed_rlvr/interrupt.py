@@ -1,5 +1,6 @@
 """Ctrl-C ends every command with one line that says how to go on, never a traceback; so does a
-file-system error that names its path (a full or read-only disk: exit 1; a path that cannot be used: exit 2).
+file-system error that names its path (a full or read-only disk: exit 1; a path that cannot be used: exit 2),
+and bad input (``crossed_rlvr.errors.CrossedError``: exit 2).
 
 A terminal's Ctrl-C reaches the whole foreground process group: the command's own worker processes
 ignore it (``ignore_interrupts`` as their initializer) and are stopped by their parent, which prints the
@@ -13,6 +14,8 @@ import signal
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from crossed_rlvr.errors import BAD_INPUT, CrossedError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,6 +50,11 @@ def stops_cleanly(command: str, quiet: bool = False) -> Callable[[F], F]:
         def run(*args: Any, **kwargs: Any) -> Any:
             try:
                 return main(*args, **kwargs)
+            except CrossedError as err:  # bad input: its one line (errors.py)
+                if quiet:
+                    raise
+                print(f"{command}: {err}", file=sys.stderr, flush=True)
+                raise SystemExit(BAD_INPUT) from None
             except KeyboardInterrupt:
                 if not quiet:
                     print(f"{command}: interrupted; {RESUME.get(command, 'run the same command again')}.",

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import Source, input_problem, json_lines
 from crossed_rlvr.limits import BIG, DECODING, SEED, Range
 from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
@@ -65,7 +66,7 @@ def is_prompt_name(name: str) -> bool:
     return bool(PROMPT_NAME.match(name))
 
 
-class ResponseFileError(ValueError):
+class ResponseFileError(CrossedError, ValueError):
     """A response file that breaks the contract; the message names file, line and field or key."""
 
 

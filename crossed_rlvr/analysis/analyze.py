@@ -38,6 +38,7 @@ from crossed_rlvr.analysis.contrasts import (
 )
 from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k, pass_at_k_items
 from crossed_rlvr.analysis.paired import paired_tests
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.checks import ScoresTableError, read_scores
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
 from crossed_rlvr.records import OPTIONAL as DECODING  # the record contract's decoding fields
@@ -46,7 +47,7 @@ DEFAULT_RESAMPLES = 20_000  # MC error of endpoints ~0.1 pp on GSM8K-size cells;
 DEFAULT_RNG_SEED = 20260919  # the study's analysis.rng_seed too: re-analysing its scores with defaults gives its intervals
 
 
-class AnalysisError(ValueError):
+class AnalysisError(CrossedError, ValueError):
     pass
 
 

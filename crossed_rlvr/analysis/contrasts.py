@@ -29,6 +29,7 @@ import pandas as pd
 from scipy import sparse
 
 from crossed_rlvr.analysis.cells import Group
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.readers import LENIENT
 from crossed_rlvr.rewards.conventions import CONVENTIONS, CROSSED_PAIRS, pair_label
 
@@ -75,7 +76,7 @@ def _mean(terms_list: list[dict[int, float]]) -> dict[int, float]:
     return dict(out)
 
 
-class AmbiguousPolicies(ValueError):
+class AmbiguousPolicies(CrossedError, ValueError):
     """Two policies would fill the same slot of the crossed design."""
 
 

@@ -20,13 +20,14 @@ from typing import Any
 
 import pandas as pd
 
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, json_lines, sha256_file
 
 GSM8K_READERS = ("strict", "fallback", "mv")
 MATH_READERS = ("strict", "mv")
 
 
-class CalibrationError(ValueError):
+class CalibrationError(CrossedError, ValueError):
     """Bad calibration input; the message names the file, line or field."""
 
 

@@ -101,9 +101,14 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
             except ConfigError as err:
                 print(f"{command}: {err}", file=sys.stderr)
                 raise SystemExit(2) from None
+            from crossed_rlvr.errors import BAD_INPUT, CrossedError
+
             try:
                 run(cfg)
-            except OSError as err:  # inside Hydra's job: its handler would print a traceback
+            except CrossedError as err:  # inside Hydra's job: its handler would print a traceback
+                print(f"{command}: {err}", file=sys.stderr, flush=True)
+                raise SystemExit(BAD_INPUT) from None
+            except OSError as err:  # the same
                 if err.filename is None:
                     raise
                 from crossed_rlvr.files import describe_os_error

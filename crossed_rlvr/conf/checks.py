@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from crossed_rlvr.errors import CrossedError
 
-class ConfigError(ValueError):
+
+class ConfigError(CrossedError, ValueError):
     """A config value that no stage could run with; the message starts with the dotted key."""
 
 
@@ -102,7 +104,7 @@ def check_distribute(cfg: Any) -> None:
                               "vLLM engine spans exactly its own GPUs")
 
 
-class RecipeError(ValueError):
+class RecipeError(CrossedError, ValueError):
     """A GRPO recipe that cannot train (raised before any model is loaded)."""
 
 

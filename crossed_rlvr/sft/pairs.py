@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import atomic_write_jsonl
 from crossed_rlvr.rewards.conventions import get_convention
 
 
-class PairMismatch(ValueError):
+class PairMismatch(CrossedError, ValueError):
     pass
 
 

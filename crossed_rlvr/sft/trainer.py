@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.conf.schema import SFTRecipeConf
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.ranks import world_size
@@ -40,7 +41,7 @@ class SFTConfig(SFTRecipeConf):
     report_to: str = "none"
 
 
-class SFTRecipeError(ValueError):
+class SFTRecipeError(CrossedError, ValueError):
     pass
 
 

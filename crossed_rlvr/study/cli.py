@@ -40,9 +40,7 @@ def _run(cfg: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from crossed_rlvr.conf.checks import RecipeError
     from crossed_rlvr.study.pipeline import Study
-    from crossed_rlvr.tasks.items import ItemFileError
     from crossed_rlvr.train.rehearsal import RehearsalError
 
     if cfg.engine.name == "verl" and cfg.arms.kind == "grpo":  # before any stage: will an arm fit its GPUs?
@@ -85,10 +83,8 @@ def _run(cfg: Any) -> None:
             print(json.dumps(summary))
             return
         summary = Study(cfg, console).run_all()
-    except RehearsalError as err:
+    except RehearsalError as err:  # a failed launch, not bad input: exit 1 (bad input exits 2: errors.py)
         raise SystemExit(f"crossed-study: launch rehearsal failed: {err}") from None
-    except (RecipeError, ItemFileError) as err:
-        raise SystemExit(f"crossed-study: {err}") from None
     table = Table(title="stages")
     for col in ("stage", "seconds", "reused"):
         table.add_column(col)

@@ -14,11 +14,13 @@ import random
 from dataclasses import dataclass
 from fractions import Fraction
 
+from crossed_rlvr.errors import CrossedError
+
 MAX_ABS = 10_000
 OPS = ("+", "-", "*", "/")
 
 
-class UnsafeExpression(ValueError):
+class UnsafeExpression(CrossedError, ValueError):
     """An expression outside the whitelist (names, calls, powers, ...)."""
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from crossed_rlvr.errors import CrossedError
 
-class TaskSourceError(ValueError):
+
+class TaskSourceError(CrossedError, ValueError):
     pass
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import atomic_write_jsonl, json_lines
 from crossed_rlvr.files import sha256_file as file_sha256
 
 REQUIRED = ("item_id", "question", "reference")
 
 
-class ItemFileError(ValueError):
+class ItemFileError(CrossedError, ValueError):
     pass
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from crossed_rlvr.errors import CrossedError
 
-class TrainItemsError(ValueError):
+
+class TrainItemsError(CrossedError, ValueError):
     pass
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +76,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
 
 
 def _run(cfg: Any) -> None:
-    try:
-        summary = run_train(cfg)
-    except RecipeError as err:
-        print(f"crossed-train: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    summary = run_train(cfg)  # a RecipeError: one line, exit 2 (errors.py)
     print(json.dumps(summary, indent=2))
 
 

@@ -75,6 +75,7 @@ def check_and_record(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
 
 
 @stops_cleanly("crossed-match")
+@stops_cleanly("crossed-match")
 def main(argv: list[str] | None = None) -> int:
     import argparse
 

@@ -41,9 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.errors import CrossedError
+
 GIB = 2**30
 OVERHEAD_GIB = 2.0
-class PlanError(ValueError):
+class PlanError(CrossedError, ValueError):
     """The arm does not fit its GPUs (raised with the plan's arithmetic and the fixes)."""
 
 

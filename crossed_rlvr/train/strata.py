@@ -23,12 +23,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import atomic_write_jsonl, json_lines, sha256_file
 
 NAMES = ("s1_easy", "s2_medium", "s3_hard")
 
 
-class StrataError(ValueError):
+class StrataError(CrossedError, ValueError):
     pass
 
 

@@ -5,18 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from crossed_rlvr.eval.generate.plan import RunError
 from crossed_rlvr.eval.generate.runner import run_eval
-from crossed_rlvr.tasks.items import ItemFileError
 
 
 def _run(cfg: Any) -> None:
-    from crossed_rlvr.eval.generate.engines import ContextLengthError
-
-    try:
-        summary = run_eval(cfg)
-    except (RunError, ItemFileError, ContextLengthError) as err:
-        raise SystemExit(f"crossed-eval: {err}") from None
+    summary = run_eval(cfg)  # bad input (RunError, ItemFileError, ContextLengthError): one line, exit 2 (errors.py)
     for name, s in summary.items():
         print(name, json.dumps(s))
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from crossed_rlvr.errors import CrossedError
+
 
 @dataclass(frozen=True)
 class GenParams:
@@ -34,7 +36,7 @@ class Generation:
     response_tokens: int
 
 
-class ContextLengthError(ValueError):
+class ContextLengthError(CrossedError, ValueError):
     """A prompt plus the output budget does not fit the context limit (no silent truncation)."""
 
 

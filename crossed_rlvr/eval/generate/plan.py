@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.generate.engines import GenParams
 from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl
 from crossed_rlvr.prompts import messages, render
@@ -32,7 +33,7 @@ from crossed_rlvr.tasks.build import build_items
 from crossed_rlvr.tasks.items import ItemFileError, read_items, write_items
 
 
-class RunError(ValueError):
+class RunError(CrossedError, ValueError):
     pass
 
 

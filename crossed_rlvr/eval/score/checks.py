@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.payload import CATEGORIES
 from crossed_rlvr.eval.score.readers import LENIENT, STRICT, SYMBOLIC_LENIENT, SYMBOLIC_STRICT
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
@@ -33,7 +34,7 @@ READ_CAP_RANGE = Range(1, 10**9)
 FIXED = {"request": REQUESTS, "template": TEMPLATES, "finish_reason": FINISH_REASONS, "category": CATEGORIES}
 
 
-class ScoresTableError(ValueError):
+class ScoresTableError(CrossedError, ValueError):
     """A scores table that would give wrong numbers; the message names the file, row and field."""
 
 

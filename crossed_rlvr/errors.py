@@ -1,0 +1,15 @@
+"""The error contract of every command.
+
+An input a command cannot use (a setting, a config, a file's line or field) raises a subclass of ``CrossedError``
+whose message says what is wrong and how to fix it; every command prints it as one line, ``<command>: <message>``,
+on stderr and exits with ``BAD_INPUT`` (2), the status argparse and Hydra give a bad command line. Anything else
+is a failure of the run or a bug and keeps its own status (a traceback for a bug).
+"""
+
+from __future__ import annotations
+
+BAD_INPUT = 2
+
+
+class CrossedError(Exception):
+    """Bad input, said in one line: the command exits with ``BAD_INPUT``."""
