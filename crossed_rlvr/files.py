@@ -19,6 +19,13 @@ from typing import Any
 from crossed_rlvr.errors import CrossedError
 
 
+def config_sha256(obj: Any) -> str:
+    """The one hash of a config or any JSON value: keys sorted, values JSON cannot hold written as text. Stage
+    stamps, a training run's config, an evaluation cell's settings and a tracked run's settings all use it, so one
+    setting hashes the same everywhere."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def sha256_file(path: str | Path) -> str:
     h = hashlib.sha256()
     with Path(path).open("rb") as fh:

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.files import config_sha256
+
 
 def enabled(tracking: Any) -> bool:
     """Whether a tracking block logs anything (YAML reads a bare ``off`` as false)."""
@@ -37,7 +39,7 @@ def settings_sha(config: dict[str, Any] | None) -> str:
     """What a run was started with, without the tracking block itself (logging offline or online is not a
     setting of the experiment)."""
     data = {k: v for k, v in (config or {}).items() if k not in ("tracking", "hydra")}
-    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return config_sha256(data)[:16]
 
 
 def claim_run_id(tracking: Any, job_type: str, name: str, run_dir: str | Path, config: dict[str, Any] | None,

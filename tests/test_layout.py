@@ -213,3 +213,16 @@ def test_item_seeds_are_named_once():
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         assert compose(config_name="crossed_train").train_items.seed == GRPO_ITEM_SEED
         assert compose(config_name="crossed_sft").train_items.seed == SFT_ITEM_SEED
+
+
+def test_one_config_hash():
+    """Configs and settings are hashed by files.config_sha256 alone: a second way of hashing the same setting
+    would give two fingerprints for one experiment."""
+    import re
+
+    found = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+             if re.search(r"sha\d+\(\s*json\.dumps", p.read_text(encoding="utf-8"))]
+    assert found == ["files.py"], found
+    from crossed_rlvr.files import config_sha256
+
+    assert config_sha256({"b": 1, "a": [2]}) == config_sha256({"a": [2], "b": 1})

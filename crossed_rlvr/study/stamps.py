@@ -6,18 +6,17 @@ interrupted stage has none and runs again (the stages themselves resume from the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.files import atomic_write_json, sha256_file, tree_sha256
+from crossed_rlvr.files import atomic_write_json, config_sha256, sha256_file, tree_sha256
 from crossed_rlvr.machine import machine
 
 
 def digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+    return config_sha256(obj)
 
 
 class HashCache:

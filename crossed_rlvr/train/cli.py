@@ -8,13 +8,12 @@ resolved config is not trained again; a finished run with another config is refu
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.conf.checks import RecipeError, check_config
-from crossed_rlvr.files import json_lines
+from crossed_rlvr.files import config_sha256, json_lines
 from crossed_rlvr.train.recipe import training_rows, write_rows
 
 
@@ -36,7 +35,7 @@ def run_train(cfg: Any) -> dict[str, Any]:
     check_config(cfg)
     run_dir = Path(cfg.run_dir)
     config = resolved(cfg)
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    digest = config_sha256(config)
     summary_path = run_dir / "summary.json"
     if summary_path.exists():
         old = json.loads(summary_path.read_text())

@@ -15,7 +15,6 @@ match are skipped; a finished cell made with other settings is refused unless ``
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -27,7 +26,7 @@ from typing import Any
 
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.generate.engines import GenParams
-from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl
+from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, config_sha256
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.tasks.build import build_items
 from crossed_rlvr.tasks.items import ItemFileError, read_items, write_items
@@ -180,7 +179,7 @@ def plan(cfg: Any) -> Plan:
                 meta = {"policy": pol.__dict__, "request": request, "template": template, "items_sha256": items_sha,
                         "n_items": len(cell_items), "samples": cfg.samples, "system": system,
                         "generation": OmegaConf.to_container(gen, resolve=True)}
-                meta["sha256"] = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()
+                meta["sha256"] = config_sha256(meta)
                 responses = run_dir / "responses"
                 cells.append(Cell(name, pol, request, template, cell_items, meta, responses / f"{name}.jsonl",
                                   responses / f"{name}.meta.json", responses / ".partial" / f"{name}.jsonl",
