@@ -13,8 +13,8 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from crossed_rlvr.policies.tiny import build_tiny_model
+from tests.helpers import SMALL
 from tests.task_files import gsm8k_files, math_files
-from tests.test_generation import SMALL
 
 DEV = 12
 N_VAL = 40  # the 7B preset validates on the test split: the 40 items of the local test file (Table 23)

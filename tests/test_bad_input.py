@@ -21,7 +21,7 @@ from crossed_rlvr.eval.score.scoring import main as score_main
 from crossed_rlvr.rescore.cli import main as rescore_main
 from crossed_rlvr.rewards.conventions import request_suffix
 from tests.analysis_fixtures import cell
-from tests.test_records import rec
+from tests.helpers import rec
 
 
 def scores_table(tmp: Path, change: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> Path:

@@ -15,7 +15,7 @@ from crossed_rlvr.conf.checks import ConfigError
 from crossed_rlvr.conf.ranges import check_command
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.tracking import offline_runs
-from tests.test_generation import SMALL
+from tests.helpers import SMALL
 
 BIN = Path(sys.executable).parent
 COMMAND = {"crossed_train": "crossed-train", "crossed_eval": "crossed-eval", "crossed_sft": "crossed-sft",

@@ -66,7 +66,7 @@ def test_spread_of_harness_gains():
 
 # ---------------------------------------------------------------- inputs that used to corrupt the share
 def _records(task, policy, keys, texts, request="boxed"):
-    from tests.test_records import rec
+    from tests.helpers import rec
 
     return [rec(k, policy, request, task=task, reference=key, response=text)
             for k, (key, text) in enumerate(zip(keys, texts, strict=True))]

@@ -6,13 +6,11 @@ import pytest
 
 from crossed_rlvr.eval.generate.engines import ContextLengthError, GenParams, HFBackend
 from crossed_rlvr.policies.loading import load_policy, load_tokenizer
-from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
+from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.sft import pairs
 from crossed_rlvr.tasks.arith import make_splits
-
-SMALL = TinyConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                   num_key_value_heads=1, max_position_embeddings=512, seed=0)
+from tests.helpers import SMALL
 
 
 @pytest.fixture(scope="module")

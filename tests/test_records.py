@@ -6,19 +6,7 @@ import pytest
 
 from crossed_rlvr.eval.score.scoring import score_files
 from crossed_rlvr.records import ResponseFileError, read_responses, write_responses
-
-
-def rec(item=0, policy="initial", request="hash", template="original", sample=0, **kw):
-    base = {
-        "item_id": str(item), "task": "gsm8k", "policy": policy,
-        "training_convention": "initial" if policy == "initial" else policy.split("-")[1].split("/")[0],
-        "train_seed": None if policy == "initial" else 83, "request": request, "template": template,
-        "sample_idx": sample, "gen_seed": 1000 + item, "prompt_sha256": f"{item:064x}"[-64:] + "",
-        "response": "#### 18", "finish_reason": "stop", "prompt_tokens": 10, "response_tokens": 3, "reference": "18",
-    }
-    base["prompt_sha256"] = f"{request}-{template}-{item}".ljust(64, "0")
-    base.update(kw)
-    return base
+from tests.helpers import rec
 
 
 def write(path, records, raw_lines=()):

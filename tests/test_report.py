@@ -174,7 +174,7 @@ def test_examples_show_the_same_item_under_both_requests_for_every_policy(tmp_pa
     import sys
 
     from crossed_rlvr.records import write_responses
-    from tests.test_records import rec
+    from tests.helpers import rec
 
     run = tmp_path / "run" / "responses"
     run.mkdir(parents=True)
@@ -234,7 +234,7 @@ def test_crossed_eval_records_carry_their_decoding_and_scores_keep_it(tmp_path):
     from crossed_rlvr.eval.score.scoring import score_files
     from crossed_rlvr.policies.tiny import build_tiny_model
     from crossed_rlvr.records import read_responses
-    from tests.test_generation import SMALL
+    from tests.helpers import SMALL
     from tests.test_runner import cfg_for, overrides
 
     tiny = build_tiny_model(tmp_path / "m", SMALL)

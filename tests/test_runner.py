@@ -15,7 +15,7 @@ from crossed_rlvr.eval.generate.runner import run_eval
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.records import read_responses
 from crossed_rlvr.tasks.items import ItemFileError
-from tests.test_generation import SMALL
+from tests.helpers import SMALL
 
 
 @pytest.fixture(scope="module")

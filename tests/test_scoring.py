@@ -8,7 +8,7 @@ import pytest
 from crossed_rlvr.eval.score.scoring import main as score_main
 from crossed_rlvr.eval.score.scoring import manifest_path, score_files
 from crossed_rlvr.records import write_responses
-from tests.test_records import rec
+from tests.helpers import rec
 
 TEXTS = ["#### 18", "#### $18", "\\boxed{18}", "\\boxed{}\\boxed{18}", "18", "#### 17\n\\boxed{18}"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from crossed_rlvr.policies.tiny import build_tiny_model
-from tests.test_generation import SMALL
+from tests.helpers import SMALL
 
 # two training processes (tests/conftest.py: the exclusive group also keeps the module's fixtures on one worker)
 pytestmark = [pytest.mark.exclusive]

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_module
 from crossed_rlvr.policies.loading import load_policy
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.train.cli import run_train
-from tests.test_generation import SMALL
+from tests.helpers import SMALL
 
 
 @pytest.mark.parametrize("lora", [False, True])

@@ -12,7 +12,7 @@ from crossed_rlvr.eval.generate.runner import run_eval
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.tracking import offline_runs
 from crossed_rlvr.train.cli import run_train
-from tests.test_generation import SMALL
+from tests.helpers import SMALL
 
 
 def records(path):
