@@ -55,13 +55,6 @@ def checkout_mib() -> float:
     return len(out) / 2**20
 
 
-def dist_name(requirement: str) -> str:
-    """The normalized distribution name of a requirement string (PEP 503)."""
-    import re
-
-    return re.sub(r"[-_.]+", "-", re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0]).lower()
-
-
 def download(out: Path, python_version: str, extra: list[str] = ()) -> list[Path]:
     """Binary or pure-Python wheels for manylinux x86_64 and ``python_version``, without their dependencies."""
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--implementation", "cp",

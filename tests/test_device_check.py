@@ -81,13 +81,14 @@ def test_the_bundle_carries_only_what_the_image_lacks_and_closes_over_it():
     import importlib.metadata as md
 
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
     sys.path.insert(0, str(ROOT / "scripts"))
     try:
         import device_bundle as bundle
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    carried = {bundle.dist_name(r) for r, _ in bundle.BUNDLE + bundle.SOURCE_ONLY}
+    carried = {canonicalize_name(Requirement(r).name) for r, _ in bundle.BUNDLE + bundle.SOURCE_ONLY}
     assert len(bundle.IMAGE) > 150 and {"torch", "transformers", "pandas", "pyarrow", "fsspec"} <= bundle.IMAGE
     assert not carried & bundle.IMAGE, carried & bundle.IMAGE
     missing = []
@@ -95,6 +96,6 @@ def test_the_bundle_carries_only_what_the_image_lacks_and_closes_over_it():
         for line in md.requires(name) or []:
             req = Requirement(line)
             wanted = req.marker is None or req.marker.evaluate({"extra": ""})
-            if wanted and bundle.dist_name(req.name) not in carried | bundle.IMAGE:
+            if wanted and canonicalize_name(req.name) not in carried | bundle.IMAGE:
                 missing.append(f"{name} -> {req}")
     assert missing == []

@@ -195,21 +195,21 @@ def test_the_launch_plans_again_on_the_gpus_it_reads_from_a_device_table():
     """At launch the arm is planned again on the node's own cards (a fake device table here, as torch would read
     it): the prepared 4 x 80 GB plan fits 4 H100s, is refused on 4 A100s of 40 GB with the fixes, and one H200
     read at launch fits an arm prepared for it with the fused step."""
-    from crossed_rlvr.train.memory import launch_problem
+    from crossed_rlvr.train.memory import replan_problem
 
     cfg = preset()
-    problem, said = launch_problem(cfg, [("NVIDIA H100 80GB HBM3", 79.2)] * 4)
+    problem, said = replan_problem(cfg, [("NVIDIA H100 80GB HBM3", 79.2)] * 4)
     assert problem is None and said.startswith("memory plan on this node's 4 x NVIDIA H100 80GB HBM3 (79.2 GiB): update")
-    problem, _ = launch_problem(cfg, [("NVIDIA A100-SXM4-40GB", 39.4)] * 4)
+    problem, _ = replan_problem(cfg, [("NVIDIA A100-SXM4-40GB", 39.4)] * 4)
     assert problem.startswith("Qwen/Qwen2.5-7B-Instruct: the update needs 4")
     assert "more than the 39.4 GiB of this node's NVIDIA A100-SXM4-40GB; fix: " in problem
     assert problem.endswith("(prepare the arm again with it: crossed-study ... stages=prepare)")
     # the smallest card of the ones the arm uses counts; a fifth GPU it does not use is not read
     mixed = [("NVIDIA H100 80GB HBM3", 79.2)] * 3 + [("NVIDIA A100-SXM4-40GB", 39.4), ("NVIDIA H200", 139.8)]
-    assert "39.4 GiB" in launch_problem(cfg, mixed)[1]
+    assert "39.4 GiB" in replan_problem(cfg, mixed)[1]
     h200 = preset("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8", "engine.fused_optimizer=true")
-    problem, said = launch_problem(h200, [("NVIDIA H200", 139.8)])
+    problem, said = replan_problem(h200, [("NVIDIA H200", 139.8)])
     assert problem is None and "1 x NVIDIA H200 (139.8 GiB)" in said
-    problem, _ = launch_problem(preset("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8"), [("NVIDIA H200", 139.8)])
+    problem, _ = replan_problem(preset("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8"), [("NVIDIA H200", 139.8)])
     assert "fix: engine.fused_optimizer=true" in problem
-    assert launch_problem(cfg, []) == (None, "no GPU read on this node: the plan is the prepared one")
+    assert replan_problem(cfg, []) == (None, "no GPU read on this node: the plan is the prepared one")

@@ -14,9 +14,7 @@ from typing import Any
 from crossed_rlvr.files import atomic_write_json, config_sha256, sha256_file, tree_sha256
 from crossed_rlvr.machine import machine
 
-
-def digest(obj: Any) -> str:
-    return config_sha256(obj)
+digest = config_sha256  # the stages' fingerprints: the project's one config hash
 
 
 class HashCache:

@@ -133,7 +133,6 @@ class Plan:
     checkpoint_gb: float = 0.0                               # one checkpoint of the arm
     host_gib: float | None = None                            # the declared node's host memory (None: not declared)
     disk_free_gb: float | None = None                        # its free disk for the checkpoints (None: not declared)
-    gpu_name: str = "GPU"                                    # what the card is, when read from a device
 
     @property
     def train_peak(self) -> float:
@@ -160,7 +159,7 @@ class Plan:
         """The node planned for, as declared (or read at launch)."""
         host = f"{self.host_gib:.0f} GiB host memory" if self.host_gib is not None else "host memory not declared"
         disk = f"{self.disk_free_gb:.0f} GB free disk" if self.disk_free_gb is not None else "free disk not declared"
-        return f"{self.gpus} x {self.gpu_name} of {self.card_gib:.1f} GiB, {host}, {disk}"
+        return f"{self.gpus} x GPU of {self.card_gib:.1f} GiB, {host}, {disk}"
 
     def node_problem(self) -> str | None:
         """The declared node's host memory or disk falls short (None: fits, or not declared)."""
@@ -202,7 +201,7 @@ def plan(cfg: Any, shape: Shape | None = None) -> Plan:
     h = shape.hidden
     host, disk = e.get("host_memory_gib"), e.get("disk_free_gb")
     p = Plan(params=n, gpus=gpus, card_gib=card, host_gib=None if host is None else float(host),
-             disk_free_gb=None if disk is None else float(disk), gpu_name=str(e.get("gpu_name") or "GPU"))
+             disk_free_gb=None if disk is None else float(disk))
     p.train["fp32 parameters (4 B, sharded)"] = 4 * n / gpus / GIB
     p.train["fp32 gradients (4 B, sharded)"] = 4 * n / gpus / GIB
     p.train["AdamW exp_avg + exp_avg_sq (8 B, sharded)"] = 8 * n / gpus / GIB
@@ -320,7 +319,7 @@ def gpu_table() -> list[tuple[str, float]]:
     return out
 
 
-def launch_problem(cfg: Any, gpus: list[tuple[str, float]]) -> tuple[str | None, str]:
+def replan_problem(cfg: Any, gpus: list[tuple[str, float]]) -> tuple[str | None, str]:
     """The arm's plan again on the GPUs it will use on this node (``gpus``: ``gpu_table()``, the first
     ``engine.n_gpus_per_node`` of them): a refusal with the fixes, or None, and the line that says what was
     planned on. The smallest card of the ones used counts; fewer GPUs than asked is Ray's budget check's to say."""
@@ -330,8 +329,7 @@ def launch_problem(cfg: Any, gpus: list[tuple[str, float]]) -> tuple[str | None,
     if not used:
         return None, "no GPU read on this node: the plan is the prepared one"
     name, card = min(used, key=lambda g: g[1])
-    plain = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))  # a struct config refuses the new key
-    here = OmegaConf.merge(plain, {"engine": {"gpu_memory_gib": card, "gpu_name": name}})
+    here = OmegaConf.merge(cfg, {"engine": {"gpu_memory_gib": card}})
     p = plan(here)
     said = (f"memory plan on this node's {len(used)} x {name} ({card:.1f} GiB): update {p.train_peak:.1f} GiB, "
             f"rollout {p.rollout_peak:.1f} GiB per GPU")

@@ -200,11 +200,11 @@ def unresumable(composed: Any) -> str | None:
 def node_short(composed: Any, gpus: list[tuple[str, float]] | None = None) -> str | None:
     """The prepared plan (``memory_plan.json`` beside the checkpoints) against this node: the arm planned again
     on the GPUs torch reads here (``gpus``: memory.gpu_table() unless given), then its available memory and the
-    free space of the checkpoints' file system (train/memory.py: launch_problem, node_problem)."""
+    free space of the checkpoints' file system (train/memory.py: replan_problem, node_problem)."""
     import json
     import shutil
 
-    from crossed_rlvr.train.memory import gpu_table, launch_problem, node_problem
+    from crossed_rlvr.train.memory import gpu_table, node_problem, replan_problem
 
     where = str(composed.trainer.get("default_local_dir") or "")
     root = Path(where)
@@ -215,7 +215,7 @@ def node_short(composed: Any, gpus: list[tuple[str, float]] | None = None) -> st
     if resolved.is_file():
         from omegaconf import OmegaConf
 
-        problem, said = launch_problem(OmegaConf.create(json.loads(resolved.read_text())),
+        problem, said = replan_problem(OmegaConf.create(json.loads(resolved.read_text())),
                                        gpu_table() if gpus is None else gpus)
         say(said)
         if problem is not None:
