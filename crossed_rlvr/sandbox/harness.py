@@ -1,0 +1,170 @@
+"""The program that runs inside the sandbox: it defines a sample's code, calls its entry point on each input and
+writes each output, encoded, to the results pipe (file descriptor 3). It gives no verdict: the scoring process
+compares the outputs with the expected ones outside the sandbox, so code that prints "passed", or forges a results
+line, gains nothing it could not gain by computing the right answer.
+
+Standard library only, and no project import: the sandbox runs Debian's system ``python3 -I -S`` (an interpreter
+an unprivileged uid can read), which sees nothing of the project's environment. The scoring process imports
+:func:`encode` and :func:`decode` from here, so both ends speak one codec.
+
+Job (``/job/job.json``): ``code``, ``entry_point``, ``inputs`` (encoded argument lists), ``time_limits`` (seconds,
+one per input). Results, one JSON object per line: ``{"ready": 1}`` before the sample's code runs (its absence
+means the sandbox itself failed), then per input ``{"i": k, "out": ..., "s": seconds}`` or ``{"i": k, "error": kind}`` with kind
+``define`` (the code did not define the entry point), ``exception``, ``timeout``, ``memory`` or ``encode``; the
+harness stops at the first error, as EvalPlus's fast check does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+
+RESULTS_FD = 3  # the default; the sandbox passes the pipe's number as the first argument
+
+
+# ---------------------------------------------------------------- codec
+# JSON with tags for what JSON cannot say: tuples, sets, dicts with other keys, non-finite floats, complex numbers,
+# bytes. Anything else is carried as its type name and repr, and equals nothing but an identical stand-in.
+
+def encode(x, depth: int = 0):
+    if depth > 200:
+        raise ValueError("nested too deeply")
+    if isinstance(x, int) and not isinstance(x, bool) and x.bit_length() > 4000:
+        return {"t": "int", "v": hex(x)}  # past the decimal digits json may write or read
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else {"t": "float", "v": repr(x)}
+    if isinstance(x, list):
+        return [encode(v, depth + 1) for v in x]
+    if isinstance(x, tuple):
+        return {"t": "tuple", "v": [encode(v, depth + 1) for v in x]}
+    if isinstance(x, (set, frozenset)):
+        items = [encode(v, depth + 1) for v in x]
+        return {"t": type(x).__name__ if type(x) in (set, frozenset) else "set", "v": items}
+    if isinstance(x, dict):
+        return {"t": "dict", "v": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
+    if isinstance(x, complex):
+        return {"t": "complex", "v": [encode(x.real), encode(x.imag)]}
+    if isinstance(x, (bytes, bytearray)):
+        return {"t": "bytes", "v": x.hex()}
+    return {"t": "other", "v": [type(x).__name__, repr(x)[:1000]]}
+
+
+class Other:
+    """A value of a type the codec does not carry: equal only to a stand-in of the same type and repr."""
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name, self.text = name, text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Other) and (self.name, self.text) == (other.name, other.text)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.text))
+
+    def __repr__(self) -> str:
+        return f"<{self.name} {self.text}>"
+
+
+def decode(x):
+    if isinstance(x, list):
+        return [decode(v) for v in x]
+    if not isinstance(x, dict):
+        return x
+    tag, v = x.get("t"), x.get("v")
+    if tag == "float":
+        return float(v)
+    if tag == "int":
+        return int(v, 16)
+    if tag == "tuple":
+        return tuple(decode(i) for i in v)
+    if tag == "set":
+        return {decode(i) for i in v}
+    if tag == "frozenset":
+        return frozenset(decode(i) for i in v)
+    if tag == "dict":
+        return {decode(k): decode(val) for k, val in v}
+    if tag == "complex":
+        return complex(decode(v[0]), decode(v[1]))
+    if tag == "bytes":
+        return bytes.fromhex(v)
+    if tag == "other":
+        return Other(str(v[0]), str(v[1]))
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+# ---------------------------------------------------------------- the run
+
+class _Timeout(BaseException):
+    """Raised by the interval timer; a BaseException so that a sample's ``except Exception`` cannot swallow it."""
+
+
+def _alarm(signum, frame):
+    raise _Timeout
+
+
+def main() -> None:
+    out = os.fdopen(int(sys.argv[1]) if len(sys.argv) > 1 else RESULTS_FD, "w", buffering=1)
+
+    def say(obj) -> None:
+        out.write(json.dumps(obj) + "\n")
+
+    with open("/job/job.json", encoding="utf-8") as fh:
+        job = json.load(fh)
+    inputs = [decode(i) for i in job["inputs"]]
+    say({"ready": 1})
+    # the sample's prints go nowhere; what it writes to fd 3 itself is checked (and distrusted) outside
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    signal.signal(signal.SIGALRM, _alarm)
+    scope: dict = {"__name__": "__sample__"}
+    try:
+        signal.setitimer(signal.ITIMER_REAL, float(job.get("define_limit", 10.0)))
+        exec(job["code"], scope)  # inside the operating-system sandbox, the only place model code runs
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        fn = scope[job["entry_point"]]
+    except _Timeout:
+        say({"i": 0, "error": "timeout"})
+        return
+    except MemoryError:
+        say({"i": 0, "error": "memory"})
+        return
+    except BaseException:  # noqa: BLE001 - SystemExit and KeyboardInterrupt too: the sample failed, not us
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        say({"i": 0, "error": "define"})
+        return
+    for k, (args, limit) in enumerate(zip(inputs, job["time_limits"])):
+        try:
+            signal.setitimer(signal.ITIMER_REAL, float(limit))
+            began = time.perf_counter()
+            value = fn(*args)
+            took = time.perf_counter() - began
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        except _Timeout:
+            say({"i": k, "error": "timeout"})
+            return
+        except MemoryError:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            say({"i": k, "error": "memory"})
+            return
+        except BaseException:  # noqa: BLE001
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            say({"i": k, "error": "exception"})
+            return
+        try:
+            line = json.dumps({"i": k, "out": encode(value), "s": round(took, 6)})
+        except BaseException:  # noqa: BLE001 - an output the codec cannot carry (a cycle, say) fails the input
+            say({"i": k, "error": "encode"})
+            return
+        out.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Code tasks in EvalPlus's own file format (paper 001 App. D.3: HumanEval+ and MBPP+).
+
+A dataset file is JSON Lines (optionally gzipped), one task per line with ``task_id``, ``prompt``, ``entry_point``,
+``canonical_solution``, ``base_input`` and ``plus_input`` (lists of argument lists) and ``atol``. HumanEval+ v0.1.10
+ships with the project (``data/HumanEvalPlus-v0.1.10.jsonl.gz``, Apache-2.0, its licence beside it); MBPP+ has no
+offline source, so a user gives its file. The sha256 of the decompressed file identifies the item set, as every
+item file's does, and keys the expected outputs computed from it.
+
+MBPP+ stores some inputs as JSON lists that its functions take as tuples, sets or complex numbers: they are
+converted back task by task, by the table EvalPlus 0.3.1 keeps (``evalplus/data/mbpp.py``), so that the canonical
+solution and a sample see the inputs EvalPlus gives them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.errors import CrossedError
+
+DATA = Path(__file__).with_name("data")
+HUMANEVAL_PLUS = DATA / "HumanEvalPlus-v0.1.10.jsonl.gz"
+HUMANEVAL_PLUS_SHA256 = "42526ec0e7d5f3ee0b06d6ced98f8c8bae3d76519151bfb3d36f79010645bd7f"  # decompressed
+FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "base_input", "plus_input", "atol")
+
+
+class CodeDatasetError(CrossedError, ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class CodeTask:
+    task_id: str
+    prompt: str
+    entry_point: str
+    canonical_solution: str
+    base_input: list[Any]
+    plus_input: list[Any]
+    atol: float
+
+    @property
+    def reference(self) -> str:
+        """The program the expected outputs come from (EvalPlus runs prompt + canonical solution)."""
+        return self.prompt + self.canonical_solution
+
+
+@dataclass(frozen=True)
+class CodeDataset:
+    """``flavour`` is ``humaneval`` or ``mbpp`` (it selects the special checks); ``sha256`` is the decompressed
+    file's."""
+
+    path: str
+    flavour: str
+    sha256: str
+    tasks: dict[str, CodeTask]
+
+
+def _read_bytes(path: Path) -> bytes:
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+def load_code_dataset(path: str | Path = HUMANEVAL_PLUS) -> CodeDataset:
+    """Read an EvalPlus dataset file; a bad line is refused with the file, line and field named."""
+    path = Path(path)
+    try:
+        data = _read_bytes(path)
+    except OSError as err:
+        raise CodeDatasetError(f"{path}: cannot read the code dataset ({err.strerror or err})") from err
+    except (EOFError, gzip.BadGzipFile) as err:
+        raise CodeDatasetError(f"{path}: not a readable gzip file ({err})") from err
+    tasks: dict[str, CodeTask] = {}
+    for n, raw in enumerate(data.decode("utf-8", errors="strict").splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except ValueError as err:
+            raise CodeDatasetError(f"{path}:{n}: not JSON ({err})") from err
+        if not isinstance(row, dict):
+            raise CodeDatasetError(f"{path}:{n}: a task is a JSON object")
+        for name in FIELDS:
+            if name not in row:
+                raise CodeDatasetError(f"{path}:{n}: missing field {name!r} (EvalPlus's format: {', '.join(FIELDS)})")
+        for name in ("base_input", "plus_input"):
+            if not isinstance(row[name], list) or not all(isinstance(a, list) for a in row[name]):
+                raise CodeDatasetError(f"{path}:{n}: field {name!r} must be a list of argument lists")
+        if not isinstance(row["atol"], (int, float)) or isinstance(row["atol"], bool) or row["atol"] < 0:
+            raise CodeDatasetError(f"{path}:{n}: field 'atol' must be a number >= 0")
+        tid = str(row["task_id"])
+        if tid in tasks:
+            raise CodeDatasetError(f"{path}:{n}: task_id {tid!r} repeats an earlier line")
+        tasks[tid] = CodeTask(tid, str(row["prompt"]), str(row["entry_point"]), str(row["canonical_solution"]),
+                              row["base_input"], row["plus_input"], float(row["atol"]))
+    if not tasks:
+        raise CodeDatasetError(f"{path}: no tasks")
+    flavours = {tid.split("/", 1)[0].lower() for tid in tasks}
+    if flavours not in ({"humaneval"}, {"mbpp"}):
+        raise CodeDatasetError(f"{path}: task ids must all be HumanEval/<n> or all Mbpp/<n>, found {sorted(flavours)}")
+    flavour = flavours.pop()
+    if flavour == "mbpp":
+        tasks = {tid: _mbpp_inputs(t) for tid, t in tasks.items()}
+    return CodeDataset(str(path), flavour, hashlib.sha256(data).hexdigest(), tasks)
+
+
+def subset(ds: CodeDataset, task_ids: list[str]) -> CodeDataset:
+    """The same dataset (and sha256: the expected outputs are the whole file's) restricted to some tasks."""
+    return CodeDataset(ds.path, ds.flavour, ds.sha256, {t: ds.tasks[t] for t in task_ids})
+
+
+# ---------------------------------------------------------------- MBPP+ inputs (EvalPlus 0.3.1's table)
+
+def _tuples(x: Any) -> Any:
+    return tuple(_tuples(i) for i in x) if isinstance(x, list) else x
+
+
+_MBPP_TUPLE_ARGS = {2, 116, 132, 143, 222, 261, 273, 394, 399, 421, 424, 429, 470, 560, 579, 596, 616, 630, 726, 740,
+                    744, 809}
+_MBPP_TUPLE_ITEMS = {63, 64, 70, 94, 120, 237, 272, 299, 400, 409, 417, 438, 473, 614, 780}
+_MBPP_FIRST_ITEMS_TUPLES = {75, 413, 444, 753}
+_MBPP_FIRST_TUPLE = {250, 405, 446, 617, 720, 763, 808}
+
+
+def _mbpp_convert(n: int, inputs: list[Any]) -> list[Any]:
+    if n in _MBPP_TUPLE_ARGS:
+        return [[tuple(a) for a in inp] for inp in inputs]
+    if n in _MBPP_TUPLE_ITEMS:
+        return [[[tuple(x) for x in a] for a in inp] for inp in inputs]
+    if n in _MBPP_FIRST_ITEMS_TUPLES:
+        return [[[tuple(x) for x in inp[0]], inp[1]] for inp in inputs]
+    if n in (106, 750):
+        return [[inp[0], tuple(inp[1])] for inp in inputs]
+    if n == 115:
+        return [[[set(x) if isinstance(x, list) and len(x) else {} for x in inp[0]]] for inp in inputs]
+    if n == 124:
+        return [(float(inp[0]), complex(inp[1])) for inp in inputs]
+    if n in _MBPP_FIRST_TUPLE:
+        return [[tuple(inp[0]), inp[1]] for inp in inputs]
+    if n in (259, 401, 445):
+        return [[tuple(tuple(x) for x in a) for a in inp] for inp in inputs]
+    if n == 278:
+        return [[tuple(tuple(x) if isinstance(x, list) else x for x in inp[0])] for inp in inputs]
+    if n == 307:
+        return [[tuple(inp[0]), inp[1], inp[2]] for inp in inputs]
+    if n == 722:
+        return [[{k: tuple(v) for k, v in inp[0].items()}, *inp[1:]] for inp in inputs]
+    if n == 252:
+        return [[complex(inp[0])] for inp in inputs]
+    if n in (580, 615, 791):
+        return [_tuples(inp) for inp in inputs]
+    return inputs
+
+
+def _mbpp_inputs(task: CodeTask) -> CodeTask:
+    n = int(task.task_id.split("/")[-1])
+    return CodeTask(task.task_id, task.prompt, task.entry_point, task.canonical_solution,
+                    _mbpp_convert(n, task.base_input), _mbpp_convert(n, task.plus_input), task.atol)
