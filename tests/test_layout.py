@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rewards", ("crossed_rlvr.rewards",)),  # standard library only (test below): importable by verl and TRL
     ("base", ("crossed_rlvr", "crossed_rlvr.records", "crossed_rlvr.text", "crossed_rlvr.files",
               "crossed_rlvr.machine", "crossed_rlvr.interrupt", "crossed_rlvr.ranks", "crossed_rlvr.tracking",
-              "crossed_rlvr.cluster", "crossed_rlvr.limits")),
+              "crossed_rlvr.cluster", "crossed_rlvr.limits", "crossed_rlvr.sandbox")),
     ("conf", ("crossed_rlvr.conf",)),
     ("tasks", ("crossed_rlvr.tasks",)),
     ("prompts", ("crossed_rlvr.prompts",)),

@@ -4,8 +4,8 @@ Every run is ``[setpriv to the slot's uid] prlimit ... bwrap ... /usr/bin/python
 
 - **bubblewrap** with every namespace unshared: its own network namespace (only a loopback interface, checked at
   start-up), process namespace (when the harness ends, the kernel kills whatever it left behind), mount namespace
-  that holds read-only ``/usr`` and the job's folder and a small private ``/tmp``, nothing of the project, the run
-  directory or any home folder; no further user namespaces; a new session (no terminal to write into). The
+  that holds read-only ``/usr`` and the job's folder and a small private ``/tmp`` (the one writable place: the
+  root is remounted read-only), nothing of the project, the run directory or any home folder; no further user namespaces; a new session (no terminal to write into). The
   harness is the namespace's pid 1 (``--as-pid-1``): bubblewrap's own reaper there leaves the uid's process count
   raised for about a second after each run (measured: five quick runs used up a budget of 8), and when pid 1
   ends, the kernel ends everything else inside.
@@ -15,7 +15,8 @@ Every run is ``[setpriv to the slot's uid] prlimit ... bwrap ... /usr/bin/python
   the budget as its limit: contained, but shared with the user's other processes (weaker; said in the docs).
 - **rlimits** on address space, CPU seconds, processes, file size, open files and core files (``prlimit``, applied
   before bubblewrap starts, inherited by everything inside).
-- **a wall-clock limit** that kills the whole process group from outside.
+- **a wall-clock limit**, enforced from outside: the sandbox's pid 1 is killed (and with it everything inside),
+  then the whole process group. Before a slot's uid is used again, no process of it may be left.
 - Debian's system ``python3`` with the standard library: an interpreter an unprivileged uid can read.
 
 Threads launch the runs (subprocesses: never a fork of a process that holds torch); each run reads its results
@@ -148,7 +149,7 @@ class Sandbox:
                 cmd += ["--ro-bind", str(host), f"/{top}"]
         cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_mb * mb), "--tmpfs", "/tmp",
                 "--ro-bind", str(job_dir), "/job", "--ro-bind", str(self._base / "harness.py"), "/harness.py",
-                "--chdir", "/tmp", PYTHON, "-I", "-S", "/harness.py", str(results_fd)]
+                "--remount-ro", "/", "--chdir", "/tmp", PYTHON, "-I", "-S", "/harness.py", str(results_fd)]
         return cmd
 
     @contextmanager

@@ -1,0 +1,198 @@
+"""Code tasks scored by execution (paper 001 App. D.3): EvalPlus's file format in and out, its matching rules, the
+canonical solutions of HumanEval+ passing their own tests in the sandbox, and the code readers of the two
+delimiter conventions."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crossed_rlvr.eval.score.execution import Executor, matches, pass_at_k
+from crossed_rlvr.rewards.code import code_request, lenient_block, payload_present, solution, strict_block
+from crossed_rlvr.sandbox.bwrap import Sandbox
+from crossed_rlvr.tasks.code import (
+    HUMANEVAL_PLUS,
+    HUMANEVAL_PLUS_SHA256,
+    CodeDatasetError,
+    load_code_dataset,
+    subset,
+)
+
+# a spread of HumanEval+ tasks: floats with a tolerance (2, 4), find_zero's own check (32), strings, lists,
+# dicts, tuples; the heaviest tasks (15, 130: ~130 MB of plus outputs each) are left to scripts/check_code_oracle.py
+SPREAD = ["HumanEval/0", "HumanEval/2", "HumanEval/4", "HumanEval/12", "HumanEval/20", "HumanEval/32",
+          "HumanEval/53", "HumanEval/95", "HumanEval/107", "HumanEval/120", "HumanEval/148", "HumanEval/163"]
+
+
+@pytest.fixture(scope="module")
+def humaneval_plus():
+    return load_code_dataset()
+
+
+@pytest.fixture(scope="module")
+def executor(humaneval_plus, tmp_path_factory):
+    with Sandbox(slots=2) as box:
+        yield Executor(subset(humaneval_plus, SPREAD), box, tmp_path_factory.mktemp("oracle"))
+
+
+def test_shipped_humaneval_plus_is_v0_1_10(humaneval_plus):
+    assert humaneval_plus.sha256 == HUMANEVAL_PLUS_SHA256 and humaneval_plus.flavour == "humaneval"
+    assert len(humaneval_plus.tasks) == 164
+    assert (HUMANEVAL_PLUS.parent / "HumanEvalPlus-LICENSE").read_text().startswith(" " * 33 + "Apache License")
+
+
+def test_canonical_solutions_pass_base_and_plus_and_a_mutant_does_not(executor, humaneval_plus):
+    verdicts = executor.score([(t, humaneval_plus.tasks[t].reference) for t in SPREAD])
+    assert [(v["base"].status, v["plus"].status) for v in verdicts] == [("pass", "pass")] * len(SPREAD)
+    # one execution per (task, code, part): the same programs again run nothing
+    runs_before = len(executor._done)
+    again = executor.score([(t, humaneval_plus.tasks[t].reference) for t in SPREAD])
+    assert len(executor._done) == runs_before and again == verdicts
+    task = humaneval_plus.tasks["HumanEval/53"]  # add(x, y)
+    wrong = executor.score([("HumanEval/53", task.prompt + "    return x + y + (x > 10**6)\n")])[0]
+    assert wrong["base"].status == "pass" and wrong["plus"].status == "fail"  # only the extra tests catch it
+
+
+def test_expected_outputs_are_cached_by_the_datasets_sha256(executor, humaneval_plus):
+    folder = Path(executor.cache_dir) / f"humaneval-{HUMANEVAL_PLUS_SHA256[:32]}"
+    cached = json.loads(gzip.decompress((folder / "HumanEval_32.json.gz").read_bytes()))
+    assert set(cached) == {"base", "plus", "base_time", "plus_time"}
+    assert len(cached["plus"]) == len(humaneval_plus.tasks["HumanEval/32"].plus_input)
+
+
+@pytest.mark.parametrize(("flavour", "entry", "args", "out", "exp", "atol", "ok"), [
+    ("humaneval", "f", [], [1, 2], [1, 2], 0, True),
+    ("humaneval", "f", [], (1, 2), [1, 2], 0, False),  # types count, as in EvalPlus's ==
+    ("humaneval", "f", [], 0.1 + 0.2, 0.3, 0, True),  # a float output sets atol to 1e-6
+    ("humaneval", "f", [], 0.31, 0.3, 0, False),
+    ("humaneval", "f", [], [0.1 + 0.2, 1.0], [0.3, 1.0], 0, True),
+    ("humaneval", "f", [], 3, 3.0000001, 1e-4, False),  # int vs float under a tolerance: types differ
+    ("humaneval", "find_zero", [[-6, 11, -6, 1]], 1.0000001, 0.0, 1e-4, True),  # a root, not the expected one
+    ("humaneval", "find_zero", [[-6, 11, -6, 1]], 1.5, 1.0, 1e-4, False),
+    ("mbpp", "similar_elements", [], [4, 3], [3, 4], 0, True),
+    ("mbpp", "check_str", [], None, False, 0, True),
+    ("mbpp", "check_str", [], "match", True, 0, True),
+    ("mbpp", "sum_div", [], 0, 7, 0, True),
+])
+def test_matching_follows_evalplus(flavour, entry, args, out, exp, atol, ok):
+    assert matches(flavour, entry, args, out, exp, atol)[0] is ok
+
+
+def test_a_float_output_keeps_the_raised_tolerance_for_the_rest_of_the_part():
+    ok, atol = matches("humaneval", "f", [], 0.5, 0.5, 0)
+    assert ok and atol == 1e-6
+    assert matches("humaneval", "f", [], [1.0000001, 2], [1, 2], atol)[0]  # not floats, yet within the tolerance
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    from math import comb
+
+    n, c = np.array([200, 200, 10, 3]), np.array([0, 13, 10, 1])
+    for k in (1, 10, 64):
+        want = [1 - comb(a - b, k) / comb(a, k) if a >= k else np.nan for a, b in zip(n, c)]
+        np.testing.assert_allclose(pass_at_k(n, c, k), want, rtol=1e-10, equal_nan=True)
+
+
+def test_mbpp_inputs_come_back_as_the_tuples_evalplus_gives(tmp_path):
+    rows = [{"task_id": "Mbpp/2", "prompt": "", "entry_point": "similar_elements", "canonical_solution": "",
+             "base_input": [[[3, 4, 5], [5, 7, 4]]], "plus_input": [], "atol": 0},
+            {"task_id": "Mbpp/124", "prompt": "", "entry_point": "angle_complex", "canonical_solution": "",
+             "base_input": [[0, "1j"]], "plus_input": [], "atol": 0}]
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ds = load_code_dataset(path)
+    assert ds.flavour == "mbpp"
+    assert ds.tasks["Mbpp/2"].base_input == [[(3, 4, 5), (5, 7, 4)]]
+    assert ds.tasks["Mbpp/124"].base_input == [(0.0, 1j)]
+
+
+@pytest.mark.parametrize(("line", "said"), [
+    ('{"task_id": "HumanEval/0"}', "missing field 'prompt'"),
+    ('{"task_id": "HumanEval/0", "prompt": "", "entry_point": "f", "canonical_solution": "", "base_input": [1], '
+     '"plus_input": [], "atol": 0}', "field 'base_input' must be a list of argument lists"),
+    ("not json", "not JSON"),
+])
+def test_a_bad_dataset_line_is_named(tmp_path, line, said):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n")
+    with pytest.raises(CodeDatasetError, match=f"bad.jsonl:1: {said}"):
+        load_code_dataset(path)
+
+
+# ---------------------------------------------------------------- readers
+
+FENCED = "Here it is:\n```python\ndef f(x):\n    return x\n```\nand again\n```python\ndef f(x):\n    return 2\n```"
+
+
+@pytest.mark.parametrize(("convention", "response", "strict", "lenient", "payload"), [
+    ("fence", FENCED, "def f(x):\n    return x", "def f(x):\n    return x", True),
+    ("begin_done", FENCED, None, "def f(x):\n    return x", False),
+    ("begin_done", "[BEGIN]\n'def f(x): return 1'\n[DONE]", "def f(x): return 1", "def f(x): return 1", True),
+    ("fence", "[BEGIN]\ndef f(x): return 1\n[DONE]", None, "def f(x): return 1", False),
+    ("fence", "```py\ndef f(x): return 3\n```", None, "def f(x): return 3", False),  # another tag: lenient only
+    ("fence", "```python\ndef f(x): return 4\n", None, "def f(x): return 4", False),  # unclosed at the end
+    ("fence", "def f(x): return 5", None, "def f(x): return 5", False),  # no block: the whole response
+    ("fence", "```python\n```", "", "", False),  # an empty block is no payload
+])
+def test_code_readers(convention, response, strict, lenient, payload):
+    assert strict_block(convention, response) == strict
+    assert lenient_block(convention, response) == lenient
+    assert payload_present(convention, response) is payload
+    if strict is not None:  # lenient finds whatever strict finds
+        assert lenient_block(convention, response) == strict
+
+
+def test_a_body_gets_the_prompt_before_it_and_a_whole_function_does_not():
+    prompt = "def f(x):\n    '''doc'''\n"
+    assert solution(prompt, "f", "    return x\n") == prompt + "    return x\n"
+    assert solution(prompt, "f", "import math\ndef f(x):\n    return x\n").startswith("import math")
+
+
+def test_the_two_requests_differ_only_in_the_delimiter():
+    a, b = code_request("fence"), code_request("begin_done")
+    assert a.replace("in a single ```python code block", "X") == b.replace("between [BEGIN] and [DONE]", "X")
+
+
+# ---------------------------------------------------------------- crossed-rescore code
+
+def test_rescore_code_writes_evalplus_results_in_file_order(tmp_path, capsys):
+    from crossed_rlvr.rescore.cli import main
+
+    he = load_code_dataset()
+    rows = [{"task_id": "HumanEval/53", "completion": he.tasks["HumanEval/53"].canonical_solution},
+            {"task_id": "HumanEval/0", "solution": "def has_close_elements(numbers, threshold):\n    return True\n"},
+            {"task_id": "HumanEval/53", "solution": "def add(x, y):\n    return x - y\n"},
+            {"task_id": "HumanEval/0", "solution": he.tasks["HumanEval/0"].reference}]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["code", "--dataset", str(HUMANEVAL_PLUS), "--samples", str(samples), "--cache",
+                 str(tmp_path / "oracle")]) == 0
+    doc = json.loads((tmp_path / "samples_eval_results.json").read_text())
+    assert doc["dataset_sha256"] == HUMANEVAL_PLUS_SHA256 and set(doc["eval"]) == {"HumanEval/53", "HumanEval/0"}
+    assert [e["base_status"] for e in doc["eval"]["HumanEval/53"]] == ["pass", "fail"]
+    assert [e["plus_status"] for e in doc["eval"]["HumanEval/0"]] == ["fail", "pass"]
+    first = doc["eval"]["HumanEval/53"][1]
+    assert first["base_fail_tests"] == [he.tasks["HumanEval/53"].base_input[0]] and first["crossed"]["line"] == 3
+    assert doc["pass_at_k"] == {"base": {"pass@1": 0.5}, "plus": {"pass@1": 0.5}}
+    assert "base tests: pass@1 0.5000" in capsys.readouterr().out
+    # never overwritten: a second run refuses in one line
+    with pytest.raises(SystemExit) as stop:
+        main(["code", "--dataset", str(HUMANEVAL_PLUS), "--samples", str(samples)])
+    assert stop.value.code == 2
+    assert "samples_eval_results.json exists" in capsys.readouterr().err
+
+
+def test_rescore_code_names_a_bad_sample_line(tmp_path, capsys):
+    from crossed_rlvr.rescore.cli import main
+
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text('{"task_id": "HumanEval/0", "solution": "x"}\n{"task_id": "HumanEval/999", "solution": "x"}\n')
+    with pytest.raises(SystemExit) as stop:
+        main(["code", "--dataset", str(HUMANEVAL_PLUS), "--samples", str(samples)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1
+    assert err[0] == (f"crossed-rescore: {samples}:2: field 'task_id': 'HumanEval/999' is not a task of the dataset")
