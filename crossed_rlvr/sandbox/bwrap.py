@@ -114,6 +114,10 @@ class Sandbox:
         os.chmod(self._base, 0o711)  # the slots' uids may enter the job folders, not list them
         shutil.copyfile(HARNESS, self._base / "harness.py")
         os.chmod(self._base / "harness.py", 0o644)
+        self._shared = self._base / "shared"
+        self._shared.mkdir(mode=0o755)
+        os.chmod(self._shared, 0o755)
+        self._shared_names: dict[str, str] = {}
         self._checked = False
         self._lock = threading.Lock()
 
@@ -128,6 +132,20 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def shared(self, key: str, text: str) -> str:
+        """A read-only file every run sees at ``/shared/<name>`` (written once: a task's inputs, which all its
+        samples share); returns that path."""
+        with self._lock:
+            if key not in self._shared_names:
+                import hashlib
+
+                name = hashlib.sha256(key.encode()).hexdigest()[:24] + ".json"
+                path = self._shared / name
+                path.write_text(text, encoding="utf-8")
+                os.chmod(path, 0o644)
+                self._shared_names[key] = name
+            return f"/shared/{self._shared_names[key]}"
 
     # ------------------------------------------------------------ commands
     def command(self, job_dir: Path, uid: int | None, limits: Limits, results_fd: int = 3) -> list[str]:
@@ -148,7 +166,7 @@ class Sandbox:
             elif host.is_dir():
                 cmd += ["--ro-bind", str(host), f"/{top}"]
         cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_mb * mb), "--tmpfs", "/tmp",
-                "--ro-bind", str(job_dir), "/job", "--ro-bind", str(self._base / "harness.py"), "/harness.py",
+                "--ro-bind", str(job_dir), "/job", "--ro-bind", str(self._shared), "/shared", "--ro-bind", str(self._base / "harness.py"), "/harness.py",
                 "--remount-ro", "/", "--chdir", "/tmp", PYTHON, "-I", "-S", "/harness.py", str(results_fd)]
         return cmd
 

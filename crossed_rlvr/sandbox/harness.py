@@ -7,8 +7,8 @@ Standard library only, and no project import: the sandbox runs Debian's system `
 an unprivileged uid can read), which sees nothing of the project's environment. The scoring process imports
 :func:`encode` and :func:`decode` from here, so both ends speak one codec.
 
-Job (``/job/job.json``): ``code``, ``entry_point``, ``inputs`` (encoded argument lists), ``time_limits`` (seconds,
-one per input). Results, one JSON object per line: ``{"ready": 1}`` before the sample's code runs (its absence
+Job (``/job/job.json``): ``code``, ``entry_point``, ``inputs`` (encoded argument lists; or ``inputs_file``, a
+read-only file that holds them), ``time_limits`` (seconds, one per input). Results, one JSON object per line: ``{"ready": 1}`` before the sample's code runs (its absence
 means the sandbox itself failed), then per input ``{"i": k, "out": ..., "s": seconds}`` or ``{"i": k, "error": kind}`` with kind
 ``define`` (the code did not define the entry point), ``exception``, ``timeout``, ``memory`` or ``encode``; the
 harness stops at the first error, as EvalPlus's fast check does.
@@ -116,6 +116,9 @@ def main() -> None:
 
     with open("/job/job.json", encoding="utf-8") as fh:
         job = json.load(fh)
+    if "inputs_file" in job:  # shared by every sample of the task (Sandbox.shared)
+        with open(job["inputs_file"], encoding="utf-8") as fh:
+            job["inputs"] = json.load(fh)
     inputs = [decode(i) for i in job["inputs"]]
     say({"ready": 1})
     # the sample's prints go nowhere; what it writes to fd 3 itself is checked (and distrusted) outside

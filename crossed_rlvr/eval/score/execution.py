@@ -269,6 +269,7 @@ class Executor:
         self._done: dict[tuple[str, str, str, str], Verdict] = {}
         self._expected: dict[tuple[str, str], list[Any]] = {}
         self._cap_mb: dict[tuple[str, str], int] = {}
+        self._inputs_file: dict[tuple[str, str], str] = {}
 
     def _need(self, task_ids: set[str]) -> None:
         """The expected outputs of these tasks (only these are read or computed)."""
@@ -301,7 +302,10 @@ class Executor:
             judge = _Judge(self.ds.flavour, task, inputs, self._expected[(tid, part)])
             lims = time_limits(self.oracle[tid][f"{part}_time"])
             wall = part_wall(lims)
-            jobs.append({"code": code, "entry_point": task.entry_point, "inputs": [encode(a) for a in inputs],
+            if (tid, part) not in self._inputs_file:  # encoded once, read by every sample of the task
+                self._inputs_file[(tid, part)] = self.sandbox.shared(f"{self.ds.sha256}/{tid}/{part}",
+                                                                     json.dumps([encode(a) for a in inputs]))
+            jobs.append({"code": code, "entry_point": task.entry_point, "inputs_file": self._inputs_file[(tid, part)],
                          "time_limits": lims, "define_limit": wall})
             if (tid, part) not in self._cap_mb:
                 # room for four times the expected outputs (HumanEval/15's plus outputs alone are 147 MB encoded)
