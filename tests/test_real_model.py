@@ -103,3 +103,34 @@ def test_training_rewards_come_from_the_reward_programs(real):
         rec = records[(row["policy"], row["request"], row["item_id"])]
         for conv in ("hash", "boxed"):
             assert row[f"reward_{conv}.correct"] == reward(conv, rec["response"], rec["reference"])
+
+
+def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path):
+    """The CI-sized variant of the HumanEval run (README: python -m crossed_rlvr.study.code_eval): the real model
+    answers 3 HumanEval+ tasks under both code requests, 2 samples each; every response is a contract record, read
+    by the code readers and run in the sandbox, and the cells and D.3 contrasts are written."""
+    from crossed_rlvr.records import read_responses
+    from crossed_rlvr.study.code_eval import run as code_eval
+
+    run, _ = real
+    out = tmp_path / "code"
+    table = code_eval({"initial": str(run / "models" / "initial")}, out, n_tasks=3, samples=2, max_new_tokens=96,
+                      temperature=0.8, seed=0, slots=2, batch_size=12, cache_dir=str(tmp_path / "oracle"),
+                      resamples=200)
+    records = read_responses([out / "responses" / "initial.jsonl"], prompt_names=True).records
+    assert len(records) == 3 * 2 * 2 and {r["request"] for r in records} == {"fence", "begin_done"}
+    scores = pd.read_parquet(out / "scores.parquet")
+    assert len(scores) == len(records)
+    assert (scores["lenient.correct"] >= scores["strict.correct"]).all()  # lenient finds whatever strict finds
+    assert set(scores["strict.status"]) <= {"none", "pass/pass", "pass/fail", "fail/fail", "fail/pass",
+                                            "timeout/fail", "timeout/timeout", "fail/timeout", "memory/fail",
+                                            "fail/memory", "pass/timeout", "pass/memory"}
+    assert sorted(table["request"]) == ["begin_done", "fence"]
+    assert table[["payload", "strict.pass@1", "lenient.pass@1", "strict.pass@2"]].stack().between(0, 1).all()
+    con = pd.read_csv(out / "contrasts.csv")
+    assert set(con["name"]) == {"gamma"}  # one policy: no gains
+    assert "## Gaps, gains and coverage" in (out / "report.md").read_text()
+    # finished responses are reused: a second run generates nothing and gives the same cells
+    again = code_eval({"initial": "/nonexistent"}, out, n_tasks=3, samples=2, max_new_tokens=96, temperature=0.8,
+                      seed=0, slots=2, batch_size=12, cache_dir=str(tmp_path / "oracle"), resamples=200)
+    pd.testing.assert_frame_equal(table, again)

@@ -83,11 +83,12 @@ def _fail_tests(v: Any, inputs: list[Any]) -> list[Any]:
 
 
 def pass_at_ks(counts: dict[str, tuple[int, int]]) -> dict[str, float]:
-    from crossed_rlvr.eval.score.execution import pass_at_k
+    """EvalPlus's summary: pass@k (Eq. 11) averaged over tasks, for k of 1, 10 and 100 that every task reaches."""
+    from crossed_rlvr.analysis.coverage import pass_at_k_items
 
     n = np.array([a for a, _ in counts.values()])
     c = np.array([b for _, b in counts.values()])
-    return {f"pass@{k}": float(pass_at_k(n, c, k).mean()) for k in (1, 10, 100) if len(n) and n.min() >= k}
+    return {f"pass@{k}": float(pass_at_k_items(c, n, k).mean()) for k in (1, 10, 100) if len(n) and n.min() >= k}
 
 
 def _evalplus_hash(path: Path) -> str:

@@ -327,22 +327,3 @@ class Executor:
 def _first(text: str) -> str:
     lines = [x for x in text.splitlines() if x.strip()]
     return lines[-1] if lines else "no message"
-
-
-# ---------------------------------------------------------------- pass@k (Eq. 11: the unbiased estimator)
-
-def pass_at_k(n: Sequence[int] | np.ndarray, c: Sequence[int] | np.ndarray, k: int) -> np.ndarray:
-    """Per task, 1 - C(n - c, k) / C(n, k) (paper 001 Eq. 11, HumanEval's estimator); NaN where fewer than k
-    samples were drawn. Vectorized through one running sum: with S(m) = sum_{j=k+1..m} log(1 - k/j), the ratio is
-    exp(S(n) - S(n - c)) whenever n - c >= k, and 0 otherwise."""
-    n, c = np.asarray(n, dtype=np.int64), np.asarray(c, dtype=np.int64)
-    if n.size == 0:
-        return np.zeros(0)
-    top = int(max(n.max(), k))
-    j = np.arange(top + 1, dtype=np.float64)
-    terms = np.zeros(top + 1)
-    terms[k + 1:] = np.log1p(-k / j[k + 1:])
-    s = np.cumsum(terms)
-    m = np.maximum(n - c, k)
-    ratio = np.where(n - c >= k, np.exp(s[np.minimum(n, top)] - s[m]), 0.0)
-    return np.where(n >= k, 1.0 - ratio, np.nan)
