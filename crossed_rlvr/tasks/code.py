@@ -98,10 +98,12 @@ def load_code_dataset(path: str | Path = HUMANEVAL_PLUS) -> CodeDataset:
                               row["base_input"], row["plus_input"], float(row["atol"]))
     if not tasks:
         raise CodeDatasetError(f"{path}: no tasks")
-    flavours = {tid.split("/", 1)[0].lower() for tid in tasks}
-    if flavours not in ({"humaneval"}, {"mbpp"}):
-        raise CodeDatasetError(f"{path}: task ids must all be HumanEval/<n> or all Mbpp/<n>, found {sorted(flavours)}")
-    flavour = flavours.pop()
+    prefixes = {tid.split("/", 1)[0].lower() for tid in tasks}
+    if len(prefixes) != 1:
+        raise CodeDatasetError(f"{path}: task ids must share one prefix (HumanEval/<n>, Mbpp/<n>, ...), found "
+                               f"{sorted(prefixes)}")
+    # MBPP+'s inputs and special checks for Mbpp/<n>; HumanEval+'s rules for every other set
+    flavour = "mbpp" if prefixes == {"mbpp"} else "humaneval"
     if flavour == "mbpp":
         tasks = {tid: _mbpp_inputs(t) for tid, t in tasks.items()}
     return CodeDataset(str(path), flavour, hashlib.sha256(data).hexdigest(), tasks)
@@ -159,3 +161,32 @@ def _mbpp_inputs(task: CodeTask) -> CodeTask:
     n = int(task.task_id.split("/")[-1])
     return CodeTask(task.task_id, task.prompt, task.entry_point, task.canonical_solution,
                     _mbpp_convert(n, task.base_input), _mbpp_convert(n, task.plus_input), task.atol)
+
+
+# ---------------------------------------------------------------- a tiny code task for smoke-size training
+
+_TINY_OPS = (("plus", "x + {a}"), ("minus", "x - {a}"), ("times", "x * {a}"))
+
+
+def tiny_code_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` one-line functions of one integer (``f(x) = x + a``, ``x - a``, ``x * a``) in EvalPlus's format: the
+    code task a tiny model can learn on the CPU, with base and plus inputs like HumanEval+'s."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for k in range(n):
+        word, expr = _TINY_OPS[k % len(_TINY_OPS)]
+        a = rng.randint(2, 9)
+        rows.append({"task_id": f"TinyCode/{k}", "entry_point": "f",
+                     "prompt": f'def f(x):\n    """Return x {word} {a}."""\n',
+                     "canonical_solution": f"    return {expr.format(a=a)}\n",
+                     "base_input": [[0], [1], [7]], "plus_input": [[-13], [250], [10**6]], "atol": 0})
+    return rows
+
+
+def write_code_dataset(path: str | Path, rows: list[dict[str, Any]]) -> CodeDataset:
+    from crossed_rlvr.files import atomic_write_jsonl
+
+    atomic_write_jsonl(Path(path), rows)
+    return load_code_dataset(path)

@@ -1,0 +1,91 @@
+"""The execution reward of code arms (crossed_rlvr/train/code_reward.py): the strict block in the arm's delimiter,
+run in the sandbox, rewarded 1 only when it passes base and plus; inside TRL's GRPO loop for both code
+conventions, and as verl's reward entry."""
+
+from __future__ import annotations
+
+import pytest
+
+from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
+from crossed_rlvr.sandbox.bwrap import SandboxUnavailable
+from crossed_rlvr.tasks.code import tiny_code_rows, write_code_dataset
+from crossed_rlvr.train.code_reward import CodeRewardProgram, compute_score, make_trl_code_reward
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tinycode")
+    rows = tiny_code_rows(6)
+    write_code_dataset(folder / "tiny.jsonl", rows)
+    return folder, rows
+
+
+def test_rewards_only_a_passing_program_in_the_arms_delimiter(tiny):
+    folder, rows = tiny
+    body = rows[0]["canonical_solution"]  # "    return x + a"
+    whole = rows[0]["prompt"] + body
+    program = CodeRewardProgram(folder / "tiny.jsonl", slots=2, cache_dir=folder / "oracle")
+    texts = [f"```python\n{whole}```", f"```python\n{body}```", f"[BEGIN]\n{whole}[DONE]",
+             "```python\ndef f(x):\n    return x\n```", f"```python\n{whole}"]
+    got = program.score_many(["fence"] * 5, texts, ["TinyCode/0"] * 5)
+    # whole function; a body gets the prompt before it; wrong delimiter; wrong code; unclosed block
+    assert got == [1.0, 1.0, 0.0, 0.0, 0.0]
+    assert program.score_many(["begin_done"], [f"[BEGIN]\n{whole}[DONE]"], ["TinyCode/0"]) == [1.0]
+    with pytest.raises(ValueError, match="not in"):
+        program.score_many(["fence"], ["x"], ["TinyCode/99"])
+
+
+def test_verl_entry_reads_the_convention_and_dataset_from_the_row(tiny):
+    folder, rows = tiny
+    whole = rows[1]["prompt"] + rows[1]["canonical_solution"]
+    info = {"convention": "begin_done", "code_dataset": str(folder / "tiny.jsonl"), "is_weight": 0.5}
+    assert compute_score("tinycode", f"[BEGIN]\n{whole}[DONE]", "TinyCode/1", info) == {"score": 1.0, "acc": 1.0,
+                                                                                        "is_weight": 0.5}
+    with pytest.raises(ValueError, match="extra_info"):
+        compute_score("tinycode", "x", "TinyCode/1", {"convention": "fence"})
+
+
+def test_a_sandbox_failure_is_raised_never_rewarded_zero(tiny, monkeypatch):
+    import crossed_rlvr.sandbox.bwrap as bwrap
+
+    folder, rows = tiny
+    program = CodeRewardProgram(folder / "tiny.jsonl", slots=1, cache_dir=folder / "oracle")
+    program.score_many(["fence"], ["no block"], ["TinyCode/2"])  # nothing to run: no sandbox needed
+    monkeypatch.setattr(bwrap, "PYTHON", "/nonexistent/python3")
+    with pytest.raises(SandboxUnavailable):
+        program.score_many(["fence"], [f"```python\n{rows[2]['prompt']}    return 0\n```"], ["TinyCode/2"])
+
+
+@pytest.mark.parametrize("convention", list(CODE_CONVENTIONS))
+def test_both_code_conventions_train_through_trls_grpo_loop(tiny, tmp_path, convention):
+    """A smoke-size GRPO step of the tiny model per convention, the execution reward as TRL's reward function."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from crossed_rlvr.policies.loading import load_tokenizer
+    from crossed_rlvr.policies.tiny import build_tiny_model
+    from crossed_rlvr.study.code_eval import question
+    from tests.helpers import SMALL
+
+    folder, rows = tiny
+    build_tiny_model(tmp_path / "model", SMALL)
+    reward = make_trl_code_reward(convention, folder / "tiny.jsonl", cache_dir=folder / "oracle")
+    calls: list[int] = []
+
+    def counted(**kw):
+        out = reward(**kw)
+        calls.append(len(out))
+        assert set(out) <= {0.0, 1.0}
+        return out
+
+    counted.__name__ = reward.__name__
+    train = Dataset.from_list([{"prompt": f"{question(r['prompt'])}\n{code_request(convention)}",
+                                "reference": r["task_id"]} for r in rows[:4]])
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, num_generations=4,
+                      max_completion_length=16, max_steps=1, use_cpu=True, report_to=[], logging_steps=1, beta=0.0,
+                      loss_type="grpo", save_strategy="no", disable_tqdm=True, seed=0)
+    trainer = GRPOTrainer(model=str(tmp_path / "model"), reward_funcs=[counted], args=args, train_dataset=train,
+                          processing_class=load_tokenizer(tmp_path / "model"))
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if f"rewards/{reward.__name__}/mean" in h]
+    assert calls and sum(calls) == 4 and logged
