@@ -199,3 +199,21 @@ def test_rescore_code_names_a_bad_sample_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1
     assert err[0] == (f"crossed-rescore: {samples}:2: field 'task_id': 'HumanEval/999' is not a task of the dataset")
+
+
+def test_d3_takes_a_finished_studys_initial_policy_and_every_arms_last_checkpoint(tmp_path):
+    from crossed_rlvr.errors import CrossedError
+    from crossed_rlvr.study.code_eval import D3, study_policies
+
+    (tmp_path / "models" / "initial").mkdir(parents=True)
+    for conv in ("hash", "boxed"):
+        for step in (0, 50, 100):
+            (tmp_path / "train" / conv / "s83" / "checkpoints" / f"step-{step}").mkdir(parents=True)
+    got = study_policies(tmp_path)
+    assert got == {"initial": str(tmp_path / "models" / "initial"),
+                   "grpo-boxed/s83": str(tmp_path / "train" / "boxed" / "s83" / "checkpoints" / "step-100"),
+                   "grpo-hash/s83": str(tmp_path / "train" / "hash" / "s83" / "checkpoints" / "step-100")}
+    assert study_policies(tmp_path, step=50)["grpo-hash/s83"].endswith("step-50")
+    with pytest.raises(CrossedError, match="no initial policy or no arm checkpoint at step 7"):
+        study_policies(tmp_path, step=7)
+    assert (D3["samples"], D3["temperature"], D3["top_p"], D3["max_new_tokens"]) == (200, 0.6, 0.95, 8192)

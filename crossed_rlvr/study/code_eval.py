@@ -55,11 +55,11 @@ def gen_seed(task_id: str, request: str, sample: int, base: int) -> int:
 
 
 def generate(policy: str, path: str, tasks: dict[str, Any], samples: int, params: Any, seed: int,
-             batch_size: int) -> list[dict[str, Any]]:
+             gen: Any) -> list[dict[str, Any]]:
+    """``gen``: the ``eval`` settings (conf/eval/*.yaml) that choose the engine (transformers or vLLM)."""
     from tqdm import tqdm
 
-    from crossed_rlvr.eval.generate.engines import HFBackend
-    from crossed_rlvr.policies.loading import load_policy
+    from crossed_rlvr.eval.generate.engines import load_backend, release
     from crossed_rlvr.prompts import render
 
     if policy == "initial":
@@ -68,8 +68,8 @@ def generate(policy: str, path: str, tasks: dict[str, Any], samples: int, params
         convention, train_seed = m.group(1), int(m.group(2))
     else:
         raise CrossedError(f"policy name {policy!r}: expected initial or <method>-<convention>/s<seed>")
-    model, tok = load_policy(path)
-    backend = HFBackend(model, tok, batch_size=batch_size)
+    backend, tok = load_backend(path, gen)
+    batch_size = int(gen.batch_size)
     jobs = []
     for tid, task in tasks.items():
         for request in REQUESTS:
@@ -91,6 +91,7 @@ def generate(policy: str, path: str, tasks: dict[str, Any], samples: int, params
                             "finish_reason": g.finish_reason, "prompt_tokens": g.prompt_tokens,
                             "response_tokens": g.response_tokens, "reference": tid})
             bar.update(len(chunk))
+    release({policy: (backend, tok)})
     return out
 
 
@@ -225,23 +226,57 @@ def contrast_section(con: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(policies: dict[str, str], out: Path, n_tasks: int, samples: int, max_new_tokens: int, temperature: float,
-        seed: int, slots: int, batch_size: int, dataset: str | None = None, cache_dir: str | None = None,
-        resamples: int = 10_000) -> pd.DataFrame:
+def eval_settings(name: str = "cpu", **changes: Any) -> Any:
+    """The ``eval`` config group's settings (``cpu``: transformers; ``vllm``: vLLM on GPUs) with changes."""
+    from omegaconf import OmegaConf
+
+    base = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "eval" / f"{name}.yaml")
+    return OmegaConf.merge(base, {k: v for k, v in changes.items() if v is not None})
+
+
+def study_policies(run_dir: str | Path, step: int | None = None) -> dict[str, str]:
+    """A finished study's initial policy and every GRPO arm's final (or ``step``'s) checkpoint: App. D.3 evaluates
+    the GSM8K-trained arms on code without training anything here."""
+    run = Path(run_dir).expanduser().resolve()
+    out = {"initial": str(run / "models" / "initial")}
+    for arm in sorted((run / "train").glob("*/s*/checkpoints")):
+        steps = sorted((int(p.name.split("-")[1]), p) for p in arm.glob("step-*") if p.name.split("-")[1].isdigit())
+        chosen = [p for k, p in steps if k == step] if step is not None else [steps[-1][1]] if steps else []
+        if chosen:
+            out[f"grpo-{arm.parent.parent.name}/{arm.parent.name}"] = str(chosen[0])
+    missing = [p for p in out.values() if not Path(p).is_dir()]
+    if missing or len(out) == 1:
+        raise CrossedError(f"{run}: no initial policy or no arm checkpoint {'at step ' + str(step) if step else ''} "
+                           f"({', '.join(missing) or 'train/<convention>/s<seed>/checkpoints/step-N'})")
+    return out
+
+
+# App. D.3 with B.4's decoding: every task, 200 samples (the paper's gaps are not multiples of 1/164 or 1/378, so
+# it drew more than 64; 200 is EvalPlus's usual count), T = 0.6, top-p 0.95, an 8,192-token budget, vLLM
+D3 = {"tasks": None, "samples": 200, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8192,
+      "context_limit": 10240, "eval": "vllm"}
+
+
+def run(policies: dict[str, str], out: Path, n_tasks: int | None, samples: int, max_new_tokens: int,
+        temperature: float, seed: int, slots: int, batch_size: int | None = None, dataset: str | None = None,
+        cache_dir: str | None = None, resamples: int = 10_000, top_p: float = 0.95, engine: str = "cpu",
+        context_limit: int | None = None) -> pd.DataFrame:
     from crossed_rlvr.eval.generate.engines import GenParams
     from crossed_rlvr.records import read_responses, write_responses
     from crossed_rlvr.tasks.code import HUMANEVAL_PLUS, load_code_dataset, subset
 
     ds = load_code_dataset(dataset or HUMANEVAL_PLUS)
-    tasks = subset(ds, list(ds.tasks)[:n_tasks])
+    tasks = subset(ds, list(ds.tasks)[:n_tasks] if n_tasks else list(ds.tasks))
     out.mkdir(parents=True, exist_ok=True)
-    params = GenParams(temperature=temperature, top_p=0.95, max_new_tokens=max_new_tokens)
+    gen = eval_settings(engine, batch_size=batch_size, context_limit=context_limit)
+    params = GenParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                       context_limit=int(gen.context_limit))
     records: list[dict[str, Any]] = []
     for name, path in policies.items():
         target = out / "responses" / f"{name.replace('/', '_')}.jsonl"
         if not target.exists():  # a finished policy's responses are kept, never generated again
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_responses(target, generate(name, path, tasks.tasks, samples, params, seed, batch_size))
+            write_responses(target, generate(name, path, tasks.tasks, samples, params, seed, gen))
         records += read_responses([target], prompt_names=True).records  # code requests are prompt names here
     scores = score(records, tasks, slots, Path(cache_dir) if cache_dir else None)
     scores.to_parquet(out / "scores.parquet", index=False)
@@ -252,36 +287,54 @@ def run(policies: dict[str, str], out: Path, n_tasks: int, samples: int, max_new
     atomic_write_text(out / "report.md", report(table, samples, Path(ds.path).name) + "\n" + contrast_section(con))
     (out / "summary.json").write_text(json.dumps({"tasks": list(tasks.tasks), "dataset_sha256": ds.sha256,
                                                   "samples": samples, "max_new_tokens": max_new_tokens,
-                                                  "temperature": temperature, "seed": seed,
+                                                  "temperature": temperature, "top_p": top_p, "seed": seed,
+                                                  "engine": engine,
                                                   "policies": policies}, indent=1))
     return table
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="crossed_rlvr.study.code_eval", description=__doc__.splitlines()[0])
-    ap.add_argument("--policy", action="append", required=True, help="NAME=PATH (a model folder)")
+    ap.add_argument("--policy", action="append", default=[], help="NAME=PATH (a model folder); repeatable")
+    ap.add_argument("--from-study", default=None, help="a finished study's run_dir: its initial policy and arms")
+    ap.add_argument("--step", type=int, default=None, help="with --from-study: the arms' checkpoint (default last)")
+    ap.add_argument("--preset", choices=["d3"], default=None,
+                    help="d3: App. D.3 with B.4's decoding (every task, 200 samples, T=0.6, 8192 tokens, vLLM)")
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--tasks", type=int, default=40)
-    ap.add_argument("--samples", type=int, default=8)
-    ap.add_argument("--max-new-tokens", type=int, default=384)
-    ap.add_argument("--temperature", type=float, default=0.8)
+    ap.add_argument("--tasks", type=int, default=None, help="the first N tasks (default 40; d3: all)")
+    ap.add_argument("--samples", type=int, default=None, help="samples per task, policy and request (default 8)")
+    ap.add_argument("--max-new-tokens", type=int, default=None)
+    ap.add_argument("--temperature", type=float, default=None)
+    ap.add_argument("--top-p", type=float, default=None)
+    ap.add_argument("--eval", dest="engine", choices=["cpu", "vllm", "vllm_cpu"], default=None)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--slots", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--slots", type=int, default=2, help="sandbox runs at once")
+    ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--dataset", default=None, help="EvalPlus dataset file (default: the shipped HumanEval+)")
     args = ap.parse_args(argv)
+    preset = D3 if args.preset == "d3" else {"tasks": 40, "samples": 8, "temperature": 0.8, "top_p": 0.95,
+                                             "max_new_tokens": 384, "context_limit": None, "eval": "cpu"}
+
+    def pick(flag: Any, key: str) -> Any:
+        return preset[key] if flag is None else flag
+
     try:
         policies = dict(p.split("=", 1) for p in args.policy)
+        if args.from_study:
+            policies = {**study_policies(args.from_study, args.step), **policies}
+        if not policies:
+            raise CrossedError("name the policies: --policy NAME=PATH, or --from-study RUN_DIR")
+        table = run(policies, args.out, pick(args.tasks, "tasks"), pick(args.samples, "samples"),
+                    pick(args.max_new_tokens, "max_new_tokens"), pick(args.temperature, "temperature"), args.seed,
+                    args.slots, args.batch_size, args.dataset, top_p=pick(args.top_p, "top_p"),
+                    engine=pick(args.engine, "eval"), context_limit=preset["context_limit"])
     except ValueError:
         print("crossed_rlvr.study.code_eval: --policy must be NAME=PATH", file=sys.stderr)
         return 2
-    try:
-        table = run(policies, args.out, args.tasks, args.samples, args.max_new_tokens, args.temperature, args.seed,
-                    args.slots, args.batch_size, args.dataset)
     except CrossedError as err:
         print(f"crossed_rlvr.study.code_eval: {err}", file=sys.stderr)
         return 2
-    print(report(table, args.samples, "HumanEval+").rstrip())
+    print(report(table, pick(args.samples, "samples"), "HumanEval+").rstrip())
     print(args.out / "report.md")
     return 0
 
