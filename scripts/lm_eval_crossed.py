@@ -2,7 +2,8 @@
 
 lm-eval (from PyPI) loads the initial policy and every arm checkpoint with its own ``hf`` model
 (``AutoTokenizer`` / ``AutoModelForCausalLM``) and runs a local task in two variants that differ only
-in the request (hash, boxed), with ``--log_samples``. ``crossed-import lm-eval`` reads each policy's
+in the request (hash, boxed), logging every sample as ``--log_samples`` does: its Python API
+(``simple_evaluate`` and ``EvaluationTracker``), in this one process for every policy. ``crossed-import lm-eval`` reads each policy's
 output folder under one ``--task``, ``crossed-score`` scores the responses, ``crossed-analyze`` finds
 the crossed pair.
 
@@ -15,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from crossed_rlvr.prompts import user_content
 
-BIN = Path(sys.executable).parent
 REQUESTS = ("hash", "boxed")
 
 
@@ -60,30 +59,50 @@ def main() -> int:
     arms = json.loads((run / "stages" / "arms.json").read_text())["info"]["arms"]
     policies = {"initial": run / "models" / "initial", **{name: Path(a["path"]) for name, a in sorted(arms.items())}}
     names = write_tasks(items, out / "tasks", task, args.max_gen_toks)
+    # lm-eval's Python API (simple_evaluate with its EvaluationTracker, what the ``lm_eval`` command runs), in this
+    # process for every policy, with a task index of the local tasks alone: the command scans the YAML of every
+    # built-in task on each start (two thirds of a run at this size), and pays torch's and lm-eval's imports again
+    from lm_eval import simple_evaluate
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.tasks import TaskManager
+
+    from crossed_rlvr.analysis.cli import main as analyze
+    from crossed_rlvr.eval.generate.importers import main as import_outputs
+    from crossed_rlvr.eval.score.scoring import main as score
+
+    tasks = TaskManager(include_path=str(out / "tasks"), include_defaults=False)
     responses = []
     for policy, path in policies.items():
         slug = policy.replace("/", "_")
         start = time.perf_counter()
-        subprocess.run([str(BIN / "lm_eval"), "--model", "hf", "--model_args", f"pretrained={path},dtype=float32",
-                        "--tasks", ",".join(names), "--include_path", str(out / "tasks"), "--apply_chat_template",
-                        "--log_samples", "--output_path", str(out / "lm_eval" / slug), "--limit", str(args.limit),
-                        "--device", "cpu", "--batch_size", "8"], check=True, capture_output=True, text=True)
+        tracker = EvaluationTracker(output_path=str(out / "lm_eval" / slug))
+        results = simple_evaluate(model="hf", model_args=f"pretrained={path},dtype=float32", tasks=names,
+                                  batch_size=8, device="cpu", limit=args.limit, log_samples=True,
+                                  evaluation_tracker=tracker, apply_chat_template=True, task_manager=tasks)
+        samples = results.pop("samples")
+        tracker.save_results_aggregated(results=results, samples=samples)
+        for name in names:  # --log_samples: one samples_<task>_<time>.jsonl per task, as the command writes
+            tracker.save_results_samples(task_name=name, samples=samples[name])
         seconds = time.perf_counter() - start
         target = out / "responses" / f"{slug}.jsonl"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.unlink(missing_ok=True)
         # one folder per policy, both request variants in it, one task name: the crossing is kept
-        subprocess.run([str(BIN / "crossed-import"), "lm-eval", str(out / "lm_eval" / slug), "-o", str(target),
-                        "--policy", policy, "--task", task], check=True, capture_output=True, text=True)
+        check(import_outputs(["lm-eval", str(out / "lm_eval" / slug), "-o", str(target), "--policy", policy,
+                              "--task", task]), "crossed-import")
         responses.append(str(target))
         print(f"{policy}: lm-eval {seconds:.1f} s -> {target}", file=sys.stderr)
     scores = out / "scores.parquet"
-    subprocess.run([str(BIN / "crossed-score"), *responses, "-o", str(scores), "--overwrite"], check=True,
-                   capture_output=True, text=True)
-    subprocess.run([str(BIN / "crossed-analyze"), str(scores), "-o", str(out / "analysis"), "--overwrite",
-                    "--resamples", "200", "--no-figures"], check=True, capture_output=True, text=True)
+    check(score([*responses, "-o", str(scores), "--overwrite"]), "crossed-score")
+    check(analyze([str(scores), "-o", str(out / "analysis"), "--overwrite", "--resamples", "200", "--no-figures"]),
+          "crossed-analyze")
     print(out / "analysis" / "report.md")
     return 0
+
+
+def check(status: int | None, command: str) -> None:
+    if status not in (0, None):
+        raise SystemExit(f"{command} ended with status {status}")
 
 
 if __name__ == "__main__":
