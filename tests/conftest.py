@@ -70,6 +70,15 @@ def warm_cache(tmp_path_factory) -> Path:
     return (root.parent if WORKER is not None else root) / "warm-cache"
 
 
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """The smallest tiny model (tests/helpers.py: SMALL), built once per module that asks for it (< 1 s)."""
+    from crossed_rlvr.policies.tiny import build_tiny_model
+    from tests.helpers import SMALL
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", SMALL)
+
+
 EXCLUSIVE = "exclusive"
 # the groups that take longest, in the order their first test is handed out (measured: the exclusive chain, verl's
 # trainer included, ~40 min; the smoke study ~10, the real model ~6, the GPU-path checks ~5)

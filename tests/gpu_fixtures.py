@@ -10,7 +10,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from hydra import compose, initialize_config_module
 
 from crossed_rlvr.policies.tiny import build_tiny_model
 from tests.helpers import SMALL
@@ -64,11 +63,6 @@ def task_overrides(local, task: str, dev: bool = True) -> list[str]:
     extra = [] if task == "gsm8k" else ["task=math500"]
     return [*extra, f"task.path={test}", f"task.train_path={train}", *([f"task.dev_items={DEV}"] if dev else []),
             f"recipe.proposal.strata_file={local['strata']}"]
-
-
-def study_cfg(run_dir, *overrides):
-    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
-        return compose(config_name="crossed_study", overrides=[f"run_dir={run_dir}", *overrides])
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,8 @@ and gpu_fixtures.py), so that no test module imports another."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.policies.tiny import TinyConfig
@@ -25,3 +27,50 @@ def rec(item: int = 0, policy: str = "initial", request: str = "hash", template:
     base["prompt_sha256"] = f"{request}-{template}-{item}".ljust(64, "0")
     base.update(kw)
     return base
+
+
+def study_cfg(run_dir: Path | str, *overrides: str) -> Any:
+    """The composed ``crossed_study`` config with ``run_dir`` and overrides."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        return compose(config_name="crossed_study", overrides=[f"run_dir={run_dir}", *overrides])
+
+
+def cfg_for(*args: str) -> Any:
+    """The composed ``crossed_eval`` config with these overrides."""
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        return compose(config_name="crossed_eval", overrides=list(args))
+
+
+def overrides(run_dir: Path | str, tiny: Path | str, n_items: int = 6, extra: tuple | list = ()) -> list[str]:
+    """A small crossed evaluation of a tiny model: 6 items, 12 new tokens, two wordings."""
+    return [f"run_dir={run_dir}", f"model.path={tiny}", f"task.n_items={n_items}", "task.n_test=30", "task.n_dev=3",
+            "eval.max_new_tokens=12", "eval.context_limit=512", "eval.batch_size=4", "tracking=off",
+            "templates=[original,para_a]", "template_subset=3", *extra]
+
+
+def scores_table(tmp: Path, change: Callable[[Any], Any] | None = None) -> Path:
+    """A small valid crossed scores table, then ``change`` applied (the bad part)."""
+    import pandas as pd
+
+    from tests.analysis_fixtures import cell
+
+    rows = [r for policy, seed in (("initial", None), ("grpo-hash/s1", 1), ("grpo-boxed/s1", 1))
+            for request in ("hash", "boxed") for r in cell(policy, request, [1, 0, 1, 1], [1, 0, 0, 1], seed=seed)]
+    df = pd.DataFrame(rows)
+    df["train_seed"] = df["train_seed"].astype("Int64")
+    if change is not None:
+        df = change(df)
+    path = tmp / "scores.parquet"
+    df.to_parquet(path, index=False)
+    return path
+
+
+def arm_files(run: Path, name: str = "hash/s83") -> tuple[str, str, list[str]]:
+    """A prepared verl arm's single-node script, SLURM script and override lines."""
+    arm = run / "train" / name
+    return ((arm / "launch_single_node.sh").read_text(), (arm / "launch_slurm_ray.sbatch").read_text(),
+            (arm / "verl_overrides.txt").read_text().split("\n")[:-1])

@@ -1,4 +1,5 @@
-"""Local GSM8K- and MATH-shaped files with only train and test splits (as the hub datasets have)."""
+"""Local GSM8K- and MATH-shaped files with only train and test splits (as the hub datasets have), and one row of
+each multiple-choice benchmark in its hub format."""
 
 from __future__ import annotations
 
@@ -39,3 +40,18 @@ def math_files(folder: Path, n_train: int = 120, n_test: int = 40, seed: int = 0
              "solution": f"$\\boxed{{{k + 2}}}$", "subject": "Algebra", "level": 1,
              "unique_id": f"test/algebra/{k}.json"} for k in range(n_test)]
     return _write(folder / "math" / "train.jsonl", train), _write(folder / "math" / "test.jsonl", test)
+
+
+# one row of each multiple-choice benchmark in its hub format (tasks/choice.py reads them)
+ROWS = {
+    "mmlu": {"question": "2 + 2?", "choices": ["3", "4", "5", "6"], "answer": 1, "subject": "math"},
+    "mmlu_pro": {"question_id": 70, "question": "Pick J.", "options": [str(k) for k in range(10)], "answer": "J",
+                 "answer_index": 9},
+    "arc_challenge": {"id": "Mercury_1", "question": "Which is a gas?",
+                      "choices": {"text": ["rock", "steam", "ice"], "label": ["A", "B", "C"]}, "answerKey": "B"},
+    "aqua_rat": {"question": "x = 21?", "options": ["A)21", "B)22", "C)23", "D)24", "E)25"], "rationale": "...",
+                 "correct": "A"},
+    "sat_math": {"query": "Q: What is 5? Answer Choices: (A)5 (B)6 (C)7 (D)8\nA: Among A through D, the answer is",
+                 "choices": ["(A)5", "(B)6", "(C)7", "(D)8"], "gold": [0]},
+}
+BBH = {"input": "Today is Monday. What day is tomorrow?\nOptions:\n(A) Tuesday\n(B) Sunday", "target": "(A)"}

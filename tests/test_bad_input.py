@@ -8,7 +8,6 @@ tests/test_importers.py (LM_EVAL_BAD, VERL_BAD), response-file fields in tests/t
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -20,21 +19,7 @@ from crossed_rlvr.eval.generate.importers import main as import_main
 from crossed_rlvr.eval.score.scoring import main as score_main
 from crossed_rlvr.rescore.cli import main as rescore_main
 from crossed_rlvr.rewards.conventions import request_suffix
-from tests.analysis_fixtures import cell
-from tests.helpers import rec
-
-
-def scores_table(tmp: Path, change: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> Path:
-    """A small valid crossed scores table, then ``change`` applied (the bad part)."""
-    rows = [r for policy, seed in (("initial", None), ("grpo-hash/s1", 1), ("grpo-boxed/s1", 1))
-            for request in ("hash", "boxed") for r in cell(policy, request, [1, 0, 1, 1], [1, 0, 0, 1], seed=seed)]
-    df = pd.DataFrame(rows)
-    df["train_seed"] = df["train_seed"].astype("Int64")
-    if change is not None:
-        df = change(df)
-    path = tmp / "scores.parquet"
-    df.to_parquet(path, index=False)
-    return path
+from tests.helpers import rec, scores_table
 
 
 def _set(col: str, value, row: int = 3):

@@ -6,19 +6,8 @@ import pytest
 
 from crossed_rlvr.tasks.choice import load_benchmark
 from crossed_rlvr.tasks.items import ItemFileError
+from tests.task_files import BBH, ROWS
 
-ROWS = {
-    "mmlu": {"question": "2 + 2?", "choices": ["3", "4", "5", "6"], "answer": 1, "subject": "math"},
-    "mmlu_pro": {"question_id": 70, "question": "Pick J.", "options": [str(k) for k in range(10)], "answer": "J",
-                 "answer_index": 9},
-    "arc_challenge": {"id": "Mercury_1", "question": "Which is a gas?",
-                      "choices": {"text": ["rock", "steam", "ice"], "label": ["A", "B", "C"]}, "answerKey": "B"},
-    "aqua_rat": {"question": "x = 21?", "options": ["A)21", "B)22", "C)23", "D)24", "E)25"], "rationale": "...",
-                 "correct": "A"},
-    "sat_math": {"query": "Q: What is 5? Answer Choices: (A)5 (B)6 (C)7 (D)8\nA: Among A through D, the answer is",
-                 "choices": ["(A)5", "(B)6", "(C)7", "(D)8"], "gold": [0]},
-}
-BBH = {"input": "Today is Monday. What day is tomorrow?\nOptions:\n(A) Tuesday\n(B) Sunday", "target": "(A)"}
 EXPECTED = {"mmlu": ("B", 4, "4"), "mmlu_pro": ("J", 10, "9"), "arc_challenge": ("B", 3, "steam"),
             "aqua_rat": ("A", 5, "21"), "sat_math": ("A", 4, "5")}
 

@@ -13,15 +13,15 @@ from crossed_rlvr.train.code_reward import CodeRewardProgram, compute_score, mak
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny_code(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tinycode")
     rows = tiny_code_rows(6)
     write_code_dataset(folder / "tiny.jsonl", rows)
     return folder, rows
 
 
-def test_rewards_only_a_passing_program_in_the_arms_delimiter(tiny):
-    folder, rows = tiny
+def test_rewards_only_a_passing_program_in_the_arms_delimiter(tiny_code):
+    folder, rows = tiny_code
     body = rows[0]["canonical_solution"]  # "    return x + a"
     whole = rows[0]["prompt"] + body
     program = CodeRewardProgram(folder / "tiny.jsonl", slots=2, cache_dir=folder / "oracle")
@@ -35,8 +35,8 @@ def test_rewards_only_a_passing_program_in_the_arms_delimiter(tiny):
         program.score_many(["fence"], ["x"], ["TinyCode/99"])
 
 
-def test_verl_entry_reads_the_convention_and_dataset_from_the_row(tiny):
-    folder, rows = tiny
+def test_verl_entry_reads_the_convention_and_dataset_from_the_row(tiny_code):
+    folder, rows = tiny_code
     whole = rows[1]["prompt"] + rows[1]["canonical_solution"]
     info = {"convention": "begin_done", "code_dataset": str(folder / "tiny.jsonl"), "is_weight": 0.5}
     assert compute_score("tinycode", f"[BEGIN]\n{whole}[DONE]", "TinyCode/1", info) == {"score": 1.0, "acc": 1.0,
@@ -45,10 +45,10 @@ def test_verl_entry_reads_the_convention_and_dataset_from_the_row(tiny):
         compute_score("tinycode", "x", "TinyCode/1", {"convention": "fence"})
 
 
-def test_a_sandbox_failure_is_raised_never_rewarded_zero(tiny, monkeypatch):
+def test_a_sandbox_failure_is_raised_never_rewarded_zero(tiny_code, monkeypatch):
     import crossed_rlvr.sandbox.bwrap as bwrap
 
-    folder, rows = tiny
+    folder, rows = tiny_code
     program = CodeRewardProgram(folder / "tiny.jsonl", slots=1, cache_dir=folder / "oracle")
     program.score_many(["fence"], ["no block"], ["TinyCode/2"])  # nothing to run: no sandbox needed
     monkeypatch.setattr(bwrap, "PYTHON", "/nonexistent/python3")
@@ -57,7 +57,7 @@ def test_a_sandbox_failure_is_raised_never_rewarded_zero(tiny, monkeypatch):
 
 
 @pytest.mark.parametrize("convention", list(CODE_CONVENTIONS))
-def test_both_code_conventions_train_through_trls_grpo_loop(tiny, tmp_path, convention):
+def test_both_code_conventions_train_through_trls_grpo_loop(tiny_code, tmp_path, convention):
     """A smoke-size GRPO step of the tiny model per convention, the execution reward as TRL's reward function."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -67,7 +67,7 @@ def test_both_code_conventions_train_through_trls_grpo_loop(tiny, tmp_path, conv
     from crossed_rlvr.study.code_eval import question
     from tests.helpers import SMALL
 
-    folder, rows = tiny
+    folder, rows = tiny_code
     build_tiny_model(tmp_path / "model", SMALL)
     reward = make_trl_code_reward(convention, folder / "tiny.jsonl", cache_dir=folder / "oracle")
     calls: list[int] = []

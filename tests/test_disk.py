@@ -14,8 +14,7 @@ import pytest
 from crossed_rlvr.analysis.cli import main as analyze_main
 from crossed_rlvr.eval.score import scoring
 from crossed_rlvr.eval.score.scoring import main as score_main
-from tests.helpers import rec
-from tests.test_bad_input import scores_table
+from tests.helpers import rec, scores_table
 
 
 def responses(tmp: Path) -> Path:

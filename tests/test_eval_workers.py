@@ -15,7 +15,7 @@ import pytest
 
 from crossed_rlvr.eval.generate.plan import RunError
 from crossed_rlvr.eval.generate.runner import run_eval
-from tests.test_runner import cfg_for, overrides, tiny  # noqa: F401  (tiny: the module's model fixture)
+from tests.helpers import cfg_for, overrides
 
 # Ray clusters of two workers (tests/conftest.py: the exclusive group also keeps the serial run on one worker)
 pytestmark = [pytest.mark.exclusive]
@@ -34,7 +34,7 @@ def workers(n=2, shard=5, *more):
 
 
 @pytest.fixture(scope="module")
-def serial(tmp_path_factory, tiny):  # noqa: F811
+def serial(tmp_path_factory, tiny):
     run = tmp_path_factory.mktemp("serial") / "run"
     run_eval(cfg_for(*args(run, tiny)), progress=False)
     return run
@@ -49,7 +49,7 @@ def same_files(a: Path, b: Path) -> None:
     assert not list((b / "responses" / ".partial").iterdir())  # no scratch left behind
 
 
-def test_two_workers_write_the_serial_files_and_split_cells(tmp_path, tiny, serial):  # noqa: F811
+def test_two_workers_write_the_serial_files_and_split_cells(tmp_path, tiny, serial):
     events = []
     run = tmp_path / "run"
     summary = run_eval(cfg_for(*args(run, tiny, workers())), progress=False,
@@ -72,7 +72,7 @@ def test_two_workers_write_the_serial_files_and_split_cells(tmp_path, tiny, seri
     assert all(v == {"skipped": True} for v in again.values())
 
 
-def test_a_killed_worker_is_replaced_and_its_shard_retried(tmp_path, tiny, serial):  # noqa: F811
+def test_a_killed_worker_is_replaced_and_its_shard_retried(tmp_path, tiny, serial):
     events = []
     pids: list[int] = []
 
@@ -92,7 +92,7 @@ def test_a_killed_worker_is_replaced_and_its_shard_retried(tmp_path, tiny, seria
     same_files(serial, run)
 
 
-def test_a_shard_out_of_retries_is_reported_and_the_rerun_completes(tmp_path, tiny, serial):  # noqa: F811
+def test_a_shard_out_of_retries_is_reported_and_the_rerun_completes(tmp_path, tiny, serial):
     killed = []
 
     def on_event(kind, info):
@@ -113,7 +113,7 @@ def test_a_shard_out_of_retries_is_reported_and_the_rerun_completes(tmp_path, ti
     same_files(serial, run)
 
 
-def test_a_killed_driver_resumes_to_the_serial_files(tmp_path, tiny, serial):  # noqa: F811
+def test_a_killed_driver_resumes_to_the_serial_files(tmp_path, tiny, serial):
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "crossed_rlvr.eval.generate.cli", *args(run, tiny, workers(2, 3))]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -132,13 +132,13 @@ def test_a_killed_driver_resumes_to_the_serial_files(tmp_path, tiny, serial):  #
     same_files(serial, run)
 
 
-def test_more_workers_than_the_cluster_holds_is_refused(tmp_path, tiny):  # noqa: F811
+def test_more_workers_than_the_cluster_holds_is_refused(tmp_path, tiny):
     with pytest.raises(RunError, match=r"distribute.workers=64 needs 64 CPU \(the cluster has \d+\)"):
         run_eval(cfg_for(*args(tmp_path / "run", tiny, workers(64))), progress=False)
 
 
 @pytest.mark.timeout(400)
-def test_a_ray_cluster_the_user_runs_is_joined_and_left_running(tmp_path, tiny, serial):  # noqa: F811
+def test_a_ray_cluster_the_user_runs_is_joined_and_left_running(tmp_path, tiny, serial):
     """``ray start --head`` as on a cluster (or as the SLURM script does), then distribute.address: the
     workers run on that cluster, the files equal the serial run's, and the cluster is still up after."""
     import shutil

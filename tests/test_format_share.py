@@ -227,7 +227,7 @@ def test_six_benchmarks_as_the_loaders_freeze_them_pool_in_one_command(tmp_path)
     command; MMLU-Pro's key J and AQuA-RAT's E are read from the items' own option counts."""
     from crossed_rlvr.rescore.cli import main
     from crossed_rlvr.tasks.choice import load_benchmark
-    from tests.test_choice import BBH, ROWS
+    from tests.task_files import BBH, ROWS
 
     run = tmp_path / "run"
     (run / "items").mkdir(parents=True)

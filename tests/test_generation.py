@@ -6,16 +6,9 @@ import pytest
 
 from crossed_rlvr.eval.generate.engines import ContextLengthError, GenParams, HFBackend
 from crossed_rlvr.policies.loading import load_policy, load_tokenizer
-from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.sft import pairs
 from crossed_rlvr.tasks.arith import make_splits
-from tests.helpers import SMALL
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", SMALL)
 
 
 def test_tiny_model_is_an_ordinary_hf_directory(tiny):

@@ -20,7 +20,8 @@ from omegaconf import OmegaConf
 from crossed_rlvr.study.pipeline import Study
 from crossed_rlvr.train.translate import VERL_SEED_KEYS
 from crossed_rlvr.train.verl_engine import SDPA, validate_verl
-from tests.gpu_fixtures import DEV, N_VAL, study_cfg, task_overrides
+from tests.gpu_fixtures import DEV, N_VAL, task_overrides
+from tests.helpers import arm_files, study_cfg
 
 # with tests/test_launch.py on one worker, so the shared session fixtures (tests/gpu_fixtures.py) are built once
 # for the tests here that are not exclusive (the exclusive ones build them again on their own worker)
@@ -201,12 +202,6 @@ def test_gpu_preset_without_prepare_stops_before_any_stage(local, tmp_path):
 
 
 # ---------------------------------------------------------------- launch hygiene (on the 7B rehearsal)
-def arm_files(run: Path, name: str = "hash/s83") -> tuple[str, str, list[str]]:
-    arm = run / "train" / name
-    return ((arm / "launch_single_node.sh").read_text(), (arm / "launch_slurm_ray.sbatch").read_text(),
-            (arm / "verl_overrides.txt").read_text().split("\n")[:-1])
-
-
 def test_scripts_run_the_studys_interpreter(paper_gsm8k):
     single, slurm, _ = arm_files(paper_gsm8k)
     python = shlex.quote(str(Path(sys.executable).absolute()))

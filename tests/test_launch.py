@@ -24,8 +24,8 @@ import pytest
 from crossed_rlvr.train.budget import Budget, BudgetError, budget_for, verl_budget
 from crossed_rlvr.train.proposal import frozen_proposal
 from crossed_rlvr.train.verl_engine import compose_verl
-from tests.gpu_fixtures import study_cfg, task_overrides
-from tests.test_gpu_path import arm_files
+from tests.gpu_fixtures import task_overrides
+from tests.helpers import arm_files, study_cfg
 
 # with tests/test_gpu_path.py on one worker: see there
 WORKER_GROUP = "gpu_path"

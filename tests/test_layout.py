@@ -226,3 +226,15 @@ def test_one_config_hash():
     from crossed_rlvr.files import config_sha256
 
     assert config_sha256({"b": 1, "a": [2]}) == config_sha256({"a": [2], "b": 1})
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in tests/helpers.py, conftest.py and the fixture modules, so that a test module can be
+    read, run or deleted alone."""
+    found = []
+    for path in sorted((ROOT.parent / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [(path.name, n) for n in names if n.startswith("tests.test_")]
+    assert found == []

@@ -234,8 +234,7 @@ def test_crossed_eval_records_carry_their_decoding_and_scores_keep_it(tmp_path):
     from crossed_rlvr.eval.score.scoring import score_files
     from crossed_rlvr.policies.tiny import build_tiny_model
     from crossed_rlvr.records import read_responses
-    from tests.helpers import SMALL
-    from tests.test_runner import cfg_for, overrides
+    from tests.helpers import SMALL, cfg_for, overrides
 
     tiny = build_tiny_model(tmp_path / "m", SMALL)
     run_eval(cfg_for(*overrides(tmp_path / "run", tiny, n_items=3, extra=["eval.temperature=0.7"])), progress=False)

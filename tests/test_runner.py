@@ -8,30 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
 
 from crossed_rlvr.eval.generate.plan import RunError
 from crossed_rlvr.eval.generate.runner import run_eval
-from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.records import read_responses
 from crossed_rlvr.tasks.items import ItemFileError
-from tests.helpers import SMALL
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", SMALL)
-
-
-def overrides(run_dir, tiny, n_items=6, extra=()):
-    return [f"run_dir={run_dir}", f"model.path={tiny}", f"task.n_items={n_items}", "task.n_test=30", "task.n_dev=3",
-            "eval.max_new_tokens=12", "eval.context_limit=512", "eval.batch_size=4", "tracking=off",
-            "templates=[original,para_a]", "template_subset=3", *extra]
-
-
-def cfg_for(*args):
-    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
-        return compose(config_name="crossed_eval", overrides=list(args))
+from tests.helpers import cfg_for, overrides
 
 
 def test_crossed_cells_records_and_skip(tmp_path, tiny):

@@ -11,19 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
 
 from crossed_rlvr.study.cli import NeedsGPU, check_device
 from crossed_rlvr.study.pipeline import Study
+from tests.helpers import study_cfg
 
 # one worker builds the smoke study once for every test here (tests/conftest.py)
 WORKER_GROUP = "smoke_study"
 SHARED_FIXTURES = ("smoke",)
-
-
-def study_cfg(run_dir, *overrides):
-    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
-        return compose(config_name="crossed_study", overrides=[f"run_dir={run_dir}", *overrides])
 
 
 @pytest.fixture(scope="module")

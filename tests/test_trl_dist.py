@@ -92,7 +92,7 @@ def test_the_batch_splits_over_ranks_or_is_refused():
 def test_study_trains_each_arm_on_two_ranks(tmp_path):
     """``crossed-study engine.nproc_per_node=2``: each GRPO arm runs through torchrun, then is evaluated."""
     from crossed_rlvr.study.pipeline import Study
-    from tests.test_study import study_cfg
+    from tests.helpers import study_cfg
 
     run = tmp_path / "study"
     summary = Study(study_cfg(run, "experiment=smoke", "sft.epochs=2", "engine.nproc_per_node=2", "engine.micro_batch=8",

@@ -14,22 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
 from crossed_rlvr.study.pipeline import Study
 from crossed_rlvr.train.verl_launch import read_metrics
+from tests.helpers import study_cfg
 
 # The study fixture trains two verl arms (~95 s of start-up each on 2 cores) and evaluates them: 567 s in a whole
 # suite run here, too near the suite's 600 s per test; its first test gets the time it needs.
 pytestmark = [pytest.mark.exclusive, pytest.mark.timeout(1800)]
 
 SEED = 83
-
-
-def study_cfg(run_dir: Path, *overrides: str):
-    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
-        return compose(config_name="crossed_study", overrides=[f"run_dir={run_dir}", *overrides])
 
 
 @pytest.fixture(scope="module")
