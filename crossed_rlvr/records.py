@@ -1,4 +1,4 @@
-"""Response records: one JSON Lines record per sampled response (DESIGN.md "Contracts").
+"""Response records: one JSON Lines record per sampled response (docs/formats.md).
 
 Reading validates as it goes and refuses bad input with one message naming the file, the line and
 the field or key at fault: malformed JSON, a missing field, a wrong type, a repeated

@@ -1,4 +1,4 @@
-"""The package's layout keeps the data flow (DESIGN.md "The layout now"): read from every import statement
+"""The package's layout keeps the data flow (docs/architecture.md "Packages"): read from every import statement
 of every module (function bodies included, where the coupling hides), this test fails on
 
 - a circle between modules,
@@ -154,7 +154,7 @@ SYMBOLIC_DEPENDENCIES = {"math_verify", "pebble"}
 
 
 def test_rewards_use_only_the_standard_library():
-    """verl and TRL import the reward programs without the rest of the project (DESIGN.md, rewards/)."""
+    """verl and TRL import the reward programs without the rest of the project (docs/architecture.md, rewards/)."""
     import sys
 
     bad = []
@@ -237,4 +237,21 @@ def test_no_test_module_imports_another():
             names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
                      else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
             found += [(path.name, n) for n in names if n.startswith("tests.test_")]
+    assert found == []
+
+
+def test_the_project_explains_itself():
+    """Code, tests and docs say what a rule is and why, not which ticket asked for it, and point only at files
+    inside the repository (docs/), never at design notes a reader cannot see."""
+    import re
+
+    repo = ROOT.parent
+    files = [p for pattern in ("crossed_rlvr/**/*.py", "tests/*.py", "scripts/*", "docs/*.md", "README.md",
+                               "Makefile", "crossed_rlvr/conf/**/*.yaml")
+             for p in repo.glob(pattern) if p.is_file()]
+    design = "DESIGN" + ".md"  # spelled apart so that this file does not match itself
+    ticket = re.compile(r"\b[Ii]ssue #?\d+\b")
+    found = [(str(p.relative_to(repo)), n) for p in files
+             for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+             if design in line or ticket.search(line)]
     assert found == []

@@ -23,7 +23,7 @@ def test_crossed_cells_records_and_skip(tmp_path, tiny):
     summary = run_eval(cfg, progress=False)
     files = sorted(p.name for p in (tmp_path / "run" / "responses").glob("*.jsonl"))
     assert len(files) == 8 and "grpo-hash_s1__boxed__para_a.jsonl" in files
-    rs = read_responses([tmp_path / "run" / "responses"])  # the contract of DESIGN.md holds
+    rs = read_responses([tmp_path / "run" / "responses"])  # the response-record contract (docs/formats.md) holds
     para = [r for r in rs.records if r["template"] == "para_a"]
     assert len(rs.records) == 2 * 2 * 6 + 2 * 2 * 3 and len({r["item_id"] for r in para}) == 3
     import json

@@ -1,6 +1,6 @@
 """``crossed-analyze``: scores table -> cells, contrasts, coverage, paired tests, report, figures.
 
-Outputs (a folder, DESIGN.md "Contracts"): ``cells.csv`` (one row per cell and measure, with n),
+Outputs (a folder, docs/formats.md): ``cells.csv`` (one row per cell and measure, with n),
 ``contrasts.csv`` (one row per contrast with its paired-bootstrap interval), ``report.md``,
 ``figures/*.png`` and ``manifest.json`` with the sha256 of every input. The folder is written
 whole into a temporary sibling and then moved into place, and an existing folder is never

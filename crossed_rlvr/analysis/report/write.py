@@ -1,4 +1,4 @@
-"""The analysis folder (DESIGN.md "Contracts"): ``cells.csv``, ``contrasts.csv`` and the other tables,
+"""The analysis folder (docs/formats.md): ``cells.csv``, ``contrasts.csv`` and the other tables,
 ``report.md``, ``figures/*.png`` and ``manifest.json`` with the sha256 of every input, written from what
 ``analysis.analyze.compute`` returned."""
 

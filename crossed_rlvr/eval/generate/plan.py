@@ -242,7 +242,7 @@ def generate(backend: Any, tokenizer: Any, todo: list[tuple[int, dict[str, Any],
 
 
 def make_record(p: Plan, cell: Cell, it: dict[str, Any], s: int, seed: int, sha: str, out: Any) -> dict[str, Any]:
-    """One response record (DESIGN.md "Contracts"), the same whichever process generated it."""
+    """One response record (docs/formats.md), the same whichever process generated it."""
     pol = cell.pol
     rec = {
         "item_id": str(it["item_id"]), "task": p.task, "policy": pol.name,

@@ -1,4 +1,4 @@
-"""``crossed-score``: response files -> scores table (Parquet) + manifest (DESIGN.md "Contracts").
+"""``crossed-score``: response files -> scores table (Parquet) + manifest (docs/formats.md).
 
 Every reader of the panel and the payload detector is applied to every response, in worker
 processes with a progress bar. The output is deterministic: rows are sorted by their key and the
