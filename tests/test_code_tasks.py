@@ -22,6 +22,10 @@ from crossed_rlvr.tasks.code import (
     subset,
 )
 
+# the tests that share the executor (its expected outputs: ~5 s to compute) run on one worker (tests/conftest.py)
+WORKER_GROUP = "code_tasks"
+SHARED_FIXTURES = ("executor",)
+
 # a spread of HumanEval+ tasks: floats with a tolerance (2, 4), find_zero's own check (32), strings, lists,
 # dicts, tuples; the heaviest tasks (15, 130: ~130 MB of plus outputs each) are left to scripts/check_code_oracle.py
 SPREAD = ["HumanEval/0", "HumanEval/2", "HumanEval/4", "HumanEval/12", "HumanEval/20", "HumanEval/32",

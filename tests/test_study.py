@@ -36,6 +36,13 @@ def test_smoke_study_writes_the_crossed_report(smoke):
     report = (run / "analysis" / "report.md").read_text()
     assert "grpo-hash" in report and "grpo-boxed" in report and "I_P" in report
     assert "## Training of the arms" in report
+    # written once: the study's own sections (over training, training, warm start) are in the contents, and the
+    # manifest lists their files
+    contents = report.split("## Contents", 1)[1].split("\n## ", 1)[0]
+    for head in ("Crossed interactions over training", "Training of the arms", "Warm start of the initial policy"):
+        assert f"- [{head}]" in contents, head
+    outputs = json.loads((run / "analysis" / "manifest.json").read_text())["outputs"]
+    assert {"figures/training_curves.png", "over_training.csv", "validation/contrasts.csv"} <= set(outputs)
     figures = {p.name for p in (run / "analysis" / "figures").glob("*.png")}
     assert "training_curves.png" in figures and len(figures) >= 3
     responses = sorted(p.name for p in (run / "eval" / "responses").glob("*.jsonl"))

@@ -72,8 +72,10 @@ def analyze(
     entity: str | None = None,
     group: str | None = None,
     allow_partial: bool = False,
+    sections: Callable[[Path], list[str]] | None = None,
 ) -> Path:
-    """Run the whole analysis of one scores table into ``out_dir``."""
+    """Run the whole analysis of one scores table into ``out_dir``; ``sections(folder)`` adds report sections
+    (and their files) before the folder is finished (report/write.py: write_outputs)."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"{out} is a file; -o names the output folder")
@@ -83,7 +85,7 @@ def analyze(
     result = compute(scores_path, n_resamples, rng_seed, allow_partial)
     for line in result.protocol.get("left_out", []):
         print(f"crossed-analyze: left out (--allow-partial): {line}", file=sys.stderr)
-    replace_folder(out, lambda tmp: write_outputs(result, tmp, figures))
+    replace_folder(out, lambda tmp: write_outputs(result, tmp, figures, sections))
     if not (result.contrasts.name == "interaction").any():
         print("crossed-analyze: no crossed pair (arms of both conventions, each under both requests); missing:\n"
               + "\n".join(f"  - {g}" for g in crossing_gaps(result.cells)), file=sys.stderr)

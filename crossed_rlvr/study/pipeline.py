@@ -613,19 +613,24 @@ class Study:
             fp["validation_scores"] = self.stamps.hash(vscores)
         tracking = _plain(self.cfg.tracking)
 
+        def sections(folder: Path) -> list[str]:
+            """The study's own report sections, written with the analysis (one report, one contents)."""
+            from crossed_rlvr.analysis.report.document import initial_section, training_section
+
+            out_sections = []
+            if vscores.exists() and (over := self._over_training(vscores, folder, a)) is not None:
+                out_sections.append(over)
+            if metrics:
+                out_sections.append(training_section(folder, {k: _read_metrics(v) for k, v in metrics.items()}))
+            if warm is not None:
+                out_sections.append(initial_section(json.loads(warm.read_text())))
+            return out_sections
+
         def run() -> dict[str, Any]:
             from crossed_rlvr.analysis.cli import analyze
-            from crossed_rlvr.analysis.report.document import append_training_section, initial_section
 
             analyze(scores, out, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
-                    tracking="off")
-            if vscores.exists():
-                self._over_training(vscores, out, a)
-            if metrics:
-                append_training_section(out, {k: _read_metrics(v) for k, v in metrics.items()})
-            if warm is not None:
-                report = out / "report.md"
-                report.write_text(report.read_text() + initial_section(json.loads(warm.read_text())))
+                    tracking="off", sections=sections)
             from crossed_rlvr.tracking import enabled
 
             if enabled(OmegaConf.create(tracking)):  # after the training section: the logged report is whole
@@ -637,9 +642,10 @@ class Study:
 
         return self.stage("analyze", fp, [out], run)
 
-    def _over_training(self, vscores: Path, out: Path, a: Any) -> None:
-        """The validation steps analysed like any crossed set (``analysis/validation/``), and their
-        interactions over training (table and figure) added to the study's report."""
+    def _over_training(self, vscores: Path, out: Path, a: Any) -> str | None:
+        """The validation steps analysed like any crossed set (``analysis/validation/``), and the report section
+        of their interactions over training (its table and figure written into ``out``); None with fewer than
+        two validated steps."""
         import pandas as pd
 
         from crossed_rlvr.analysis.cli import analyze
@@ -650,16 +656,10 @@ class Study:
         analyze(vscores, sub, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
                 figures=False, tracking="off")
         section = write_over_training(pd.read_csv(sub / "contrasts.csv"), out)
-        if section is None:  # fewer than two validated steps: nothing over training to show
-            return
-        report = out / "report.md"
-        report.write_text(report.read_text() + "\n" + section + "\n\nThe whole analysis of the validation steps: "
-                          "[validation/report.md](validation/report.md).\n")
-        manifest = out / "manifest.json"
-        m = json.loads(manifest.read_text())
-        m["outputs"] = sorted(set(m.get("outputs", [])) | {"over_training.csv",
-                                                           "figures/interaction_over_training.png"})
-        manifest.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
+        if section is None:
+            return None
+        return ("\n" + section + "\n\nThe whole analysis of the validation steps: "
+                "[validation/report.md](validation/report.md).\n")
 
 
 # Settings that change how a stage is watched, not what it produces: never part of a fingerprint.

@@ -558,9 +558,10 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
-def append_training_section(out: Path, metrics: dict[str, list[dict]]) -> Path:
-    """Training curves of the arms (rewarded convention's reward and requested-payload rate per update)
-    as a figure and a table of first/last-update means, appended to the analysis report."""
+def training_section(out: Path, metrics: dict[str, list[dict]]) -> str:
+    """Training curves of the arms (rewarded convention's reward and requested-payload rate per update): the
+    figure, written into ``out/figures``, and the report section that shows it with a table of first/last-update
+    means."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -587,23 +588,10 @@ def append_training_section(out: Path, metrics: dict[str, list[dict]]) -> Path:
     (out / "figures").mkdir(parents=True, exist_ok=True)
     fig_path = save_figure(fig, out / "figures" / "training_curves.png")
     k_note = "first/last k updates, k = min(5, updates // 3)"
-    text = "\n\n## Training of the arms\n\n" + markdown_table(
+    return "\n\n## Training of the arms\n\n" + markdown_table(
         ["arm", "updates", "reward first", "reward last", "change", "payload first", "payload last"], rows) + (
         f"\n\nMeans over the {k_note}; rollouts at the recipe's temperature.\n\n"
         f"![training curves](figures/{fig_path.name})\n") + per_update_table(metrics)
-    report = out / "report.md"
-    report.write_text(report.read_text() + text)
-    from crossed_rlvr.analysis.report.headline import add_contents
-
-    add_contents(report)  # the new section enters the contents
-    manifest = out / "manifest.json"
-    if manifest.exists():
-        import json
-
-        m = json.loads(manifest.read_text())
-        m["outputs"] = sorted(set(m.get("outputs", [])) | {f"figures/{fig_path.name}"})
-        manifest.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
-    return fig_path
 
 
 def per_update_table(metrics: dict[str, list[dict]], most: int = 40) -> str:

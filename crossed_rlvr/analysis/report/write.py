@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from crossed_rlvr import __version__
@@ -69,9 +70,16 @@ def write_manifest(a: Analysis, folder: Path) -> None:
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-def write_outputs(a: Analysis, folder: Path, figures: bool = True) -> None:
-    """The whole analysis folder, in the order its manifest lists it."""
+def write_outputs(a: Analysis, folder: Path, figures: bool = True,
+                  sections: Callable[[Path], list[str]] | None = None) -> None:
+    """The whole analysis folder, written once: the tables, report.md, then the sections a caller adds
+    (``sections(folder)`` writes its own files into the folder and returns its markdown: a study's over-training,
+    training and warm-start sections), the manifest of every output, and the contents of the whole report."""
     write_tables(a, folder)
     write_document(a, folder, figures)
+    if sections is not None:
+        with (folder / "report.md").open("a", encoding="utf-8") as fh:
+            for text in sections(folder):
+                fh.write(text)
     write_manifest(a, folder)
     add_contents(folder / "report.md")
