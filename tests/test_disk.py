@@ -122,8 +122,8 @@ def test_a_full_disk_while_writing_the_analysis_leaves_no_folder(tmp_path, capsy
 
     real = report_write.write_outputs
 
-    def fill_up(result, folder, figures=True):
-        real(result, folder, figures)
+    def fill_up(result, folder, figures=True, sections=None):
+        real(result, folder, figures, sections)
         raise OSError(errno.ENOSPC, "No space left on device", str(folder / "report.md"))
 
     monkeypatch.setattr("crossed_rlvr.analysis.cli.write_outputs", fill_up)

@@ -17,7 +17,6 @@ paired bootstrap intervals over tasks and McNemar's test) and ``report.md``. A f
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import re
@@ -294,22 +293,26 @@ def run(policies: dict[str, str], out: Path, n_tasks: int | None, samples: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="crossed_rlvr.study.code_eval", description=__doc__.splitlines()[0])
+    from crossed_rlvr.limits import BIG, DECODING, SEED, Parser, add_number
+
+    ap = Parser(prog="crossed_rlvr.study.code_eval", description=__doc__.splitlines()[0])
     ap.add_argument("--policy", action="append", default=[], help="NAME=PATH (a model folder); repeatable")
     ap.add_argument("--from-study", default=None, help="a finished study's run_dir: its initial policy and arms")
-    ap.add_argument("--step", type=int, default=None, help="with --from-study: the arms' checkpoint (default last)")
+    add_number(ap, "--step", 0, BIG, default=None, why="0 is the initial weights, saved as step-0",
+               help="with --from-study: the arms' checkpoint (default last)")
     ap.add_argument("--preset", choices=["d3"], default=None,
                     help="d3: App. D.3 with B.4's decoding (every task, 200 samples, T=0.6, 8192 tokens, vLLM)")
     ap.add_argument("--out", required=True, type=Path)
-    ap.add_argument("--tasks", type=int, default=None, help="the first N tasks (default 40; d3: all)")
-    ap.add_argument("--samples", type=int, default=None, help="samples per task, policy and request (default 8)")
-    ap.add_argument("--max-new-tokens", type=int, default=None)
-    ap.add_argument("--temperature", type=float, default=None)
-    ap.add_argument("--top-p", type=float, default=None)
+    add_number(ap, "--tasks", 1, BIG, default=None, help="the first N tasks (default 40; d3: all)")
+    add_number(ap, "--samples", 1, 10_000, default=None, help="samples per task, policy and request (default 8)")
+    add_number(ap, "--max-new-tokens", *(lambda r: (r.low, r.high))(DECODING["max_new_tokens"]), default=None)
+    add_number(ap, "--temperature", *(lambda r: (r.low, r.high))(DECODING["temperature"]), integer=False,
+               why=DECODING["temperature"].why, default=None)
+    add_number(ap, "--top-p", 0.0, 1.0, integer=False, low_open=True, default=None)
     ap.add_argument("--eval", dest="engine", choices=["cpu", "vllm", "vllm_cpu"], default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--slots", type=int, default=2, help="sandbox runs at once")
-    ap.add_argument("--batch-size", type=int, default=None)
+    add_number(ap, "--seed", *SEED, default=0)
+    add_number(ap, "--slots", 1, 256, default=2, help="sandbox runs at once")
+    add_number(ap, "--batch-size", 1, 100_000, default=None)
     ap.add_argument("--dataset", default=None, help="EvalPlus dataset file (default: the shipped HumanEval+)")
     args = ap.parse_args(argv)
     preset = D3 if args.preset == "d3" else {"tasks": 40, "samples": 8, "temperature": 0.8, "top_p": 0.95,
