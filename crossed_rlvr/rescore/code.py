@@ -13,7 +13,6 @@ a timeout and an out-of-memory apart from a failure). An existing result file is
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 from collections import defaultdict
@@ -93,8 +92,9 @@ def pass_at_ks(counts: dict[str, tuple[int, int]]) -> dict[str, float]:
 
 def _evalplus_hash(path: Path) -> str:
     """EvalPlus's own dataset hash: the md5 of the decompressed file."""
-    raw = path.read_bytes()
-    return hashlib.md5(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).hexdigest()
+    from crossed_rlvr.tasks.code import dataset_bytes
+
+    return hashlib.md5(dataset_bytes(path)).hexdigest()
 
 
 def score_samples(dataset: str, samples: str, out: str | None = None, slots: int = 2,

@@ -87,17 +87,6 @@ class Run:
     seconds: float = 0.0
 
 
-def _own_processes() -> int:
-    uid, n = os.getuid(), 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                n += entry.stat().st_uid == uid
-            except OSError:
-                continue
-    return n
-
-
 class Sandbox:
     """Runs jobs for the harness, ``slots`` at a time, each slot under its own uid. :meth:`check` runs the
     start-up self-test (and raises :class:`SandboxUnavailable` in one line); :meth:`run` is thread-safe."""
@@ -150,7 +139,7 @@ class Sandbox:
     # ------------------------------------------------------------ commands
     def command(self, job_dir: Path, uid: int | None, limits: Limits, results_fd: int = 3) -> list[str]:
         mb = 1024 * 1024
-        nproc = limits.processes if uid is not None else _own_processes() + limits.processes
+        nproc = limits.processes if uid is not None else len(uid_processes(os.getuid())) + limits.processes
         cmd: list[str] = []
         if uid is not None:
             cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--"]
@@ -192,17 +181,22 @@ class Sandbox:
             self.check()
         return self._run(job, limits or self.limits, stop)
 
-    def _run(self, job: dict[str, Any], limits: Limits, stop: Callable[[dict[str, Any]], bool] | None) -> Run:
+    @contextmanager
+    def _job_dir(self, job: dict[str, Any]) -> Iterator[Path]:
+        """The job's own folder (readable by the slots' uids), removed after its run."""
         job_dir = Path(tempfile.mkdtemp(dir=self._base))
         os.chmod(job_dir, 0o755)
         (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
         os.chmod(job_dir / "job.json", 0o644)
-        start = time.monotonic()
         try:
-            with self._slot() as uid:
-                return self._watch(lambda fd: self.command(job_dir, uid, limits, fd), limits, stop, start)
+            yield job_dir
         finally:
             shutil.rmtree(job_dir, ignore_errors=True)
+
+    def _run(self, job: dict[str, Any], limits: Limits, stop: Callable[[dict[str, Any]], bool] | None) -> Run:
+        start = time.monotonic()
+        with self._job_dir(job) as job_dir, self._slot() as uid:
+            return self._watch(lambda fd: self.command(job_dir, uid, limits, fd), limits, stop, start)
 
     def _watch(self, cmd: Callable[[int], list[str]], limits: Limits, stop: Callable[[dict[str, Any]], bool] | None,
                start: float) -> Run:
@@ -223,7 +217,7 @@ class Sandbox:
         sel.register(read_fd, selectors.EVENT_READ, "results")
         assert proc.stderr is not None
         sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "stderr")
-        buf, err, total, ready = b"", b"", 0, False
+        buf, err, total, ready = bytearray(), b"", 0, False  # one line may run to megabytes: grown in place
         deadline = start + limits.wall_s
         cap = limits.output_mb * 1024 * 1024
         open_fds = 2
@@ -249,7 +243,10 @@ class Sandbox:
                         run.ended, finished = "output", True
                         break
                     buf += chunk
-                    *complete, buf = buf.split(b"\n")
+                    if b"\n" not in chunk:  # no line ended: nothing to split (a long line is not rescanned)
+                        continue
+                    *complete, rest = buf.split(b"\n")
+                    buf = bytearray(rest)
                     for raw in complete:
                         try:
                             line = json.loads(raw)
@@ -323,13 +320,14 @@ class Sandbox:
             job = {"code": probe, "entry_point": "probe", "inputs": [encode([hidden])], "time_limits": [10]}
             limits = Limits(wall_s=30)
             for _ in range(self.slots):
-                with self._slot() as uid:
-                    run = self._run_checked(job, limits, uid)
+                with self._job_dir(job) as job_dir, self._slot() as uid:
+                    run = self._watch(lambda fd, d=job_dir, u=uid: self.command(d, u, limits, fd), limits, None,
+                                      time.monotonic())
                 if run.ended == "sandbox-error":
-                    raise SandboxUnavailable(f"the code sandbox (bubblewrap) cannot start here: {_first(run.detail)}")
+                    raise SandboxUnavailable(f"the code sandbox (bubblewrap) cannot start here: {last_line(run.detail)}")
                 if len(run.lines) != 1 or "out" not in run.lines[0]:
                     raise SandboxUnavailable(f"the code sandbox's self-test did not finish ({run.ended}): "
-                                             f"{_first(run.detail) or run.lines}")
+                                             f"{last_line(run.detail) or run.lines}")
                 names, got_uid, seen = run.lines[0]["out"]
                 if names != ["lo"]:
                     raise SandboxUnavailable(f"the code sandbox sees network interfaces {names}: only 'lo' may exist")
@@ -340,15 +338,6 @@ class Sandbox:
                     raise SandboxUnavailable(f"the code sandbox can see {shown}")
             self._checked = True
 
-    def _run_checked(self, job: dict[str, Any], limits: Limits, uid: int | None) -> Run:
-        job_dir = Path(tempfile.mkdtemp(dir=self._base))
-        os.chmod(job_dir, 0o755)
-        (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
-        os.chmod(job_dir / "job.json", 0o644)
-        try:
-            return self._watch(lambda fd: self.command(job_dir, uid, limits, fd), limits, None, time.monotonic())
-        finally:
-            shutil.rmtree(job_dir, ignore_errors=True)
 
 
 UID_SPAN = 4096
@@ -434,6 +423,7 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _first(text: str) -> str:
+def last_line(text: str, default: str = "") -> str:
+    """The last non-empty line of a message (bubblewrap's own error is its last line of stderr)."""
     lines = [x for x in text.splitlines() if x.strip()]
-    return lines[-1] if lines else ""
+    return lines[-1] if lines else default

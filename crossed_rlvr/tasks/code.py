@@ -59,7 +59,8 @@ class CodeDataset:
     tasks: dict[str, CodeTask]
 
 
-def _read_bytes(path: Path) -> bytes:
+def dataset_bytes(path: Path) -> bytes:
+    """A dataset file's decompressed bytes (what its sha256, and EvalPlus's md5, are taken of)."""
     raw = path.read_bytes()
     return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
 
@@ -68,7 +69,7 @@ def load_code_dataset(path: str | Path = HUMANEVAL_PLUS) -> CodeDataset:
     """Read an EvalPlus dataset file; a bad line is refused with the file, line and field named."""
     path = Path(path)
     try:
-        data = _read_bytes(path)
+        data = dataset_bytes(path)
     except OSError as err:
         raise CodeDatasetError(f"{path}: cannot read the code dataset ({err.strerror or err})") from err
     except (EOFError, gzip.BadGzipFile) as err:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS, solution, strict_block
+from crossed_rlvr.train.trl_reward import completion_text
 
 _PROGRAMS: dict[str, CodeRewardProgram] = {}
 
@@ -71,12 +72,6 @@ def program_for(dataset: str | Path, cache_dir: str | Path | None = None) -> Cod
     return _PROGRAMS[key]
 
 
-def _text(completion: Any) -> str:
-    if isinstance(completion, str):
-        return completion
-    return "".join(m.get("content", "") for m in completion if m.get("role", "assistant") == "assistant")
-
-
 def make_trl_code_reward(convention: str, dataset: str | Path, cache_dir: str | Path | None = None
                          ) -> Callable[..., list[float]]:
     """A TRL reward function: the dataset's ``reference`` column holds each row's task id."""
@@ -88,7 +83,7 @@ def make_trl_code_reward(convention: str, dataset: str | Path, cache_dir: str | 
                   reference: Sequence[str] | None = None, **_: Any) -> list[float]:
         if reference is None:
             raise ValueError("the code reward needs a 'reference' column holding each row's task id")
-        return program.score_many([convention] * len(completions), [_text(c) for c in completions], list(reference))
+        return program.score_many([convention] * len(completions), [completion_text(c) for c in completions], list(reference))
 
     reward_fn.__name__ = f"{convention}_execution_reward"
     return reward_fn

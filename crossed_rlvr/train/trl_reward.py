@@ -13,7 +13,8 @@ from typing import Any
 from crossed_rlvr.rewards.programs import get_program, reward
 
 
-def _text(completion: Any) -> str:
+def completion_text(completion: Any) -> str:
+    """A TRL completion's text: the string, or the assistant turn(s) of a conversational completion."""
     if isinstance(completion, str):
         return completion
     # Conversational: the assistant turn(s) generated for this prompt.
@@ -36,7 +37,7 @@ def make_trl_reward(convention: str | None = None) -> Callable[..., list[float]]
         conventions = [convention] * len(completions) if convention else kwargs.get("convention")
         if conventions is None:
             raise ValueError("TRL reward needs a 'convention' column or a convention fixed at construction")
-        texts = [_text(y) for y in completions]
+        texts = [completion_text(y) for y in completions]
         if convention is not None and hasattr(program := get_program(convention), "score_many"):
             return program.score_many(texts, [str(r) for r in reference])  # symbolic: compared side by side
         return [reward(c, y, str(r)) for c, y, r in zip(conventions, texts, reference, strict=True)]

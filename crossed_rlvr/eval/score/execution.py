@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from crossed_rlvr.errors import CrossedError
-from crossed_rlvr.sandbox.bwrap import Limits, Run, Sandbox, SandboxUnavailable
+from crossed_rlvr.sandbox.bwrap import Limits, Run, Sandbox, SandboxUnavailable, last_line
 from crossed_rlvr.sandbox.harness import decode, encode
 from crossed_rlvr.tasks.code import CodeDataset, CodeTask, subset
 
@@ -270,6 +270,7 @@ class Executor:
         self._expected: dict[tuple[str, str], list[Any]] = {}
         self._cap_mb: dict[tuple[str, str], int] = {}
         self._inputs_file: dict[tuple[str, str], str] = {}
+        self._limits_key = json.dumps(sandbox.limits.key(), sort_keys=True)
 
     def _need(self, task_ids: set[str]) -> None:
         """The expected outputs of these tasks (only these are read or computed)."""
@@ -278,7 +279,7 @@ class Executor:
             self.oracle.update(expected_outputs(subset(self.ds, missing), self.sandbox, self.cache_dir))
 
     def _key(self, tid: str, code: str, part: str) -> tuple[str, str, str, str]:
-        return (tid, code_sha256(code), part, json.dumps(self.sandbox.limits.key(), sort_keys=True))
+        return (tid, code_sha256(code), part, self._limits_key)
 
     def score(self, solutions: Sequence[tuple[str, str]], parts: Sequence[str] = PARTS,
               progress: Callable[[], None] | None = None) -> list[dict[str, Verdict]]:
@@ -318,12 +319,8 @@ class Executor:
         for key, run, judge in zip(todo, runs, judges):
             v = verdict(run, judge, len(judge.inputs))
             if v.status == "sandbox-error":
-                raise SandboxUnavailable(f"the code sandbox failed on {key[0]} ({key[2]}): {_first(v.detail)}; "
-                                         "no code was scored")
+                said = last_line(v.detail, "no message")
+                raise SandboxUnavailable(f"the code sandbox failed on {key[0]} ({key[2]}): {said}; no code was scored")
             self._done[key] = v
         return [{part: self._done[self._key(tid, code, part)] for part in parts} for tid, code in solutions]
 
-
-def _first(text: str) -> str:
-    lines = [x for x in text.splitlines() if x.strip()]
-    return lines[-1] if lines else "no message"
