@@ -13,3 +13,7 @@ BAD_INPUT = 2
 
 class CrossedError(Exception):
     """Bad input, said in one line: the command exits with ``BAD_INPUT``."""
+
+
+class ConfigError(CrossedError, ValueError):
+    """A config value that no stage could run with; the message starts with the dotted key."""

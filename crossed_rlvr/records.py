@@ -21,6 +21,7 @@ from typing import Any
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import Source, input_problem, json_lines
 from crossed_rlvr.limits import BIG, DECODING, SEED, Range
+from crossed_rlvr.names import PolicyName
 from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
 
 # field -> allowed Python types (None allowed where listed).
@@ -70,19 +71,16 @@ class ResponseFileError(CrossedError, ValueError):
     """A response file that breaks the contract; the message names file, line and field or key."""
 
 
-# the study's own policy names: <method>-<convention>/s<seed>, with @step<K> for a validation checkpoint
-ARM_NAME = re.compile(r"(?:grpo|sft)-(?P<conv>[a-z_]+)/s(?P<seed>\d+)(?:@step\d+)?")
-
-
 def name_disagreement(name: str, convention: str, seed: int | None) -> str | None:
     """Why a policy's name contradicts its convention or seed (``initial``, or a name of the study's form),
     else None: the analysis groups by all three, so a contradiction would put responses in the wrong cell."""
     if name == "initial" and convention != "initial":
         return (f"policy 'initial' has training_convention={convention!r}; the initial policy has training_convention "
                 "initial and no train_seed")
-    m = ARM_NAME.fullmatch(name)
-    if m is not None and (m["conv"] != convention or seed is None or int(m["seed"]) != int(seed)):
-        return (f"policy {name!r} names convention {m['conv']!r} and seed {int(m['seed'])}, but its "
+    named = PolicyName.parse(name)  # the study's own names: checked; a user's other names are theirs
+    if named is not None and named.is_study_name and (named.convention != convention or seed is None
+                                                       or named.seed != int(seed)):
+        return (f"policy {name!r} names convention {named.convention!r} and seed {named.seed}, but its "
                 f"training_convention={convention!r} and train_seed={seed!r}")
     return None
 

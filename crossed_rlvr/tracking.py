@@ -22,6 +22,15 @@ from typing import Any
 
 from crossed_rlvr.files import config_sha256
 
+# Settings that change how a run is watched or where it runs, not what it produces: never part of a stage's
+# fingerprint or a training run's config hash (the same files either way).
+UNTRACKED = ("tracking", "study", "overwrite", "distribute")
+
+
+def untracked(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A config without its watching settings (``UNTRACKED``)."""
+    return {k: v for k, v in cfg.items() if k not in UNTRACKED}
+
 
 def enabled(tracking: Any) -> bool:
     """Whether a tracking block logs anything (YAML reads a bare ``off`` as false)."""

@@ -218,7 +218,7 @@ def tiny_grpo_and_eval(work: Path) -> dict[str, Any]:
 
     from crossed_rlvr.eval.generate.runner import run_eval
     from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
-    from crossed_rlvr.train.cli import run_train
+    from crossed_rlvr.train.run import run_train
 
     small = TinyConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2)

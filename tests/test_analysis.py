@@ -9,10 +9,10 @@ import pytest
 from crossed_rlvr.analysis.analyze import AnalysisError
 from crossed_rlvr.analysis.bootstrap import resample_stats
 from crossed_rlvr.analysis.cells import build_groups, derive_measures, policy_table
-from crossed_rlvr.analysis.cli import analyze
 from crossed_rlvr.analysis.cli import main as analyze_main
 from crossed_rlvr.analysis.contrasts import build_contrasts, evaluate
 from crossed_rlvr.analysis.coverage import mcnemar_exact, pass_at_k
+from crossed_rlvr.analysis.report.folder import analyze
 from tests.analysis_fixtures import cell, write
 
 # the analysed fixture is built once, on one worker (tests/conftest.py)

@@ -317,7 +317,7 @@ def test_a_killed_analysis_leaves_no_hidden_folder_after_the_next_run(tmp_path):
     import os
     import subprocess
 
-    from crossed_rlvr.analysis.cli import replace_folder
+    from crossed_rlvr.analysis.report.folder import replace_folder
 
     out = tmp_path / "analysis"
     proc = subprocess.Popen(["sleep", "0"])  # a pid that has ended

@@ -11,8 +11,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 
-from crossed_rlvr.conf.checks import ConfigError
-from crossed_rlvr.conf.ranges import check_command
+from crossed_rlvr.conf.checks import ConfigError, check_command
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.tracking import offline_runs
 from tests.helpers import SMALL

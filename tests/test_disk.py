@@ -126,7 +126,7 @@ def test_a_full_disk_while_writing_the_analysis_leaves_no_folder(tmp_path, capsy
         real(result, folder, figures, sections)
         raise OSError(errno.ENOSPC, "No space left on device", str(folder / "report.md"))
 
-    monkeypatch.setattr("crossed_rlvr.analysis.cli.write_outputs", fill_up)
+    monkeypatch.setattr("crossed_rlvr.analysis.report.folder.write_outputs", fill_up)
     path = scores_table(tmp_path)
     with pytest.raises(SystemExit) as stop:
         analyze_main([str(path), "-o", str(tmp_path / "out"), "--resamples", "10", "--no-figures"])

@@ -289,7 +289,7 @@ def test_verl_validation_of_both_arms_over_training_is_analysed_crossed(paper_gs
     import numpy as np
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-    from crossed_rlvr.analysis.cli import analyze
+    from crossed_rlvr.analysis.report.folder import analyze
     from crossed_rlvr.eval.generate.importers import main as import_main
     from crossed_rlvr.eval.score.scoring import score_files
     from crossed_rlvr.policies.loading import load_tokenizer

@@ -176,7 +176,7 @@ def test_reference_from_target():
 
 
 def test_imported_set_without_a_crossed_pair_says_what_is_missing(tmp_path, capsys):
-    from crossed_rlvr.analysis.cli import analyze
+    from crossed_rlvr.analysis.report.folder import analyze
     from crossed_rlvr.records import write_responses
 
     folder = crossed_lm_eval_folder(tmp_path)

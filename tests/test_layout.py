@@ -15,6 +15,8 @@ CLI) come last.
 from __future__ import annotations
 
 import ast
+import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1] / "crossed_rlvr"
 # (layer, module prefixes); a module belongs to the layer of its longest matching prefix
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rewards", ("crossed_rlvr.rewards",)),  # standard library only (test below): importable by verl and TRL
-    ("base", ("crossed_rlvr", "crossed_rlvr.records", "crossed_rlvr.text", "crossed_rlvr.files",
+    ("base", ("crossed_rlvr", "crossed_rlvr.names", "crossed_rlvr.layout", "crossed_rlvr.records", "crossed_rlvr.text", "crossed_rlvr.files",
               "crossed_rlvr.machine", "crossed_rlvr.interrupt", "crossed_rlvr.ranks", "crossed_rlvr.tracking",
               "crossed_rlvr.cluster", "crossed_rlvr.limits", "crossed_rlvr.sandbox")),
     ("conf", ("crossed_rlvr.conf",)),
@@ -207,7 +209,8 @@ def test_item_seeds_are_named_once():
 
     from crossed_rlvr.tasks.training import GRPO_ITEM_SEED, SFT_ITEM_SEED
 
-    for path in ("study/pipeline.py", "sft/cli.py", "train/recipe.py"):
+    for path in ("study/pipeline.py", "study/configs.py", "study/arms.py", "study/prepare.py", "sft/run.py",
+                 "train/recipe.py"):
         text = (ROOT / path).read_text()
         assert not re.search(r"\"seed\": (7|101)\b|\"seed\", (7|101)\)|train_items\), (7|101)\)", text), path
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
@@ -255,3 +258,81 @@ def test_the_project_explains_itself():
              for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
              if design in line or ticket.search(line)]
     assert found == []
+
+
+def test_only_entry_points_import_a_cli_module():
+    """A command-line module holds a command's parsing and printing; the work it starts lives in a library module
+    that the study, the workers and other commands import instead."""
+    bad = [f"{src}:{line} imports {dst}" for src, dst, _name, line in EDGES
+           if dst.rpartition(".")[2] == "cli" and src.rpartition(".")[2] != "cli"]
+    assert bad == []
+
+
+# a flat table of verl's keys, one line each: read as a table, split it would only hide the keys' order
+LONG_FUNCTIONS = {"crossed_rlvr.train.translate.verl_overrides"}
+
+
+def function_lengths(mods: dict[str, Path]) -> dict[str, int]:
+    """Lines of every function and method (nested ones counted in their own right and in their parent's)."""
+    out = {}
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                out[f"{name}.{node.name}"] = max(out.get(f"{name}.{node.name}", 0), node.end_lineno - node.lineno + 1)
+    return out
+
+
+def test_no_function_is_longer_than_a_screen():
+    """A function over 80 lines does several jobs; each gets its own name."""
+    long = {f: n for f, n in function_lengths(MODS).items() if n > 80 and f not in LONG_FUNCTIONS}
+    assert long == {}
+    assert len((ROOT / "study" / "pipeline.py").read_text().splitlines()) <= 300
+
+
+# where policy names and run directories are spelled: everything else asks them
+SPELLERS = {"crossed_rlvr.names", "crossed_rlvr.layout"}
+RUN_DIRS = {"run", "run_dir"}  # the names a run directory goes by (a study's, an arm's, an evaluation's)
+NAME_REGEX = re.compile(r"/s\(|/s\\d|@step")
+
+
+def spelled_names_and_paths(mods: dict[str, Path]) -> list[str]:
+    """Each f-string that builds a policy or checkpoint name (``.../s{seed}``, ``@step{k}``, ``step-{k}``), each
+    regular expression of one, and each ``/`` join of a string onto a run directory."""
+    found = []
+    for name, path in mods.items():
+        if name in SPELLERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{name}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.JoinedStr):
+                parts = node.values
+                for a, b in itertools.pairwise(parts):
+                    if (isinstance(a, ast.Constant) and isinstance(b, ast.FormattedValue)
+                            and str(a.value).endswith(("/s", "@step", "step-"))):
+                        found.append(f"{where} builds {a.value!r}{{...}}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+                  and node.func.attr in ("compile", "match", "fullmatch", "search", "extract")
+                  and isinstance(node.args[0], ast.Constant) and NAME_REGEX.search(str(node.args[0].value))):
+                found.append(f"{where} matches {node.args[0].value!r}")
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant):
+                left = node.left
+                run = (isinstance(left, ast.Name) and left.id in RUN_DIRS) or (
+                    isinstance(left, ast.Attribute) and left.attr in RUN_DIRS and isinstance(left.value, ast.Name))
+                if run:
+                    found.append(f"{where} joins {node.right.value!r} onto a run directory")
+    return found
+
+
+def test_policy_names_and_run_paths_are_spelled_once():
+    """Policy names are parsed and built by crossed_rlvr.names, paths under a run directory by crossed_rlvr.layout
+    (a second spelling is where the next change of either breaks a stage)."""
+    assert spelled_names_and_paths(MODS) == []
+
+
+def test_the_spelling_rule_sees_each_shape(tmp_path):
+    pkg = tmp_path / "crossed_rlvr"
+    pkg.mkdir()
+    (pkg / "m.py").write_text('import re\nA = f"grpo-{c}/s{s}"\nB = f"{a}@step{k}"\nC = re.compile(r"(\\w+)/s(\\d+)")\n'
+                              'def f(run_dir, self):\n    return run_dir / "metrics.jsonl", self.run / "eval"\n')
+    found = spelled_names_and_paths(modules(pkg))
+    assert len(found) == 5, found

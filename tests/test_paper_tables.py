@@ -7,7 +7,7 @@ I_P and I_q columns of Table 10, to the paper's rounding (see tests/paper_tables
 import pandas as pd
 import pytest
 
-from crossed_rlvr.analysis.cli import analyze
+from crossed_rlvr.analysis.report.folder import analyze
 from crossed_rlvr.eval.score.scoring import score_files
 from crossed_rlvr.records import write_responses
 from tests.paper_tables import TABLE_10, TABLE_11, TABLE_12, build_records, policy_name

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from crossed_rlvr.analysis.bootstrap import endpoint_mc_error
-from crossed_rlvr.analysis.cli import analyze
+from crossed_rlvr.analysis.report.folder import analyze
 from crossed_rlvr.analysis.report.headline import collapse_columns, endpoint_decimals, headline_rows
 from tests.analysis_fixtures import cell, write
 

@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 
-from crossed_rlvr.analysis.cli import analyze
+from crossed_rlvr.analysis.report.folder import analyze
 from crossed_rlvr.eval.score import score_response
 from crossed_rlvr.eval.score.scoring import score_files
 

@@ -7,10 +7,11 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from crossed_rlvr.conf.checks import RecipeError, check_config
-from crossed_rlvr.train.cli import resolved
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.train.matched import check_and_record
 from crossed_rlvr.train.proposal import frozen_proposal
 from crossed_rlvr.train.recipe import training_rows, write_rows
+from crossed_rlvr.train.run import resolved
 from crossed_rlvr.train.translate import shared_knobs_trl, shared_knobs_verl, trl_args, verl_overrides
 
 
@@ -39,12 +40,13 @@ def test_trl_and_verl_translations_agree():
 @pytest.mark.parametrize(("overrides", "message"), [
     (["model.path=/nonexistent"], r"model.path='/nonexistent' does not exist"),
     (["engine.micro_batch=48", "model=qwen2.5-7b-instruct"], r"engine.micro_batch=48 does not divide the batch of 256"),
-    (["recipe.group_size=1", "model=qwen2.5-7b-instruct"], r"GRPO needs at least 2"),
+    (["recipe.group_size=1", "model=qwen2.5-7b-instruct"], r"recipe.group_size=1: outside its range \[2, 4,096\] "
+                                                            r"\(GRPO compares responses within a group\)"),
     (["algorithm=reinforce_pp", "model=qwen2.5-7b-instruct"], r"reinforce_pp runs only with engine=verl"),
     (["template=para_c", "model=qwen2.5-7b-instruct"], r"template='para_c' is unknown"),
 ])
 def test_bad_configs_fail_before_training(overrides, message):
-    with pytest.raises(RecipeError, match=message):
+    with pytest.raises(CrossedError, match=message):
         check_config(cfg_for(*overrides))
 
 

@@ -6,7 +6,7 @@ from omegaconf import OmegaConf
 
 from crossed_rlvr.eval.generate.plan import recorded_path
 from crossed_rlvr.records import find_response_files
-from crossed_rlvr.sft.cli import warmstart_target
+from crossed_rlvr.sft.run import warmstart_target
 from crossed_rlvr.tasks.arith import make_splits
 from crossed_rlvr.tasks.training import stratum_counts, train_items
 

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_module
 
 from crossed_rlvr.policies.loading import load_tokenizer
 from crossed_rlvr.policies.tiny import build_tiny_model
-from crossed_rlvr.train.cli import run_train
+from crossed_rlvr.train.run import run_train
 from tests.helpers import SMALL
 
 # the composed verl config is built once, on one worker (tests/conftest.py)

@@ -89,7 +89,7 @@ def resumed(verl_study, tmp_path_factory):
     --resume-check`` takes (study/smoke.py: resume_arm): killed once its first update is complete, relaunched to
     the end, then launched a third time."""
     from crossed_rlvr.study.smoke import resume_arm
-    from crossed_rlvr.train.cli import run_train
+    from crossed_rlvr.train.run import run_train
 
     run, _ = verl_study
     cfg = OmegaConf.create(json.loads((arm(run, "hash") / "resolved_config.json").read_text()))

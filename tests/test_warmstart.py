@@ -10,7 +10,7 @@ from crossed_rlvr.eval.generate.engines import GenParams, HFBackend
 from crossed_rlvr.eval.score.panel import score_response
 from crossed_rlvr.policies.loading import load_policy
 from crossed_rlvr.prompts import messages, render
-from crossed_rlvr.sft.cli import warmstart
+from crossed_rlvr.sft.run import warmstart
 from crossed_rlvr.tasks.arith import make_splits
 
 

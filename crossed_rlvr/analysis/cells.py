@@ -14,7 +14,6 @@ convention's training reward program (App. D.1 re-scoring).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +28,7 @@ from crossed_rlvr.eval.score.readers import (
     SYMBOLIC_STRICT,
 )
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
+from crossed_rlvr.names import policy_parts
 from crossed_rlvr.tasks.items import item_order
 
 CELL_KEYS = ["task", "template", "policy", "request"]
@@ -195,23 +195,6 @@ def _cell_order(cell: tuple[str, str]) -> tuple:
     return (policy != "initial", policy, request)
 
 
-_POLICY = re.compile(r"^(?P<arm>[^/@]+)/s(?P<seed>\d+)(?:[@-](?P<checkpoint>.+))?$")
-
-
-def policy_parts(policy: str, convention: str) -> tuple[str, str]:
-    """(method, checkpoint) of a policy name ``<arm>/s<seed>[@<checkpoint>]``.
-
-    ``grpo-hash/s83`` -> (grpo, ""), ``grpo-hash/s83@step50`` -> (grpo, step50); the older
-    ``grpo-hash/s83-step50`` reads the same way. Any other name is its own checkpoint, so two
-    differently named policies never share a slot of the crossed design by accident."""
-    if convention == "initial":
-        return "initial", ""
-    m = _POLICY.match(policy)
-    if m is None:
-        return method_of(policy, convention), policy
-    return method_of(m.group("arm"), convention), m.group("checkpoint") or ""
-
-
 def policy_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per policy: training convention, seed, method (the arm family, e.g. grpo, sft) and
     checkpoint (empty for an arm's final policy)."""
@@ -222,13 +205,3 @@ def policy_table(df: pd.DataFrame) -> pd.DataFrame:
     return pol
 
 
-def method_of(policy: str, convention: str) -> str:
-    """``grpo-hash/s83`` -> ``grpo``; the arm family that pairs conventions within a seed."""
-    if convention == "initial":
-        return "initial"
-    arm = policy.split("/")[0]
-    for sep in ("-", "_"):
-        suffix = f"{sep}{convention}"
-        if arm.endswith(suffix):
-            return arm[: -len(suffix)] or "arm"
-    return arm.replace(convention, "").strip("-_") or "arm"

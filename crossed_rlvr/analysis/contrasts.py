@@ -22,6 +22,7 @@ one product with the shared draws of the cell statistics.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +32,7 @@ from scipy import sparse
 from crossed_rlvr.analysis.cells import Group
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.readers import LENIENT
+from crossed_rlvr.names import pair_name
 from crossed_rlvr.rewards.conventions import CONVENTIONS, CROSSED_PAIRS, pair_label
 
 # (arm H, arm B, request h, request b): each matched pair crossed with its two arms' requests (eq. 1);
@@ -84,7 +86,7 @@ def arms_by_seed(policies: pd.DataFrame) -> dict[tuple[str, str, int], dict[str,
     """{(method, checkpoint, seed): {convention: policy}} for trained policies.
 
     A policy is its own arm: checkpoints of one arm (``grpo-hash/s83@step50``, see
-    :func:`crossed_rlvr.analysis.cells.policy_parts`) get their own slot, and two policies that would
+    :func:`crossed_rlvr.names.policy_parts`) get their own slot, and two policies that would
     share a slot are refused with both names, never silently replaced."""
     out: dict[tuple[str, str, int], dict[str, str]] = defaultdict(dict)
     for row in policies.itertuples():
@@ -102,167 +104,250 @@ def arms_by_seed(policies: pd.DataFrame) -> dict[tuple[str, str, int], dict[str,
     return dict(out)
 
 
-def arm_label(method: str, checkpoint: str, seed: int | str) -> str:
-    """``grpo/s83``, ``grpo/s83@step50``; seed summaries: ``grpo/mean``, ``grpo/sd@step50``."""
-    head = f"{method}/s{seed}" if isinstance(seed, int) else f"{method}/{seed}"
-    return f"{head}@{checkpoint}" if checkpoint else head
+Series = dict[tuple, list[tuple[int, dict[int, float]]]]  # a key's per-seed terms, pooled over seeds later
+
+
+@dataclass
+class Design:
+    """What every contrast family reads: the group's cell statistics, the arms by (method, checkpoint, seed), and
+    the per-seed terms earlier families leave for later ones (interactions for their differences, ΔP for its
+    seed mean)."""
+
+    group: Group
+    arms: dict[tuple[str, str, int], dict[str, str]]
+    interactions: Series = field(default_factory=lambda: defaultdict(list))
+    delta_p: Series = field(default_factory=lambda: defaultdict(list))
+
+    def A(self, policy: str, request: str, measure: str) -> int:
+        return self.group.index(policy, request, measure)
+
+    @property
+    def cross_measures(self) -> list[str]:
+        return ["payload", "extractable", *(m for m in self.group.measures if m.startswith("acc."))]
+
+
+Family = Callable[[Design], list[Contrast]]
+# The contrast families in the order their rows are written: registered by ``family``, looped over by
+# ``build_contrasts`` (a later family may read what an earlier one left in the Design).
+FAMILIES: list[Family] = []
+
+
+def family(fn: Family) -> Family:
+    FAMILIES.append(fn)
+    return fn
 
 
 def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
-    g, out = group, []
-    acc_measures = [m for m in g.measures if m.startswith("acc.")]
-    cross_measures = ["payload", "extractable", *acc_measures]
-    arms = arms_by_seed(policies[policies["policy"].isin({p for p, _ in g.cells})])
+    d = Design(group, arms_by_seed(policies[policies["policy"].isin({p for p, _ in group.cells})]))
+    return [c for fn in FAMILIES for c in fn(d)]
 
-    def A(policy: str, request: str, measure: str) -> int:
-        return g.index(policy, request, measure)
 
-    # Crossed interactions per seed, then seed mean and SD over policies that differ in seed alone.
-    per_method: dict[tuple[str, str, str, str], list[tuple[int, dict[int, float]]]] = defaultdict(list)
-    for (method, ckpt, seed), convs in sorted(arms.items()):
+def _pooled(name: str, measure: str, method: str, ckpt: str, request: str,
+            seeds: list[tuple[int, dict[int, float]]]) -> list[Contrast]:
+    """The seed mean of per-seed terms, and their SD (descriptive, no interval) when there are several seeds."""
+    members, listed = [t for _, t in seeds], [s for s, _ in seeds]
+    out = [Contrast(name, measure, pair_name(method, "mean", ckpt), request, _mean(members), seeds=listed)]
+    if len(members) > 1:
+        out.append(Contrast(f"{name}_sd", measure, pair_name(method, "sd", ckpt), request, {}, members=members,
+                            seeds=listed))
+    return out
+
+
+@family
+def interactions(d: Design) -> list[Contrast]:
+    """Crossed interactions per seed (eq. 1, 4), kept in the Design for the differences and seed means."""
+    g, out = d.group, []
+    for (method, ckpt, seed), convs in sorted(d.arms.items()):
         for ah, ab, rh, rb in PAIRS:
             if ah not in convs or ab not in convs:
                 continue
             H, B = convs[ah], convs[ab]
             if not all(g.has(p, r) for p in (H, B) for r in (rh, rb)):
                 continue
-            for m in cross_measures:
-                terms = _scale(_lin((1, A(H, rh, m)), (-1, A(B, rh, m)), (-1, A(H, rb, m)), (1, A(B, rb, m))), 100)
+            for m in d.cross_measures:
+                terms = _scale(_lin((1, d.A(H, rh, m)), (-1, d.A(B, rh, m)), (-1, d.A(H, rb, m)),
+                                    (1, d.A(B, rb, m))), 100)
                 label = pair_label(ah, ab)
-                out.append(Contrast("interaction", m, arm_label(method, ckpt, seed), label, terms, seeds=[seed]))
-                per_method[(method, ckpt, label, m)].append((seed, terms))
-    # Differences of interactions with paired intervals: training reward minus strict reader (D.1), and
-    # between methods of one seed, pair and checkpoint (D.2: marker-required minus answer-only reward).
-    for (method, ckpt, req, m), seeds in list(per_method.items()):
-        if m != "acc.reward" or (method, ckpt, req, "acc.strict") not in per_method:
+                out.append(Contrast("interaction", m, pair_name(method, seed, ckpt), label, terms, seeds=[seed]))
+                d.interactions[(method, ckpt, label, m)].append((seed, terms))
+    return out
+
+
+@family
+def interaction_differences(d: Design) -> list[Contrast]:
+    """Training reward minus strict reader, with paired intervals (D.1)."""
+    out = []
+    for (method, ckpt, req, m), seeds in list(d.interactions.items()):
+        if m != "acc.reward" or (method, ckpt, req, "acc.strict") not in d.interactions:
             continue
-        strict = dict(per_method[(method, ckpt, req, "acc.strict")])
+        strict = dict(d.interactions[(method, ckpt, req, "acc.strict")])
         for seed, terms in seeds:
             if seed in strict:
-                diff = _sub(terms, strict[seed])
-                out.append(Contrast("interaction_difference", "acc.reward-acc.strict", arm_label(method, ckpt, seed),
-                                    req, diff, seeds=[seed]))
+                out.append(Contrast("interaction_difference", "acc.reward-acc.strict", pair_name(method, seed, ckpt),
+                                    req, _sub(terms, strict[seed]), seeds=[seed]))
+    return out
+
+
+@family
+def reward_differences(d: Design) -> list[Contrast]:
+    """The marker pair's interaction minus the answer-only pair's, per seed (App. D.2)."""
     marker, answer = REWARD_CONTROL
-    for (method, ckpt, req, m), seeds in list(per_method.items()):
-        if req != marker or m not in ("payload", "acc.strict") or (method, ckpt, answer, m) not in per_method:
+    out = []
+    for (method, ckpt, req, m), seeds in list(d.interactions.items()):
+        if req != marker or m not in ("payload", "acc.strict") or (method, ckpt, answer, m) not in d.interactions:
             continue
-        other = dict(per_method[(method, ckpt, answer, m)])
+        other = dict(d.interactions[(method, ckpt, answer, m)])
         for seed, terms in seeds:
             if seed in other:
-                out.append(Contrast("reward_difference", m, arm_label(method, ckpt, seed), f"{marker}-answer_only",
+                out.append(Contrast("reward_difference", m, pair_name(method, seed, ckpt), f"{marker}-answer_only",
                                     _sub(terms, other[seed]), seeds=[seed]))
-    methods = sorted({(method, ckpt) for method, ckpt, _, _ in per_method})
+    return out
+
+
+@family
+def method_differences(d: Design) -> list[Contrast]:
+    """Between methods of one seed, pair and checkpoint (D.2: marker-required minus answer-only reward)."""
+    out = []
+    methods = sorted({(method, ckpt) for method, ckpt, _, _ in d.interactions})
     for a in range(len(methods)):
         for b in range(a + 1, len(methods)):
             (m1, c1), (m2, c2) = methods[a], methods[b]
             if c1 != c2:
                 continue
-            for req in sorted({r for _, _, r, _ in per_method}):
+            for req in sorted({r for _, _, r, _ in d.interactions}):
                 for m in ("payload", "acc.strict"):
-                    one, two = dict(per_method.get((m1, c1, req, m), [])), dict(per_method.get((m2, c2, req, m), []))
+                    one = dict(d.interactions.get((m1, c1, req, m), []))
+                    two = dict(d.interactions.get((m2, c2, req, m), []))
                     for seed in sorted(set(one) & set(two)):
-                        out.append(Contrast("method_difference", m, arm_label(f"{m1}-{m2}", c1, seed), req,
+                        out.append(Contrast("method_difference", m, pair_name(f"{m1}-{m2}", seed, c1), req,
                                             _sub(one[seed], two[seed]), seeds=[seed]))
-    for (method, ckpt, req, m), seeds in per_method.items():
-        members, listed = [t for _, t in seeds], [s for s, _ in seeds]
-        out.append(Contrast("interaction", m, arm_label(method, ckpt, "mean"), req, _mean(members), seeds=listed))
-        if len(members) > 1:
-            out.append(Contrast("interaction_sd", m, arm_label(method, ckpt, "sd"), req, {}, members=members,
-                                seeds=listed))
+    return out
 
-    # Conditional correctness u_c = Acc_strict / q_c (eq. 3), per cell: 1 - (q - A)/q.
-    for policy, request in g.cells:
-        q, acc = A(policy, request, "extractable"), A(policy, request, "acc.strict")
+
+@family
+def interaction_means(d: Design) -> list[Contrast]:
+    """Seed mean and SD of the interactions over policies that differ in seed alone."""
+    return [c for (method, ckpt, req, m), seeds in d.interactions.items()
+            for c in _pooled("interaction", m, method, ckpt, req, seeds)]
+
+
+@family
+def conditional_correctness(d: Design) -> list[Contrast]:
+    """u_c = Acc_strict / q_c (eq. 3), per cell: 1 - (q - A)/q."""
+    out = []
+    for policy, request in d.group.cells:
+        q, acc = d.A(policy, request, "extractable"), d.A(policy, request, "acc.strict")
         out.append(Contrast("conditional_correctness", "acc.strict|extractable", policy, request,
                             _lin((1, q), (-1, acc)), {q: 1.0}, "ratio"))
+    return out
 
-    # Changes against the initial policy, same request.
-    slot_of = {p: (method, ckpt, conv, seed) for (method, ckpt, seed), convs in arms.items() for conv, p in convs.items()}
-    delta_p: dict[tuple[str, str, str, str], list[tuple[int, dict[int, float]]]] = defaultdict(list)
-    if any(p == "initial" for p, _ in g.cells):
-        for policy, request in g.cells:
-            if policy == "initial" or not g.has("initial", request):
-                continue
-            for m in cross_measures:
-                name = {"payload": "delta_P", "extractable": "delta_q"}.get(m, "gain")
-                terms = _scale(_lin((1, A(policy, request, m)), (-1, A("initial", request, m))), 100)
-                out.append(Contrast(name, m, policy, request, terms))
-                if m == "payload" and policy in slot_of:
-                    method, ckpt, conv, seed = slot_of[policy]
-                    delta_p[(method, ckpt, conv, request)].append((seed, terms))
-            if request in LENIENT:
-                # F = γ0 - γRL with γ = Acc_len - Acc_str (eq. 5).
-                terms = _scale(_lin(
-                    (1, A("initial", request, "acc.lenient")), (-1, A("initial", request, "acc.strict")),
-                    (-1, A(policy, request, "acc.lenient")), (1, A(policy, request, "acc.strict")),
-                ), 100)
-                out.append(Contrast("reader_gap_reduction", "acc.strict|acc.lenient", policy, request, terms))
-                # Descriptive shares of the strict gain (§3.2, D.3.1): F/Δ_S = 1 - Δ_len/Δ_S, γ0/Δ_S = 1 - (Δ_S - γ0)/Δ_S.
-                d_s = _lin((1, A(policy, request, "acc.strict")), (-1, A("initial", request, "acc.strict")))
-                d_len = _lin((1, A(policy, request, "acc.lenient")), (-1, A("initial", request, "acc.lenient")))
-                gamma0 = _lin((1, A("initial", request, "acc.lenient")), (-1, A("initial", request, "acc.strict")))
-                out.append(Contrast("share_F", "acc.strict|acc.lenient", policy, request, d_len, d_s, "ratio"))
-                out.append(Contrast("share_gamma0", "acc.strict|acc.lenient", policy, request, _sub(d_s, gamma0), d_s,
-                                    "ratio"))
-    for (method, ckpt, conv, request), seeds in sorted(delta_p.items()):  # seed mean and SD of ΔP per arm
-        members, listed = [t for _, t in seeds], [s for s, _ in seeds]
-        arm = f"{method}-{conv}"
-        out.append(Contrast("delta_P", "payload", arm_label(arm, ckpt, "mean"), request, _mean(members), seeds=listed))
-        if len(members) > 1:
-            out.append(Contrast("delta_P_sd", "payload", arm_label(arm, ckpt, "sd"), request, {}, members=members,
-                                seeds=listed))
 
-    # Attenuation ρ (eq. 7) and preference D (eq. 8).
-    if g.has("initial", "hash"):
-        def gain(policy: str, request: str) -> dict[int, float]:
-            return _lin((1, A(policy, request, "acc.strict")), (-1, A("initial", request, "acc.strict")))
+@family
+def changes_from_initial(d: Design) -> list[Contrast]:
+    """Trained minus initial under the same request (ΔP, Δq, gains; Tables 8, 9, 12), and on lenient requests the
+    reader-gap reduction F and the descriptive shares of the strict gain."""
+    g, A, out = d.group, d.A, []
+    if not any(p == "initial" for p, _ in g.cells):
+        return out
+    slot_of = {p: (method, ckpt, conv, seed) for (method, ckpt, seed), convs in d.arms.items()
+               for conv, p in convs.items()}
+    for policy, request in g.cells:
+        if policy == "initial" or not g.has("initial", request):
+            continue
+        for m in d.cross_measures:
+            name = {"payload": "delta_P", "extractable": "delta_q"}.get(m, "gain")
+            terms = _scale(_lin((1, A(policy, request, m)), (-1, A("initial", request, m))), 100)
+            out.append(Contrast(name, m, policy, request, terms))
+            if m == "payload" and policy in slot_of:
+                method, ckpt, conv, seed = slot_of[policy]
+                d.delta_p[(method, ckpt, conv, request)].append((seed, terms))
+        if request in LENIENT:
+            out += _reader_gap(d, policy, request)
+    return out
 
-        by_method: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
-        for (method, ckpt, seed), convs in sorted(arms.items()):
-            h = convs.get("hash")
-            if h is None or not g.has(h, "hash"):
-                continue
-            ctrl = gain(h, "hash")
-            treat = convs.get("answer_only")
-            if treat is not None and g.has(treat, "hash"):
-                t = gain(treat, "hash")
-                out.append(Contrast("attenuation_reward", "acc.strict", arm_label(method, ckpt, seed), "hash", t, ctrl,
-                                    "ratio", seeds=[seed]))
-                by_method[(method, ckpt)]["reward"].append((t, ctrl, seed))
-            b = convs.get("boxed")
-            if b is not None and g.has(b, "boxed") and g.has("initial", "boxed"):
-                t = gain(b, "boxed")
-                out.append(Contrast("attenuation_convention", "acc.strict", arm_label(method, ckpt, seed), "own", t,
-                                    ctrl, "ratio", seeds=[seed]))
-                by_method[(method, ckpt)]["convention"].append((t, ctrl, seed))
-        for (method, ckpt), kinds in by_method.items():
-            for kind, pairs in kinds.items():
-                t, c = _mean([p[0] for p in pairs]), _mean([p[1] for p in pairs])
-                req = "hash" if kind == "reward" else "own"
-                out.append(Contrast(f"attenuation_{kind}", "acc.strict", arm_label(method, ckpt, "mean"), req, t, c,
-                                    "ratio", seeds=[p[2] for p in pairs]))
+
+def _reader_gap(d: Design, policy: str, request: str) -> list[Contrast]:
+    """F = γ0 - γRL with γ = Acc_len - Acc_str (eq. 5); the shares of the strict gain (§3.2, D.3.1):
+    F/Δ_S = 1 - Δ_len/Δ_S and γ0/Δ_S = 1 - (Δ_S - γ0)/Δ_S."""
+    A = d.A
+    terms = _scale(_lin(
+        (1, A("initial", request, "acc.lenient")), (-1, A("initial", request, "acc.strict")),
+        (-1, A(policy, request, "acc.lenient")), (1, A(policy, request, "acc.strict")),
+    ), 100)
+    d_s = _lin((1, A(policy, request, "acc.strict")), (-1, A("initial", request, "acc.strict")))
+    d_len = _lin((1, A(policy, request, "acc.lenient")), (-1, A("initial", request, "acc.lenient")))
+    gamma0 = _lin((1, A("initial", request, "acc.lenient")), (-1, A("initial", request, "acc.strict")))
+    return [Contrast("reader_gap_reduction", "acc.strict|acc.lenient", policy, request, terms),
+            Contrast("share_F", "acc.strict|acc.lenient", policy, request, d_len, d_s, "ratio"),
+            Contrast("share_gamma0", "acc.strict|acc.lenient", policy, request, _sub(d_s, gamma0), d_s, "ratio")]
+
+
+@family
+def delta_p_means(d: Design) -> list[Contrast]:
+    """Seed mean and SD of ΔP per arm."""
+    return [c for (method, ckpt, conv, request), seeds in sorted(d.delta_p.items())
+            for c in _pooled("delta_P", "payload", f"{method}-{conv}", ckpt, request, seeds)]
+
+
+@family
+def attenuations(d: Design) -> list[Contrast]:
+    """Attenuation ρ (eq. 7): of the reward (answer-only arm, I1) and of the convention (boxed arm on its own
+    request, I2), against the hash arm's strict gain; per seed and as seed means."""
+    g, out = d.group, []
+    if not g.has("initial", "hash"):
+        return out
+
+    def gain(policy: str, request: str) -> dict[int, float]:
+        return _lin((1, d.A(policy, request, "acc.strict")), (-1, d.A("initial", request, "acc.strict")))
+
+    by_method: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for (method, ckpt, seed), convs in sorted(d.arms.items()):
+        h = convs.get("hash")
+        if h is None or not g.has(h, "hash"):
+            continue
+        ctrl = gain(h, "hash")
+        treat = convs.get("answer_only")
+        if treat is not None and g.has(treat, "hash"):
+            t = gain(treat, "hash")
+            out.append(Contrast("attenuation_reward", "acc.strict", pair_name(method, seed, ckpt), "hash", t, ctrl,
+                                "ratio", seeds=[seed]))
+            by_method[(method, ckpt)]["reward"].append((t, ctrl, seed))
+        b = convs.get("boxed")
+        if b is not None and g.has(b, "boxed") and g.has("initial", "boxed"):
+            t = gain(b, "boxed")
+            out.append(Contrast("attenuation_convention", "acc.strict", pair_name(method, seed, ckpt), "own", t,
+                                ctrl, "ratio", seeds=[seed]))
+            by_method[(method, ckpt)]["convention"].append((t, ctrl, seed))
+    for (method, ckpt), kinds in by_method.items():
+        for kind, pairs in kinds.items():
+            t, c = _mean([p[0] for p in pairs]), _mean([p[1] for p in pairs])
+            req = "hash" if kind == "reward" else "own"
+            out.append(Contrast(f"attenuation_{kind}", "acc.strict", pair_name(method, "mean", ckpt), req, t, c,
+                                "ratio", seeds=[p[2] for p in pairs]))
+    return out
+
+
+@family
+def preferences(d: Design) -> list[Contrast]:
+    """Preference D (eq. 8) per policy, and arm-to-arm D (§2.4, I4) per seed with its seed mean and SD."""
+    g, out = d.group, []
 
     def D(policy: str) -> dict[int, float]:
-        return _scale(_lin((1, A(policy, "hash", "acc.strict")), (-1, A(policy, "boxed", "acc.strict"))), 100)
+        return _scale(_lin((1, d.A(policy, "hash", "acc.strict")), (-1, d.A(policy, "boxed", "acc.strict"))), 100)
 
     with_both = [p for p in dict.fromkeys(p for p, _ in g.cells) if g.has(p, "hash") and g.has(p, "boxed")]
     for policy in with_both:
         out.append(Contrast("preference_D", "acc.strict", policy, "hash-boxed", D(policy)))
-    arm_d: dict[tuple[str, str], list[tuple[int, dict[int, float]]]] = defaultdict(list)
-    for (method, ckpt, seed), convs in sorted(arms.items()):
+    arm_d: Series = defaultdict(list)
+    for (method, ckpt, seed), convs in sorted(d.arms.items()):
         H, B = convs.get("hash"), convs.get("boxed")
         if H in with_both and B in with_both:
             terms = _lin(*[(c, i) for i, c in D(H).items()], *[(-c, i) for i, c in D(B).items()])
-            out.append(Contrast("arm_to_arm_D", "acc.strict", arm_label(method, ckpt, seed), "hash-boxed", terms,
+            out.append(Contrast("arm_to_arm_D", "acc.strict", pair_name(method, seed, ckpt), "hash-boxed", terms,
                                 seeds=[seed]))
             arm_d[(method, ckpt)].append((seed, terms))
     for (method, ckpt), seeds in sorted(arm_d.items()):
-        members, listed = [t for _, t in seeds], [s for s, _ in seeds]
-        out.append(Contrast("arm_to_arm_D", "acc.strict", arm_label(method, ckpt, "mean"), "hash-boxed", _mean(members),
-                            seeds=listed))
-        if len(members) > 1:
-            out.append(Contrast("arm_to_arm_D_sd", "acc.strict", arm_label(method, ckpt, "sd"), "hash-boxed", {},
-                                members=members, seeds=listed))
+        out += _pooled("arm_to_arm_D", "acc.strict", method, ckpt, "hash-boxed", seeds)
     return out
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from crossed_rlvr.analysis.cells import policy_parts
+from crossed_rlvr.names import policy_parts
 
 ARM, CONTROL = "hash", "boxed"
 CONTRAST_MIN, LENIENT_MAX, GAP_MARGIN, SPREAD_MAX = 0.50, 0.05, 0.10, 0.25

@@ -59,7 +59,7 @@ def strata_of(obs: pd.DataFrame) -> dict[str, list[Stratum]]:
 
 def settings(obs: pd.DataFrame, scores: pd.DataFrame) -> list[dict[str, Any]]:
     """Trained states grouped by method, convention, request and wording, each with its initial state."""
-    from crossed_rlvr.analysis.cells import policy_parts
+    from crossed_rlvr.names import policy_parts
 
     info = scores.groupby("policy")[["training_convention", "train_seed"]].first()
     states = obs[["state", "policy", "request", "template"]].drop_duplicates()

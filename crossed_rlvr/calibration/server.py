@@ -110,124 +110,128 @@ def item_view(store: LabelStore, annotator: str, stage: str, sid: str) -> dict[s
     return item
 
 
-def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
-    writing = threading.Lock()
+class LabelHandler(BaseHTTPRequestHandler):
+    """The page and its JSON API over one label store (``make_handler`` binds the store)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        timeout = READ_TIMEOUT_S  # a connection that sends nothing is dropped, never waited on
+    store: LabelStore
+    writing: threading.Lock  # one writer of the store at a time
+    timeout = READ_TIMEOUT_S  # a connection that sends nothing is dropped, never waited on
 
-        def log_message(self, *args: Any) -> None:  # quiet: the page shows progress
-            pass
+    def log_message(self, *args: Any) -> None:  # quiet: the page shows progress
+        pass
 
-        def _send(self, code: int, body: Any, kind: str = "application/json") -> None:
-            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Cache-Control", "no-store")
-            for name, value in SECURITY_HEADERS.items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
+    def _send(self, code: int, body: Any, kind: str = "application/json") -> None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        for name, value in SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
 
-        def _check_origin(self) -> None:
-            """This server's own Host only (DNS rebinding), and writes only from its own page's origin."""
-            host, port = self.server.server_address[:2]
-            allowed = {f"{h}:{port}" for h in (*LOOPBACK, host)} | {f"[::1]:{port}"}
-            if self.headers.get("Host") not in allowed:
-                raise BadRequest(421, f"Host {self.headers.get('Host')!r} is not this server")
-            origin = self.headers.get("Origin")
-            if origin is not None and urlparse(origin).netloc not in allowed:
-                raise BadRequest(403, f"requests from origin {origin!r} are refused")
+    def _check_origin(self) -> None:
+        """This server's own Host only (DNS rebinding), and writes only from its own page's origin."""
+        host, port = self.server.server_address[:2]
+        allowed = {f"{h}:{port}" for h in (*LOOPBACK, host)} | {f"[::1]:{port}"}
+        if self.headers.get("Host") not in allowed:
+            raise BadRequest(421, f"Host {self.headers.get('Host')!r} is not this server")
+        origin = self.headers.get("Origin")
+        if origin is not None and urlparse(origin).netloc not in allowed:
+            raise BadRequest(403, f"requests from origin {origin!r} are refused")
 
-        def _body(self) -> dict[str, Any]:
-            raw_length = self.headers.get("Content-Length")
-            # isdigit() alone admits "²" and other Unicode digits that int() refuses
-            if raw_length is None or not (raw_length.isascii() and raw_length.isdigit()):
-                raise BadRequest(411 if raw_length is None else 400, f"Content-Length {raw_length!r} is not a length")
-            length = int(raw_length)
-            if length > MAX_BODY:
-                raise BadRequest(413, f"a body of {length} bytes is over the limit of {MAX_BODY}")
-            try:
-                body = json.loads(self.rfile.read(length).decode("utf-8") or "{}")
-            except UnicodeDecodeError:
-                raise BadRequest(400, "the body is not UTF-8 text") from None
-            except json.JSONDecodeError as err:
-                raise BadRequest(400, f"the body is not JSON ({err.msg})") from None
-            if not isinstance(body, dict):
-                raise BadRequest(400, f"the body must be a JSON object, got {type(body).__name__}")
-            for key in ("annotator", "stage", "sample_id", "token"):
-                if not isinstance(body.get(key, ""), str):
-                    raise BadRequest(400, f"field '{key}' must be text")
-            if not isinstance(body.get("label", {}), dict):
-                raise BadRequest(400, "field 'label' must be a JSON object")
-            return body
+    def _body(self) -> dict[str, Any]:
+        raw_length = self.headers.get("Content-Length")
+        # isdigit() alone admits "²" and other Unicode digits that int() refuses
+        if raw_length is None or not (raw_length.isascii() and raw_length.isdigit()):
+            raise BadRequest(411 if raw_length is None else 400, f"Content-Length {raw_length!r} is not a length")
+        length = int(raw_length)
+        if length > MAX_BODY:
+            raise BadRequest(413, f"a body of {length} bytes is over the limit of {MAX_BODY}")
+        try:
+            body = json.loads(self.rfile.read(length).decode("utf-8") or "{}")
+        except UnicodeDecodeError:
+            raise BadRequest(400, "the body is not UTF-8 text") from None
+        except json.JSONDecodeError as err:
+            raise BadRequest(400, f"the body is not JSON ({err.msg})") from None
+        if not isinstance(body, dict):
+            raise BadRequest(400, f"the body must be a JSON object, got {type(body).__name__}")
+        for key in ("annotator", "stage", "sample_id", "token"):
+            if not isinstance(body.get(key, ""), str):
+                raise BadRequest(400, f"field '{key}' must be text")
+        if not isinstance(body.get("label", {}), dict):
+            raise BadRequest(400, "field 'label' must be a JSON object")
+        return body
 
-        def _person(self, token: str | None, typed: str, stage: str) -> str:
-            """Who asks: with declared roles, the token's person (a typed name that differs is refused) and only
-            for a stage of their role; without roles (a store built in code: annotate refuses to serve one),
-            the typed name."""
-            if store.roles is None:
-                return typed
-            name = store.roles.name_of(token)
-            if name is None:
-                raise BadRequest(403, "no such link: open the page from your own link (token)")
-            if typed and typed != name:
-                raise BadRequest(403, f"this link is {name}'s; it cannot read or write {typed}'s labels")
-            if stage and not store.roles.may(name, stage):
-                raise BadRequest(403, f"{name} has no {stage} role in this calibration")
-            return name
+    def _person(self, token: str | None, typed: str, stage: str) -> str:
+        """Who asks: with declared roles, the token's person (a typed name that differs is refused) and only
+        for a stage of their role; without roles (a store built in code: annotate refuses to serve one),
+        the typed name."""
+        if self.store.roles is None:
+            return typed
+        name = self.store.roles.name_of(token)
+        if name is None:
+            raise BadRequest(403, "no such link: open the page from your own link (token)")
+        if typed and typed != name:
+            raise BadRequest(403, f"this link is {name}'s; it cannot read or write {typed}'s labels")
+        if stage and not self.store.roles.may(name, stage):
+            raise BadRequest(403, f"{name} has no {stage} role in this calibration")
+        return name
 
-        def do_GET(self) -> None:
-            url = urlparse(self.path)
-            q = {k: v[0] for k, v in parse_qs(url.query).items()}
-            try:
-                self._check_origin()
-                if url.path in ("/", "/index.html"):
-                    self._send(200, PAGE.read_text(), "text/html; charset=utf-8")
-                elif url.path == "/api/next":
-                    stage = q.get("stage", "stage1")
-                    who = self._person(q.get("token"), q.get("annotator", ""), stage)
-                    with writing:
-                        self._send(200, next_item(store, who, stage))
-                elif url.path == "/api/item":
-                    stage = q.get("stage", "stage1")
-                    who = self._person(q.get("token"), q.get("annotator", ""), stage)
-                    with writing:
-                        self._send(200, labelled_item(store, who, stage, q.get("sample_id", "")))
-                elif url.path == "/api/whoami":
-                    who = self._person(q.get("token"), "", "")
-                    role = "adjudicator" if store.roles and who in store.roles.adjudicators else "annotator"
-                    self._send(200, {"name": who, "role": role, "declared": store.roles is not None})
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        q = {k: v[0] for k, v in parse_qs(url.query).items()}
+        try:
+            self._check_origin()
+            if url.path in ("/", "/index.html"):
+                self._send(200, PAGE.read_text(), "text/html; charset=utf-8")
+            elif url.path == "/api/next":
+                stage = q.get("stage", "stage1")
+                who = self._person(q.get("token"), q.get("annotator", ""), stage)
+                with self.writing:
+                    self._send(200, next_item(self.store, who, stage))
+            elif url.path == "/api/item":
+                stage = q.get("stage", "stage1")
+                who = self._person(q.get("token"), q.get("annotator", ""), stage)
+                with self.writing:
+                    self._send(200, labelled_item(self.store, who, stage, q.get("sample_id", "")))
+            elif url.path == "/api/whoami":
+                who = self._person(q.get("token"), "", "")
+                role = "adjudicator" if self.store.roles and who in self.store.roles.adjudicators else "annotator"
+                self._send(200, {"name": who, "role": role, "declared": self.store.roles is not None})
+            else:
+                self._send(404, {"error": f"no such page {url.path}"})
+        except PermissionError as err:
+            self._send(409, {"error": str(err)})
+        except BadRequest as err:
+            self._send(err.code, {"error": str(err)})
+
+    def do_POST(self) -> None:
+        url = urlparse(self.path)
+        try:
+            self._check_origin()
+            body = self._body()
+            who = self._person(body.get("token"), body.get("annotator", ""), body.get("stage", ""))
+            with self.writing:
+                if url.path == "/api/label":
+                    label = self.store.put(who, body.get("stage", ""), body.get("sample_id", ""),
+                                      body.get("label", {}), where="label")
+                    self._send(200, {"saved": label})
+                elif url.path == "/api/lock":
+                    self.store.lock(who, body.get("stage", ""))
+                    self._send(200, {"locked": True})
                 else:
-                    self._send(404, {"error": f"no such page {url.path}"})
-            except PermissionError as err:
-                self._send(409, {"error": str(err)})
-            except BadRequest as err:
-                self._send(err.code, {"error": str(err)})
+                    self._send(404, {"error": f"no such endpoint {url.path}"})
+        except BadRequest as err:
+            self._send(err.code, {"error": str(err)})
+        except LabelError as err:
+            self._send(409, {"error": str(err)})
 
-        def do_POST(self) -> None:
-            url = urlparse(self.path)
-            try:
-                self._check_origin()
-                body = self._body()
-                who = self._person(body.get("token"), body.get("annotator", ""), body.get("stage", ""))
-                with writing:
-                    if url.path == "/api/label":
-                        label = store.put(who, body.get("stage", ""), body.get("sample_id", ""),
-                                          body.get("label", {}), where="label")
-                        self._send(200, {"saved": label})
-                    elif url.path == "/api/lock":
-                        store.lock(who, body.get("stage", ""))
-                        self._send(200, {"locked": True})
-                    else:
-                        self._send(404, {"error": f"no such endpoint {url.path}"})
-            except BadRequest as err:
-                self._send(err.code, {"error": str(err)})
-            except LabelError as err:
-                self._send(409, {"error": str(err)})
 
-    return Handler
+def make_handler(store: LabelStore) -> type[BaseHTTPRequestHandler]:
+    """A handler class serving ``store`` (http.server makes one handler object per request)."""
+    return type("Handler", (LabelHandler,), {"store": store, "writing": threading.Lock()})
 
 
 class Server(ThreadingHTTPServer):

@@ -84,8 +84,8 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
             return
         import hydra
 
-        from crossed_rlvr.conf.checks import ConfigError
-        from crossed_rlvr.conf.ranges import check_command, check_overrides
+        from crossed_rlvr.conf.checks import ConfigError, check_command
+        from crossed_rlvr.conf.ranges import check_overrides
 
         try:  # the command line's numbers, before Hydra's own conversion can stop on them
             check_overrides(sys.argv[1:], config_name)

@@ -11,11 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from crossed_rlvr.errors import CrossedError
-
-
-class ConfigError(CrossedError, ValueError):
-    """A config value that no stage could run with; the message starts with the dotted key."""
+from crossed_rlvr.errors import ConfigError, CrossedError
 
 
 def _get(cfg: Any, key: str) -> Any:
@@ -118,15 +114,11 @@ def check_config(cfg: Any) -> None:
     conv = cfg.convention.name
     if conv not in CONVENTIONS:
         raise RecipeError(f"convention={conv!r} is unknown; expected one of {', '.join(CONVENTIONS)}")
+    from crossed_rlvr.conf.ranges import check_ranges_of
+
+    check_ranges_of(cfg, "crossed_train")  # every number within the range its schema declares
     r = cfg.recipe
-    for key in ("updates", "prompts_per_update", "max_response_tokens", "max_context_tokens"):
-        if int(r[key]) < 1:
-            raise RecipeError(f"recipe.{key}={r[key]} must be at least 1")
-    if float(r.lr) <= 0:
-        raise RecipeError(f"recipe.lr={r.lr} must be positive")
     batch = int(r.prompts_per_update) * int(r.group_size)
-    if int(r.group_size) < 2:
-        raise RecipeError(f"recipe.group_size={r.group_size}: GRPO needs at least 2 responses per prompt")
     micro = int(cfg.engine.get("micro_batch") or r.group_size)
     if cfg.engine.name == "trl" and batch % micro:
         raise RecipeError(f"engine.micro_batch={micro} does not divide the batch of {batch} completions "
@@ -137,24 +129,15 @@ def check_config(cfg: Any) -> None:
                           f"engine.micro_batch={micro} x {nproc} processes")
     if cfg.engine.name == "trl" and micro % int(r.group_size) and int(r.group_size) % micro:
         raise RecipeError(f"recipe.group_size={r.group_size} and engine.micro_batch={micro} must divide one another")
-    if int(r.get("save_every") or 0) < 0:
-        raise RecipeError(f"recipe.save_every={r.save_every}: expected 0 (final checkpoint only) or a positive count")
     prop = r.get("proposal") or {}
-    if prop.get("enabled") and (int(prop.get("estimate_samples", 4)) < 2 or int(prop.get("estimate_samples", 4)) % 2):
+    if prop.get("enabled") and int(prop.get("estimate_samples", 4)) % 2:
         raise RecipeError(f"recipe.proposal.estimate_samples={prop.get('estimate_samples')}: expected an even number "
-                          ">= 2 (half the samples under each request)")
+                          "(half the samples under each request)")
     e = cfg.engine
-    if e.name == "verl":
-        for key, low in (("cpus_per_node", 1), ("tq_storage_units", 1), ("wait_limit_s", 1)):
-            value = e.get(key)
-            if value is not None and float(value) < low:
-                raise RecipeError(f"engine.{key}={value}: expected at least {low}")
     if e.name == "trl" and int(e.get("nproc_per_node") or 1) > 1 and int((cfg.get("validation") or {}).get(
             "every") or 0) > 0:
         raise RecipeError("validation.every > 0 runs on one process: with engine.nproc_per_node > 1 validate the "
                           "arm's checkpoints with crossed-eval, or set validation.every=0")
-    if int(r.policy_epochs) != 1:
-        raise RecipeError("recipe.policy_epochs must be 1 (one policy epoch per batch, App. D.1)")
     if cfg.engine.name not in ("trl", "verl"):
         raise RecipeError(f"engine={cfg.engine.name!r} is unknown; expected trl or verl")
     if cfg.algorithm.name not in ("grpo", "reinforce_pp"):
@@ -272,3 +255,16 @@ def check_study(cfg: Any) -> None:
 
 CHECKS = {"crossed-train": check_train, "crossed-eval": check_eval, "crossed-sft": check_sft,
           "crossed-study": check_study}
+
+
+COMMAND_SCHEMA = {"crossed-train": "crossed_train", "crossed-eval": "crossed_eval", "crossed-sft": "crossed_sft",
+                  "crossed-study": "crossed_study"}
+
+
+def check_command(command: str, cfg: Any) -> None:
+    """Every check of a composed config, in order: ranges, relations, then the command's own value checks."""
+    from crossed_rlvr.conf.ranges import check_ranges, check_relations
+
+    check_ranges(cfg, COMMAND_SCHEMA[command])
+    check_relations(cfg)
+    CHECKS[command](cfg)

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-from crossed_rlvr.conf.checks import ConfigError
 from crossed_rlvr.conf.schema import SCHEMAS
+from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.limits import Range
 
 
@@ -108,8 +108,12 @@ def refusal(f: NumericField, value: Any, shown_key: str | None = None) -> str | 
 
 def _select(cfg: Any, key: str) -> Any:
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
-    return OmegaConf.select(cfg, key, throw_on_missing=False)
+    try:
+        return OmegaConf.select(cfg, key, throw_on_missing=False)
+    except (AttributeError, OmegaConfBaseException):  # below a group the config leaves missing (omegaconf 2.3)
+        return None
 
 
 def check_ranges(cfg: Any, command: str) -> None:
@@ -132,6 +136,32 @@ def check_ranges(cfg: Any, command: str) -> None:
         why = refusal(f, value)
         if why:
             raise ConfigError(why)
+
+
+def open_schema(command: str) -> Any:
+    """``command``'s schema as a config that types the keys it declares and admits others (the study adds hashes
+    and frozen files to a command's own settings): every group's struct flag lifted, not only the root's."""
+    from omegaconf import DictConfig, OmegaConf
+
+    def lift(node: DictConfig) -> None:
+        OmegaConf.set_struct(node, False)
+        for key in node:
+            child = node._get_node(key)  # the node itself: a missing group has no value to read
+            if isinstance(child, DictConfig):
+                lift(child)
+
+    schema = OmegaConf.structured(SCHEMAS[command])
+    lift(schema)
+    return schema
+
+
+def check_ranges_of(cfg: Any, command: str) -> None:
+    """``check_ranges`` of a config that holds only some of the schema's keys (a study's projection of one command's
+    config, a config built in code): each number it holds against its declared range, the rest at their defaults."""
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    check_ranges(OmegaConf.merge(open_schema(command), data), command)
 
 
 def check_overrides(argv: list[str], command: str) -> None:
@@ -214,19 +244,6 @@ def check_relations(cfg: Any) -> None:
             pairs = [f"{a} + {b}" for a, b in CROSSED_PAIRS]
             raise ConfigError(f"arms.conventions={conventions}: no crossed pair to compare; include both of "
                               f"{' or '.join(pairs)}")
-
-
-COMMAND_SCHEMA = {"crossed-train": "crossed_train", "crossed-eval": "crossed_eval", "crossed-sft": "crossed_sft",
-                  "crossed-study": "crossed_study"}
-
-
-def check_command(command: str, cfg: Any) -> None:
-    """Every check of a composed config, in order: ranges, relations, then the command's own value checks."""
-    from crossed_rlvr.conf.checks import CHECKS
-
-    check_ranges(cfg, COMMAND_SCHEMA[command])
-    check_relations(cfg)
-    CHECKS[command](cfg)
 
 
 def settings_table() -> str:

@@ -87,6 +87,71 @@ class Run:
     seconds: float = 0.0
 
 
+def _start(cmd: Callable[[int], list[str]]) -> tuple[int, subprocess.Popen]:
+    """Start one sandboxed run; returns the read end of its results pipe and the process."""
+    read_fd, write_fd = os.pipe()
+    try:
+        # the pipe keeps its number in the child (pass_fds), and the harness is told it
+        proc = subprocess.Popen(cmd(write_fd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, pass_fds=(write_fd,), start_new_session=True,
+                                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    except FileNotFoundError as err:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise SandboxUnavailable(f"cannot start the code sandbox: {err.filename} is not installed "
+                                 "(Debian: apt-get install bubblewrap util-linux)") from err
+    os.close(write_fd)
+    return read_fd, proc
+
+
+def _reap(proc: subprocess.Popen, run: Run) -> None:
+    """End the run if it still runs (the sandbox's pid 1 first), and record its exit status."""
+    if proc.poll() is None:
+        _end(proc)
+    try:
+        run.returncode = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        run.returncode = proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+class _Results:
+    """The harness's result lines as they arrive through the pipe: the first must be its ready line, each later one
+    a JSON object; a line may run to megabytes, so the buffer grows in place and is split only when a line ended."""
+
+    def __init__(self, run: Run, stop: Callable[[dict[str, Any]], bool] | None) -> None:
+        self.run, self.stop = run, stop
+        self.buf = bytearray()
+        self.ready = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take one chunk; True when the run is to end (a line that breaks the protocol, or ``stop`` said so)."""
+        self.buf += chunk
+        if b"\n" not in chunk:  # no line ended: nothing to split (a long line is not rescanned)
+            return False
+        *complete, rest = self.buf.split(b"\n")
+        self.buf = bytearray(rest)
+        for raw in complete:
+            try:
+                line = json.loads(raw)
+                ok = isinstance(line, dict)
+            except ValueError:
+                ok = False
+            if not ok or (not self.ready and line != {"ready": 1}):
+                self.run.bad_line = True
+                return True
+            if not self.ready:
+                self.ready = True
+                continue
+            self.run.lines.append(line)
+            if self.stop is not None and self.stop(line):
+                self.run.ended = "stopped"
+                return True
+        return False
+
+
 class Sandbox:
     """Runs jobs for the harness, ``slots`` at a time, each slot under its own uid. :meth:`check` runs the
     start-up self-test (and raises :class:`SandboxUnavailable` in one line); :meth:`run` is thread-safe."""
@@ -200,24 +265,14 @@ class Sandbox:
 
     def _watch(self, cmd: Callable[[int], list[str]], limits: Limits, stop: Callable[[dict[str, Any]], bool] | None,
                start: float) -> Run:
-        read_fd, write_fd = os.pipe()
-        try:
-            # the pipe keeps its number in the child (pass_fds), and the harness is told it
-            proc = subprocess.Popen(cmd(write_fd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, pass_fds=(write_fd,), start_new_session=True,
-                                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-        except FileNotFoundError as err:
-            os.close(read_fd)
-            os.close(write_fd)
-            raise SandboxUnavailable(f"cannot start the code sandbox: {err.filename} is not installed "
-                                     "(Debian: apt-get install bubblewrap util-linux)") from err
-        os.close(write_fd)
+        read_fd, proc = _start(cmd)
         run = Run(ended="exited")
+        results = _Results(run, stop)
         sel = selectors.DefaultSelector()
         sel.register(read_fd, selectors.EVENT_READ, "results")
         assert proc.stderr is not None
         sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "stderr")
-        buf, err, total, ready = bytearray(), b"", 0, False  # one line may run to megabytes: grown in place
+        err, total = b"", 0
         deadline = start + limits.wall_s
         cap = limits.output_mb * 1024 * 1024
         open_fds = 2
@@ -227,9 +282,8 @@ class Sandbox:
                 if left <= 0:
                     run.ended = "wall"
                     break
-                events = sel.select(timeout=min(left, 1.0))
                 finished = False
-                for key, _ in events:
+                for key, _ in sel.select(timeout=min(left, 1.0)):
                     chunk = os.read(key.fd, 65536)
                     if not chunk:
                         sel.unregister(key.fd)
@@ -242,48 +296,17 @@ class Sandbox:
                     if total > cap:
                         run.ended, finished = "output", True
                         break
-                    buf += chunk
-                    if b"\n" not in chunk:  # no line ended: nothing to split (a long line is not rescanned)
-                        continue
-                    *complete, rest = buf.split(b"\n")
-                    buf = bytearray(rest)
-                    for raw in complete:
-                        try:
-                            line = json.loads(raw)
-                            ok = isinstance(line, dict)
-                        except ValueError:
-                            ok = False
-                        if not ok:
-                            run.bad_line, finished = True, True
-                            break
-                        if not ready:
-                            ready = line == {"ready": 1}
-                            if not ready:
-                                run.bad_line, finished = True, True
-                                break
-                            continue
-                        run.lines.append(line)
-                        if stop is not None and stop(line):
-                            run.ended, finished = "stopped", True
-                            break
-                    if finished:
+                    if results.feed(chunk):
+                        finished = True
                         break
                 if finished:
                     break
         finally:
             sel.close()
-            if proc.poll() is None:
-                _end(proc)
-            try:
-                run.returncode = proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
-                run.returncode = proc.wait()
-            if proc.stderr is not None:
-                proc.stderr.close()
+            _reap(proc, run)
             os.close(read_fd)
         run.seconds = time.monotonic() - start
-        if not ready and run.ended == "exited":
+        if not results.ready and run.ended == "exited":
             run.ended, run.detail = "sandbox-error", err.decode(errors="replace").strip()[-2000:]
         return run
 

@@ -24,13 +24,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.conf import CONF_DIR
 from crossed_rlvr.conf.schema import SFTRecipeConf
 from crossed_rlvr.errors import CrossedError
+from crossed_rlvr.layout import SFT_SUMMARY
 from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.ranks import world_size
 
-DEEPSPEED_DIR = Path(__file__).resolve().parent.parent / "conf" / "sft" / "deepspeed"
+DEEPSPEED_DIR = CONF_DIR / "sft" / "deepspeed"
 
 
 @dataclass
@@ -188,7 +190,7 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
         save_tokenizer(tokenizer, base_dir, tmp)
         with contextlib.suppress(OSError):  # the base may have no generation config
             GenerationConfig.from_pretrained(str(base_dir)).save_pretrained(str(tmp))
-        (tmp / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (tmp / SFT_SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

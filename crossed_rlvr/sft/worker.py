@@ -37,10 +37,12 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
 
     from omegaconf import OmegaConf
 
-    from crossed_rlvr.sft.cli import write_arm_pairs
+    from crossed_rlvr.sft.run import write_arm_pairs
 
     write_arm_pairs(OmegaConf.create(spec))  # once, before the arms read them side by side
-    names = [f"sft-{conv}/s{seed}" for seed in spec["seeds"] for conv in (spec["arm"], spec["control"])]
+    from crossed_rlvr.names import policy_name
+
+    names = [policy_name("sft", conv, seed) for seed in spec["seeds"] for conv in (spec["arm"], spec["control"])]
     results: dict[str, Any] = {}
     for start in range(0, len(names), parallel):
         running = []
@@ -61,7 +63,7 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
-    from crossed_rlvr.sft.cli import arms, warmstart
+    from crossed_rlvr.sft.run import arms, warmstart
 
     spec_file = Path((argv or sys.argv[1:])[0])
     cfg = OmegaConf.create(json.loads(spec_file.read_text()))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,8 @@ import pandas as pd
 
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import atomic_write_text
+from crossed_rlvr.layout import RunLayout
+from crossed_rlvr.names import PolicyName, policy_name
 from crossed_rlvr.rewards.code import (
     CODE_CONVENTIONS,
     code_request,
@@ -61,10 +62,11 @@ def generate(policy: str, path: str, tasks: dict[str, Any], samples: int, params
     from crossed_rlvr.eval.generate.engines import load_backend, release
     from crossed_rlvr.prompts import render
 
+    name = PolicyName.parse(policy)
     if policy == "initial":
         convention, train_seed = "initial", None
-    elif m := re.fullmatch(r"[a-z]+-([a-z_]+)/s(\d+)(@step\d+)?", policy):
-        convention, train_seed = m.group(1), int(m.group(2))
+    elif name is not None and (not name.checkpoint or name.step is not None):
+        convention, train_seed = name.convention, name.seed
     else:
         raise CrossedError(f"policy name {policy!r}: expected initial or <method>-<convention>/s<seed>")
     backend, tok = load_backend(path, gen)
@@ -229,20 +231,22 @@ def eval_settings(name: str = "cpu", **changes: Any) -> Any:
     """The ``eval`` config group's settings (``cpu``: transformers; ``vllm``: vLLM on GPUs) with changes."""
     from omegaconf import OmegaConf
 
-    base = OmegaConf.load(Path(__file__).resolve().parents[1] / "conf" / "eval" / f"{name}.yaml")
+    from crossed_rlvr.conf import group_file
+
+    base = OmegaConf.load(group_file("eval", name))
     return OmegaConf.merge(base, {k: v for k, v in changes.items() if v is not None})
 
 
 def study_policies(run_dir: str | Path, step: int | None = None) -> dict[str, str]:
     """A finished study's initial policy and every GRPO arm's final (or ``step``'s) checkpoint: App. D.3 evaluates
     the GSM8K-trained arms on code without training anything here."""
-    run = Path(run_dir).expanduser().resolve()
-    out = {"initial": str(run / "models" / "initial")}
-    for arm in sorted((run / "train").glob("*/s*/checkpoints")):
-        steps = sorted((int(p.name.split("-")[1]), p) for p in arm.glob("step-*") if p.name.split("-")[1].isdigit())
-        chosen = [p for k, p in steps if k == step] if step is not None else [steps[-1][1]] if steps else []
+    run = RunLayout(Path(run_dir).expanduser().resolve())
+    out = {"initial": str(run.initial)}
+    for arm in run.arms():
+        steps = arm.checkpoint_steps()
+        chosen = [k for k in steps if k == step] if step is not None else steps[-1:]
         if chosen:
-            out[f"grpo-{arm.parent.parent.name}/{arm.parent.name}"] = str(chosen[0])
+            out[policy_name("grpo", arm.convention, arm.seed)] = str(arm.checkpoint(chosen[0]))
     missing = [p for p in out.values() if not Path(p).is_dir()]
     if missing or len(out) == 1:
         raise CrossedError(f"{run}: no initial policy or no arm checkpoint {'at step ' + str(step) if step else ''} "

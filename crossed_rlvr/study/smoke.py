@@ -25,6 +25,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.layout import ArmLayout
+
 
 def smoke_config(model: str, data: str, run_dir: str, overrides: list[str], preset: str = "gpu-smoke") -> Any:
     from hydra import compose, initialize_config_module
@@ -81,8 +83,8 @@ def resume_arm(name: str, run_dir: Path, updates: int, weighted: bool, limit_s: 
     from crossed_rlvr.train.rehearsal import TAG, kill_group
     from crossed_rlvr.train.verl_launch import read_metrics
 
-    script = run_dir / "launch_single_node.sh"
-    latest = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
+    arm = ArmLayout(run_dir)
+    script, latest = arm.launch_single_node, arm.verl_latest
     tag = f"resume-{os.getpid()}-{time.monotonic_ns()}"  # every process of the first launch, Ray's daemons too
     env = {**os.environ, "VERL_LOGGING_LEVEL": "INFO", TAG: tag}  # verl's v1 trainer says it resumes at INFO
 
@@ -92,7 +94,7 @@ def resume_arm(name: str, run_dir: Path, updates: int, weighted: bool, limit_s: 
         return latest.exists() and latest.read_text().strip() == "1" and \
             any(r["step"] == 1 and "critic/rewards/mean" in r for r in read_metrics(run_dir))
 
-    with (run_dir / "resume_first.log").open("w") as log:
+    with arm.resume_log("first").open("w") as log:
         first = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env,
                                  start_new_session=True)
         start = time.monotonic()
@@ -100,31 +102,31 @@ def resume_arm(name: str, run_dir: Path, updates: int, weighted: bool, limit_s: 
             while not first_update_done():
                 if first.poll() is not None:
                     raise RuntimeError(f"{name}: the first launch ended (exit {first.returncode}) before its step-1 "
-                                       f"checkpoint; see {run_dir / 'resume_first.log'}")
+                                       f"checkpoint; see {arm.resume_log('first')}")
                 if time.monotonic() - start > limit_s:
                     raise RuntimeError(f"{name}: no step-1 checkpoint within {limit_s:g} s")
                 time.sleep(poll_s)
         finally:
             kill_group(first.pid, tag)  # the arm dies after its first update, as a preempted job would
     env.pop(TAG)
-    with (run_dir / "resume_second.log").open("w") as log:
+    with arm.resume_log("second").open("w") as log:
         second = subprocess.run(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env,
                                 timeout=limit_s, check=False)
-    text = (run_dir / "resume_second.log").read_text(errors="replace")
+    text = arm.resume_log("second").read_text(errors="replace")
     if second.returncode != 0:
-        raise RuntimeError(f"{name}: the relaunch failed (exit {second.returncode}); see {run_dir / 'resume_second.log'}")
+        raise RuntimeError(f"{name}: the relaunch failed (exit {second.returncode}); see {arm.resume_log('second')}")
     if "Resuming from" not in text or "global_step_1" not in text:
         raise RuntimeError(f"{name}: the relaunch did not resume from global_step_1 (no 'Resuming from ...global_step_1' "
-                           f"in {run_dir / 'resume_second.log'})")
+                           f"in {arm.resume_log('second')})")
     if weighted and "crossed/is_weight_mean" not in text:
         raise RuntimeError(f"{name}: the relaunch logged no importance weights (crossed/is_weight_mean)")
     if latest.read_text().strip() != str(updates):
         raise RuntimeError(f"{name}: the relaunch ended at step {latest.read_text().strip()}, not {updates}")
     third = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=600, check=False)
-    (run_dir / "resume_third.log").write_text(third.stdout + third.stderr)
+    arm.resume_log("third").write_text(third.stdout + third.stderr)
     if third.returncode != 0 or "this arm has finished" not in third.stdout:
         raise RuntimeError(f"{name}: a relaunch of the finished arm did not stop at once (exit {third.returncode}); "
-                           f"see {run_dir / 'resume_third.log'}")
+                           f"see {arm.resume_log('third')}")
     return (f"{name} killed after its first update, resumed from global_step_1, finished; "
             + ("importance weights logged; " if weighted else "") + "a relaunch did nothing")
 

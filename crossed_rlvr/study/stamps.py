@@ -1,4 +1,4 @@
-"""Stage stamps: a stage is reused when its config and input hashes match the stamp it left.
+"""The stage cache: a stage is reused when its config and input hashes match the stamp it left.
 
 A stamp (``<run_dir>/stages/<stage>.json``) is written only after the stage finished, so an
 interrupted stage has none and runs again (the stages themselves resume from their partial files).
@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.files import atomic_write_json, config_sha256, sha256_file, tree_sha256
+from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.machine import machine
 
 digest = config_sha256  # the stages' fingerprints: the project's one config hash
@@ -49,7 +51,7 @@ class HashCache:
 
 class Stamps:
     def __init__(self, run_dir: Path) -> None:
-        self.dir = run_dir / "stages"
+        self.dir = RunLayout(run_dir).stages
         # Hashes of stage outputs taken this invocation: the next stage's inputs are the same files,
         # and a later stage never writes an earlier one's outputs, so each tree is read once.
         self.hashes: dict[str, str] = {}
@@ -89,3 +91,48 @@ class Stamps:
             "outputs_sha256": {str(o): self.hash(o, fresh=True) for o in outputs}, "info": info,
             "machine": machine(),  # float results of training and sampling are one machine's
         })
+
+
+class StageCache:
+    """Runs a study's stages in order, each only when no stamp with the same inputs (config and input hashes) and
+    intact outputs exists, and says on the console which it did and why."""
+
+    def __init__(self, run_dir: Path, stages: tuple[str, ...], say: Callable[[str], None]) -> None:
+        self.stamps = Stamps(run_dir)
+        self.stages = stages
+        self.say = say
+        self.times: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, name: str, inputs: dict[str, Any], outputs: list[Path], fn: Callable[[], dict[str, Any]]
+                 ) -> dict[str, Any]:
+        head = f"[bold]\\[{self.stages.index(name) + 1}/{len(self.stages)}] {name}[/bold]"
+        fingerprint = digest(inputs)
+        stamp = self.stamps.fresh(name, fingerprint, outputs)
+        if stamp is not None:
+            self.say(f"{head}: reused (finished {stamp['finished']}, {stamp['seconds']} s)")
+            self.times[name] = {"seconds": 0.0, "reused": True, "first_seconds": stamp["seconds"]}
+            return stamp["info"]
+        previous = self.stamps.read(name)
+        changed: list[str] = []
+        if previous is not None:  # finished before with other inputs, or its outputs changed: say what
+            changed = changed_inputs(previous.get("inputs", {}), inputs) or ["its outputs were changed or removed"]
+            self.say(f"{head}: redoing, replacing the earlier outputs (changed: {', '.join(changed)})")
+        else:
+            self.say(f"{head}: running")
+        start = time.perf_counter()
+        info = fn()
+        seconds = time.perf_counter() - start
+        self.stamps.write(name, fingerprint, outputs, seconds, info, inputs)
+        self.times[name] = {"seconds": round(seconds, 1), "reused": False, "changed": changed}
+        self.say(f"    {name} done in {seconds:.1f} s")
+        return info
+
+
+def changed_inputs(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the inputs that differ between two stamps (for the console, at most 6)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for key in sorted(set(old) | set(new), key=str):
+            out += changed_inputs(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out[:6]
+    return [] if old == new else [prefix[:-1] or "inputs"]

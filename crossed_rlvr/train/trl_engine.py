@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.policies.loading import copy_tokenizer_files
 from crossed_rlvr.ranks import rank, world_size
@@ -83,7 +84,7 @@ def save_final(trainer: Any, final: Path, model_path: Path, merged: bool, first:
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
-        shutil.rmtree(run_dir / "trl", ignore_errors=True)
+        shutil.rmtree(ArmLayout(run_dir).trl_output, ignore_errors=True)
     trainer.accelerator.wait_for_everyone()  # no rank returns before the checkpoint is in place
 
 
@@ -119,7 +120,8 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
 
     WeightedGRPOTrainer = weighted_trainer(seen)
 
-    metrics_path = run_dir / "metrics.jsonl"
+    arm = ArmLayout(run_dir)
+    metrics_path = arm.metrics
     world, first = world_size(), rank() == 0
     if world > 1 and int((cfg.get("validation") or {}).get("every", 0) or 0) > 0:
         raise ValueError("validation.every > 0 runs on one process; validate a multi-process arm's checkpoints "
@@ -137,14 +139,13 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     report = ["wandb"] if run is not None else []
     # the arguments first: on several processes they start the process group (gloo on a CPU)
     args = GRPOConfig(
-        output_dir=str(run_dir / "trl"), logging_steps=1, save_strategy="no", report_to=report,
+        output_dir=str(arm.trl_output), logging_steps=1, save_strategy="no", report_to=report,
         run_name=cfg.arm, use_cpu=not gpu, bf16=bf16, reward_weights=[1.0, 0.0],
         log_completions=False, disable_tqdm=not first, ddp_backend="gloo" if world > 1 and not gpu else None,
         **trl_args(cfg, world),
     )
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
-    ckpt = run_dir / "checkpoints"
-    step0 = ckpt / "step-0"
+    step0 = arm.checkpoint(0)
     if first and not step0.exists():
         model.save_pretrained(step0)
         copy_tokenizer_files(model_path, step0)
@@ -175,7 +176,7 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
         if run is not None:
             run.finish()
     seconds = time.perf_counter() - start
-    final = ckpt / f"step-{int(cfg.recipe.updates)}"
+    final = arm.checkpoint(int(cfg.recipe.updates))
     ranks = across_ranks(trainer, seen) if world > 1 else None
     save_final(trainer, final, model_path, peft_config is not None, first, run_dir)
     result = {"seconds": round(seconds, 1), "final_checkpoint": str(final), "metrics": str(metrics_path),

@@ -19,6 +19,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.names import checkpoint_name
+
 
 def validation_config(cfg: Any, step: int, checkpoint: Path) -> Any:
     """The crossed-eval config of one validation step of an arm."""
@@ -29,8 +32,8 @@ def validation_config(cfg: Any, step: int, checkpoint: Path) -> Any:
     return OmegaConf.create({
         "model": OmegaConf.to_container(cfg.model, resolve=True), "task": task,
         "eval": OmegaConf.to_container(cfg.eval, resolve=True), "tracking": {"mode": "off"},
-        "run_dir": str(Path(cfg.run_dir) / "validation"),
-        "policies": [{"name": f"{cfg.arm}@step{step}", "path": str(checkpoint),
+        "run_dir": str(ArmLayout(Path(cfg.run_dir)).validation),
+        "policies": [{"name": checkpoint_name(str(cfg.arm), step), "path": str(checkpoint),
                       "training_convention": cfg.convention.name, "train_seed": int(cfg.seed)}],
         "requests": list(v.requests), "templates": list(v.templates), "template_subset": None,
         "template_subset_seed": 0, "samples": 1, "overwrite": False,
@@ -70,13 +73,14 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
     from crossed_rlvr.train.validation_scores import StepScorer
 
     every, last = int(cfg.validation.every), int(cfg.recipe.updates)
-    out = Path(cfg.run_dir) / "validation"
+    arm = ArmLayout(Path(cfg.run_dir))
+    out = arm.validation_eval
 
     class CrossedValidation(TrainerCallback):
         def __init__(self) -> None:
             self.done: set[int] = set()
             self.summaries: dict[int, dict[str, Any]] = {}
-            self.scorer = StepScorer(out, str(cfg.convention.name), int(cfg.validation.get("score_workers", 1)))
+            self.scorer = StepScorer(arm, str(cfg.convention.name), int(cfg.validation.get("score_workers", 1)))
             self.scored: list[dict[str, Any]] = []
             self.seconds = 0.0  # wall time training spent on validation (saving, generating, waiting for scores)
 
@@ -85,7 +89,7 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
                 return
             self.done.add(step)
             start = time.perf_counter()
-            ckpt = out / "checkpoints" / f"step-{step}"
+            ckpt = arm.validation_checkpoint(step)
             was_training = model.training
             model.save_pretrained(ckpt)
             copy_tokenizer_files(tokenizer_dir, ckpt)
@@ -97,7 +101,7 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
                 restore_rng(state)
             model.train(was_training)
             policy = vcfg.policies[0].name
-            files = [out / "responses" / f"{cell_name(policy, r, t)}.jsonl" for r in vcfg.requests for t in vcfg.templates]
+            files = [out.response_file(cell_name(policy, r, t)) for r in vcfg.requests for t in vcfg.templates]
             self.scorer.submit(step, files)
             self.scored += self.scorer.collect()
             self.seconds += time.perf_counter() - start
@@ -105,7 +109,7 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             # Training starts from scratch (a finished arm is never retrained): responses, scores and
             # checkpoints of an earlier attempt belong to other weights and would be reused by their names.
-            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(out.root, ignore_errors=True)
             self.validate(model, 0)
 
         def on_step_end(self, args, state, control, model=None, **kwargs):

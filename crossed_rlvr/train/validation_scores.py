@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from crossed_rlvr.eval.score.readers import LENIENT, STRICT
+from crossed_rlvr.layout import ArmLayout
 
 TABLE_KEYS = ["step", "policy", "request", "template", "item_id", "reference", "response", "category",
               "requested_payload"]
@@ -73,11 +74,11 @@ class StepScorer:
     summarises and logs them. Training never waits for a step still being scored; the readers' hard time
     limits hold inside the worker (``workers`` scoring processes of its own)."""
 
-    def __init__(self, out: Path, convention: str, workers: int = 1) -> None:
+    def __init__(self, arm: ArmLayout, convention: str, workers: int = 1) -> None:
         import concurrent.futures as cf
         import multiprocessing as mp
 
-        self.out, self.convention, self.workers = out, convention, workers
+        self.arm, self.convention, self.workers = arm, convention, workers
         from crossed_rlvr.interrupt import ignore_interrupts
 
         self.pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"),
@@ -85,7 +86,7 @@ class StepScorer:
         self.pending: dict[int, tuple[Any, Path, list[Path]]] = {}
 
     def submit(self, step: int, files: list[Path]) -> None:
-        scores = self.out / "scores" / f"step-{step}.parquet"
+        scores = self.arm.validation_scores(step)
         scores.parent.mkdir(parents=True, exist_ok=True)
         future = self.pool.submit(_score_step, [str(f) for f in files], str(scores), self.workers)
         self.pending[step] = (future, scores, files)
@@ -111,7 +112,7 @@ class StepScorer:
         scores = pd.read_parquet(scores_path)
         entry = {"step": step, "policy": str(scores["policy"].iloc[0]), "n_responses": len(scores),
                  "scores": str(scores_path), **step_scalars(scores, self.convention)}
-        with (self.out / "summary.jsonl").open("a") as fh:
+        with self.arm.validation_summary.open("a") as fh:
             fh.write(json.dumps(entry, sort_keys=True) + "\n")
         log_to_wandb(step, entry, table_frame(scores, step, files))
         return entry

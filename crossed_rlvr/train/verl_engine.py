@@ -22,6 +22,7 @@ from typing import Any
 from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
 from crossed_rlvr.conf.checks import RecipeError
 from crossed_rlvr.files import atomic_write_json, atomic_write_text
+from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.train.translate import verl_overrides
 
 
@@ -119,7 +120,7 @@ def launch_env(cfg: Any) -> dict[str, str]:
     run_dir = Path(str(cfg.run_dir))
     # a relaunch onto the arm's own verl checkpoint with the same settings resumes its wandb run; any
     # other start of the arm is a new run (crossed_rlvr.tracking.claim_run_id)
-    resumable = any((run_dir / "checkpoints").glob("latest_checkpointed_iteration.txt"))
+    resumable = ArmLayout(run_dir).verl_latest.exists()
     run_id = claim_run_id(t, "train", str(cfg.arm), run_dir, resolved_config(cfg), resume=resumable)[0] \
         if enabled(t) else "untracked"
     env = {"WANDB_MODE": mode, "WANDB_PROJECT": str(t.project), "WANDB_NAME": str(cfg.arm),
@@ -232,7 +233,8 @@ def launch_budget(cfg: Any, composed: Any) -> tuple[int, Any]:
 def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
     import sys
 
-    data_dir = run_dir / "data"
+    arm = ArmLayout(run_dir)
+    data_dir = arm.data
     source = f"crossed_rlvr/{cfg.task.name}"
     train_file, val_file = data_dir / "train.parquet", data_dir / "val.parquet"
     write_parquet(verl_rows(rows, source), train_file)
@@ -243,7 +245,7 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
                                str(run_dir.resolve())) + env_overrides(env)
     composed = validate_verl(overrides)  # verl's own config and checks must accept every key
     validate_verl(overrides + SDPA)  # and so must the SDPA fallback the launch may add
-    (run_dir / "verl_overrides.txt").write_text("\n".join(overrides) + "\n")
+    arm.verl_overrides.write_text("\n".join(overrides) + "\n")
     args = " \\\n".join(f"  {shlex.quote(o)}" for o in overrides)
     e = cfg.engine
     # The interpreter that runs crossed-rlvr runs verl too (a bare `python` is whatever is on PATH).
@@ -258,8 +260,8 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
         memory = check(cfg)
     except PlanError as err:
         raise RecipeError(str(err)) from None
-    atomic_write_text(run_dir / "memory_plan.txt", memory.table() + "\n")
-    atomic_write_json(run_dir / "memory_plan.json", {"params": memory.params, "gpus": memory.gpus,
+    atomic_write_text(arm.memory_plan, memory.table() + "\n")
+    atomic_write_json(arm.memory_plan_json, {"params": memory.params, "gpus": memory.gpus,
                                                      "card_gib": memory.card_gib, "train_gib": memory.train,
                                                      "rollout_gib": memory.rollout, "disk_gb": memory.disk,
                                                      "host_gib": memory.host, "host_peak_gib": memory.host_peak,
@@ -269,16 +271,16 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
                       f"--wait-limit {float(e.get('wait_limit_s', 300)):g}"])
     # verl saves FSDP shards; the evaluator reads a Hugging Face directory like the TRL engine's.
     step = int(cfg.recipe.updates)
-    ckpt = run_dir.resolve() / "checkpoints"
+    final, shards = ArmLayout(run_dir.resolve()).checkpoint(step), ArmLayout(run_dir.resolve()).verl_shards(step)
     trained_with = training_digest(overrides)
     # a finished arm is never relaunched: verl would reload its final step, whose optimizer state is removed
-    finished = (f"{shlex.quote(python)} -m crossed_rlvr.train.checkpoints --finished {ckpt}/step-{step} "
+    finished = (f"{shlex.quote(python)} -m crossed_rlvr.train.checkpoints --finished {final} "
                 f"--trained-with {trained_with} && exit 0 || [ $? -eq 1 ]")
     merge = (f"{shlex.quote(python)} -m verl.model_merger merge --backend fsdp "
-             f"--local_dir {ckpt}/global_step_{step}/actor --target_dir {ckpt}/step-{step}\n"
+             f"--local_dir {shards} --target_dir {final}\n"
              # a verified merge frees the final step's optimizer state (train/checkpoints.py)
-             f"{shlex.quote(python)} -m crossed_rlvr.train.checkpoints --merged {ckpt}/step-{step} "
-             f"--shards {ckpt}/global_step_{step}/actor --trained-with {trained_with}"
+             f"{shlex.quote(python)} -m crossed_rlvr.train.checkpoints --merged {final} "
+             f"--shards {shards} --trained-with {trained_with}"
              + (" --keep-optimizer" if cfg.recipe.get("keep_optimizer", False) else ""))
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
     fields = {"finished": finished, "flags": flags, "wait": f"{float(e.get('wait_limit_s', 300)):g}", "merge": merge, "gpus": int(e.n_gpus_per_node), "arm": cfg.arm, "args": args,
@@ -286,11 +288,11 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
               "cpus": cpus,
               "attention": attention_block(python, str(e.get("attention", "auto"))),
               # Ray's token auth for the head, the nodes and the drivers (crossed_rlvr.cluster.RAY_AUTH)
-              "ray_auth": RAY_AUTH.format(token=in_double_quotes(str(run_dir.resolve() / ".ray_auth_token")),
+              "ray_auth": RAY_AUTH.format(token=in_double_quotes(str(ArmLayout(run_dir.resolve()).ray_auth_token)),
                                           python=shlex.quote(python))}
-    single = run_dir / "launch_single_node.sh"
+    single = arm.launch_single_node
     single.write_text(SINGLE_NODE.format(**fields))
-    slurm = run_dir / "launch_slurm_ray.sbatch"
+    slurm = arm.launch_slurm
     slurm.write_text(SLURM.format(job=cfg.arm.replace("/", "_"), nodes=int(e.nnodes), **fields))
     single.chmod(0o755)
     slurm.chmod(0o755)
@@ -305,5 +307,5 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
 
         subprocess.run(["bash", str(single)], check=True)
         result["launched"] = True
-        result["final_checkpoint"] = str(ckpt / f"step-{step}")
+        result["final_checkpoint"] = str(final)
     return result

@@ -181,6 +181,8 @@ def unresumable(composed: Any) -> str | None:
     it and raise FileNotFoundError minutes into the launch."""
     from pathlib import Path
 
+    from crossed_rlvr.layout import ArmLayout
+
     trainer = composed.trainer
     loads = list(composed.actor_rollout_ref.actor.checkpoint.get("load_contents") or [])
     if trainer.get("resume_mode") != "auto" or not trainer.get("default_local_dir") or "optimizer" not in loads:
@@ -193,7 +195,8 @@ def unresumable(composed: Any) -> str | None:
     actor = root / f"global_step_{step}" / "actor"
     if actor.is_dir() and not any(actor.glob("optim_world_size_*")):
         return (f"{actor} has no optimizer state (removed once its merge was verified): verl cannot resume from "
-                f"step {step}. Its merged model is {root}/step-{step}; move {root} away to train the arm again")
+                f"step {step}. Its merged model is {ArmLayout(root.parent).checkpoint(int(step))}; move {root} away to "
+                "train the arm again")
     return None
 
 

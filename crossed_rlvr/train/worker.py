@@ -26,7 +26,7 @@ def run_arm(cfg: dict[str, Any], spec_file: Path, nproc: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
-    from crossed_rlvr.train.cli import run_train
+    from crossed_rlvr.train.run import run_train
 
     spec_file = Path((argv or sys.argv[1:])[0])
     summary = run_train(OmegaConf.create(json.loads(spec_file.read_text())))

@@ -11,6 +11,7 @@ from crossed_rlvr.analysis.cells import SHARED
 from crossed_rlvr.analysis.report.headline import collapse_columns, collapsed_note
 from crossed_rlvr.analysis.report.tables import interval, markdown_table, signed
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
+from crossed_rlvr.names import arm_convention, pair_of
 from crossed_rlvr.rewards.conventions import CONVENTIONS
 
 TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2, "rephrased": 3, "one_shot": 4}
@@ -28,7 +29,7 @@ def _ci(row: pd.Series, digits: int = 2) -> str:
 
 def is_summary(policy: str) -> bool:
     """Seed-summary rows (``grpo/mean``, ``grpo/sd@step50``) as opposed to one seed's."""
-    return policy.split("@")[0].endswith(("/mean", "/sd"))
+    return pair_of(policy).is_summary
 
 
 def _templates(df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -123,7 +124,7 @@ def interaction_table(contrasts: pd.DataFrame, task: str, template: str, cells: 
     rows = []
     for (policy, request), grp in part.groupby(["policy", "request"], sort=False):
         by = grp.set_index("measure")
-        sd = policy.split("@")[0].endswith("/sd")  # a seed s.d. row has no interval
+        sd = pair_of(policy).seed == "sd"  # a seed s.d. row has no interval
 
         def cell(m: str, by: pd.DataFrame = by, sd: bool = sd) -> str:
             return signed(by.loc[m]["estimate"], sign=False) if sd else _ci(by.loc[m], digits)
@@ -388,7 +389,7 @@ def wording_view(contrasts: pd.DataFrame) -> pd.DataFrame:
 def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
     """Table 13: per wording template, method (and checkpoint) and convention pair, the mean (SD) across
     the listed seeds of ΔP_{B,h}, I_P, I_S, I_MV. Nothing else is pooled: methods and pairs get rows."""
-    from crossed_rlvr.analysis.cells import policy_parts
+    from crossed_rlvr.names import policy_parts
 
     conv = cells.drop_duplicates("policy").set_index("policy")[["training_convention", "train_seed"]]
     rows = []
@@ -404,8 +405,8 @@ def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
 
     if inter.empty:
         return "_No policy pair with both conventions under both requests._"
-    keyed = inter.assign(method=inter.policy.str.split("/").str[0],
-                         checkpoint=inter.policy.str.partition("@")[2])
+    pairs = [pair_of(p) for p in inter.policy]
+    keyed = inter.assign(method=[p.method for p in pairs], checkpoint=[p.checkpoint for p in pairs])
     for (task, template, method, ckpt, pair), part in keyed.groupby(["task", "template", "method", "checkpoint",
                                                                       "request"]):
         seeds = sorted({int(s) for s in " ".join(part["seeds"].astype(str)).split()})
@@ -571,7 +572,7 @@ def training_section(out: Path, metrics: dict[str, list[dict]]) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
     rows = []
     for name, steps in sorted(metrics.items()):
-        conv = name.split("/")[0].split("-", 1)[1]
+        conv = arm_convention(name)
         reward = np.array([m.get(f"rewards/{conv}_reward/mean", np.nan) for m in steps], dtype=float)
         payload = np.array([m.get("rewards/requested_payload/mean", np.nan) for m in steps], dtype=float)
         x = np.arange(1, len(steps) + 1)
@@ -605,7 +606,7 @@ def per_update_table(metrics: dict[str, list[dict]], most: int = 40) -> str:
     for k in range(updates):
         row = [str(k + 1)]
         for name in names:
-            conv = name.split("/")[0].split("-", 1)[1]
+            conv = arm_convention(name)
             m = metrics[name][k] if k < len(metrics[name]) else {}
             r, d = m.get(f"rewards/{conv}_reward/mean"), m.get("rewards/requested_payload/mean")
             row.append("n/a" if r is None else f"{r:.3f}")

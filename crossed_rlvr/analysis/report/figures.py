@@ -26,7 +26,7 @@ def payload_by_seed(cells: pd.DataFrame, folder: Path) -> Path | None:
     requests = [r for r in ("hash", "boxed") if r in set(pay.request)]
     trained = pay[pay.training_convention.isin(["hash", "boxed"])]
     if requests and not trained.empty:
-        from crossed_rlvr.analysis.cells import policy_parts
+        from crossed_rlvr.names import policy_parts
 
         # One slot per method and seed (final policies only): GRPO and SFT arms of one seed are not merged.
         parts = {p: policy_parts(p, c) for p, c in zip(trained.policy, trained.training_convention)}

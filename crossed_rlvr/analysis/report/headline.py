@@ -16,6 +16,7 @@ import pandas as pd
 
 from crossed_rlvr.analysis.cells import SHARED
 from crossed_rlvr.analysis.report.tables import interval, markdown_table
+from crossed_rlvr.names import pair_name, pair_of
 
 HEADLINE = {"payload": "I_P", "acc.strict": "I_S", "acc.math_verify": "I_MV"}
 CONTENTS = ("<!-- contents -->", "<!-- /contents -->")
@@ -65,12 +66,14 @@ def headline_rows(contrasts: pd.DataFrame) -> pd.DataFrame:
     part = _own(contrasts)
     part = part[(part.name == "interaction") & part.measure.isin(HEADLINE) & ~part.policy.str.contains("@")]
     rows = []
+    pairs = {p: pair_of(p) for p in part.policy}
+    part = part.assign(_method=[pairs[p].method for p in part.policy],
+                       _summary=[pairs[p].is_summary for p in part.policy])
     for (task, template, pair), grp in part.groupby(["task", "template", "request"], sort=False):
-        methods = sorted({p.split("/")[0] for p in grp.policy})
-        for method in methods:
-            mine = grp[grp.policy.str.startswith(method + "/")]
-            seeds = mine[~mine.policy.str.endswith(("/mean", "/sd"))]
-            summary = mine[mine.policy == f"{method}/mean"]
+        for method in sorted(set(grp._method)):
+            mine = grp[grp._method == method]
+            seeds = mine[~mine._summary]
+            summary = mine[mine.policy == pair_name(method, "mean")]
             for measure, name in HEADLINE.items():
                 each = seeds[seeds.measure == measure]
                 top = summary[summary.measure == measure]
@@ -81,7 +84,7 @@ def headline_rows(contrasts: pd.DataFrame) -> pd.DataFrame:
                              "name": name, "estimate": row.estimate, "ci_low": row.ci_low, "ci_high": row.ci_high,
                              "n_items": int(row.n_items), "seeds": " ".join(str(s) for s in sorted(
                                  {int(x) for x in " ".join(each.seeds.astype(str)).split()})),
-                             "each": {p.split("/")[1]: e for p, e in zip(each.policy, each.estimate, strict=True)}})
+                             "each": {pairs[p].seed: e for p, e in zip(each.policy, each.estimate, strict=True)}})
     return pd.DataFrame(rows)
 
 

@@ -35,6 +35,7 @@ from typing import Any
 from crossed_rlvr.files import Source, json_lines
 from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.limits import Parser, add_number
+from crossed_rlvr.names import PolicyName, checkpoint_name
 from crossed_rlvr.records import ResponseFileError, check_record, write_responses
 
 _GSM8K_TARGET = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
@@ -55,7 +56,6 @@ def _policy_fields(policy: str, training_convention: str, train_seed: int | None
     return {"policy": policy, "training_convention": training_convention, "train_seed": train_seed}
 
 
-_POLICY_NAME = re.compile(r"^[A-Za-z0-9_.]+-(?P<convention>[a-z_]+)/s(?P<seed>\d+)(?:[@-].+)?$")
 
 
 def policy_identity(policy: str, training_convention: str | None = None,
@@ -64,8 +64,8 @@ def policy_identity(policy: str, training_convention: str | None = None,
     ``initial``, checked against the flags; a contradiction or a name that says neither is refused."""
     from crossed_rlvr.rewards.conventions import CONVENTIONS
 
-    m = _POLICY_NAME.match(policy)
-    named = (m.group("convention"), int(m.group("seed"))) if m and m.group("convention") in CONVENTIONS else None
+    parsed = PolicyName.parse(policy)
+    named = (parsed.convention, parsed.seed) if parsed and parsed.convention in CONVENTIONS else None
     if policy == "initial":
         named = ("initial", None)
     if named is None:
@@ -329,7 +329,7 @@ def import_verl_steps(folder: str | Path, policy: str, **kw: Any) -> list[dict[s
     analysis pairs with the other arm's same steps (crossed validation during training)."""
     records = []
     for step, path in verl_steps(Path(folder)):
-        records += import_verl_dump(path, policy=f"{policy}@step{step}", **kw)
+        records += import_verl_dump(path, policy=checkpoint_name(policy, step), **kw)
     return records
 
 
@@ -337,7 +337,9 @@ def verl_task(src: Path) -> str:
     """The task of a verl dump from its rows' ``data_source`` (``crossed_rlvr/<task>[/<request>]``, as our
     parquet writes it, where the dump keeps it); never a guess: readers differ by task (``\\frac12`` is
     right on MATH, unreadable on GSM8K), so a dump that does not say is refused."""
-    tasks = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "task").glob("*.yaml"))
+    from crossed_rlvr.conf import group_options
+
+    tasks = group_options("task")
     files = [p for _, p in verl_steps(src)] if src.is_dir() else [src]
     for path in files:
         for row, _where in _lines(path):

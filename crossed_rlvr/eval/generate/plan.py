@@ -27,6 +27,7 @@ from typing import Any
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.generate.engines import GenParams
 from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, config_sha256
+from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.tasks.build import build_items
 from crossed_rlvr.tasks.items import ItemFileError, read_items, write_items
@@ -75,8 +76,8 @@ def recorded_path(path: str, run_dir: Path) -> str:
 
 def frozen_items(run_dir: Path, task_cfg: Any) -> tuple[list[dict[str, Any]], str, Path]:
     """The run's frozen item file: created on first use, then checked against run.json."""
-    path = run_dir / "items" / f"{task_cfg.name}-{task_cfg.split}.jsonl"
-    manifest_path = run_dir / "run.json"
+    path = EvalLayout(run_dir).items(task_cfg.name, task_cfg.split)
+    manifest_path = EvalLayout(run_dir).manifest
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     expected = manifest.get("items", {}).get(path.name)
     if not path.exists():
@@ -163,7 +164,8 @@ def plan(cfg: Any) -> Plan:
     from omegaconf import OmegaConf
 
     run_dir = Path(cfg.run_dir)
-    (run_dir / "responses" / ".partial").mkdir(parents=True, exist_ok=True)
+    layout = EvalLayout(run_dir)
+    layout.partial.mkdir(parents=True, exist_ok=True)
     items, items_sha, items_path = frozen_items(run_dir, cfg.task)
     gen = cfg.eval
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
@@ -180,11 +182,9 @@ def plan(cfg: Any) -> Plan:
                         "n_items": len(cell_items), "samples": cfg.samples, "system": system,
                         "generation": OmegaConf.to_container(gen, resolve=True)}
                 meta["sha256"] = config_sha256(meta)
-                responses = run_dir / "responses"
-                cells.append(Cell(name, pol, request, template, cell_items, meta, responses / f"{name}.jsonl",
-                                  responses / f"{name}.meta.json", responses / ".partial" / f"{name}.jsonl",
-                                  responses / ".partial" / f"{name}.meta.json",
-                                  responses / ".partial" / f"{name}.shards"))
+                cells.append(Cell(name, pol, request, template, cell_items, meta, layout.response_file(name),
+                                  layout.response_meta(name), layout.response_file(name, partial=True),
+                                  layout.response_meta(name, partial=True), layout.shards(name)))
     return Plan(cells, cfg.task.name, items_sha, items_path.name, run_dir, params, system)
 
 

@@ -24,6 +24,7 @@ from crossed_rlvr.eval.generate.plan import (
     unfinished,
 )
 from crossed_rlvr.files import atomic_write_json, tree_sha256
+from crossed_rlvr.layout import EvalLayout
 
 
 def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str, Any]:
@@ -61,13 +62,13 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
     if any(not v.get("skipped") for v in summary.values()):  # where these responses were generated
         from crossed_rlvr.machine import machine
 
-        manifest = json.loads((p.run_dir / "run.json").read_text())
+        manifest = json.loads(EvalLayout(p.run_dir).manifest.read_text())
         for here in machines or [machine()]:
             if here not in manifest.setdefault("machines", []):
                 manifest["machines"].append(here)
         manifest["policies"] = {**manifest.get("policies", {}), **policy_hashes(p)}
-        atomic_write_json(p.run_dir / "run.json", manifest)
-    (p.run_dir / "eval_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        atomic_write_json(EvalLayout(p.run_dir).manifest, manifest)
+    EvalLayout(p.run_dir).summary.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
 

@@ -10,6 +10,7 @@ Rows are numbered from 1 in the order stored in the Parquet file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -86,37 +87,61 @@ def bool_columns(df: pd.DataFrame) -> list[str]:
 
 
 def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
-    """``df`` unchanged when it is a scores table the analysis can use; otherwise ScoresTableError."""
+    """``df`` unchanged when it is a scores table the analysis can use; otherwise ScoresTableError naming the first
+    problem (the checks run in ``CHECKS``' order: columns and keys before the values that depend on them)."""
     where = str(path)
+    for check in CHECKS:
+        check(df, where)
+    return df
+
+
+def _fail(where: str, df: pd.DataFrame, i: int, message: str) -> None:
+    raise ScoresTableError(f"{where}: {_row(df, i)}: {message}")
+
+
+def check_columns(df: pd.DataFrame, where: str) -> None:
+    """The required columns, at least one row, and the reader columns the analysis will read."""
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise ScoresTableError(f"{where}: scores table lacks column '{missing[0]}' (made by crossed-score?)")
     if df.empty:
         raise ScoresTableError(f"{where}: scores table has no rows")
+
+
+def check_keys(df: pd.DataFrame, where: str) -> None:
+    """No null key; requests, wordings, finish reasons and categories from their fixed sets."""
     for col in [*KEYS, "finish_reason", "category"]:
         null = df[col].isna().to_numpy()
         if null.any():
-            i = int(np.argmax(null))
-            raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is null")
+            _fail(where, df, int(np.argmax(null)), f"field '{col}' is null")
     for col, allowed in FIXED.items():
         bad = ~df[col].isin(allowed).to_numpy()
         if bad.any():
             i = int(np.argmax(bad))
-            raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(df[col].iloc[i])}; expected one "
-                                   f"of {', '.join(allowed)}")
+            _fail(where, df, i, f"field '{col}' is {_show(df[col].iloc[i])}; expected one of {', '.join(allowed)}")
+
+
+def check_readers(df: pd.DataFrame, where: str) -> None:
     for reader, why in needed_readers(df).items():
         if f"{reader}.correct" not in df.columns:
             raise ScoresTableError(f"{where}: scores table lacks column '{reader}.correct', needed for {why} "
                                    "(score the responses again with crossed-score)")
-    for col in [c for c in TEXT if c in df]:  # text, as the readers and the records wrote them (dtype first)
+
+
+def check_text(df: pd.DataFrame, where: str) -> None:
+    """Text columns hold text, as the readers and the records wrote them (dtype first)."""
+    for col in [c for c in TEXT if c in df]:
         values = df[col]
         nullable = col in NULLABLE_TEXT
         ok = values.map(lambda v, nullable=nullable: isinstance(v, str) or (nullable and _show(v) == "null")).to_numpy()
         if not ok.all():
             i = int(np.argmax(~ok))
             v = values.iloc[i]
-            raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(v)} ({type(v).__name__}); "
-                                   "expected text")
+            _fail(where, df, i, f"field '{col}' is {_show(v)} ({type(v).__name__}); expected text")
+
+
+def check_numbers(df: pd.DataFrame, where: str) -> None:
+    """Counts, seeds and decoding settings are numbers within the records' ranges."""
     from crossed_rlvr.records import NUMBER_RANGES
 
     for col, rng in [*NUMBER_RANGES.items(), ("read_cap_chars", READ_CAP_RANGE)]:
@@ -136,9 +161,11 @@ def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
             v = values.iloc[i]
             kind = "a whole number" if whole else "a number"
             nullable = "" if col == "sample_idx" else " or null"
-            raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(v)}"
-                                   f"{'' if _show(v) == 'null' else f' ({type(v).__name__})'}; expected {kind} in "
-                                   f"{rng.text()}{nullable}")
+            _fail(where, df, i, f"field '{col}' is {_show(v)}{'' if _show(v) == 'null' else f' ({type(v).__name__})'}"
+                                f"; expected {kind} in {rng.text()}{nullable}")
+
+
+def check_bools(df: pd.DataFrame, where: str) -> None:
     for col in bool_columns(df):
         values = df[col]
         if values.dtype == bool:
@@ -149,21 +176,28 @@ def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
         i = int(np.argmax(~ok))
         v = values.iloc[i]
         kind = "" if _show(v) == "null" else f" ({type(v).__name__})"
-        raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(v)}{kind}; expected true or false")
+        _fail(where, df, i, f"field '{col}' is {_show(v)}{kind}; expected true or false")
+
+
+def check_decoding(df: pd.DataFrame, where: str) -> None:
+    """Optional decoding columns: numbers or null."""
     from crossed_rlvr.records import OPTIONAL
 
-    for col in OPTIONAL:  # optional decoding columns: numbers or null
+    for col in OPTIONAL:
         if col not in df:
             continue
         num = pd.to_numeric(df[col], errors="coerce")
         bad = (num.isna() & df[col].notna()).to_numpy() | df[col].map(lambda v: isinstance(v, bool)).to_numpy()
         if bad.any():
             i = int(np.argmax(bad))
-            raise ScoresTableError(f"{where}: {_row(df, i)}: field '{col}' is {_show(df[col].iloc[i])}; expected a "
-                                   "number or null")
+            _fail(where, df, i, f"field '{col}' is {_show(df[col].iloc[i])}; expected a number or null")
+
+
+def check_policies(df: pd.DataFrame, where: str) -> None:
+    """Each policy's name, convention and seed agree (the analysis groups by all three), checked once per policy;
+    one name never carries two conventions or seeds (two policies would pool into one)."""
     from crossed_rlvr.records import name_disagreement
 
-    # each policy's name, convention and seed agree (the analysis groups by all three), checked once per policy
     firsts = df.drop_duplicates(["policy", "training_convention", "train_seed"])
     for i, row in zip(firsts.index, firsts.itertuples(index=False)):
         seed = None if pd.isna(row.train_seed) else int(row.train_seed)
@@ -171,18 +205,28 @@ def check_scores(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
         if why is None and (row.training_convention == "initial") != (seed is None):
             why = "train_seed must be null exactly when training_convention is 'initial'"
         if why is not None:
-            raise ScoresTableError(f"{where}: {_row(df, int(df.index.get_loc(i)))}: {why}")
+            _fail(where, df, int(df.index.get_loc(i)), why)
     twice = firsts["policy"].duplicated().to_numpy()
-    if twice.any():  # one name, two conventions or seeds: two policies would pool into one
+    if twice.any():
         i = firsts.index[int(np.argmax(twice))]
-        raise ScoresTableError(f"{where}: {_row(df, int(df.index.get_loc(i)))}: policy {_show(df.loc[i, 'policy'])} "
-                               "appears with more than one training_convention/train_seed")
-    keys = KEYS + [c for c in OPTIONAL if c in df]  # a sweep: one response per setting
+        _fail(where, df, int(df.index.get_loc(i)), f"policy {_show(df.loc[i, 'policy'])} appears with more than one "
+                                                   "training_convention/train_seed")
+
+
+def check_unique(df: pd.DataFrame, where: str) -> None:
+    """Each response once (a sweep: one response per decoding setting)."""
+    from crossed_rlvr.records import OPTIONAL
+
+    keys = KEYS + [c for c in OPTIONAL if c in df]
     dup = df.duplicated(keys, keep=False).to_numpy()
     if dup.any():
         rows = np.flatnonzero(dup)
         first = rows[0]
         same = rows[(df.iloc[rows][keys].fillna(-1) == df.iloc[first][keys].fillna(-1)).all(axis=1).to_numpy()]
-        raise ScoresTableError(f"{where}: {_row(df, int(same[1]))}: the same response key as row {first + 1} "
-                               f"({', '.join(keys)}); a table holds each response once")
-    return df
+        _fail(where, df, int(same[1]), f"the same response key as row {first + 1} ({', '.join(keys)}); a table holds "
+                                       "each response once")
+
+
+CHECKS: list[Callable[[pd.DataFrame, str], None]] = [check_columns, check_keys, check_readers, check_text,
+                                                      check_numbers, check_bools, check_decoding, check_policies,
+                                                      check_unique]

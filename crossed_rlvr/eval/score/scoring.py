@@ -92,55 +92,12 @@ def manifest_path(output: Path) -> Path:
     return output.with_name(output.stem + ".manifest.json")
 
 
-def score_files(
-    inputs: list[str | Path],
-    output: str | Path,
-    workers: int | None = None,
-    overwrite: bool = False,
-    shard_size: int = SHARD_SIZE,
-    progress: bool = True,
-    stop_after_shards: int | None = None,
-) -> Path:
-    """Validate and score response files into ``output`` (Parquet). Returns the output path.
-
-    ``stop_after_shards`` stops early (as an interruption would), for tests of resumption.
-    """
+def _score_shards(records: list[dict[str, Any]], shards: list[range], partial: Path, workers: int | None,
+                  progress: bool, stop_after_shards: int | None) -> bool:
+    """Score the shards not yet in ``partial`` (a shard is written whole, so an interrupted run resumes at the next
+    one); False when stopped after ``stop_after_shards``."""
     from tqdm import tqdm
 
-    output = Path(output)
-    if output.is_dir():
-        raise FileExistsError(f"{output} is a folder; --output names the scores table file "
-                              f"(e.g. {output / 'scores.parquet'})")
-    rs = read_responses(inputs)  # validates everything before anything is written
-    manifest = _manifest(rs.files, len(rs.records))
-    mpath = manifest_path(output)
-    if output.exists():
-        old = json.loads(mpath.read_text()) if mpath.exists() else {}
-        if _same_inputs(old, manifest):
-            print(f"{output} is up to date with its inputs; nothing to do", file=sys.stderr)
-            return output
-        if not overwrite:
-            raise FileExistsError(
-                f"{output} exists and was scored from different inputs; pass --overwrite to replace it "
-                "or choose another --output"
-            )
-
-    order = sorted(
-        range(len(rs.records)),
-        key=lambda i: (
-            rs.records[i]["task"], rs.records[i]["policy"], rs.records[i]["request"], rs.records[i]["template"],
-            item_order(rs.records[i]["item_id"]), rs.records[i]["sample_idx"],
-        ),
-    )
-    records = [rs.records[i] for i in order]
-    partial = output.with_name(output.name + ".partial")
-    pmanifest = partial / "manifest.json"
-    if partial.exists() and (not pmanifest.exists() or not _same_inputs(json.loads(pmanifest.read_text()), manifest)):
-        shutil.rmtree(partial)  # shards of other inputs: our own stale cache, not user data
-    partial.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(pmanifest, manifest)
-
-    shards = [range(i, min(i + shard_size, len(records))) for i in range(0, len(records), shard_size)]
     todo = [k for k in range(len(shards)) if not (partial / f"shard-{k:05d}.parquet").exists()]
     sch = schema()
     done_rows = sum(len(shards[k]) for k in range(len(shards)) if k not in todo)
@@ -149,7 +106,7 @@ def score_files(
         try:
             for n_done, k in enumerate(todo):
                 if stop_after_shards is not None and n_done >= stop_after_shards:
-                    return output
+                    return False
                 shard = [records[i] for i in shards[k]]
                 items = [Item(r["response"], r["reference"], r["request"], r["task"]) for r in shard]
                 if scorer is None:
@@ -170,7 +127,54 @@ def score_files(
         finally:
             if scorer is not None:
                 scorer.close()
+    return True
 
+
+def score_files(
+    inputs: list[str | Path],
+    output: str | Path,
+    workers: int | None = None,
+    overwrite: bool = False,
+    shard_size: int = SHARD_SIZE,
+    progress: bool = True,
+    stop_after_shards: int | None = None,
+) -> Path:
+    """Validate and score response files into ``output`` (Parquet). Returns the output path.
+
+    ``stop_after_shards`` stops early (as an interruption would), for tests of resumption.
+    """
+
+    output = Path(output)
+    if output.is_dir():
+        raise FileExistsError(f"{output} is a folder; --output names the scores table file "
+                              f"(e.g. {output / 'scores.parquet'})")
+    rs = read_responses(inputs)  # validates everything before anything is written
+    manifest = _manifest(rs.files, len(rs.records))
+    mpath = manifest_path(output)
+    if output.exists():
+        old = json.loads(mpath.read_text()) if mpath.exists() else {}
+        if _same_inputs(old, manifest):
+            print(f"{output} is up to date with its inputs; nothing to do", file=sys.stderr)
+            return output
+        if not overwrite:
+            raise FileExistsError(
+                f"{output} exists and was scored from different inputs; pass --overwrite to replace it "
+                "or choose another --output"
+            )
+
+    records = sorted(rs.records, key=lambda r: (r["task"], r["policy"], r["request"], r["template"],
+                                                item_order(r["item_id"]), r["sample_idx"]))
+    partial = output.with_name(output.name + ".partial")
+    pmanifest = partial / "manifest.json"
+    if partial.exists() and (not pmanifest.exists() or not _same_inputs(json.loads(pmanifest.read_text()), manifest)):
+        shutil.rmtree(partial)  # shards of other inputs: our own stale cache, not user data
+    partial.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(pmanifest, manifest)
+
+    shards = [range(i, min(i + shard_size, len(records))) for i in range(0, len(records), shard_size)]
+    if not _score_shards(records, shards, partial, workers, progress, stop_after_shards):
+        return output  # stopped early (a test of resumption)
+    sch = schema()
     tables = [pq.read_table(partial / f"shard-{k:05d}.parquet") for k in range(len(shards))]
     full = pa.concat_tables(tables) if tables else sch.empty_table()
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,298 @@
+"""Where every file of a run lives: one class per kind of run directory, so that a path is spelled once.
+
+- :class:`RunLayout`: a study (``crossed-study run_dir=...``): its initial policy, arms, evaluation,
+  analysis and stage stamps.
+- :class:`ArmLayout`: one training arm (``crossed-train run_dir=...``, or a study's ``train/<conv>/s<seed>``):
+  its data, metrics, checkpoints and validation.
+- :class:`EvalLayout`: one crossed evaluation (``crossed-eval run_dir=...``, or a study's ``eval/``): its frozen
+  items, manifest, response files and scores.
+
+Every other module asks these for a path instead of joining strings under a run directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+SFT_SUMMARY = "sft_summary.json"  # inside a policy trained by SFT: its figures, and the sign that it is finished
+
+
+@dataclass(frozen=True)
+class ArmLayout:
+    """One training arm's folder."""
+
+    root: Path
+
+    @classmethod
+    def of_checkpoint(cls, checkpoint: Path) -> ArmLayout:
+        """The arm that wrote a checkpoint (``<arm>/checkpoints/step-<K>``)."""
+        return cls(checkpoint.parent.parent)
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def train_rows(self) -> Path:
+        """The arm's training rows, in the order it trains on them (TRL's input)."""
+        return self.data / "train.jsonl"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def resolved_config(self) -> Path:
+        return self.root / "resolved_config.json"
+
+    @property
+    def metrics(self) -> Path:
+        """One JSON line per update (TRL's trainer)."""
+        return self.root / "metrics.jsonl"
+
+    @property
+    def log(self) -> Path:
+        """The console of an arm trained in a worker process."""
+        return self.root / "train.log"
+
+    @property
+    def worker_spec(self) -> Path:
+        return self.root / "worker.spec.json"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    def checkpoint(self, step: int) -> Path:
+        """The policy the arm wrote at update ``step`` (its final policy at the last update)."""
+        return self.checkpoints / f"step-{int(step)}"
+
+    def checkpoint_steps(self) -> list[int]:
+        """The updates the arm has a checkpoint of (``checkpoints/step-<K>``), in order."""
+        found = (p.name.split("-", 1)[1] for p in self.checkpoints.glob("step-*"))
+        return sorted(int(k) for k in found if k.isdigit())
+
+    @property
+    def convention(self) -> str:
+        """The convention of a study's arm (``train/<convention>/s<seed>``)."""
+        return self.root.parent.name
+
+    @property
+    def seed(self) -> int:
+        """The seed of a study's arm (``train/<convention>/s<seed>``)."""
+        return int(self.root.name[1:])
+
+    def verl_shards(self, step: int) -> Path:
+        """verl's FSDP shards of the actor at update ``step`` (merged into ``checkpoint(step)``)."""
+        return self.checkpoints / f"global_step_{int(step)}" / "actor"
+
+    @property
+    def ray_auth_token(self) -> Path:
+        return self.root / ".ray_auth_token"
+
+    @property
+    def verl_latest(self) -> Path:
+        """verl's record of its last saved iteration: present once an arm can resume."""
+        return self.checkpoints / "latest_checkpointed_iteration.txt"
+
+    @property
+    def trl_output(self) -> Path:
+        return self.root / "trl"
+
+    @property
+    def validation(self) -> Path:
+        """Crossed validation during training: TRL's evaluation folder, or verl's ``{step}.jsonl`` dumps."""
+        return self.root / "validation"
+
+    @property
+    def validation_eval(self) -> EvalLayout:
+        """TRL's crossed validation, an evaluation of its own (its responses under ``validation/responses``)."""
+        return EvalLayout(self.validation)
+
+    @property
+    def validation_summary(self) -> Path:
+        return self.validation / "summary.jsonl"
+
+    @property
+    def verl_validation_records(self) -> Path:
+        """verl's validation dumps imported as response records (every step in one file)."""
+        return self.validation_eval.responses / "verl.jsonl"
+
+    def validation_checkpoint(self, step: int) -> Path:
+        """The policy saved at update ``step`` to be validated (TRL)."""
+        return self.validation / "checkpoints" / f"step-{int(step)}"
+
+    def validation_scores(self, step: int) -> Path:
+        return self.validation / "scores" / f"step-{int(step)}.parquet"
+
+    @property
+    def verl_overrides(self) -> Path:
+        return self.root / "verl_overrides.txt"
+
+    @property
+    def memory_plan(self) -> Path:
+        return self.root / "memory_plan.txt"
+
+    @property
+    def memory_plan_json(self) -> Path:
+        return self.root / "memory_plan.json"
+
+    @property
+    def launch_single_node(self) -> Path:
+        return self.root / "launch_single_node.sh"
+
+    @property
+    def launch_slurm(self) -> Path:
+        return self.root / "launch_slurm_ray.sbatch"
+
+    def resume_log(self, which: str) -> Path:
+        """The console of one launch in the kill-and-resume check (``first``, ``second``, ``third``)."""
+        return self.root / f"resume_{which}.log"
+
+
+@dataclass(frozen=True)
+class EvalLayout:
+    """One crossed evaluation's folder."""
+
+    root: Path
+
+    def items(self, task: str, split: str) -> Path:
+        """The frozen item file of a task's split: written on first use, checked against the manifest after."""
+        return self.root / "items" / f"{task}-{split}.jsonl"
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "run.json"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "eval_summary.json"
+
+    @property
+    def responses(self) -> Path:
+        """One response file per cell (and its ``.meta.json``)."""
+        return self.root / "responses"
+
+    @property
+    def partial(self) -> Path:
+        """Cells still being generated."""
+        return self.responses / ".partial"
+
+    def response_file(self, cell: str, partial: bool = False) -> Path:
+        """A cell's response records (``.jsonl``); ``partial``: while it is being generated."""
+        return (self.partial if partial else self.responses) / f"{cell}.jsonl"
+
+    def response_meta(self, cell: str, partial: bool = False) -> Path:
+        """A cell's settings and hashes, beside its records."""
+        return (self.partial if partial else self.responses) / f"{cell}.meta.json"
+
+    def shards(self, cell: str) -> Path:
+        """A cell's shards while several workers generate it."""
+        return self.partial / f"{cell}.shards"
+
+    @property
+    def scores(self) -> Path:
+        return self.root / "scores.parquet"
+
+    @property
+    def validation_scores(self) -> Path:
+        """A study's scores of its arms' validation steps."""
+        return self.root / "validation_scores.parquet"
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """One study's run directory."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / "study_config.yaml"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "study_summary.json"
+
+    @property
+    def stages(self) -> Path:
+        """The stage stamps (``<stage>.json``)."""
+        return self.root / "stages"
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def initial(self) -> Path:
+        """The warm-started initial policy, when the study builds it."""
+        return self.models / "initial"
+
+    @property
+    def warmstart_summary(self) -> Path:
+        return self.initial / SFT_SUMMARY
+
+    @property
+    def fresh(self) -> Path:
+        """The freshly built tiny model the warm start begins from (removed once the warm start is done)."""
+        return self.models / "fresh"
+
+    def sft_policy(self, convention: str, seed: int) -> Path:
+        """An SFT marker arm's policy."""
+        return self.models / f"sft-{convention}" / f"s{int(seed)}"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def train_rows(self) -> Path:
+        """A hub task's training split, frozen by content on first use."""
+        return self.data / "train_rows.jsonl"
+
+    @property
+    def strata(self) -> Path:
+        return self.data / "strata.jsonl"
+
+    def sft_pairs(self, convention: str) -> Path:
+        """The content-matched SFT targets of one convention."""
+        return self.data / f"sft-{convention}.jsonl"
+
+    @property
+    def sft_spec(self) -> Path:
+        return self.data / "sft-arms.spec.json"
+
+    def arm(self, convention: str, seed: int) -> ArmLayout:
+        """The folder of the GRPO arm of one convention and seed."""
+        return ArmLayout(self.root / "train" / convention / f"s{int(seed)}")
+
+    def arms(self) -> list[ArmLayout]:
+        """Every GRPO arm folder there is (``train/<convention>/s<seed>``), sorted."""
+        return [ArmLayout(p) for p in sorted((self.root / "train").glob("*/s*"))
+                if p.is_dir() and p.name[1:].isdigit()]
+
+    @property
+    def eval(self) -> EvalLayout:
+        return EvalLayout(self.root / "eval")
+
+    @property
+    def eval_plan(self) -> Path:
+        return self.root / "eval_plan.json"
+
+    @property
+    def prepare_summary(self) -> Path:
+        return self.root / "prepare_summary.json"
+
+    @property
+    def rehearsal(self) -> Path:
+        return self.root / "rehearsal.json"
+
+    @property
+    def analysis(self) -> Path:
+        return self.root / "analysis"
+
+    @property
+    def report(self) -> Path:
+        return self.analysis / "report.md"
+

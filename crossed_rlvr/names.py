@@ -1,0 +1,179 @@
+"""The names of policies, one way to read and write them (paper 001 §2: policies are the initial model and
+the arms trained from it, one per convention and seed).
+
+- A **policy** is one set of weights that generates responses: ``initial``, or a trained one named
+  ``<method>-<convention>/s<seed>``, e.g. ``grpo-hash/s83`` (GRPO rewarded for ``####``, seed 83) or
+  ``sft-boxed/s1``.
+- An **arm** is the training run that makes such a policy: ``grpo-hash`` is the arm family over seeds,
+  ``grpo-hash/s83`` one arm; an arm's final policy carries the arm's name.
+- A **checkpoint** is a policy an arm wrote on its way, named ``<arm>@step<K>`` (``grpo-hash/s83@step10``);
+  the final policy has no checkpoint part. Names from elsewhere may carry any other checkpoint text after
+  ``@`` (or after ``-``, the older spelling), which is kept as it is.
+- A **pair** is what a crossed interaction compares within one seed: the arms of one method and seed that
+  differ only in their convention, named ``<method>/s<seed>`` (``grpo/s83``), or ``<method>/mean`` for the
+  mean over seeds, with the checkpoint after ``@``.
+
+Only this module parses or formats these names; everything else holds a :class:`PolicyName` or asks it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+INITIAL = "initial"
+# the methods a study trains: its own names are checked against the records' convention and seed
+STUDY_METHODS = ("grpo", "sft")
+
+_NAME = re.compile(r"(?P<method>[A-Za-z0-9_.]+)-(?P<convention>[a-z_]+)/s(?P<seed>\d+)"
+                   r"(?:(?P<sep>[@-])(?P<checkpoint>.+))?")
+# a name whose arm part need not split on the convention: read with the convention the records give
+_LOOSE = re.compile(r"(?P<arm>[^/@]+)/s(?P<seed>\d+)(?:[@-](?P<checkpoint>.+))?")
+_PAIR = re.compile(r"(?P<method>[^/@]+)/(?P<seed>[^/@]+)(?:@(?P<checkpoint>.+))?")
+_STEP = re.compile(r"step(?P<step>\d+)")
+
+
+@dataclass(frozen=True)
+class PolicyName:
+    """A trained policy's name, ``<method>-<convention>/s<seed>[@<checkpoint>]`` (module docstring)."""
+
+    method: str
+    convention: str
+    seed: int
+    checkpoint: str = ""
+    sep: str = "@"  # "-" only in names read in the older spelling; kept so that a name reads back as given
+
+    def __str__(self) -> str:
+        tail = f"{self.sep}{self.checkpoint}" if self.checkpoint else ""
+        return f"{self.method}-{self.convention}/s{self.seed}{tail}"
+
+    @classmethod
+    def parse(cls, text: str) -> PolicyName | None:
+        """The name's parts, or None for a name of another form (``initial``, a user's own name)."""
+        m = _NAME.fullmatch(text)
+        if m is None:
+            return None
+        return cls(m["method"], m["convention"], int(m["seed"]), m["checkpoint"] or "", m["sep"] or "@")
+
+    @classmethod
+    def final_of(cls, method: str, convention: str, seed: int) -> PolicyName:
+        return cls(method, convention, int(seed))
+
+    @property
+    def arm(self) -> str:
+        """The arm family over seeds: ``grpo-hash``."""
+        return f"{self.method}-{self.convention}"
+
+    @property
+    def final(self) -> PolicyName:
+        """The arm's final policy (its name without the checkpoint)."""
+        return replace(self, checkpoint="", sep="@")
+
+    @property
+    def step(self) -> int | None:
+        """K of a ``@step<K>`` checkpoint; None for the final policy or another checkpoint text."""
+        m = _STEP.fullmatch(self.checkpoint) if self.sep == "@" else None
+        return int(m["step"]) if m else None
+
+    def at_step(self, step: int) -> PolicyName:
+        """The checkpoint this arm wrote at update ``step``."""
+        return replace(self, checkpoint=f"step{int(step)}", sep="@")
+
+    @property
+    def is_study_name(self) -> bool:
+        """A name a study gives: a study method, and no checkpoint other than ``@step<K>``."""
+        return self.method in STUDY_METHODS and (not self.checkpoint or self.step is not None)
+
+    @property
+    def pair(self) -> str:
+        """The crossed pair this policy belongs to: ``grpo/s83`` (``grpo/s83@step10`` for a checkpoint)."""
+        return pair_name(self.method, self.seed, self.checkpoint)
+
+
+def policy_name(method: str, convention: str, seed: int, step: int | None = None) -> str:
+    """``grpo-hash/s83``, or ``grpo-hash/s83@step10`` with ``step``."""
+    name = PolicyName(method, convention, int(seed))
+    return str(name if step is None else name.at_step(step))
+
+
+def policy_parts(policy: str, convention: str) -> tuple[str, str]:
+    """(method, checkpoint) of a policy of the given training convention.
+
+    ``grpo-hash/s83`` -> (grpo, ""), ``grpo-hash/s83@step50`` -> (grpo, step50); the older
+    ``grpo-hash/s83-step50`` reads the same way, as does an arm joined with ``_`` (``grpo_hash/s83``). Any
+    other name is its own checkpoint, so two differently named policies never share a slot of the crossed
+    design by accident."""
+    if convention == INITIAL:
+        return INITIAL, ""
+    m = _LOOSE.fullmatch(policy)
+    if m is None:
+        return method_of(policy, convention), policy
+    return method_of(m["arm"], convention), m["checkpoint"] or ""
+
+
+def method_of(policy: str, convention: str) -> str:
+    """``grpo-hash/s83`` -> ``grpo``: the arm family that pairs conventions within a seed."""
+    if convention == INITIAL:
+        return INITIAL
+    arm = policy.split("/")[0]
+    for sep in ("-", "_"):
+        suffix = f"{sep}{convention}"
+        if arm.endswith(suffix):
+            return arm[: -len(suffix)] or "arm"
+    return arm.replace(convention, "").strip("-_") or "arm"
+
+
+def pair_name(method: str, seed: int | str, checkpoint: str = "") -> str:
+    """``grpo/s83`` for a seed, ``grpo/mean`` (or ``grpo/sd``) over seeds; ``@<checkpoint>`` after either."""
+    head = f"{method}/s{seed}" if isinstance(seed, int) else f"{method}/{seed}"
+    return f"{head}@{checkpoint}" if checkpoint else head
+
+
+SUMMARIES = ("mean", "sd")  # the seed summaries' names in a pair's seed slot
+
+
+@dataclass(frozen=True)
+class PairName:
+    """A pair's name, ``<method>/<seed>[@<checkpoint>]`` with ``<seed>`` ``s83``, ``mean`` or ``sd``."""
+
+    method: str
+    seed: str
+    checkpoint: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> PairName | None:
+        m = _PAIR.fullmatch(text)
+        return None if m is None else cls(m["method"], m["seed"], m["checkpoint"] or "")
+
+    def __str__(self) -> str:
+        return pair_name(self.method, self.seed, self.checkpoint)
+
+    @property
+    def is_summary(self) -> bool:
+        """A seed summary (``grpo/mean``, ``grpo/sd@step50``) rather than one seed's pair."""
+        return self.seed in SUMMARIES
+
+    @property
+    def step(self) -> int | None:
+        m = _STEP.fullmatch(self.checkpoint)
+        return int(m["step"]) if m else None
+
+
+def pair_of(name: str) -> PairName:
+    """The parts of a pair name; a name without ``/`` is all method (its seed slot empty)."""
+    found = PairName.parse(name)
+    if found is not None:
+        return found
+    head, _, checkpoint = name.partition("@")
+    method, _, seed = head.partition("/")
+    return PairName(method, seed, checkpoint)
+
+
+def arm_convention(arm: str) -> str:
+    """The convention of an arm or policy named ``<method>-<convention>[/...]``: ``grpo-hash/s83`` -> ``hash``."""
+    return arm.split("/")[0].split("-", 1)[1]
+
+
+def checkpoint_name(arm: str, step: int) -> str:
+    """The name of the checkpoint an arm (any arm name, e.g. crossed-train's ``arm``) wrote at update ``step``."""
+    return f"{arm}@step{int(step)}"

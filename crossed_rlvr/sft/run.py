@@ -1,0 +1,159 @@
+"""The SFT jobs: the warm start of a tiny initial policy, or content-matched SFT arms.
+
+- warm start (``crossed-sft mode=warmstart``): build a fresh tiny model (``model.tiny``), or take a given one (``warmstart.base``),
+  and fine-tune it on arithmetic
+  training items whose prompts carry the hash or boxed request (all three wordings) and whose targets
+  end in the requested marker, so that the initial policy follows both requests like an instruct
+  model, optionally stopped in a request-following band measured by sampling (``warmstart.band``,
+  ``sft/band.py``). Written to ``model.path``.
+- arms (``crossed-sft mode=arms``): from the initial policy ``model.path``, the marker arm and the unchanged-marker
+  control for every seed (App. D.2.1); prompts carry no format instruction and the two target sets
+  are byte-identical except the final marker (checked row by row before anything is written).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.files import json_lines
+from crossed_rlvr.layout import SFT_SUMMARY, RunLayout
+from crossed_rlvr.names import policy_name
+from crossed_rlvr.rewards.conventions import PARTNER
+from crossed_rlvr.sft.pairs import target, write_pairs
+from crossed_rlvr.sft.trainer import SFTConfig, train_sft
+
+
+def train_items(cfg: Any) -> list[dict[str, Any]]:
+    from crossed_rlvr.tasks.training import SFT_ITEM_SEED
+    from crossed_rlvr.tasks.training import train_items as build
+
+    return build(cfg.task, cfg.train_items.get("n"), int(cfg.train_items.get("seed", SFT_ITEM_SEED)))
+
+
+def warmstart_target(item: dict[str, Any], request: str, follow_rate: float, rng: random.Random) -> tuple[str, str]:
+    """The target's ending: the requested marker with probability ``follow_rate``, else the partner
+    request's marker or a plain sentence (half each). Returns (completion, ending)."""
+    if rng.random() < follow_rate:
+        return target(item, request), request
+    if rng.random() < 0.5:
+        return target(item, PARTNER[request]), PARTNER[request]
+    body = str(item.get("solution", "")).rstrip()
+    return f"{body}\nThe answer is {item['reference']}.", "plain"
+
+
+def sft_config(cfg: Any, seed: int, report_to: str = "none") -> SFTConfig:
+    s = cfg.sft
+    return SFTConfig(epochs=float(s.epochs), learning_rate=float(s.learning_rate), lr_scheduler=s.lr_scheduler,
+                     warmup_ratio=float(s.warmup_ratio), effective_batch=int(s.effective_batch),
+                     per_device_batch=int(s.per_device_batch), max_length=int(s.max_length),
+                     weight_decay=float(s.weight_decay), seed=seed, deepspeed=s.deepspeed, bf16=bool(s.bf16),
+                     report_to=report_to)
+
+
+def tracked_sft(cfg: Any, name: str, job_type: str, base: Any, rows: list[dict[str, Any]], out: Path,
+                seed: int, callbacks: list[Any] | None = None) -> dict[str, Any]:
+    """One SFT model in its own wandb run (name = the policy, group = the study); folders of the runs
+    sit in ``run_dir/wandb``, never inside the model directory that is replaced when it is saved."""
+    from crossed_rlvr.tracking import resolved_config, start_run
+
+    run = start_run(cfg.get("tracking"), name=name, job_type=job_type, run_dir=Path(cfg.run_dir),
+                    study=cfg.get("study"), config={**resolved_config(cfg), "seed": seed})
+    try:
+        return train_sft(base, rows, out, sft_config(cfg, seed, "wandb" if run is not None else "none"), callbacks)
+    finally:
+        if run is not None:
+            run.finish()
+
+
+def warmstart_base(cfg: Any) -> str | Path:
+    """The model the warm start fine-tunes: ``warmstart.base`` (a given model: local folder, converted GGUF,
+    hub name), else a fresh tiny model built from ``model.tiny``."""
+    if cfg.warmstart.get("base"):
+        return str(cfg.warmstart.base)
+    from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
+
+    if not cfg.model.get("tiny"):
+        raise SystemExit(f"crossed-sft: mode=warmstart of model={cfg.model.name} needs warmstart.base (the model "
+                         "to fine-tune); only the tiny model is built from scratch")
+    return build_tiny_model(RunLayout(Path(cfg.run_dir)).fresh, TinyConfig(**cfg.model.tiny))
+
+
+def band_callbacks(cfg: Any, base: str | Path) -> list[Any]:
+    """The request-following band's stopping callback (``warmstart.band``), measured on the task's dev items."""
+    band = cfg.warmstart.get("band")
+    if band is None or int(band.get("every", 0) or 0) <= 0:
+        return []
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.eval.generate.engines import GenParams
+    from crossed_rlvr.policies.loading import load_tokenizer
+    from crossed_rlvr.sft.band import band_callback
+    from crossed_rlvr.tasks.build import build_items
+
+    task = OmegaConf.to_container(cfg.task, resolve=True)
+    items = build_items(OmegaConf.create({**task, "split": "dev"}))[: int(band.n_items)]
+    if not items:
+        raise SystemExit(f"crossed-sft: warmstart.band needs dev items; task={cfg.task.name} has none")
+    ev = cfg.eval  # sampled as the evaluation samples: greedy decoding overstates request-following
+    params = GenParams(float(ev.temperature), float(ev.top_p), int(ev.max_new_tokens), int(ev.context_limit))
+    return [band_callback(band, items, load_tokenizer(base), list(cfg.warmstart.requests), params,
+                          int(ev.base_seed), int(ev.batch_size), cfg.model.get("system"))]
+
+
+def warmstart(cfg: Any) -> dict[str, Any]:
+    out = Path(cfg.model.path)
+    if (out / SFT_SUMMARY).exists():
+        return {"skipped": str(out)}
+    base = warmstart_base(cfg)
+    rng = random.Random(int(cfg.warmstart.seed))
+    follow = float(cfg.warmstart.get("follow_rate", 1.0))
+    if not 0.0 <= follow <= 1.0:
+        raise SystemExit(f"crossed-sft: warmstart.follow_rate={follow} must lie in [0, 1]")
+    rows = []
+    for k, it in enumerate(train_items(cfg)):
+        request = cfg.warmstart.requests[k % len(cfg.warmstart.requests)]
+        template = rng.choice(list(cfg.warmstart.templates))
+        completion, ending = warmstart_target(it, request, follow, rng) if follow < 1.0 else (target(it, request), request)
+        rows.append({"prompt": it["question"], "request": request, "template": template, "completion": completion,
+                     "ending": ending})
+    return tracked_sft(cfg, "initial", "sft-warmstart", base, rows, out, int(cfg.warmstart.seed),
+                       band_callbacks(cfg, base))
+
+
+def pair_files(cfg: Any) -> tuple[Path, Path]:
+    run = RunLayout(Path(cfg.run_dir))
+    return run.sft_pairs(cfg.arm), run.sft_pairs(cfg.control)
+
+
+def write_arm_pairs(cfg: Any) -> int:
+    data_a, data_b = pair_files(cfg)
+    return write_pairs(train_items(cfg), data_a, data_b, cfg.arm, cfg.control)
+
+
+def arms(cfg: Any) -> dict[str, Any]:
+    """Every arm x seed, or only ``cfg.only`` (one arm, e.g. ``sft-hash/s83``, from pairs already written:
+    arms trained side by side in processes of their own, crossed_rlvr/sft/worker.py)."""
+    run = RunLayout(Path(cfg.run_dir))
+    data_a, data_b = pair_files(cfg)
+    only = cfg.get("only")
+    if only and data_a.exists() and data_b.exists():
+        n = sum(1 for _ in data_a.open())
+    else:
+        n = write_arm_pairs(cfg)
+    results: dict[str, Any] = {"pairs": n}
+    for seed in cfg.seeds:
+        for conv, data in ((cfg.arm, data_a), (cfg.control, data_b)):
+            name = policy_name("sft", conv, int(seed))
+            if only and only != name:
+                continue
+            out = run.sft_policy(conv, int(seed))
+            if (out / SFT_SUMMARY).exists():
+                results[name] = {"skipped": str(out)}
+                continue
+            rows = [row for row, _where in json_lines(data)]
+            results[name] = tracked_sft(cfg, name, "sft", cfg.model.path, rows, out, int(seed))
+    return results
+
+

@@ -1,0 +1,209 @@
+"""The study's matched arms (paper 001 §2): GRPO arms trained one after another or in worker processes, the check
+that the arms of a seed differ only in their convention, the frozen difficulty strata of the training items
+(App. D.1), and verl's validation dumps read back as response records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from crossed_rlvr.layout import ArmLayout, RunLayout
+from crossed_rlvr.machine import torch_threads
+from crossed_rlvr.names import policy_name
+from crossed_rlvr.study.configs import StudyConfigs, plain
+from crossed_rlvr.study.stamps import Stamps, digest
+from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
+
+# what a stage's info keeps of an arm's training summary
+RESULT_KEYS = ("seconds", "reward_first", "reward_last", "payload_first", "payload_last", "skipped", "validation_steps",
+               "validation_seconds", "bf16", "threads")
+
+
+def arm_result(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: summary[k] for k in RESULT_KEYS if k in summary}
+
+
+def train_arms(cfg: Any, configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Train every arm; with ``arms.parallel`` > 1, in worker processes of one CPU thread each
+    (a tiny model's small matrices gain little from threads, so two single-thread arms at once
+    finish in about the time of one two-thread arm)."""
+    from tqdm import tqdm
+
+    parallel = max(1, int(cfg.arms.parallel))
+    updates = int(cfg.recipe.updates)
+    nproc = int(cfg.engine.get("nproc_per_node") or 1)
+    bar = tqdm(total=updates * len(configs), desc="GRPO updates (all arms)", unit="update")
+    import torch
+
+    # each arm across nproc processes (torchrun); on a GPU, one arm at a time in a process of its own too,
+    # so that the evaluation's vLLM later starts on memory that training no longer holds
+    if cfg.engine.name == "trl" and (nproc > 1 or (parallel == 1 and torch.cuda.is_available())):
+        from crossed_rlvr.train.worker import run_arm
+
+        return _one_by_one(configs, bar, updates, lambda arm: run_arm(arm, ArmLayout(Path(arm["run_dir"])).worker_spec,
+                                                                      nproc))
+    if parallel == 1:
+        from crossed_rlvr.train.run import run_train
+
+        def in_process(arm: dict[str, Any]) -> dict[str, Any]:
+            with torch_threads(cfg.arms.get("threads")):
+                return run_train(OmegaConf.create(arm))
+
+        return _one_by_one(configs, bar, updates, in_process)
+    return _in_workers(configs, bar, updates, parallel)
+
+
+def _one_by_one(configs: dict[str, dict[str, Any]], bar: Any, updates: int,
+                train: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    results = {}
+    for name, arm in configs.items():
+        results[name] = arm_result(train(arm))
+        bar.update(updates)
+    bar.close()
+    return results
+
+
+def _in_workers(configs: dict[str, dict[str, Any]], bar: Any, updates: int, parallel: int) -> dict[str, dict[str, Any]]:
+    """The arms in ``parallel`` spawned processes; the bar follows the updates the arms' metrics files record."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    results: dict[str, dict[str, Any]] = {}
+    seen = 0
+    with cf.ProcessPoolExecutor(max_workers=parallel, mp_context=mp.get_context("spawn"),
+                                initializer=_one_thread) as pool:
+        futures = {pool.submit(_train_worker, arm): name for name, arm in configs.items()}
+        pending = set(futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=2.0)
+            for fut in done:
+                results[futures[fut]] = arm_result(fut.result())  # re-raises a worker's error
+            now = max(seen, sum(_lines(ArmLayout(Path(arm["run_dir"])).metrics) for arm in configs.values()))
+            bar.update(now - seen)
+            seen = now
+    bar.update(updates * len(configs) - seen)
+    bar.close()
+    return {name: results[name] for name in configs}
+
+
+def check_matched(cfg: Any, layout: RunLayout) -> dict[str, bool]:
+    """Every seed's arms differ only in the convention (prompt suffix and reward program), data order included;
+    a pair that does not stops the study."""
+    from crossed_rlvr.train.matched import check_and_record
+
+    verdicts = {}
+    for seed in cfg.arms.seeds:
+        dirs = [layout.arm(conv, int(seed)).root for conv in cfg.arms.conventions]
+        for other in dirs[1:]:
+            verdict = check_and_record(dirs[0], other)
+            verdicts[f"{dirs[0].name}:{dirs[0].parent.name}-{other.parent.name}"] = verdict["matched"]
+            if not verdict["matched"]:
+                raise SystemExit(f"crossed-study: arms {dirs[0]} and {other} are not matched: "
+                                 f"{verdict['config_differences'] or verdict['data_differences']}")
+    return verdicts
+
+
+def frozen_strata(configs: StudyConfigs, ipath: str, weights: str, prepare: bool = False) -> dict[str, Any] | None:
+    """The frozen difficulty strata of the training items when the proposal is on (App. D.1): the user's file
+    (``recipe.proposal.strata_file``), none when the task's items carry strata, else estimated with the initial
+    policy (train/strata.py) into ``<run>/data/strata.jsonl``, reused while the policy, items and sampling
+    settings are unchanged."""
+    from crossed_rlvr.conf.checks import RecipeError
+    from crossed_rlvr.files import sha256_file as file_sha256
+    from crossed_rlvr.tasks.training import train_items
+    from crossed_rlvr.train.strata import StrataError, estimate_strata
+
+    c = configs.cfg
+    prop = c.recipe.proposal
+    if c.arms.kind != "grpo" or not prop.enabled:
+        return None
+    if prop.get("strata_file"):
+        path = Path(str(prop.strata_file)).resolve()
+        if not path.exists():
+            raise RecipeError(f"recipe.proposal.strata_file={prop.strata_file}: no such file")
+        return {"file": str(path), "sha256": file_sha256(path)}
+    items = train_items(OmegaConf.create(configs.train_task()), int(c.arms.train_items), GRPO_ITEM_SEED)
+    if items and all(it.get("stratum") is not None for it in items):
+        return None
+    out = configs.layout.strata
+    meta_path = out.with_suffix(".meta.json")
+    meta = {"policy": weights, "items": digest([it["item_id"] for it in items]), "eval": plain(c.eval),
+            "samples": int(prop.estimate_samples)}
+    if out.exists() and meta_path.exists() and json.loads(meta_path.read_text()) == meta:
+        return {"file": str(out.resolve()), "sha256": file_sha256(out)}
+    if prepare and c.eval.backend == "vllm":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RecipeError(
+                "recipe.proposal.enabled=true: the training items have no difficulty strata, and estimating "
+                f"them needs the initial policy on a GPU (eval={c.eval.backend}). For stages=prepare or "
+                "stages=rehearse here, give recipe.proposal.strata_file=PATH (JSON Lines: item_id, stratum); "
+                "on the GPU node the study estimates them before the arms train.")
+    configs.say(f"    estimating difficulty strata of {len(items)} training items with the initial policy "
+                f"({int(prop.estimate_samples)} samples each, App. D.1)")
+    try:
+        info = estimate_strata(items, ipath, c.eval, int(prop.estimate_samples), out, c.model.get("system"))
+    except StrataError as err:
+        raise RecipeError(str(err)) from None
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    configs.say(f"    strata: {info['counts']} -> {out}")
+    return {"file": str(out.resolve()), "sha256": info["sha256"]}
+
+
+def import_verl_validation(arm: ArmLayout, stamps: Stamps, task: str, say: Callable[[str], None]) -> None:
+    """verl's validation dumps of one arm as response records, every step as ``<arm>@step<K>`` (rewritten when
+    the dumps change)."""
+    from crossed_rlvr.eval.generate.importers import import_verl_steps
+    from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl
+
+    dumps = arm.validation
+    steps = sorted(dumps.glob("*.jsonl")) if dumps.is_dir() else []
+    if not [p for p in steps if p.stem.isdigit()]:
+        return
+    out = arm.verl_validation_records
+    stamp = out.with_suffix(".sources.json")
+    sources = {p.name: stamps.hash(p) for p in steps if p.stem.isdigit()}
+    if out.exists() and stamp.exists() and json.loads(stamp.read_text()) == sources:
+        return
+    name = policy_name("grpo", arm.convention, arm.seed)
+    records = import_verl_steps(dumps, policy=name, training_convention=arm.convention, train_seed=arm.seed, task=task)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_jsonl(out, records)
+    atomic_write_json(stamp, sources)
+    say(f"    imported verl validation of {name}: {len(sources)} step(s), {len(records)} responses")
+
+
+def _lines(path: Path) -> int:
+    try:
+        return sum(1 for _ in path.open())
+    except FileNotFoundError:
+        return 0
+
+
+def _one_thread() -> None:
+    from crossed_rlvr.interrupt import ignore_interrupts
+
+    ignore_interrupts()  # the study's own process reports Ctrl-C
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _train_worker(cfg: dict[str, Any]) -> dict[str, Any]:
+    """One GRPO arm in a worker process; its console output goes to ``<arm>/train.log``."""
+    import contextlib
+
+    from crossed_rlvr.train.run import run_train
+
+    arm = ArmLayout(Path(cfg["run_dir"]))
+    arm.root.mkdir(parents=True, exist_ok=True)
+    with arm.log.open("w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        return run_train(OmegaConf.create(cfg))

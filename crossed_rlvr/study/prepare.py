@@ -1,0 +1,131 @@
+"""Everything up to the launch, on any machine: the dress rehearsal (``stages=prepare``) writes every arm's
+training data, verl's checked overrides and launch scripts, and the evaluation plan with the frozen test items;
+``stages=rehearse`` then runs each verl arm's launch script through verl's start-up on a local Ray with logical
+GPUs, up to its first CUDA-needing point. Nothing is trained or generated.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from crossed_rlvr.names import policy_name
+from crossed_rlvr.study.arms import frozen_strata
+from crossed_rlvr.study.configs import StudyConfigs, plain
+from crossed_rlvr.tasks.training import SFT_ITEM_SEED
+
+NOT_HASHED = "not hashed (stages=prepare)"
+
+
+def prepare(configs: StudyConfigs, initial_path: str) -> dict[str, Any]:
+    """``stages=prepare``: every arm's inputs and the evaluation plan; ``prepare_summary.json`` lists them."""
+    c, layout = configs.cfg, configs.layout
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.config.write_text(OmegaConf.to_yaml(c, resolve=True))
+    initial = {"path": initial_path, "built": False}
+    if c.arms.kind == "given":  # nothing to prepare: the evaluation plan lists the checkpoints it will read
+        arms = {"arms": {name: {**a, "exists": Path(a["path"]).is_dir()} for name, a in configs.given_arms().items()}}
+    else:
+        arms = _sft_arms(configs, initial_path) if c.arms.kind == "sft" else _grpo_arms(configs, initial_path)
+    plan = eval_plan(configs, initial, arms)
+    summary = {"initial": initial_path, "arms": arms["arms"], "eval_plan": str(layout.eval_plan),
+               "responses_planned": plan["responses"]}
+    layout.prepare_summary.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def rehearse(configs: StudyConfigs, initial_path: str) -> dict[str, Any]:
+    """``stages=rehearse``: the dress rehearsal, then every verl arm's launch script run through verl's start-up
+    on a local Ray with logical GPUs up to its first CUDA-needing point (train/rehearsal.py).
+    ``rehearsal.json`` holds what each arm reached and how long it took."""
+    from crossed_rlvr.train.rehearsal import rehearse as rehearse_arms
+
+    summary = prepare(configs, initial_path)
+    c = configs.cfg
+    if c.arms.kind != "grpo" or c.engine.name != "verl":
+        configs.say("    nothing to rehearse on Ray: the arms do not train through verl")
+        summary["rehearsal"] = {}
+        return summary
+    r = c.get("rehearsal") or {}
+    only = r.get("conventions")
+    arms = {name: arm for name, arm in summary["arms"].items() if only is None or arm["convention"] in only}
+    summary["rehearsal"] = rehearse_arms(arms, int(c.engine.n_gpus_per_node), configs.layout.rehearsal,
+                                         timeout=float(r.get("timeout_s", 600)),
+                                         wait_limit=float(r.get("wait_limit_s", 120)), say=configs.say)
+    configs.layout.prepare_summary.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _grpo_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
+    from crossed_rlvr.conf.checks import check_config
+    from crossed_rlvr.train.recipe import training_rows, write_rows
+    from crossed_rlvr.train.run import run_train
+
+    c = configs.cfg
+    out: dict[str, Any] = {}
+    strata = frozen_strata(configs, ipath, NOT_HASHED, prepare=True)
+    for conv, seed in configs.arm_list():
+        cfg = configs.train(conv, seed, ipath, NOT_HASHED, strata)
+        cfg["engine"] = {**cfg["engine"], "launch": False}
+        name, arm = cfg["arm"], configs.layout.arm(conv, seed)
+        node = OmegaConf.create(cfg)
+        check_config(node)
+        if c.engine.name == "verl":
+            info = run_train(node)
+            files = [str(p.relative_to(arm.root)) for p in (arm.data / "train.parquet", arm.data / "val.parquet",
+                                                            arm.verl_overrides, arm.launch_single_node,
+                                                            arm.launch_slurm)]
+        else:  # TRL trains in-process: its data is the whole preparation
+            arm.root.mkdir(parents=True, exist_ok=True)
+            rows = training_rows(node)
+            write_rows(arm.train_rows, rows)
+            info, files = {"rows": len(rows)}, [str(arm.train_rows.relative_to(arm.root))]
+        configs.say(f"    prepared {name}: {', '.join(files)}")
+        out[name] = {"path": str(arm.checkpoint(int(c.recipe.updates))), "convention": conv,
+                     "seed": seed, "run_dir": str(arm.root), "files": files,
+                     **{k: info[k] for k in ("val_rows", "overrides") if k in info}}
+    return {"arms": out}
+
+
+def _sft_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
+    from crossed_rlvr.sft.pairs import write_pairs
+    from crossed_rlvr.tasks.training import train_items
+
+    c, layout = configs.cfg, configs.layout
+    arm, control = c.arms.sft_arm, c.arms.sft_control
+    data = {conv: layout.sft_pairs(conv) for conv in (arm, control)}
+    items = train_items(OmegaConf.create(configs.train_task()), int(c.arms.train_items), SFT_ITEM_SEED)
+    n = write_pairs(items, data[arm], data[control], arm, control)
+    configs.say(f"    prepared {n} content-matched SFT pairs: {data[arm]}, {data[control]}")
+    return {"arms": {policy_name("sft", conv, int(seed)): {"path": str(layout.sft_policy(conv, int(seed))),
+                                                           "convention": conv, "seed": int(seed), "pairs": n,
+                                                           "files": [str(data[conv].relative_to(layout.root))]}
+                     for seed in c.arms.seeds for conv in (arm, control)}}
+
+
+def eval_plan(configs: StudyConfigs, initial: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
+    """Policies x requests x wordings with item counts and seeds; freezes the test items now."""
+    from crossed_rlvr.eval.generate.plan import frozen_items, item_seed, template_items
+
+    cfg = configs.evaluation(initial, arms)
+    items, sha, path = frozen_items(Path(cfg.run_dir), cfg.task)
+    base = int(cfg.eval.base_seed)
+    per_template = {}
+    for t in cfg.templates:
+        chosen = template_items(items, t, cfg.template_subset, cfg.template_subset_seed)
+        per_template[t] = {"items": len(chosen), "first_item_seed": item_seed(base, chosen[0], 0, 0) if chosen else None}
+    cells = [{"policy": p["name"], "path": p["path"], "request": r, "template": t,
+              "items": per_template[t]["items"], "samples": int(cfg.samples)}
+             for p in plain(cfg.policies) for r in cfg.requests for t in cfg.templates]
+    plan = {"task": cfg.task.name, "split": cfg.task.split, "items_file": str(path), "items_sha256": sha,
+            "n_items": len(items), "templates": per_template, "requests": list(cfg.requests),
+            "generation": plain(cfg.eval), "seeds": "item seed = base_seed + item id (row index for "
+            "non-numeric ids) + 10^7 x sample", "policies": plain(cfg.policies), "cells": cells,
+            "responses": sum(x["items"] * x["samples"] for x in cells)}
+    configs.layout.eval_plan.write_text(json.dumps(plan, indent=2) + "\n")
+    configs.say(f"    evaluation plan: {len(plan['policies'])} policies x {len(cfg.requests)} requests x "
+                f"{len(cfg.templates)} wordings, {plan['responses']} responses ({path.name}, {len(items)} items)")
+    return plan

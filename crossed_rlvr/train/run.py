@@ -1,0 +1,77 @@
+"""One GRPO arm, start to finish: the config checked and resolved, the training stream written, the engine run
+(TRL in this process; verl prepared and, with ``engine.launch``, launched), the arm's summary written.
+
+A finished arm with the same resolved config is not trained again; a finished arm of another config is refused
+unless ``overwrite=true``.
+"""
+
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.conf.checks import RecipeError, check_config
+from crossed_rlvr.files import config_sha256, json_lines
+from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.tracking import untracked
+from crossed_rlvr.train.recipe import training_rows, write_rows
+
+
+def resolved(cfg: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    data = untracked(OmegaConf.to_container(cfg, resolve=True))
+    data.pop("hydra", None)
+    # TRL with validation off: its settings change nothing (verl always validates, at the start and the end)
+    if data.get("engine", {}).get("name") == "trl" and not (data.get("validation") or {}).get("every"):
+        data.pop("validation", None)
+        data.pop("eval", None)
+    return data
+
+
+def run_train(cfg: Any) -> dict[str, Any]:
+    check_config(cfg)
+    run_dir = Path(cfg.run_dir)
+    arm = ArmLayout(run_dir)
+    config = resolved(cfg)
+    digest = config_sha256(config)
+    summary_path = arm.summary
+    if summary_path.exists():
+        old = json.loads(summary_path.read_text())
+        if old.get("config_sha256") == digest:
+            return {**old, "skipped": True}
+        if not cfg.get("overwrite", False):
+            raise RecipeError(f"{run_dir} holds a finished run of another config; pass overwrite=true or a new run_dir")
+    from crossed_rlvr.ranks import rank
+
+    first = rank() == 0  # on several processes (torchrun) rank 0 writes
+    rows = training_rows(cfg)  # the same stream on every rank; each trains on its share of every update
+    if first:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        arm.resolved_config.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        write_rows(arm.train_rows, rows)
+    if cfg.engine.name == "trl":
+        from crossed_rlvr.train.trl_engine import train_trl
+
+        result = train_trl(cfg, rows, run_dir)
+        metrics = [row for row, _where in json_lines(arm.metrics)]
+        reward_key = f"rewards/{cfg.convention.name}_reward/mean"
+        result["reward_first"] = metrics[0].get(reward_key)
+        result["reward_last"] = metrics[-1].get(reward_key)
+        result["payload_first"] = metrics[0].get("rewards/requested_payload/mean")
+        result["payload_last"] = metrics[-1].get("rewards/requested_payload/mean")
+    else:
+        from crossed_rlvr.train.verl_engine import prepare_verl
+
+        result = prepare_verl(cfg, rows, run_dir)
+    from crossed_rlvr.machine import machine
+
+    summary = {"arm": cfg.arm, "convention": cfg.convention.name, "seed": cfg.seed, "engine": cfg.engine.name,
+               "config_sha256": digest, **result, "machine": machine()}
+    if first:
+        summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
