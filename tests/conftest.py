@@ -6,11 +6,15 @@ give ``-n auto --dist loadgroup``).
   other core busy). Set before anything imports torch, and inherited by the commands a test starts, so a
   test's subprocess stays in its worker's core; a test that needs more says so in the environment it hands
   its subprocess.
-- **Exclusive tests never run beside one another.** A test marked ``exclusive`` (an engine that starts
-  several processes, a Ray cluster, a test with a time limit on its own run) joins the one xdist group
+- **Exclusive tests never run beside one another.** A test marked ``exclusive`` (a Ray cluster, an engine
+  that starts Ray or several servers, a test with a time limit on its own run) joins the one xdist group
   ``exclusive``: xdist runs a group on a single worker, one test after another, so no two of them ever
   overlap, and the other workers go on with the rest meanwhile (a lock between workers would leave a worker
   idle whenever its next test waited for the lock).
+- **Multi-process engines run one at a time, beside the exclusive ones.** A test marked ``engines`` (torchrun
+  or DeepSpeed ranks on free ports, no Ray, no time limit of its own) joins the group ``engines``: never two at
+  once, but free to run while the exclusive chain waits on Ray's start-ups. In the exclusive group they made the
+  chain the suite's tail (measured: the chain ~22 of the suite's ~23 minutes with ~15 core-minutes idle).
 - **The long groups start first.** ``HEAVY`` orders the collection so that the longest groups are the first work
   units xdist hands out (``--no-loadscope-reorder`` keeps that order); a long group started last would be the
   suite's tail.
@@ -80,9 +84,11 @@ def tiny(tmp_path_factory) -> Path:
 
 
 EXCLUSIVE = "exclusive"
-# the groups that take longest, in the order their first test is handed out (measured: the exclusive chain, verl's
-# trainer included, ~40 min; the smoke study ~10, the real model ~6, the GPU-path checks ~5)
-HEAVY = (EXCLUSIVE, "smoke_study", "real_model", "gpu_path")
+ENGINES = "engines"
+# the groups that take longest, in the order their first test is handed out (measured on 2 cores: the exclusive
+# chain, verl's trainer included, ~15 min; the engines ~6; the real model ~6; the smoke study ~5; the GPU-path
+# checks ~4)
+HEAVY = (EXCLUSIVE, ENGINES, "real_model", "smoke_study", "gpu_path")
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown (and unused) with ``-p no:xdist``
@@ -96,8 +102,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", f"{EXCLUSIVE}: never runs beside another exclusive test (several processes, a Ray cluster, "
-                   "or a time limit on its own run)")
+        "markers", f"{EXCLUSIVE}: never runs beside another exclusive test (a Ray cluster, or a time limit on its "
+                   "own run)")
+    config.addinivalue_line(
+        "markers", f"{ENGINES}: never runs beside another engines test (torchrun or DeepSpeed ranks)")
     if WORKER is not None and WORKERS > 1:
         import torch
 
@@ -115,6 +123,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = getattr(item, "module", None)
         if item.get_closest_marker(EXCLUSIVE) is not None:
             groups[item.nodeid] = EXCLUSIVE
+        elif item.get_closest_marker(ENGINES) is not None:
+            groups[item.nodeid] = ENGINES
         elif (group := getattr(module, "WORKER_GROUP", None)) is not None:
             shared = getattr(module, "SHARED_FIXTURES", None)
             if shared is None or set(shared) & set(getattr(item, "fixturenames", ())):

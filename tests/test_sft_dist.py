@@ -18,8 +18,8 @@ import pytest
 from crossed_rlvr.policies.tiny import build_tiny_model
 from tests.helpers import SMALL
 
-# two training processes (tests/conftest.py: the exclusive group also keeps the module's fixtures on one worker)
-pytestmark = [pytest.mark.exclusive]
+# two training processes (tests/conftest.py: the engines group also keeps the module's fixtures on one worker)
+pytestmark = [pytest.mark.engines]
 
 ROOT = Path(__file__).resolve().parent.parent
 N_ITEMS = 64  # effective batch 32: 2 optimizer steps an epoch on any number of processes
