@@ -221,3 +221,27 @@ def test_d3_takes_a_finished_studys_initial_policy_and_every_arms_last_checkpoin
     with pytest.raises(CrossedError, match="no initial policy or no arm checkpoint at step 7"):
         study_policies(tmp_path, step=7)
     assert (D3["samples"], D3["temperature"], D3["top_p"], D3["max_new_tokens"]) == (200, 0.6, 0.95, 8192)
+
+
+def test_arms_of_the_two_code_conventions_get_their_crossed_interaction():
+    """Paper 001 eq. 1 on code: 100 x [(F_f - B_f) - (F_b - B_b)] per task, for the payload and both readers; an
+    arm without its partner convention gets none."""
+    import pandas as pd
+
+    from crossed_rlvr.study.code_eval import code_pairs, contrasts
+
+    # pass rates per (policy, request): the fence arm passes only when asked for fences, the begin_done arm
+    # passes half the time under fences and always under its own request
+    rates = {("grpo-fence/s1", "fence"): (1.0, True), ("grpo-begin_done/s1", "fence"): (0.5, False),
+             ("grpo-fence/s1", "begin_done"): (0.0, False), ("grpo-begin_done/s1", "begin_done"): (1.0, True),
+             ("grpo-fence/s2", "fence"): (1.0, True), ("grpo-fence/s2", "begin_done"): (0.0, False)}
+    rows = [{"policy": policy, "request": request, "item_id": f"HumanEval/{t}", "sample_idx": s,
+             "strict.correct": s < 2 * rate, "lenient.correct": s < 2 * rate, "requested_payload": payload}
+            for (policy, request), (rate, payload) in rates.items() for t in range(3) for s in range(2)]
+    assert code_pairs({p for p, _ in rates}) == {"grpo/s1": ("grpo-fence/s1", "grpo-begin_done/s1")}
+    con = contrasts(pd.DataFrame(rows), samples=2, resamples=200).set_index("name")
+    assert set(con.loc[["interaction_payload", "interaction_strict", "interaction_lenient"], "policy"]) == {"grpo/s1"}
+    assert con.loc["interaction_strict", "request"] == "fencexbegin_done"
+    assert con.loc["interaction_strict", "estimate"] == pytest.approx(150.0)  # (100 - 50) - (0 - 100)
+    assert con.loc["interaction_payload", "estimate"] == pytest.approx(200.0)
+    assert con.loc["interaction_strict", "n_items"] == 3

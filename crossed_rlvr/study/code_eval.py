@@ -38,6 +38,7 @@ from crossed_rlvr.rewards.code import (
     solution,
     strict_block,
 )
+from crossed_rlvr.rewards.conventions import pair_label
 
 REQUESTS = tuple(CODE_CONVENTIONS)  # fence, begin_done
 QUESTION = "Complete the following Python function.\n\n{prompt}"
@@ -168,13 +169,18 @@ def contrasts(scores: pd.DataFrame, samples: int, resamples: int = 10_000, rng_s
     - ``gamma``: the formatting gap of each policy, lenient − strict pass@1 (γ₀ for the initial policy);
     - ``gain_strict`` / ``gain_lenient``: a policy's pass@1 minus the initial policy's, on the same tasks;
     - ``coverage``: the change in pass@N (N the samples drawn) against the initial policy, with the tasks lost
-      and gained and the exact McNemar test on those two counts (App. C.3).
+      and gained and the exact McNemar test on those two counts (App. C.3);
+    - ``interaction_payload`` / ``interaction_strict`` / ``interaction_lenient``: the crossed interaction (paper 001
+      eq. 1) of arms trained on the two code conventions (``<method>-fence/s<seed>`` and
+      ``<method>-begin_done/s<seed>``, same checkpoint), 100 × [(F_f − B_f) − (F_b − B_b)] in percentage points
+      per task, for the payload rate and strict and lenient pass@1.
     """
     from crossed_rlvr.analysis.bootstrap import paired_mean_intervals
     from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k_items
 
     per = scores.groupby(["policy", "request", "item_id"]).agg(
-        n=("sample_idx", "size"), strict=("strict.correct", "sum"), lenient=("lenient.correct", "sum"))
+        n=("sample_idx", "size"), strict=("strict.correct", "sum"), lenient=("lenient.correct", "sum"),
+        payload=("requested_payload", "sum"))
     rows: list[dict[str, Any]] = []
 
     def add(name: str, policy: str, request: str, diffs: np.ndarray, **extra: Any) -> None:
@@ -197,7 +203,30 @@ def contrasts(scores: pd.DataFrame, samples: int, resamples: int = 10_000, rng_s
                - pass_at_k_items(base.loc[tasks, "strict"], base.loc[tasks, "n"], samples))
         lost, gained, p = coverage_change(base.loc[tasks, "strict"].to_numpy(), g.loc[tasks, "strict"].to_numpy())
         add("coverage", policy, request, np.asarray(cov, float), lost=lost, gained=gained, mcnemar_p=p)
+    for pair, (fence, begin_done) in code_pairs(per.index.get_level_values("policy").unique()).items():
+        cells = {(pol, req): per.loc[(pol, req)] for pol in (fence, begin_done) for req in REQUESTS
+                 if (pol, req) in per.index.droplevel("item_id")}
+        if len(cells) < 4:
+            continue
+        tasks = sorted(set.intersection(*(set(c.index) for c in cells.values())))
+        for measure in ("payload", "strict", "lenient"):
+            rate = {key: (c.loc[tasks, measure] / c.loc[tasks, "n"]).to_numpy(float) for key, c in cells.items()}
+            diff = 100 * ((rate[(fence, "fence")] - rate[(begin_done, "fence")])
+                          - (rate[(fence, "begin_done")] - rate[(begin_done, "begin_done")]))
+            add(f"interaction_{measure}", pair, pair_label("fence", "begin_done"), diff)
     return pd.DataFrame(rows)
+
+
+def code_pairs(policies: Any) -> dict[str, tuple[str, str]]:
+    """The crossed pairs among ``policies``: {``grpo/s1``: (``grpo-fence/s1``, ``grpo-begin_done/s1``)}, matched on
+    method, seed and checkpoint."""
+    named = {p: PolicyName.parse(str(p)) for p in policies}
+    slots: dict[tuple[str, int, str], dict[str, str]] = {}
+    for policy, name in named.items():
+        if name is not None and name.convention in REQUESTS:
+            slots.setdefault((name.method, name.seed, name.checkpoint), {})[name.convention] = str(policy)
+    return {PolicyName(method, "fence", seed, ckpt).pair: (convs["fence"], convs["begin_done"])
+            for (method, seed, ckpt), convs in sorted(slots.items()) if len(convs) == 2}
 
 
 def report(table: pd.DataFrame, samples: int, dataset: str) -> str:
@@ -218,7 +247,8 @@ def contrast_section(con: pd.DataFrame) -> str:
     lines = ["## Gaps, gains and coverage (App. D.3)", "",
              "Paired bootstrap over tasks (95% percentile intervals). gamma: lenient − strict pass@1; gain: pass@1 "
              "minus the initial policy's; coverage: pass@N minus the initial policy's, with the tasks lost and "
-             "gained and McNemar's exact p.", "",
+             "gained and McNemar's exact p; interaction_*: the crossed interaction of arms trained on the two code "
+             "conventions, in percentage points.", "",
              "| contrast | policy | request | estimate | 95% interval | lost / gained (p) |", "|---|---|---|---|---|---|"]
     for r in con.to_dict("records"):
         cov = f"{r['lost']} / {r['gained']} ({r['mcnemar_p']:.3g})" if r["name"] == "coverage" else ""
