@@ -93,3 +93,11 @@ def test_the_input_errors_share_one_base():
                 ItemFileError, PlanError, NoShape):
         assert issubclass(cls, CrossedError) and issubclass(cls, ValueError), cls
     assert json.dumps(BAD_INPUT) == "2"
+
+
+def test_the_tables_hold_every_console_command():
+    """A command added to pyproject.toml without a row here would have no check of its error contract."""
+    import tomllib
+
+    scripts = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert sorted(scripts) == sorted([r[0] for r in IN_PROCESS] + [r[0] for r in HYDRA])
