@@ -116,8 +116,9 @@ def _select(cfg: Any, key: str) -> Any:
         return None
 
 
-def check_ranges(cfg: Any, command: str) -> None:
-    """Every numeric value of a composed config against its declared range (ConfigError on the first)."""
+def check_ranges(cfg: Any, command: str, present_only: bool = False) -> None:
+    """Every numeric value of a composed config against its declared range (ConfigError on the first).
+    ``present_only``: a config that holds only some of the schema's keys (see ``check_ranges_of``)."""
     from omegaconf import OmegaConf
 
     for f in numeric_fields(command):
@@ -129,8 +130,8 @@ def check_ranges(cfg: Any, command: str) -> None:
                     raise ConfigError(why)
             continue
         value = _select(cfg, f.key)
-        if value is None and "." in f.key and _select(cfg, f.key.rsplit(".", 1)[0]) is None:
-            continue  # a field of an optional group that is null (model.tiny of a hub model)
+        if value is None and (present_only or ("." in f.key and _select(cfg, f.key.rsplit(".", 1)[0]) is None)):
+            continue  # a field of an optional group that is null (model.tiny of a hub model), or one not given
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value)
         why = refusal(f, value)
@@ -157,11 +158,10 @@ def open_schema(command: str) -> Any:
 
 def check_ranges_of(cfg: Any, command: str) -> None:
     """``check_ranges`` of a config that holds only some of the schema's keys (a study's projection of one command's
-    config, a config built in code): each number it holds against its declared range, the rest at their defaults."""
+    config, a config built in code or read back from JSON): each number it holds against its declared range."""
     from omegaconf import OmegaConf
 
-    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
-    check_ranges(OmegaConf.merge(open_schema(command), data), command)
+    check_ranges(cfg if OmegaConf.is_config(cfg) else OmegaConf.create(cfg), command, present_only=True)
 
 
 def check_overrides(argv: list[str], command: str) -> None:
