@@ -336,3 +336,16 @@ def test_the_spelling_rule_sees_each_shape(tmp_path):
                               'def f(run_dir, self):\n    return run_dir / "metrics.jsonl", self.run / "eval"\n')
     found = spelled_names_and_paths(modules(pkg))
     assert len(found) == 5, found
+
+
+def test_range_rules_live_only_in_the_schemas():
+    """A number's lower or upper bound is declared once, beside its field in conf/schema.py (``num``), and checked by
+    conf/ranges.py; the value checks (conf/checks.py) hold only the rules that relate settings to each other."""
+    tree = ast.parse((ROOT / "conf" / "checks.py").read_text(encoding="utf-8"))
+    bounds = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Lt | ast.LtE)
+                and isinstance(node.left, ast.Call) and getattr(node.left.func, "id", "") in ("int", "float")
+                and isinstance(node.comparators[0], ast.Constant)):
+            bounds.append(f"conf/checks.py:{node.lineno}")
+    assert bounds == []
