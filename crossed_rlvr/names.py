@@ -55,20 +55,6 @@ class PolicyName:
             return None
         return cls(m["method"], m["convention"], int(m["seed"]), m["checkpoint"] or "", m["sep"] or "@")
 
-    @classmethod
-    def final_of(cls, method: str, convention: str, seed: int) -> PolicyName:
-        return cls(method, convention, int(seed))
-
-    @property
-    def arm(self) -> str:
-        """The arm family over seeds: ``grpo-hash``."""
-        return f"{self.method}-{self.convention}"
-
-    @property
-    def final(self) -> PolicyName:
-        """The arm's final policy (its name without the checkpoint)."""
-        return replace(self, checkpoint="", sep="@")
-
     @property
     def step(self) -> int | None:
         """K of a ``@step<K>`` checkpoint; None for the final policy or another checkpoint text."""

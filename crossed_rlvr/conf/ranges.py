@@ -108,12 +108,8 @@ def refusal(f: NumericField, value: Any, shown_key: str | None = None) -> str | 
 
 def _select(cfg: Any, key: str) -> Any:
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        return OmegaConf.select(cfg, key, throw_on_missing=False)
-    except (AttributeError, OmegaConfBaseException):  # below a group the config leaves missing (omegaconf 2.3)
-        return None
+    return OmegaConf.select(cfg, key, throw_on_missing=False)
 
 
 def check_ranges(cfg: Any, command: str, present_only: bool = False) -> None:

@@ -30,16 +30,16 @@ def typed(command: str, cfg: dict[str, Any]) -> dict[str, Any]:
     hashes and frozen files to the command's own settings). Returns ``cfg`` unchanged."""
     from omegaconf.errors import OmegaConfBaseException
 
-    from crossed_rlvr.conf.ranges import check_ranges, open_schema
+    from crossed_rlvr.conf.ranges import check_ranges_of, open_schema
     from crossed_rlvr.errors import ConfigError
 
     try:
-        merged = OmegaConf.merge(open_schema(command), cfg)
+        OmegaConf.merge(open_schema(command), cfg)
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", "") or ""
         raise ConfigError(f"{key}: {str(err).splitlines()[0]} (in the study's {command.replace('_', '-')} config)"
                           ) from None
-    check_ranges(merged, command)  # with the schema's defaults where the study sets nothing
+    check_ranges_of(cfg, command)
     return cfg
 
 
