@@ -214,6 +214,31 @@ def test_driver_too_old_for_the_locked_cuda_13_stack(monkeypatch, tmp_path):
     assert "nvidia-smi is not on PATH" in gpu_problem()
 
 
+def test_the_watchdog_names_a_wait_by_its_id_not_by_rays_map_order(monkeypatch):
+    """Ray's placement-group table comes from protobuf maps whose key order changes from call to call
+    ({'CPU': 3, 'GPU': 1} one time, {'GPU': 1, 'CPU': 3} the next): a wait keyed by its description would
+    look new on every poll and its clock would never reach the limit. Keys are ids; the description's bundle
+    keys are sorted."""
+    import itertools
+
+    import ray
+    from ray._private.state import state
+
+    from crossed_rlvr.train import verl_launch
+
+    orders = itertools.cycle([{"CPU": 3.0, "GPU": 1.0}, {"GPU": 1.0, "CPU": 3.0}])
+    monkeypatch.setattr(ray.util, "placement_group_table", lambda: {"ab12": {
+        "state": "PENDING", "name": "verl_group_1:0", "bundles": {0: dict(next(orders))}}})
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 0.0})
+    monkeypatch.setattr(state, "actor_table", lambda _job: {
+        "cd34": {"State": "PENDING_CREATION", "ActorClassName": "WorkerDict", "Name": ""},
+        "ef56": {"State": "ALIVE", "ActorClassName": "TaskRunner"}})
+    polls = [verl_launch.pending_waits() for _ in range(4)]
+    assert all(p == polls[0] for p in polls)
+    assert polls[0] == {"pg:ab12": "placement group verl_group_1:0 [{'CPU': 3.0, 'GPU': 1.0}]",
+                        "actor:cd34": "actor WorkerDict (no CPU free to schedule it)"}
+
+
 @pytest.mark.exclusive
 @pytest.mark.timeout(900)
 def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):

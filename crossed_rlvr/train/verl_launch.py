@@ -241,24 +241,27 @@ def available_memory_gib(meminfo: str = "/proc/meminfo") -> float:
 EXPIRED = threading.Event()  # set when the watchdog ended a wait: the run exits with WAIT_EXIT
 
 
-def pending_waits() -> list[str]:
-    """Ray waits that lack resources (what verl's ``ray.get`` calls would wait on forever): placement
-    groups not placed, and actors pending while no CPU is free to schedule them. An actor whose process
-    is merely starting, with CPUs free, is not a resource wait."""
+def pending_waits() -> dict[str, str]:
+    """Ray waits that lack resources (what verl's ``ray.get`` calls would wait on forever), keyed by the
+    placement group's or actor's id: placement groups not placed, and actors pending while no CPU is free to
+    schedule them. An actor whose process is merely starting, with CPUs free, is not a resource wait. Keys are
+    ids, not descriptions: Ray's tables come from protobuf maps whose key order changes from call to call, so
+    a description is not a stable name for the same wait."""
     import ray
     from ray._private.state import state
 
-    out = []
+    out = {}
     for pg_id, pg in ray.util.placement_group_table().items():
         if pg.get("state") in ("PENDING", "RESCHEDULING"):
-            out.append(f"placement group {pg.get('name') or pg_id} {list(pg.get('bundles', {}).values())}")
+            bundles = [dict(sorted(b.items())) for _, b in sorted(pg.get("bundles", {}).items())]
+            out[f"pg:{pg_id}"] = f"placement group {pg.get('name') or pg_id} {bundles}"
     free_cpu = ray.available_resources().get("CPU", 0.0)
     if free_cpu < 1:
         for actor_id, actor in state.actor_table(None).items():
             if actor.get("State") == "PENDING_CREATION":
                 name = actor.get("ActorClassName") or actor_id
-                out.append(f"actor {name}" + (f" ({actor['Name']})" if actor.get("Name") else "")
-                           + " (no CPU free to schedule it)")
+                out[f"actor:{actor_id}"] = (f"actor {name}" + (f" ({actor['Name']})" if actor.get("Name") else "")
+                                            + " (no CPU free to schedule it)")
     return out
 
 
@@ -276,8 +279,8 @@ def watchdog(budget: Budget, limit: float, interval: float = 1.0) -> None:
         except Exception:  # noqa: BLE001  (Ray shutting down: nothing left to watch)
             return
         now = time.monotonic()
-        since = {w: since.get(w, now) for w in waits}
-        stuck = [w for w, t in since.items() if now - t >= limit]
+        since = {key: since.get(key, now) for key in waits}
+        stuck = [waits[key] for key, t in since.items() if now - t >= limit]
         if stuck:
             free = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
             total = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}
