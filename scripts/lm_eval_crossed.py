@@ -67,7 +67,7 @@ def main() -> int:
     from lm_eval.tasks import TaskManager
 
     from crossed_rlvr.analysis.cli import main as analyze
-    from crossed_rlvr.eval.generate.importers import main as import_outputs
+    from crossed_rlvr.eval.ingest.cli import main as import_outputs
     from crossed_rlvr.eval.score.scoring import main as score
 
     tasks = TaskManager(include_path=str(out / "tasks"), include_defaults=False)

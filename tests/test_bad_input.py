@@ -15,7 +15,7 @@ import pytest
 
 from crossed_rlvr.analysis.cli import main as analyze_main
 from crossed_rlvr.calibration.cli import main as calibrate_main
-from crossed_rlvr.eval.generate.importers import main as import_main
+from crossed_rlvr.eval.ingest.cli import main as import_main
 from crossed_rlvr.eval.score.scoring import main as score_main
 from crossed_rlvr.rescore.cli import main as rescore_main
 from crossed_rlvr.rewards.conventions import request_suffix
@@ -260,7 +260,7 @@ def test_bad_input_is_refused_with_its_first_line(tmp_path, capsys, case, comman
 def test_suffixless_rows_of_two_requests_stay_apart(tmp_path):
     """A dump of our val.parquet whose prompts carry no suffix: data_source keeps each row's request, so the
     boxed rows never fold into the hash cell as extra samples."""
-    from crossed_rlvr.eval.generate.importers import import_verl_dump
+    from crossed_rlvr.eval.ingest.verl import import_verl_dump
 
     rows = [_verl_row("crossed_rlvr/gsm8k/hash"), _verl_row("crossed_rlvr/gsm8k/boxed")]
     (tmp_path / "5.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -31,7 +31,7 @@ IN_PROCESS = [
     ("crossed-analyze", "crossed_rlvr.analysis.cli", lambda t: [str(t / "s.parquet"), "-o", str(t / "a"),
                                                                  "--resamples", "1"],
      "crossed-analyze: argument --resamples: 1 is outside its range"),
-    ("crossed-import", "crossed_rlvr.eval.generate.importers", lambda t: ["lm-eval", str(t / "none"), "-o",
+    ("crossed-import", "crossed_rlvr.eval.ingest.cli", lambda t: ["lm-eval", str(t / "none"), "-o",
                                                                          str(t / "r.jsonl"), "--policy", "initial"],
      "crossed-import: {tmp}/none"),
     ("crossed-calibrate", "crossed_rlvr.calibration.cli", lambda t: ["sample", str(t / "s.parquet"), "--cap", "0"],

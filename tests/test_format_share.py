@@ -262,7 +262,7 @@ def test_a_plain_prompt_and_a_harness_prompt_are_names_crossed_rescore_reads(tmp
     harnesses' own): lm-eval samples of a prompt with no request suffix import under ``--request plain`` (or
     a harness prompt's name), crossed-rescore pools them, and crossed-score refuses them with the reason
     (its readers need a requested convention)."""
-    from crossed_rlvr.eval.generate.importers import main as import_main
+    from crossed_rlvr.eval.ingest.cli import main as import_main
     from crossed_rlvr.eval.score.scoring import main as score_main
     from crossed_rlvr.rescore.cli import main
 

@@ -290,7 +290,7 @@ def test_verl_validation_of_both_arms_over_training_is_analysed_crossed(paper_gs
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     from crossed_rlvr.analysis.report.folder import analyze
-    from crossed_rlvr.eval.generate.importers import main as import_main
+    from crossed_rlvr.eval.ingest.cli import main as import_main
     from crossed_rlvr.eval.score.scoring import score_files
     from crossed_rlvr.policies.loading import load_tokenizer
     from crossed_rlvr.train.verl_reward import compute_score
@@ -441,7 +441,7 @@ def test_vllm_engines_are_shut_down_between_policies(local, tmp_path, monkeypatc
 def test_verl_validation_dump_imports_into_crossed_cells(paper_gsm8k, local, tmp_path):
     """A dump in verl 0.9.1's format (``input``, ``output``, ``gts``, ``score``, ``step``) of the arm's
     validation under both requests imports into hash and boxed cells whose items pair, and scores."""
-    from crossed_rlvr.eval.generate.importers import import_verl_dump
+    from crossed_rlvr.eval.ingest.verl import import_verl_dump
     from crossed_rlvr.eval.score.scoring import score_files
     from crossed_rlvr.policies.loading import load_tokenizer
     from crossed_rlvr.records import write_responses

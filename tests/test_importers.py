@@ -5,7 +5,10 @@ import json
 import pandas as pd
 import pytest
 
-from crossed_rlvr.eval.generate.importers import import_lm_eval, import_verl_dump, main, reference_from_target
+from crossed_rlvr.eval.ingest.cli import main
+from crossed_rlvr.eval.ingest.common import reference_from_target
+from crossed_rlvr.eval.ingest.lm_eval import import_lm_eval
+from crossed_rlvr.eval.ingest.verl import import_verl_dump
 from crossed_rlvr.eval.score.scoring import score_files
 from crossed_rlvr.records import ResponseFileError, read_responses
 
@@ -35,6 +38,20 @@ def test_lm_eval_import(tmp_path):
     assert [r["sample_idx"] for r in records] == [0, 1, 0, 1]
     assert records[0]["response_tokens"] == -1 and records[0]["finish_reason_known"] is False
     assert records[0]["finish_reason"] == "unknown"  # never written as "stop": truncation is not known
+
+
+def test_each_source_has_one_reader_behind_the_command_and_refuses_the_others_options(tmp_path, capsys):
+    """crossed-import dispatches by source; a verl-only option given to lm-eval samples is an error, not ignored."""
+    from crossed_rlvr.eval.ingest.cli import SOURCES
+
+    assert sorted(SOURCES) == ["lm-eval", "verl"]
+    path = lm_eval_file(tmp_path)
+    assert main(["lm-eval", str(path), "-o", str(tmp_path / "a.jsonl"), "--policy", "initial", "--request", "hash",
+                 "--step", "3"]) == 2
+    assert "--step and --all-steps are for verl validation dumps" in capsys.readouterr().err
+    assert not (tmp_path / "a.jsonl").exists()
+    assert main(["lm-eval", str(path), "-o", str(tmp_path / "b.jsonl"), "--policy", "initial", "--request", "hash"]) == 0
+    assert len(read_responses([tmp_path / "b.jsonl"]).records) == 4
 
 
 def test_lm_eval_older_argument_layout(tmp_path):
@@ -82,7 +99,7 @@ def test_lm_eval_folder_keeps_the_crossing(tmp_path):
 
 
 def test_policy_identity_is_read_from_the_name_and_checked():
-    from crossed_rlvr.eval.generate.importers import policy_identity
+    from crossed_rlvr.eval.ingest.common import policy_identity
 
     assert policy_identity("sft-boxed/s84") == ("boxed", 84)
     assert policy_identity("initial") == ("initial", None)

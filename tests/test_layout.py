@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("policies", ("crossed_rlvr.policies",)),
     ("score", ("crossed_rlvr.eval", "crossed_rlvr.eval.score")),
     ("generate", ("crossed_rlvr.eval.generate",)),
+    ("ingest", ("crossed_rlvr.eval.ingest",)),  # reads what others generated: nothing here generates
     ("sft", ("crossed_rlvr.sft",)),
     ("train", ("crossed_rlvr.train",)),
     ("analyze", ("crossed_rlvr.analysis",)),

@@ -22,7 +22,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PRESETS = {p.stem for p in (ROOT / "crossed_rlvr" / "conf" / "experiment").glob("*.yaml")}
 ENTRY = {  # console scripts (pyproject's [project.scripts]) -> their module, run with python -m
     "crossed-rlvr": "crossed_rlvr.cli", "crossed-score": "crossed_rlvr.eval.score.scoring",
-    "crossed-analyze": "crossed_rlvr.analysis.cli", "crossed-import": "crossed_rlvr.eval.generate.importers",
+    "crossed-analyze": "crossed_rlvr.analysis.cli", "crossed-import": "crossed_rlvr.eval.ingest.cli",
     "crossed-eval": "crossed_rlvr.eval.generate.cli", "crossed-sft": "crossed_rlvr.sft.cli",
     "crossed-train": "crossed_rlvr.train.cli", "crossed-match": "crossed_rlvr.train.matched",
     "crossed-study": "crossed_rlvr.study.cli", "crossed-calibrate": "crossed_rlvr.calibration.cli",

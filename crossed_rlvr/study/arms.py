@@ -160,7 +160,7 @@ def frozen_strata(configs: StudyConfigs, ipath: str, weights: str, prepare: bool
 def import_verl_validation(arm: ArmLayout, stamps: Stamps, task: str, say: Callable[[str], None]) -> None:
     """verl's validation dumps of one arm as response records, every step as ``<arm>@step<K>`` (rewritten when
     the dumps change)."""
-    from crossed_rlvr.eval.generate.importers import import_verl_steps
+    from crossed_rlvr.eval.ingest.verl import import_verl_steps
     from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl
 
     dumps = arm.validation

@@ -1,2 +1,2 @@
 """Generation of the crossed design: plan and item seeds (``plan``), engines (``engines``), the serial
-run (``runner``), Ray workers (``workers``), responses made elsewhere (``importers``), ``crossed-eval`` (``cli``)."""
+run (``runner``), Ray workers (``workers``), ``crossed-eval`` (``cli``)."""
