@@ -228,7 +228,7 @@ def test_arms_of_the_two_code_conventions_get_their_crossed_interaction():
     arm without its partner convention gets none."""
     import pandas as pd
 
-    from crossed_rlvr.study.code_eval import code_pairs, contrasts
+    from crossed_rlvr.analysis.code import code_pairs, contrasts
 
     # pass rates per (policy, request): the fence arm passes only when asked for fences, the begin_done arm
     # passes half the time under fences and always under its own request
@@ -245,3 +245,53 @@ def test_arms_of_the_two_code_conventions_get_their_crossed_interaction():
     assert con.loc["interaction_strict", "estimate"] == pytest.approx(150.0)  # (100 - 50) - (0 - 100)
     assert con.loc["interaction_payload", "estimate"] == pytest.approx(200.0)
     assert con.loc["interaction_strict", "n_items"] == 3
+
+
+def test_crossed_eval_score_and_analyze_take_a_code_task_end_to_end(tiny, tmp_path, capsys):
+    """``crossed-eval task=humaneval_plus task.path=<EvalPlus file>`` writes one response file per policy and code
+    request, with a manifest naming the dataset and its sha256; ``crossed-score <run>`` runs the programs on that
+    dataset's tests; ``crossed-analyze`` writes the code tables (pass@k, γ). A second crossed-eval generates
+    nothing; math requests on a code task, and MBPP+ without its file, are refused in one line."""
+    import pandas as pd
+
+    from crossed_rlvr.analysis.cli import main as analyze
+    from crossed_rlvr.conf.checks import check_eval
+    from crossed_rlvr.errors import ConfigError
+    from crossed_rlvr.eval.generate.runner import run_eval
+    from crossed_rlvr.eval.score.scoring import main as score
+    from crossed_rlvr.tasks.code import tiny_code_rows, write_code_dataset
+    from tests.helpers import cfg_for
+
+    data = tmp_path / "tiny_code.jsonl"
+    write_code_dataset(data, tiny_code_rows(3))
+    run = tmp_path / "eval"
+    cfg = cfg_for(f"run_dir={run}", "task=humaneval_plus", f"task.path={data}", "requests=[fence,begin_done]",
+                  f"model.path={tiny}", "samples=2", "eval.max_new_tokens=12")
+    check_eval(cfg)
+    summary = run_eval(cfg)
+    assert sorted(summary) == ["initial__begin_done__original", "initial__fence__original"]
+    assert all(v["records"] == 3 * 2 for v in summary.values())
+    manifest = json.loads((run / "run.json").read_text())
+    assert manifest["code_dataset"] == str(data.resolve()) and manifest["tasks"] == ["TinyCode/0", "TinyCode/1",
+                                                                                     "TinyCode/2"]
+    files = sorted((run / "responses").glob("*.jsonl"))
+    before = [f.stat().st_mtime_ns for f in files]
+    run_eval(cfg)
+    assert [f.stat().st_mtime_ns for f in files] == before  # made with the same settings: kept
+
+    assert score([str(run)]) == 0
+    scores = pd.read_parquet(run / "scores.parquet")
+    assert len(scores) == 12 and set(scores.request) == {"fence", "begin_done"}
+    assert {"strict.correct", "lenient.correct", "lenient.status", "requested_payload"} <= set(scores.columns)
+    # the tiny untrained model writes no program that passes: every lenient program ran and failed (or had none)
+    assert set(scores["lenient.status"]) <= {"fail/fail", "fail/pass", "pass/fail", "none", "timeout/timeout"}
+    assert analyze([str(run / "scores.parquet"), "-o", str(tmp_path / "analysis"), "--resamples", "50"]) == 0
+    cells = pd.read_csv(tmp_path / "analysis" / "cells.csv")
+    assert sorted(zip(cells.policy, cells.request)) == [("initial", "begin_done"), ("initial", "fence")]
+    assert {"strict.pass@1", "lenient.pass@2", "gamma", "payload"} <= set(cells.columns)
+    assert "# Code tasks evaluated crossed" in (tmp_path / "analysis" / "report.md").read_text()
+
+    with pytest.raises(ConfigError, match=r"requests: 'hash', 'boxed' unknown; expected among fence, begin_done"):
+        check_eval(cfg_for(f"run_dir={run}", "task=humaneval_plus", f"model.path={tiny}"))
+    with pytest.raises(CodeDatasetError, match=r"task=mbpp_plus: no dataset file; set task.path="):
+        run_eval(cfg_for(f"run_dir={tmp_path / 'm'}", "task=mbpp_plus", "requests=[fence]", f"model.path={tiny}"))

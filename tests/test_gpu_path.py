@@ -32,7 +32,8 @@ CONF = Path(__file__).resolve().parent.parent / "crossed_rlvr" / "conf" / "exper
 GPU_PRESETS = sorted(p.stem for p in CONF.glob("*.yaml") if "requires_gpu: true" in p.read_text())
 def test_gpu_presets_are_the_ones_rehearsed():
     assert GPU_PRESETS == ["gpu-smoke", "gpu-smoke-resume", "qwen2.5-1.5b-math-boxed", "qwen2.5-1.5b-sft-marker",
-                           "qwen2.5-7b-gsm8k-crossed", "qwen2.5-7b-math-boxed", "qwen2.5-7b-math500-transfer"]
+                           "qwen2.5-7b-code-transfer", "qwen2.5-7b-gsm8k-crossed", "qwen2.5-7b-math-boxed",
+                           "qwen2.5-7b-math500-transfer"]
 
 
 def check_grpo_rehearsal(run: Path, arms: list[str], n_test: int, updates: int, dev: int = DEV,
@@ -621,6 +622,25 @@ def test_native_math_boxed_presets_prepare_with_the_papers_values(local, preset,
     assert task["train_rows"] == str(frozen.resolve()) and len(frozen.read_text().splitlines()) == 120 - DEV
     plan = json.loads((run / "eval_plan.json").read_text())
     assert plan["responses"] == 4 * 1 * 40 * 256 and plan["requests"] == ["boxed"]
+
+
+def test_code_transfer_preset_prepares_with_d3s_values(local, tmp_path, monkeypatch):
+    """App. D.3: the GSM8K study's final arms and the initial policy on every HumanEval+ task (the shipped file,
+    its sha256 in the plan) under both code requests, 200 samples each, B.4's decoding; nothing is trained."""
+    from crossed_rlvr.tasks.code import HUMANEVAL_PLUS_SHA256
+
+    monkeypatch.setenv("WANDB_API_KEY", "preflight-only")
+    source = tmp_path / "gsm8k-study"
+    cfg = study_cfg(tmp_path / "t", "experiment=qwen2.5-7b-code-transfer", "stages=prepare",
+                    f"arms.from_run={source}", f"model.path={local['model']}")
+    e = cfg.eval
+    assert (e.temperature, e.top_p, e.max_new_tokens, e.base_seed) == (0.6, 0.95, 8192, 20260909)
+    assert cfg.task.name == "humaneval_plus" and list(cfg.evaluation.requests) == ["fence", "begin_done"]
+    summary = Study(cfg).prepare()
+    assert sorted(summary["arms"]) == ["grpo-boxed/s83", "grpo-hash/s83"]
+    plan = json.loads((tmp_path / "t" / "eval_plan.json").read_text())
+    assert plan["dataset_sha256"] == HUMANEVAL_PLUS_SHA256 and plan["n_items"] == 164
+    assert plan["responses"] == 3 * 2 * 164 * 200 and len(plan["tasks"]) == 164
 
 
 def test_math500_transfer_preset_prepares_with_b4s_values(local, tmp_path, monkeypatch):

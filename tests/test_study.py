@@ -362,6 +362,41 @@ def test_output_hashes_are_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
     assert stamps.Stamps(tmp_path).hash(out) != first and reads == ["shard-1.bin"]
 
 
+def test_code_task_study_evaluates_the_studys_arms_by_execution(smoke, tmp_path):
+    """``crossed-study task=humaneval_plus``: the smoke study's initial policy and arms (arms.kind=given) answer
+    code tasks under both code requests; the programs run in the sandbox and the analysis reports pass@k and γ
+    per policy and request, with gains and coverage against the initial policy. A second run reuses every
+    stage; fewer samples regenerate the responses."""
+    import pandas as pd
+
+    from crossed_rlvr.tasks.code import tiny_code_rows, write_code_dataset
+
+    run, _ = smoke
+    data = tmp_path / "tiny_code.jsonl"
+    write_code_dataset(data, tiny_code_rows(3))
+    args = ["experiment=smoke", "task=humaneval_plus", f"task.path={data}", "initial.build=given",
+            f"model.path={run / 'models' / 'initial'}", "arms.kind=given", f"arms.from_run={run}", "arms.seeds=[83]",
+            "evaluation.requests=[fence,begin_done]", "evaluation.templates=[original]", "evaluation.samples=2",
+            "eval.max_new_tokens=16", "analysis.resamples=100", "tracking=off"]
+    out = tmp_path / "code"
+    summary = Study(study_cfg(out, *args)).run_all()
+    assert not any(t["reused"] for t in summary["stages"].values())
+    scores = pd.read_parquet(out / "eval" / "scores.parquet")
+    assert set(scores.policy) == {"initial", "grpo-hash/s83", "grpo-boxed/s83"} and len(scores) == 3 * 2 * 3 * 2
+    assert set(scores.task) == {"humaneval_plus"} and set(scores.request) == {"fence", "begin_done"}
+    cells = pd.read_csv(out / "analysis" / "cells.csv")
+    assert len(cells) == 6 and {"strict.pass@2", "lenient.pass@1", "gamma"} <= set(cells.columns)
+    con = pd.read_csv(out / "analysis" / "contrasts.csv")
+    assert {"gamma", "gain_strict", "gain_lenient", "coverage"} <= set(con.name)
+    assert set(con.loc[con.name == "gain_strict", "policy"]) == {"grpo-hash/s83", "grpo-boxed/s83"}
+    assert "## Gaps, gains and coverage (App. D.3)" in (out / "analysis" / "report.md").read_text()
+    again = Study(study_cfg(out, *args)).run_all()
+    assert all(t["reused"] for t in again["stages"].values())
+    fewer = Study(study_cfg(out, *args[:-4], "evaluation.samples=1", *args[-3:])).run_all()
+    assert [s for s, t in fewer["stages"].items() if not t["reused"]] == ["eval", "score", "analyze"]
+    assert len(pd.read_parquet(out / "eval" / "scores.parquet")) == 3 * 2 * 3
+
+
 def test_real_lm_eval_run_of_the_study_is_imported_crossed(smoke, tmp_path):
     """lm-eval from PyPI loads the initial policy and the arms with its own ``hf`` model, runs a local task's
     hash and boxed variants with --log_samples; the import keeps the crossing and the analysis finds it."""

@@ -4,9 +4,11 @@ writes: crossed_rlvr/analysis/report/folder.py)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from crossed_rlvr.analysis.analyze import DEFAULT_RESAMPLES, DEFAULT_RNG_SEED, AnalysisError
 from crossed_rlvr.analysis.contrasts import AmbiguousPolicies
+from crossed_rlvr.analysis.report.code import analyze_code, code_scores
 from crossed_rlvr.analysis.report.folder import analyze
 from crossed_rlvr.conf.schema import RESAMPLES_RANGE, SEED_RANGE
 from crossed_rlvr.interrupt import stops_cleanly
@@ -33,8 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", default=None, help="wandb group, e.g. the study the scores come from")
     args = parser.parse_args(argv)
     try:
-        analyze(args.scores, args.out, args.resamples, args.rng_seed, args.overwrite, not args.no_figures, args.tracking,
-                args.project, args.entity, args.group, args.allow_partial)
+        if code_scores(Path(args.scores)):
+            analyze_code(Path(args.scores), Path(args.out), args.resamples, args.rng_seed, args.overwrite)
+            print(f"crossed-analyze: {Path(args.out) / 'report.md'}")
+        else:
+            analyze(args.scores, args.out, args.resamples, args.rng_seed, args.overwrite, not args.no_figures,
+                    args.tracking, args.project, args.entity, args.group, args.allow_partial)
     except (AnalysisError, AmbiguousPolicies, FileExistsError) as err:
         print(f"crossed-analyze: {err}", file=sys.stderr)
         return 2

@@ -60,7 +60,7 @@ def common(cfg: Any) -> None:
     _one_of(cfg, "tracking.mode", ("off", "offline", "online", False))
     _one_of(cfg, "model.source", ("local", "hub", "gguf-smollm2"))
     _one_of(cfg, "task.source", ("arith", "gsm8k", "math500", "mmlu", "mmlu_pro", "arc_challenge", "aqua_rat",
-                                 "sat_math", "bbh"))
+                                 "sat_math", "bbh", "evalplus"))
     _one_of(cfg, "task.split", ("test", "dev", "train"))
     _one_of(cfg, "eval.backend", ("hf", "vllm"))
     _one_of(cfg, "eval.dtype", ("float32", "bfloat16", "float16", "auto"))
@@ -173,8 +173,7 @@ def check_eval(cfg: Any) -> None:
     common(cfg)
     needs_gpu(cfg, "crossed-eval generates with it")
     check_distribute(cfg)
-    _all_of(cfg, "requests", REQUESTS)
-    _all_of(cfg, "templates", TEMPLATES)
+    _evaluation_requests(cfg, "requests", "templates", REQUESTS, TEMPLATES)
     names: dict[str, int] = {}
     for k, pol in enumerate(cfg.policies or []):
         _model_path(f"policies[{k}].path", pol.path)
@@ -188,6 +187,20 @@ def check_eval(cfg: Any) -> None:
                               "every policy needs a name of its own")
         names[pol.name] = k
         _policy_name_agrees(f"policies[{k}]", pol.name, pol.training_convention, pol.train_seed)
+
+
+def _evaluation_requests(cfg: Any, requests: str, templates: str, math_requests: tuple[str, ...],
+                         wordings: tuple[str, ...]) -> None:
+    """A code task is asked for programs in the code delimiters (``fence``, ``begin_done``) in the original wording;
+    every other task for answers in the answer conventions."""
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
+
+    if str(cfg.task.get("source")) == "evalplus":  # tasks.code.is_code_task (the tasks layer comes after conf)
+        _all_of(cfg, requests, tuple(CODE_CONVENTIONS))
+        _all_of(cfg, templates, ("original",))
+    else:
+        _all_of(cfg, requests, math_requests)
+        _all_of(cfg, templates, wordings)
 
 
 def _policy_name_agrees(key: str, name: str, convention: str, seed: int | None) -> None:
@@ -231,8 +244,7 @@ def check_study(cfg: Any) -> None:
     if not cfg.arms.seeds:
         raise ConfigError("arms.seeds=[] is empty; give at least one training seed")
     check_distribute(cfg)
-    _all_of(cfg, "evaluation.requests", REQUESTS)
-    _all_of(cfg, "evaluation.templates", TEMPLATES)
+    _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates", REQUESTS, TEMPLATES)
     _all_of(cfg, "validation.requests", REQUESTS)
     _all_of(cfg, "validation.templates", TEMPLATES)
     if cfg.initial.build == "warmstart" and cfg.model.source == "local" and not cfg.model.get("tiny"):

@@ -25,10 +25,12 @@ from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.names import policy_name
 from crossed_rlvr.study import arms as arm_jobs
+from crossed_rlvr.study import code_stages
 from crossed_rlvr.study import prepare as dress
 from crossed_rlvr.study.configs import StudyConfigs, plain
 from crossed_rlvr.study.sections import study_sections
 from crossed_rlvr.study.stamps import StageCache, digest
+from crossed_rlvr.tasks.code import is_code_task
 from crossed_rlvr.tracking import untracked
 
 STAGES = ("initial", "arms", "eval", "score", "analyze")
@@ -55,9 +57,12 @@ class Study:
         self.layout.config.write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
         initial = self.initial()
         arms = self.arms(initial)
-        self.evaluate(initial, arms)
-        self.score()
-        self.analyze(arms)
+        if is_code_task(self.cfg.task):  # programs run in the sandbox (study/code_stages.py)
+            code_stages.run(self, initial, arms)
+        else:
+            self.evaluate(initial, arms)
+            self.score()
+            self.analyze(arms)
         summary = {"run_dir": str(self.run), "stages": self.stage.times, "report": str(self.layout.report)}
         self.layout.summary.write_text(json.dumps(summary, indent=2) + "\n")
         return summary

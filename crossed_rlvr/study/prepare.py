@@ -109,8 +109,11 @@ def _sft_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
 def eval_plan(configs: StudyConfigs, initial: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
     """Policies x requests x wordings with item counts and seeds; freezes the test items now."""
     from crossed_rlvr.eval.generate.plan import frozen_items, item_seed, template_items
+    from crossed_rlvr.tasks.code import is_code_task
 
     cfg = configs.evaluation(initial, arms)
+    if is_code_task(cfg.task):
+        return code_plan(configs, cfg)
     items, sha, path = frozen_items(Path(cfg.run_dir), cfg.task)
     base = int(cfg.eval.base_seed)
     per_template = {}
@@ -128,4 +131,21 @@ def eval_plan(configs: StudyConfigs, initial: dict[str, Any], arms: dict[str, An
     configs.layout.eval_plan.write_text(json.dumps(plan, indent=2) + "\n")
     configs.say(f"    evaluation plan: {len(plan['policies'])} policies x {len(cfg.requests)} requests x "
                 f"{len(cfg.templates)} wordings, {plan['responses']} responses ({path.name}, {len(items)} items)")
+    return plan
+
+
+def code_plan(configs: StudyConfigs, cfg: Any) -> dict[str, Any]:
+    """A code task's plan: the dataset file and its sha256, the tasks, and every policy x code request."""
+    from crossed_rlvr.tasks.code import task_dataset
+
+    ds = task_dataset(cfg.task)
+    cells = [{"policy": p["name"], "path": p["path"], "request": r, "template": "original", "items": len(ds.tasks),
+              "samples": int(cfg.samples)} for p in plain(cfg.policies) for r in cfg.requests]
+    plan = {"task": cfg.task.name, "code_dataset": ds.path, "dataset_sha256": ds.sha256, "n_items": len(ds.tasks),
+            "tasks": list(ds.tasks), "requests": list(cfg.requests), "generation": plain(cfg.eval),
+            "seeds": "sample seed = sha256(base_seed/task/request/sample)", "policies": plain(cfg.policies),
+            "cells": cells, "responses": sum(x["items"] * x["samples"] for x in cells)}
+    configs.layout.eval_plan.write_text(json.dumps(plan, indent=2) + "\n")
+    configs.say(f"    evaluation plan: {len(plan['policies'])} policies x {len(cfg.requests)} code requests, "
+                f"{plan['responses']} responses ({Path(ds.path).name}, {len(ds.tasks)} tasks)")
     return plan

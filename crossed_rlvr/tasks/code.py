@@ -115,6 +115,43 @@ def subset(ds: CodeDataset, task_ids: list[str]) -> CodeDataset:
     return CodeDataset(ds.path, ds.flavour, ds.sha256, {t: ds.tasks[t] for t in task_ids})
 
 
+def is_code_task(task_cfg: Any) -> bool:
+    """A task whose tasks are programs scored by execution (``source: evalplus``), not answers read from text."""
+    return str(task_cfg.get("source")) == "evalplus"
+
+
+def task_dataset(task_cfg: Any) -> CodeDataset:
+    """The tasks a code task's config names: its EvalPlus file (``task.path``; HumanEval+ ships with the
+    project, MBPP+ has no offline source), the first ``task.n_items`` of them."""
+    path = task_cfg.get("path")
+    if not path:
+        if str(task_cfg.name) != "humaneval_plus":
+            raise CodeDatasetError(f"task={task_cfg.name}: no dataset file; set task.path=<EvalPlus dataset file> "
+                                   "(MBPP+ has no offline source: download MbppPlus.jsonl.gz v0.2.0 from EvalPlus)")
+        path = HUMANEVAL_PLUS
+    ds = load_code_dataset(path)
+    n = task_cfg.get("n_items")
+    return subset(ds, list(ds.tasks)[: int(n)] if n else list(ds.tasks))
+
+
+def evaluated_dataset(run_dir: Path) -> Any | None:
+    """The code dataset (restricted to its evaluated tasks) a code evaluation's ``run.json`` names, else None; a
+    file whose sha256 changed since is refused (its tests are no longer the ones the responses answered)."""
+    from crossed_rlvr.layout import EvalLayout
+
+    manifest = EvalLayout(Path(run_dir)).manifest
+    if not manifest.exists():
+        return None
+    info = json.loads(manifest.read_text())
+    if "code_dataset" not in info:
+        return None
+    ds = load_code_dataset(info["code_dataset"])
+    if ds.sha256 != info["dataset_sha256"]:
+        raise CodeDatasetError(f"{manifest}: field 'dataset_sha256' is {info['dataset_sha256']} but "
+                               f"{info['code_dataset']} now has {ds.sha256}: the dataset changed since the responses")
+    return subset(ds, list(info["tasks"]))
+
+
 # ---------------------------------------------------------------- MBPP+ inputs (EvalPlus 0.3.1's table)
 
 def _tuples(x: Any) -> Any:

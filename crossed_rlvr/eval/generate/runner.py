@@ -37,6 +37,12 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
     from tqdm import tqdm
 
     from crossed_rlvr.machine import eval_dtype
+    from crossed_rlvr.tasks.code import is_code_task
+
+    if is_code_task(cfg.task):  # programs under the code requests, scored later by execution
+        from crossed_rlvr.eval.generate.code import run_code_eval
+
+        return run_code_eval(cfg)
 
     cfg = copy.deepcopy(cfg)
     with open_dict(cfg):  # ``auto`` resolved once, here: the cells record it and every worker runs it

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from crossed_rlvr import __version__
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.panel import Item, Scorer, columns, score_response
 from crossed_rlvr.eval.score.readers import READERS
 from crossed_rlvr.files import atomic_write_json, sha256_file
@@ -28,6 +29,7 @@ from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.machine import machine
 from crossed_rlvr.records import ResponseFileError, read_responses
+from crossed_rlvr.tasks.code import evaluated_dataset
 from crossed_rlvr.tasks.items import item_order
 
 KEY_COLUMNS = [
@@ -184,6 +186,23 @@ def score_files(
     return output
 
 
+def score_code_run(run_dir: Path, output: Path, workers: int | None, overwrite: bool) -> Path:
+    """A code evaluation's responses (``crossed-eval`` on a code task) run in the sandbox on its dataset's tests
+    (paper 001 App. D.3; eval/score/code.py), one sandbox slot per worker."""
+    from crossed_rlvr.eval.score.code import score_code
+    from crossed_rlvr.layout import EvalLayout
+    from crossed_rlvr.records import read_responses
+
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"{output} exists; pass --overwrite to score again")
+    ds = evaluated_dataset(run_dir)
+    records = read_responses(sorted(EvalLayout(run_dir).responses.glob("*.jsonl")), prompt_names=True).records
+    scores = score_code(records, ds, max(1, workers or len(os.sched_getaffinity(0))), None)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    scores.to_parquet(output, index=False)
+    return output
+
+
 @stops_cleanly("crossed-score")
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(
@@ -204,11 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [str(Path(p) / "responses") if Path(p).is_dir() and (Path(p) / "responses").is_dir() else p
               for p in args.inputs]
     try:
-        path = score_files(inputs, output, workers=args.workers, overwrite=args.overwrite)
-    except (ResponseFileError, FileExistsError) as err:
+        path = score_code_run(Path(args.inputs[0]), Path(output), args.workers, args.overwrite) if len(
+            args.inputs) == 1 and evaluated_dataset(Path(args.inputs[0])) is not None else score_files(
+            inputs, output, workers=args.workers, overwrite=args.overwrite)
+    except (ResponseFileError, FileExistsError, CrossedError) as err:
         print(f"crossed-score: {err}", file=sys.stderr)
         return 2
-    print(f"scores: {path}\nmanifest: {manifest_path(Path(path))}")
+    manifest = manifest_path(Path(path))
+    print(f"scores: {path}" + (f"\nmanifest: {manifest}" if manifest.exists() else ""))
     return 0
 
 

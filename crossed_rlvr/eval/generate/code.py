@@ -1,0 +1,149 @@
+"""Responses to code tasks under both code requests (paper 001 App. D.3): every policy answers every task under
+``fence`` (a ```` ```python ```` block) and ``begin_done`` (``[BEGIN]`` ... ``[DONE]``), ``samples`` samples each,
+stored as response records, one file per policy and request (a finished file is kept, never generated again).
+
+The question is the task's prompt as it stands, with no delimiter around it, so the question asks for no
+convention; the request suffix does (:func:`crossed_rlvr.rewards.code.code_request`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from crossed_rlvr.errors import CrossedError
+from crossed_rlvr.layout import EvalLayout
+from crossed_rlvr.names import PolicyName
+from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
+
+REQUESTS = tuple(CODE_CONVENTIONS)  # fence, begin_done
+QUESTION = "Complete the following Python function.\n\n{prompt}"
+
+
+def question(prompt: str) -> str:
+    """The task as the user turn states it: the prompt's code as it stands, no delimiter around it (so the
+    question itself asks for no convention; the request suffix does)."""
+    return QUESTION.format(prompt=prompt.strip("\n"))
+
+
+def gen_seed(task_id: str, request: str, sample: int, base: int) -> int:
+    return int(hashlib.sha256(f"{base}/{task_id}/{request}/{sample}".encode()).hexdigest()[:8], 16)
+
+
+def identity(policy: str) -> tuple[str, int | None]:
+    """(training convention, seed) of ``initial`` or ``<method>-<convention>/s<seed>[@step<K>]``."""
+    name = PolicyName.parse(policy)
+    if policy == "initial":
+        return "initial", None
+    if name is not None and (not name.checkpoint or name.step is not None):
+        return name.convention, name.seed
+    raise CrossedError(f"policy name {policy!r}: expected initial or <method>-<convention>/s<seed>")
+
+
+def generate(policy: str, path: str, tasks: dict[str, Any], samples: int, params: Any, seed: int,
+             gen: Any, task_name: str = "humaneval_plus", requests: tuple[str, ...] = REQUESTS
+             ) -> dict[str, list[dict[str, Any]]]:
+    """One policy's records per request. ``gen``: the ``eval`` settings (conf/eval/*.yaml) that choose the engine
+    (transformers or vLLM)."""
+    from tqdm import tqdm
+
+    from crossed_rlvr.eval.generate.engines import load_backend, release
+    from crossed_rlvr.prompts import render
+
+    convention, train_seed = identity(policy)
+    backend, tok = load_backend(path, gen)
+    jobs = []
+    for tid, task in tasks.items():
+        for request in requests:
+            msgs = [{"role": "user", "content": f"{question(task.prompt)}\n{code_request(request)}"}]
+            _text, ids, sha = render(tok, msgs)
+            jobs += [(tid, request, s, ids, sha) for s in range(samples)]
+    out: dict[str, list[dict[str, Any]]] = {r: [] for r in requests}
+    step = max(1, int(gen.batch_size))
+    with tqdm(total=len(jobs), desc=f"code eval: {policy}", unit="resp") as bar:
+        for start in range(0, len(jobs), step):
+            chunk = jobs[start:start + step]
+            seeds = [gen_seed(tid, req, s, seed) for tid, req, s, _, _ in chunk]
+            gens = backend.generate([ids for *_, ids, _ in chunk], seeds, params)
+            for (tid, request, s, _ids, sha), g, sd in zip(chunk, gens, seeds):
+                out[request].append({
+                    "item_id": tid, "task": task_name, "policy": policy, "training_convention": convention,
+                    "train_seed": train_seed, "request": request, "template": "original", "sample_idx": s,
+                    "gen_seed": sd, "prompt_sha256": sha, "response": g.text, "finish_reason": g.finish_reason,
+                    "prompt_tokens": g.prompt_tokens, "response_tokens": g.response_tokens, "reference": tid})
+            bar.update(len(chunk))
+    release({policy: (backend, tok)})
+    return out
+
+
+def response_files(layout: EvalLayout, policy: str, requests: tuple[str, ...] = REQUESTS) -> dict[str, Path]:
+    """A policy's response file per code request."""
+    from crossed_rlvr.eval.generate.plan import cell_name
+
+    return {r: layout.response_file(cell_name(policy, r, "original")) for r in requests}
+
+
+def generate_missing(policies: dict[str, str], layout: EvalLayout, tasks: dict[str, Any], samples: int, params: Any,
+                     seed: int, gen: Any, task_name: str, requests: tuple[str, ...] = REQUESTS,
+                     settings: dict[str, Any] | None = None, weights: dict[str, str] | None = None) -> list[Path]:
+    """Every policy's response files, generating those not on disk or made with other settings (each file's
+    ``.meta.json`` holds the sha256 of what made it: policy, path, request, tasks, samples, decoding, seed,
+    ``settings`` and the policy's ``weights`` hash where given); returns them all. An interrupted run keeps the files it finished."""
+    from crossed_rlvr.eval.generate.plan import cell_name
+    from crossed_rlvr.files import atomic_write_json, config_sha256
+    from crossed_rlvr.records import write_responses
+
+    files = []
+    for name, path in policies.items():
+        targets = response_files(layout, name, requests)
+        metas = {r: {"policy": name, "path": str(path), "request": r, "task": task_name, "tasks": list(tasks),
+                     "samples": int(samples), "seed": int(seed), "params": dict(vars(params)),
+                     "weights": (weights or {}).get(name), **(settings or {})} for r in requests}
+        for meta in metas.values():
+            meta["sha256"] = config_sha256(meta)
+        missing = tuple(r for r in requests if not _made_with(targets[r], layout.response_meta(
+            cell_name(name, r, "original")), metas[r]["sha256"]))
+        if missing:
+            layout.responses.mkdir(parents=True, exist_ok=True)
+            for request, records in generate(name, path, tasks, samples, params, seed, gen, task_name, missing).items():
+                targets[request].unlink(missing_ok=True)
+                write_responses(targets[request], records)
+                atomic_write_json(layout.response_meta(cell_name(name, request, "original")), metas[request])
+        files += targets.values()
+    return files
+
+
+def _made_with(records: Path, meta: Path, sha256: str) -> bool:
+    return records.exists() and meta.exists() and json.loads(meta.read_text()).get("sha256") == sha256
+
+
+def run_code_eval(cfg: Any) -> dict[str, Any]:
+    """``crossed-eval`` on a code task (``task.source=evalplus``): every policy under every code request, into
+    ``run_dir/responses``; ``run.json`` names the dataset file and its sha256, so ``crossed-score`` runs the
+    programs on that dataset's tests. Returns a summary per response file."""
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.eval.generate.engines import GenParams
+    from crossed_rlvr.eval.generate.plan import PolicySpec, resolve_model_path
+    from crossed_rlvr.files import atomic_write_json
+    from crossed_rlvr.machine import eval_dtype
+    from crossed_rlvr.tasks.code import task_dataset
+
+    layout = EvalLayout(Path(cfg.run_dir))
+    ds = task_dataset(cfg.task)
+    gen = OmegaConf.merge(cfg.eval, {"dtype": eval_dtype(str(cfg.eval.dtype))})
+    specs = [PolicySpec(**p) for p in OmegaConf.to_container(cfg.policies, resolve=True)] if cfg.policies else [
+        PolicySpec("initial", resolve_model_path(cfg.model))]
+    params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
+    layout.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(layout.manifest, {"task": str(cfg.task.name), "code_dataset": str(Path(ds.path).resolve()),
+                                        "dataset_sha256": ds.sha256, "tasks": list(ds.tasks)})
+    files = generate_missing({s.name: s.path for s in specs}, layout, ds.tasks, int(cfg.samples), params,
+                             int(gen.base_seed), gen, str(cfg.task.name), tuple(cfg.requests),
+                             settings={"dataset_sha256": ds.sha256})
+    summary = {f.stem: {"records": sum(1 for _ in f.open())} for f in files}
+    layout.summary.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
