@@ -22,7 +22,11 @@ from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import Source, input_problem, json_lines
 from crossed_rlvr.limits import BIG, DECODING, SEED, Range
 from crossed_rlvr.names import PolicyName
+from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
+
+# what a policy can have been trained on: an answer convention, or a code delimiter (code arms, App. D.3)
+TRAINED: tuple[str, ...] = (*CONVENTIONS, *CODE_CONVENTIONS)
 
 # field -> allowed Python types (None allowed where listed).
 FIELDS: dict[str, tuple[type, ...]] = {
@@ -121,9 +125,9 @@ def check_record(rec: Any, where: Source, prompt_names: bool = False) -> dict[st
     if rec["finish_reason"] not in FINISH_REASONS:
         raise ResponseFileError(f"{where}: field 'finish_reason' is {rec['finish_reason']!r}; expected stop, length or unknown")
     conv = rec["training_convention"]
-    if conv != "initial" and conv not in CONVENTIONS:
+    if conv != "initial" and conv not in TRAINED:
         raise ResponseFileError(
-            f"{where}: field 'training_convention' is {conv!r}; expected 'initial' or one of {tuple(CONVENTIONS)}"
+            f"{where}: field 'training_convention' is {conv!r}; expected 'initial' or one of {TRAINED}"
         )
     if (conv == "initial") != (rec["train_seed"] is None):
         raise ResponseFileError(f"{where}: field 'train_seed' must be null exactly when training_convention is 'initial'")

@@ -89,3 +89,41 @@ def test_both_code_conventions_train_through_trls_grpo_loop(tiny_code, tmp_path,
     trainer.train()
     logged = [h for h in trainer.state.log_history if f"rewards/{reward.__name__}/mean" in h]
     assert calls and sum(calls) == 4 and logged
+
+
+def test_code_convention_arms_train_by_execution_and_are_evaluated_crossed(tiny_code, tiny, tmp_path):
+    """``crossed-study`` on a code task with arms of the two code conventions: each arm's prompts ask for its
+    delimiter, its reward runs its programs on the training tasks' tests in the sandbox, the two arms are checked
+    matched (only the request and the reward differ), and the evaluation reports their crossed interaction."""
+    import json
+
+    import pandas as pd
+
+    from crossed_rlvr.study.pipeline import Study
+    from crossed_rlvr.tasks.code import tiny_code_rows, write_code_dataset
+    from tests.helpers import study_cfg
+
+    folder, _rows = tiny_code
+    test = write_code_dataset(tmp_path / "test.jsonl", tiny_code_rows(2, seed=7)).path
+    run = tmp_path / "study"
+    cfg = study_cfg(run, "task=humaneval_plus", f"task.path={test}", f"task.train_path={folder / 'tiny.jsonl'}",
+                    "initial.build=given", f"model.path={tiny}", "arms.conventions=[fence,begin_done]",
+                    "arms.seeds=[83]", "arms.parallel=1", "arms.train_items=6", "recipe.updates=1",
+                    "recipe.prompts_per_update=2", "recipe.group_size=4", "recipe.max_response_tokens=12",
+                    "engine.micro_batch=8", "validation.every=0", "evaluation.requests=[fence,begin_done]",
+                    "evaluation.templates=[original]", "evaluation.samples=2", "eval.max_new_tokens=12",
+                    "analysis.resamples=50", "tracking=off")
+    Study(cfg).run_all()
+    for conv in ("fence", "begin_done"):
+        arm = run / "train" / conv / "s83"
+        rows = [json.loads(x) for x in (arm / "data" / "train.jsonl").read_text().splitlines()]
+        assert len(rows) == 2 and all(r["prompt"].endswith(code_request(conv)) for r in rows)
+        assert {r["reference"] for r in rows} <= {f"TinyCode/{k}" for k in range(6)}
+        metrics = [json.loads(x) for x in (arm / "metrics.jsonl").read_text().splitlines()]
+        assert f"rewards/{conv}_reward/mean" in metrics[0] and "rewards/requested_payload/mean" in metrics[0]
+        assert json.loads((arm / "matched_check.json").read_text())["matched"] is True
+    con = pd.read_csv(run / "analysis" / "contrasts.csv")
+    inter = con[con.name.str.startswith("interaction_")]
+    assert set(inter.policy) == {"grpo/s83"} and set(inter.request) == {"fencexbegin_done"}
+    assert set(pd.read_parquet(run / "eval" / "scores.parquet").policy) == {"initial", "grpo-fence/s83",
+                                                                             "grpo-begin_done/s83"}

@@ -112,7 +112,9 @@ def check_config(cfg: Any) -> None:
     from crossed_rlvr.rewards.conventions import CONVENTIONS, TEMPLATES
 
     conv = cfg.convention.name
-    if conv not in CONVENTIONS:
+    if _code(cfg):
+        _code_arm(cfg)
+    elif conv not in CONVENTIONS:
         raise RecipeError(f"convention={conv!r} is unknown; expected one of {', '.join(CONVENTIONS)}")
     from crossed_rlvr.conf.ranges import check_ranges_of
 
@@ -155,6 +157,35 @@ def check_config(cfg: Any) -> None:
         raise RecipeError(f"model={cfg.model.name}: no hub name in model.path")
 
 
+def _code(cfg: Any) -> bool:
+    """A code task (``task.source=evalplus``; tasks.code.is_code_task, whose layer comes after this one)."""
+    task = cfg.get("task")
+    return task is not None and str(task.get("source")) == "evalplus"
+
+
+def _code_arm(cfg: Any) -> None:
+    """A code arm: a code convention, rewarded by running its programs on the training tasks' tests (paper 001
+    App. D.3; train/code_reward.py), which a file of training tasks gives; TRL only, no proposal, no validation
+    during training (its readers are the answer tasks'; the study evaluates code arms by execution)."""
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
+
+    conv = cfg.convention.name
+    if conv not in CODE_CONVENTIONS:
+        raise RecipeError(f"convention={conv!r} on code task {cfg.task.name}: expected a code convention, one of "
+                          f"{', '.join(CODE_CONVENTIONS)}")
+    if not cfg.task.get("train_path"):
+        raise RecipeError(f"task={cfg.task.name}: a code arm trains on the tasks of task.train_path=<EvalPlus dataset "
+                          "file> (its tests give the execution reward); none is set")
+    if cfg.engine.name != "trl":
+        raise RecipeError("a code arm trains with engine=trl (verl's code reward entry is train/code_reward.py:"
+                          "compute_score; the study does not launch it yet)")
+    if (cfg.recipe.get("proposal") or {}).get("enabled"):
+        raise RecipeError("recipe.proposal.enabled=true: code tasks have no difficulty strata; set it to false")
+    if int((cfg.get("validation") or {}).get("every") or 0) > 0:
+        raise RecipeError("validation.every > 0 validates with the answer readers; a code arm's checkpoints are "
+                          "evaluated by execution (crossed-eval task=...); set validation.every=0")
+
+
 def check_train(cfg: Any) -> None:
     from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
@@ -168,7 +199,8 @@ def check_train(cfg: Any) -> None:
 
 
 def check_eval(cfg: Any) -> None:
-    from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
+    from crossed_rlvr.records import TRAINED
+    from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
     common(cfg)
     needs_gpu(cfg, "crossed-eval generates with it")
@@ -177,9 +209,9 @@ def check_eval(cfg: Any) -> None:
     names: dict[str, int] = {}
     for k, pol in enumerate(cfg.policies or []):
         _model_path(f"policies[{k}].path", pol.path)
-        if pol.training_convention != "initial" and pol.training_convention not in CONVENTIONS:
+        if pol.training_convention != "initial" and pol.training_convention not in TRAINED:
             raise ConfigError(f"policies[{k}].training_convention={pol.training_convention!r} is unknown; expected "
-                              f"initial or one of {', '.join(CONVENTIONS)}")
+                              f"initial or one of {', '.join(TRAINED)}")
         if (pol.training_convention == "initial") != (pol.train_seed is None):
             raise ConfigError(f"policies[{k}].train_seed must be null exactly when training_convention is initial")
         if pol.name in names:  # its cells are files named after it: a second one would take the first's
@@ -237,7 +269,12 @@ def check_study(cfg: Any) -> None:
     if cfg.arms.kind == "given" and not cfg.arms.get("from_run"):
         raise ConfigError("arms.kind=given evaluates the arms another study trained: name its run directory with "
                           "arms.from_run=DIR")
-    _all_of(cfg, "arms.conventions", tuple(CONVENTIONS))
+    if _code(cfg) and cfg.arms.kind == "grpo":
+        from crossed_rlvr.rewards.code import CODE_CONVENTIONS
+
+        _all_of(cfg, "arms.conventions", tuple(CODE_CONVENTIONS))
+    else:
+        _all_of(cfg, "arms.conventions", tuple(CONVENTIONS))
     _all_of(cfg, "rehearsal.conventions", tuple(cfg.arms.conventions))
     _one_of(cfg, "arms.sft_arm", tuple(CONVENTIONS))
     _one_of(cfg, "arms.sft_control", tuple(CONVENTIONS))
@@ -257,6 +294,8 @@ def check_study(cfg: Any) -> None:
         for conv in cfg.arms.conventions:
             arm = OmegaConf.create({"convention": {"name": conv}, "recipe": OmegaConf.to_container(cfg.recipe),
                                     "engine": OmegaConf.to_container(cfg.engine), "template": "original",
+                                    "task": OmegaConf.to_container(cfg.task), "validation": OmegaConf.to_container(
+                                        cfg.validation),
                                     "algorithm": OmegaConf.to_container(cfg.algorithm),
                                     "model": {"name": cfg.model.name, "source": "hub", "path": "not-checked-here"}})
             try:

@@ -85,8 +85,19 @@ def make_trl_code_reward(convention: str, dataset: str | Path, cache_dir: str | 
             raise ValueError("the code reward needs a 'reference' column holding each row's task id")
         return program.score_many([convention] * len(completions), [completion_text(c) for c in completions], list(reference))
 
-    reward_fn.__name__ = f"{convention}_execution_reward"
+    reward_fn.__name__ = f"{convention}_reward"  # logged as rewards/<convention>_reward/mean, as every arm's
     return reward_fn
+
+
+def code_payload_metric(convention: str) -> Callable[..., list[float]]:
+    """Requested-payload presence of a code arm (a non-empty block in its delimiter) as a TRL 'reward' logged with
+    weight 0, under the answer arms' name."""
+    from crossed_rlvr.rewards.code import payload_present
+
+    def requested_payload(prompts: Any = None, completions: Sequence[Any] = (), **_: Any) -> list[float]:
+        return [float(payload_present(convention, completion_text(c))) for c in completions]
+
+    return requested_payload
 
 
 def compute_score(data_source: str | None, solution_str: str, ground_truth: str,

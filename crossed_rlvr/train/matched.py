@@ -32,6 +32,15 @@ def _allowed(key: str) -> bool:
     return any(key == a or key.startswith(a) for a in ALLOWED_CONFIG)
 
 
+def request_suffix(convention: str, template: str) -> str:
+    """The request an arm's prompts end in: its answer convention's, or its code delimiter's (rewards/code.py)."""
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
+
+    if convention in CODE_CONVENTIONS:
+        return code_request(convention, template)
+    return get_convention(convention).suffix(template)
+
+
 def compare_arms(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     """Verdict on whether two training runs form a matched pair."""
     a, b = Path(run_a), Path(run_b)
@@ -53,8 +62,7 @@ def compare_arms(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
                 data_diffs.append({"row": ra.get("row"), "field": k, "a": ra.get(k), "b": rb.get(k)})
         # The prompt may differ only by the arm's own request suffix.
         for row, cfg in ((ra, cfg_a), (rb, cfg_b)):
-            conv = get_convention(cfg["convention"]["name"])
-            if row["prompt"] != f"{row['question']}\n{conv.suffix(cfg['template'])}":
+            if row["prompt"] != f"{row['question']}\n{request_suffix(cfg['convention']['name'], cfg['template'])}":
                 data_diffs.append({"row": row.get("row"), "field": "prompt", "a": ra["prompt"], "b": rb["prompt"]})
         if len(data_diffs) > 20:
             break
@@ -74,7 +82,6 @@ def check_and_record(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     return verdict
 
 
-@stops_cleanly("crossed-match")
 @stops_cleanly("crossed-match")
 def main(argv: list[str] | None = None) -> int:
     import argparse

@@ -65,6 +65,10 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
     """
     import random
 
+    from crossed_rlvr.tasks.code import is_code_task
+
+    if is_code_task(cfg.task):
+        return code_training_rows(cfg)
     items = train_items(cfg)
     r = cfg.recipe
     n_rows = int(r.prompts_per_update) * int(r.updates)
@@ -90,6 +94,33 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
             "reference": str(it["reference"]), "convention": conv.name, "request": conv.request,
             "stratum": it.get("stratum"), "is_weight": float(weight),
         })
+    return rows
+
+
+def code_training_rows(cfg: Any) -> list[dict[str, Any]]:
+    """A code arm's training stream (paper 001 App. D.3): the tasks of ``task.train_path`` (the first
+    ``train_items.n``), shuffled with ``data_seed`` and cycled like an answer task's items; the prompt asks for the
+    program in the arm's delimiter and the reference is the task id, whose tests the execution reward runs."""
+    import random
+
+    from crossed_rlvr.eval.generate.code import question
+    from crossed_rlvr.rewards.code import code_request
+    from crossed_rlvr.tasks.code import CodeDatasetError, load_code_dataset
+
+    try:
+        ds = load_code_dataset(cfg.task.train_path)
+    except CodeDatasetError as err:
+        raise RecipeError(f"task.train_path: {err}") from None
+    ids = list(ds.tasks)[: int(n)] if (n := cfg.train_items.get("n")) else list(ds.tasks)
+    r, conv = cfg.recipe, str(cfg.convention.name)
+    order = list(range(len(ids)))
+    random.Random(int(cfg.data_seed)).shuffle(order)
+    rows = []
+    for step in range(int(r.prompts_per_update) * int(r.updates)):
+        tid = ids[order[step % len(order)]]
+        q = question(ds.tasks[tid].prompt)
+        rows.append({"row": step, "item_id": tid, "question": q, "prompt": f"{q}\n{code_request(conv)}",
+                     "reference": tid, "convention": conv, "request": conv, "stratum": None, "is_weight": 1.0})
     return rows
 
 

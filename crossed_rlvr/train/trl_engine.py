@@ -149,7 +149,6 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     if first and not step0.exists():
         model.save_pretrained(step0)
         copy_tokenizer_files(model_path, step0)
-    conv = cfg.convention.name
     dataset = training_dataset(rows)
     peft_config = lora_config(cfg)
     callbacks = [metrics_callback(metrics_path)]
@@ -162,7 +161,7 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
         validation = make_callback(cfg, model_path)
         callbacks.append(validation)
     trainer = WeightedGRPOTrainer(
-        model=model, reward_funcs=[make_trl_reward(conv), payload_metric(_request_of(conv))],
+        model=model, reward_funcs=reward_functions(cfg),
         args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks,
         peft_config=peft_config,
     )
@@ -206,6 +205,19 @@ def across_ranks(trainer: Any, seen: list[list[str]]) -> dict[str, Any]:
     disjoint = all(sum(len(set(b)) for b in batch) == len(set().union(*map(set, batch))) for batch in batches)
     return {"ranks_disjoint_prompts": disjoint, "ranks_identical_weights": len({g["weights"] for g in gathered}) == 1,
             "weights_sha256": gathered[0]["weights"], "prompts_per_rank": [len(g["seen"][0]) for g in gathered]}
+
+
+def reward_functions(cfg: Any) -> list[Any]:
+    """The arm's reward (weight 1) and its requested-payload metric (weight 0): the convention's reward program,
+    or for a code arm its programs run on the training tasks' tests in the sandbox (train/code_reward.py)."""
+    conv = str(cfg.convention.name)
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
+
+    if conv in CODE_CONVENTIONS:
+        from crossed_rlvr.train.code_reward import code_payload_metric, make_trl_code_reward
+
+        return [make_trl_code_reward(conv, cfg.task.train_path), code_payload_metric(conv)]
+    return [make_trl_reward(conv), payload_metric(_request_of(conv))]
 
 
 def _request_of(convention: str) -> str:
