@@ -91,23 +91,24 @@ def test_both_code_conventions_train_through_trls_grpo_loop(tiny_code, tmp_path,
     assert calls and sum(calls) == 4 and logged
 
 
-def test_code_convention_arms_train_by_execution_and_are_evaluated_crossed(tiny_code, tiny, tmp_path):
-    """``crossed-study`` on a code task with arms of the two code conventions: each arm's prompts ask for its
-    delimiter, its reward runs its programs on the training tasks' tests in the sandbox, the two arms are checked
-    matched (only the request and the reward differ), and the evaluation reports their crossed interaction."""
+def test_code_convention_arms_train_by_execution_and_are_evaluated_crossed(tiny, tmp_path):
+    """``crossed-study task=code_tiny`` with arms of the two code conventions: the generated task's train and test
+    functions are disjoint; each arm's prompts ask for its delimiter, its reward runs its programs on the training
+    tasks' tests in the sandbox, the two arms are checked matched (only the request and the reward differ), and
+    the evaluation reports their crossed interaction."""
     import json
 
     import pandas as pd
 
     from crossed_rlvr.study.pipeline import Study
-    from crossed_rlvr.tasks.code import tiny_code_rows, write_code_dataset
+    from crossed_rlvr.tasks.code import generated_split
     from tests.helpers import study_cfg
 
-    folder, _rows = tiny_code
-    test = write_code_dataset(tmp_path / "test.jsonl", tiny_code_rows(2, seed=7)).path
+    split = generated_split(2, 6, 0)
+    assert not {r["canonical_solution"] for r in split["test"]} & {r["canonical_solution"] for r in split["train"]}
     run = tmp_path / "study"
-    cfg = study_cfg(run, "task=humaneval_plus", f"task.path={test}", f"task.train_path={folder / 'tiny.jsonl'}",
-                    "initial.build=given", f"model.path={tiny}", "arms.conventions=[fence,begin_done]",
+    cfg = study_cfg(run, "task=code_tiny", "task.n_test=2", "task.n_train=6", "initial.build=given",
+                    f"model.path={tiny}", "arms.conventions=[fence,begin_done]",
                     "arms.seeds=[83]", "arms.parallel=1", "arms.train_items=6", "recipe.updates=1",
                     "recipe.prompts_per_update=2", "recipe.group_size=4", "recipe.max_response_tokens=12",
                     "engine.micro_batch=8", "validation.every=0", "evaluation.requests=[fence,begin_done]",
@@ -118,12 +119,13 @@ def test_code_convention_arms_train_by_execution_and_are_evaluated_crossed(tiny_
         arm = run / "train" / conv / "s83"
         rows = [json.loads(x) for x in (arm / "data" / "train.jsonl").read_text().splitlines()]
         assert len(rows) == 2 and all(r["prompt"].endswith(code_request(conv)) for r in rows)
-        assert {r["reference"] for r in rows} <= {f"TinyCode/{k}" for k in range(6)}
+        assert {r["reference"] for r in rows} <= {f"CodeTiny-train/{k}" for k in range(6)}
         metrics = [json.loads(x) for x in (arm / "metrics.jsonl").read_text().splitlines()]
         assert f"rewards/{conv}_reward/mean" in metrics[0] and "rewards/requested_payload/mean" in metrics[0]
         assert json.loads((arm / "matched_check.json").read_text())["matched"] is True
     con = pd.read_csv(run / "analysis" / "contrasts.csv")
     inter = con[con.name.str.startswith("interaction_")]
     assert set(inter.policy) == {"grpo/s83"} and set(inter.request) == {"fencexbegin_done"}
-    assert set(pd.read_parquet(run / "eval" / "scores.parquet").policy) == {"initial", "grpo-fence/s83",
-                                                                             "grpo-begin_done/s83"}
+    scores = pd.read_parquet(run / "eval" / "scores.parquet")
+    assert set(scores.policy) == {"initial", "grpo-fence/s83", "grpo-begin_done/s83"}
+    assert set(scores.item_id) == {"CodeTiny-test/0", "CodeTiny-test/1"} and set(scores.task) == {"code_tiny"}

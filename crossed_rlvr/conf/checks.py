@@ -173,7 +173,7 @@ def _code_arm(cfg: Any) -> None:
     if conv not in CODE_CONVENTIONS:
         raise RecipeError(f"convention={conv!r} on code task {cfg.task.name}: expected a code convention, one of "
                           f"{', '.join(CODE_CONVENTIONS)}")
-    if not cfg.task.get("train_path"):
+    if not cfg.task.get("train_path") and not cfg.task.get("generated"):
         raise RecipeError(f"task={cfg.task.name}: a code arm trains on the tasks of task.train_path=<EvalPlus dataset "
                           "file> (its tests give the execution reward); none is set")
     if cfg.engine.name != "trl":

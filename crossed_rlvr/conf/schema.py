@@ -75,6 +75,9 @@ class TaskConf:
     dev_seed: int | None = num(None, *SEED)
     # paper 000's benchmarks (crossed_rlvr.tasks.choice)
     hub_config: str | None = None
+    # code tasks (source evalplus): the generated one-line functions (tasks.code.generated_split)
+    generated: bool = False
+    n_train: int | None = num(None, 1, 10_000)
 
 
 @dataclass

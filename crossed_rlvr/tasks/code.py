@@ -115,6 +115,16 @@ def subset(ds: CodeDataset, task_ids: list[str]) -> CodeDataset:
     return CodeDataset(ds.path, ds.flavour, ds.sha256, {t: ds.tasks[t] for t in task_ids})
 
 
+def train_file(task_cfg: Any) -> Path:
+    """The file of a code task's training tasks: ``task.train_path``, else the generated task's train split."""
+    if task_cfg.get("train_path"):
+        return Path(str(task_cfg["train_path"]))
+    if task_cfg.get("generated"):
+        return generated_file(task_cfg, "train")
+    raise CodeDatasetError(f"task={task_cfg.get('name')}: a code arm trains on the tasks of task.train_path=<EvalPlus dataset "
+                           "file> (its tests give the execution reward); none is set")
+
+
 def is_code_task(task_cfg: Any) -> bool:
     """A task whose tasks are programs scored by execution (``source: evalplus``), not answers read from text."""
     return str(task_cfg.get("source")) == "evalplus"
@@ -124,9 +134,11 @@ def task_dataset(task_cfg: Any) -> CodeDataset:
     """The tasks a code task's config names: its EvalPlus file (``task.path``; HumanEval+ ships with the
     project, MBPP+ has no offline source), the first ``task.n_items`` of them."""
     path = task_cfg.get("path")
+    if not path and task_cfg.get("generated"):
+        path = generated_file(task_cfg, "test")
     if not path:
-        if str(task_cfg.name) != "humaneval_plus":
-            raise CodeDatasetError(f"task={task_cfg.name}: no dataset file; set task.path=<EvalPlus dataset file> "
+        if str(task_cfg.get("name")) != "humaneval_plus":
+            raise CodeDatasetError(f"task={task_cfg.get('name')}: no dataset file; set task.path=<EvalPlus dataset file> "
                                    "(MBPP+ has no offline source: download MbppPlus.jsonl.gz v0.2.0 from EvalPlus)")
         path = HUMANEVAL_PLUS
     ds = load_code_dataset(path)
@@ -221,6 +233,41 @@ def tiny_code_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
                      "canonical_solution": f"    return {expr.format(a=a)}\n",
                      "base_input": [[0], [1], [7]], "plus_input": [[-13], [250], [10**6]], "atol": 0})
     return rows
+
+
+def generated_split(n_test: int, n_train: int, seed: int) -> dict[str, list[dict[str, Any]]]:
+    """The generated code task's test and train tasks: one-line functions ``x + a``, ``x - a``, ``x * a`` with
+    ``a`` in 2..99 (294 functions), the test tasks drawn first and the train tasks from the rest, so no function
+    is trained on and then evaluated. Deterministic in (n_test, n_train, seed)."""
+    import random
+
+    pool = [(word, expr, a) for a in range(2, 100) for word, expr in _TINY_OPS]
+    if n_test + n_train > len(pool):
+        raise CodeDatasetError(f"the generated code task has {len(pool)} distinct functions; {n_test} test and "
+                               f"{n_train} train tasks ask for more")
+    random.Random(seed).shuffle(pool)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for split, chosen in (("test", pool[:n_test]), ("train", pool[n_test:n_test + n_train])):
+        out[split] = [{"task_id": f"CodeTiny-{split}/{k}", "entry_point": "f",
+                       "prompt": f'def f(x):\n    """Return x {word} {a}."""\n',
+                       "canonical_solution": f"    return {expr.format(a=a)}\n",
+                       "base_input": [[0], [1], [7]], "plus_input": [[-13], [250], [10**6]], "atol": 0}
+                      for k, (word, expr, a) in enumerate(chosen)]
+    return out
+
+
+def generated_file(task_cfg: Any, split: str) -> Path:
+    """The generated code task's file of one split (``test`` or ``train``), written once under the user's cache
+    (``~/.cache/crossed-rlvr/code-tiny``) by its parameters; its sha256 then names it like any dataset file."""
+    import os
+
+    n_test, n_train, seed = (int(task_cfg[k]) for k in ("n_test", "n_train", "seed"))
+    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "crossed-rlvr" / "code-tiny"
+    path = root / f"{split}-{n_test}-{n_train}-{seed}.jsonl"
+    if not path.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        write_code_dataset(path, generated_split(n_test, n_train, seed)[split])
+    return path
 
 
 def write_code_dataset(path: str | Path, rows: list[dict[str, Any]]) -> CodeDataset:

@@ -98,17 +98,18 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
 
 
 def code_training_rows(cfg: Any) -> list[dict[str, Any]]:
-    """A code arm's training stream (paper 001 App. D.3): the tasks of ``task.train_path`` (the first
+    """A code arm's training stream (paper 001 App. D.3): the tasks of ``task.train_path`` or the generated task's
+    train split (the first
     ``train_items.n``), shuffled with ``data_seed`` and cycled like an answer task's items; the prompt asks for the
     program in the arm's delimiter and the reference is the task id, whose tests the execution reward runs."""
     import random
 
     from crossed_rlvr.eval.generate.code import question
     from crossed_rlvr.rewards.code import code_request
-    from crossed_rlvr.tasks.code import CodeDatasetError, load_code_dataset
+    from crossed_rlvr.tasks.code import CodeDatasetError, load_code_dataset, train_file
 
     try:
-        ds = load_code_dataset(cfg.task.train_path)
+        ds = load_code_dataset(train_file(cfg.task))
     except CodeDatasetError as err:
         raise RecipeError(f"task.train_path: {err}") from None
     ids = list(ds.tasks)[: int(n)] if (n := cfg.train_items.get("n")) else list(ds.tasks)

@@ -214,9 +214,10 @@ def reward_functions(cfg: Any) -> list[Any]:
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 
     if conv in CODE_CONVENTIONS:
+        from crossed_rlvr.tasks.code import train_file
         from crossed_rlvr.train.code_reward import code_payload_metric, make_trl_code_reward
 
-        return [make_trl_code_reward(conv, cfg.task.train_path), code_payload_metric(conv)]
+        return [make_trl_code_reward(conv, train_file(cfg.task)), code_payload_metric(conv)]
     return [make_trl_reward(conv), payload_metric(_request_of(conv))]
 
 
