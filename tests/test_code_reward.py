@@ -4,6 +4,8 @@ conventions, and as verl's reward entry."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
@@ -129,3 +131,37 @@ def test_code_convention_arms_train_by_execution_and_are_evaluated_crossed(tiny,
     scores = pd.read_parquet(run / "eval" / "scores.parquet")
     assert set(scores.policy) == {"initial", "grpo-fence/s83", "grpo-begin_done/s83"}
     assert set(scores.item_id) == {"CodeTiny-test/0", "CodeTiny-test/1"} and set(scores.task) == {"code_tiny"}
+
+
+def test_verl_code_arms_carry_their_tests_and_validate_each_code_request(tiny, tmp_path):
+    """A code arm through verl (``stages=prepare``: the parquet files and launch scripts verl reads): every training
+    row names its convention and the task file; validation rows cover the evaluated tasks under both code requests,
+    and verl's reward entry scores them by execution, adding each request's payload and strict pass."""
+    import pandas as pd
+
+    from crossed_rlvr.study.pipeline import Study
+    from crossed_rlvr.tasks.code import generated_split
+    from crossed_rlvr.train.verl_reward import compute_score as verl_score
+    from tests.helpers import study_cfg
+
+    run = tmp_path / "study"
+    Study(study_cfg(run, "experiment=smoke-verl", "task=code_tiny", "task.n_test=2", "task.n_train=6",
+                    "initial.build=given", f"model.path={tiny}", "arms.conventions=[fence,begin_done]",
+                    "arms.seeds=[83]", "arms.train_items=6", "evaluation.requests=[fence,begin_done]",
+                    "evaluation.templates=[original]", "validation.n_items=2", "stages=prepare")).prepare()
+    arm = run / "train" / "begin_done" / "s83"
+    train = pd.read_parquet(arm / "data" / "train.parquet")
+    assert {e["convention"] for e in train["extra_info"]} == {"begin_done"}
+    assert {Path(e["code_dataset"]).name for e in train["extra_info"]} == {"train-2-6-0.jsonl"}
+    val = pd.read_parquet(arm / "data" / "val.parquet")
+    assert sorted(val["data_source"].unique()) == ["crossed_rlvr/code_tiny/begin_done", "crossed_rlvr/code_tiny/fence"]
+    assert len(val) == 2 * 2
+    row = val[val.data_source.str.endswith("/fence")].iloc[0]
+    task = next(t for t in generated_split(2, 6, 0)["test"] if t["task_id"] == row["reward_model"]["ground_truth"])
+    program = task["prompt"] + task["canonical_solution"]
+    info = dict(row["extra_info"])
+    fenced = verl_score(row["data_source"], f"```python\n{program}```", row["reward_model"]["ground_truth"], info)
+    assert fenced == {"score": 0.0, "acc": 0.0, "is_weight": 1.0, "payload": 1.0, "strict": 1.0}  # the arm wants [BEGIN]
+    both = verl_score(row["data_source"], f"[BEGIN]\n{program}[DONE]", row["reward_model"]["ground_truth"], info)
+    assert both == {"score": 1.0, "acc": 1.0, "is_weight": 1.0, "payload": 0.0, "strict": 0.0}
+    assert "crossed_rlvr.train.verl_launch" in (arm / "launch_single_node.sh").read_text()

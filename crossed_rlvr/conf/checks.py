@@ -165,8 +165,8 @@ def _code(cfg: Any) -> bool:
 
 def _code_arm(cfg: Any) -> None:
     """A code arm: a code convention, rewarded by running its programs on the training tasks' tests (paper 001
-    App. D.3; train/code_reward.py), which a file of training tasks gives; TRL only, no proposal, no validation
-    during training (its readers are the answer tasks'; the study evaluates code arms by execution)."""
+    App. D.3; train/code_reward.py), which a file of training tasks gives; no proposal, and no TRL validation
+    during training (its readers are the answer tasks'; verl validates code arms by execution)."""
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 
     conv = cfg.convention.name
@@ -176,14 +176,11 @@ def _code_arm(cfg: Any) -> None:
     if not cfg.task.get("train_path") and not cfg.task.get("generated"):
         raise RecipeError(f"task={cfg.task.name}: a code arm trains on the tasks of task.train_path=<EvalPlus dataset "
                           "file> (its tests give the execution reward); none is set")
-    if cfg.engine.name != "trl":
-        raise RecipeError("a code arm trains with engine=trl (verl's code reward entry is train/code_reward.py:"
-                          "compute_score; the study does not launch it yet)")
     if (cfg.recipe.get("proposal") or {}).get("enabled"):
         raise RecipeError("recipe.proposal.enabled=true: code tasks have no difficulty strata; set it to false")
-    if int((cfg.get("validation") or {}).get("every") or 0) > 0:
-        raise RecipeError("validation.every > 0 validates with the answer readers; a code arm's checkpoints are "
-                          "evaluated by execution (crossed-eval task=...); set validation.every=0")
+    if cfg.engine.name == "trl" and int((cfg.get("validation") or {}).get("every") or 0) > 0:
+        raise RecipeError("validation.every > 0 validates a TRL arm with the answer readers; a code arm's checkpoints "
+                          "are evaluated by execution (crossed-eval task=...); set validation.every=0")
 
 
 def check_train(cfg: Any) -> None:

@@ -109,7 +109,8 @@ def code_training_rows(cfg: Any) -> list[dict[str, Any]]:
     from crossed_rlvr.tasks.code import CodeDatasetError, load_code_dataset, train_file
 
     try:
-        ds = load_code_dataset(train_file(cfg.task))
+        path = train_file(cfg.task)
+        ds = load_code_dataset(path)
     except CodeDatasetError as err:
         raise RecipeError(f"task.train_path: {err}") from None
     ids = list(ds.tasks)[: int(n)] if (n := cfg.train_items.get("n")) else list(ds.tasks)
@@ -121,7 +122,8 @@ def code_training_rows(cfg: Any) -> list[dict[str, Any]]:
         tid = ids[order[step % len(order)]]
         q = question(ds.tasks[tid].prompt)
         rows.append({"row": step, "item_id": tid, "question": q, "prompt": f"{q}\n{code_request(conv)}",
-                     "reference": tid, "convention": conv, "request": conv, "stratum": None, "is_weight": 1.0})
+                     "reference": tid, "convention": conv, "request": conv, "stratum": None, "is_weight": 1.0,
+                     "code_dataset": str(Path(path).resolve())})
     return rows
 
 

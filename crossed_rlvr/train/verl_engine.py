@@ -44,7 +44,9 @@ def verl_rows(rows: list[dict[str, Any]], data_source: str, per_request: bool = 
             "reward_model": {"style": "rule", "ground_truth": str(r["reference"])},
             "extra_info": {"convention": r["convention"], "item_id": str(r["item_id"]), "index": int(r.get("row", k)),
                            "is_weight": float(r.get("is_weight", 1.0)),
-                           **({"request": r["request"]} if per_request else {})},
+                           **({"request": r["request"]} if per_request else {}),
+                           # a code row's tests: the dataset file its task id names (train/code_reward.py)
+                           **({"code_dataset": r["code_dataset"]} if r.get("code_dataset") else {})},
         }
         for k, r in enumerate(rows)
     ]
@@ -94,8 +96,11 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
 
     from crossed_rlvr.prompts import user_content
     from crossed_rlvr.tasks.build import build_items
+    from crossed_rlvr.tasks.code import is_code_task
 
     v = cfg.get("validation") or {}
+    if is_code_task(cfg.task):
+        return code_validation_rows(cfg)
     task = OmegaConf.to_container(cfg.task, resolve=True)
     task.update(split=v.get("split", "dev"), n_items=v.get("n_items"))
     items = build_items(OmegaConf.create(task))
@@ -108,6 +113,24 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
          "convention": cfg.convention.name}
         for k, (request, template) in enumerate(cells) for j, it in enumerate(items)
     ]
+
+
+def code_validation_rows(cfg: Any) -> list[dict[str, Any]]:
+    """A code arm's crossed validation: the evaluated tasks (the first ``validation.n_items``) under both code
+    requests; each row's score is the arm's execution reward, and the reward entry adds the request's payload
+    and strict pass (verl logs both per request)."""
+    from crossed_rlvr.eval.generate.code import question
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
+    from crossed_rlvr.tasks.code import task_dataset
+
+    ds = task_dataset(cfg.task)
+    n = (cfg.get("validation") or {}).get("n_items")
+    ids = list(ds.tasks)[: int(n)] if n else list(ds.tasks)
+    path = str(Path(ds.path).resolve())
+    return [{"row": k * len(ids) + j, "item_id": tid, "request": request, "template": "original",
+             "prompt": f"{question(ds.tasks[tid].prompt)}\n{code_request(request)}", "reference": tid,
+             "convention": cfg.convention.name, "code_dataset": path}
+            for k, request in enumerate(CODE_CONVENTIONS) for j, tid in enumerate(ids)]
 
 
 def launch_env(cfg: Any) -> dict[str, str]:

@@ -4,6 +4,9 @@ verl calls ``compute_score(data_source=, solution_str=, ground_truth=, extra_inf
 convention travels with each data row in ``extra_info["convention"]`` so one entry serves every
 arm; the program itself is the shared one in :mod:`crossed_rlvr.rewards.programs`.
 
+A code arm's rows (``extra_info["convention"]`` a code delimiter, ``extra_info["code_dataset"]`` the task
+file) are scored by running the program in the sandbox (:mod:`crossed_rlvr.train.code_reward`).
+
 The result is a dict: ``score`` (the reward), ``acc`` (the same value, verl's usual metric name)
 and ``is_weight``, the row's importance weight P_i/Q_i (1.0 without the frozen proposal), which verl
 keeps with each trajectory so that :mod:`crossed_rlvr.train.verl_weighted` can scale advantages.
@@ -35,6 +38,10 @@ def compute_score(
             f"verl reward row from data_source={data_source!r} has no extra_info['convention']; "
             "write the training parquet with crossed-rlvr so every row names its convention"
         )
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
+
+    if convention in CODE_CONVENTIONS:
+        return code_score(data_source, solution_str, str(ground_truth), extra_info or {})
     score = reward(str(convention), solution_str, str(ground_truth))
     out = {"score": score, "acc": score, "is_weight": float((extra_info or {}).get("is_weight", 1.0))}
     request = (extra_info or {}).get("request")
@@ -44,4 +51,18 @@ def compute_score(
 
         out["payload"] = float(detect(solution_str).present(str(request)))
         out["strict"] = float(get_reader(STRICT[str(request)])(solution_str, str(ground_truth), request).correct)
+    return out
+
+
+def code_score(data_source: str | None, solution_str: str, ground_truth: str, info: dict[str, Any]) -> dict[str, float]:
+    """A code arm's row: its program run on the task's tests in the sandbox (train/code_reward.py; paper 001 App.
+    D.3); a validation row adds the request's payload (a block in its delimiter) and strict pass."""
+    from crossed_rlvr.rewards.code import payload_present
+    from crossed_rlvr.train.code_reward import compute_score as run_tests
+
+    out = run_tests(data_source, solution_str, ground_truth, info)
+    request = info.get("request")
+    if request:
+        out["payload"] = float(payload_present(str(request), solution_str))
+        out["strict"] = run_tests(data_source, solution_str, ground_truth, {**info, "convention": request})["score"]
     return out
