@@ -117,7 +117,10 @@ def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path
     table = code_eval({"initial": str(run / "models" / "initial")}, out, n_tasks=3, samples=2, max_new_tokens=96,
                       temperature=0.8, seed=0, slots=2, batch_size=12, cache_dir=str(tmp_path / "oracle"),
                       resamples=200)
-    records = read_responses([out / "responses" / "initial.jsonl"], prompt_names=True).records
+    files = sorted((out / "responses").glob("*.jsonl"))  # one per policy and code request, each with its settings
+    assert [f.name for f in files] == ["initial__begin_done__original.jsonl", "initial__fence__original.jsonl"]
+    assert all(f.with_suffix(".meta.json").exists() for f in files)
+    records = read_responses(files, prompt_names=True).records
     assert len(records) == 3 * 2 * 2 and {r["request"] for r in records} == {"fence", "begin_done"}
     scores = pd.read_parquet(out / "scores.parquet")
     assert len(scores) == len(records)

@@ -89,8 +89,9 @@ def generate_missing(policies: dict[str, str], layout: EvalLayout, tasks: dict[s
                      seed: int, gen: Any, task_name: str, requests: tuple[str, ...] = REQUESTS,
                      settings: dict[str, Any] | None = None, weights: dict[str, str] | None = None) -> list[Path]:
     """Every policy's response files, generating those not on disk or made with other settings (each file's
-    ``.meta.json`` holds the sha256 of what made it: policy, path, request, tasks, samples, decoding, seed,
-    ``settings`` and the policy's ``weights`` hash where given); returns them all. An interrupted run keeps the files it finished."""
+    ``.meta.json`` holds the sha256 of what made it: policy name, request, tasks, samples, decoding, seed,
+    ``settings`` and the policy's ``weights`` hash where given, not its path: the same weights moved elsewhere
+    are the same policy); returns them all. An interrupted run keeps the files it finished."""
     from crossed_rlvr.eval.generate.plan import cell_name
     from crossed_rlvr.files import atomic_write_json, config_sha256
     from crossed_rlvr.records import write_responses
@@ -98,7 +99,7 @@ def generate_missing(policies: dict[str, str], layout: EvalLayout, tasks: dict[s
     files = []
     for name, path in policies.items():
         targets = response_files(layout, name, requests)
-        metas = {r: {"policy": name, "path": str(path), "request": r, "task": task_name, "tasks": list(tasks),
+        metas = {r: {"policy": name, "request": r, "task": task_name, "tasks": list(tasks),
                      "samples": int(samples), "seed": int(seed), "params": dict(vars(params)),
                      "weights": (weights or {}).get(name), **(settings or {})} for r in requests}
         for meta in metas.values():
