@@ -64,6 +64,10 @@ def code_scores(path: Path) -> bool:
     verdicts carry the tests' statuses."""
     import pyarrow.parquet as pq
 
+    from crossed_rlvr.files import input_problem
+
+    if input_problem(path) is not None:  # a FIFO would block the read: the answer-task path names the problem
+        return False
     try:
         names = set(pq.read_schema(path).names)
     except Exception:  # noqa: BLE001 - not Parquet: the answer-task path names the problem
