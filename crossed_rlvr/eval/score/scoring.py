@@ -186,16 +186,15 @@ def score_files(
     return output
 
 
-def score_code_run(run_dir: Path, output: Path, workers: int | None, overwrite: bool) -> Path:
-    """A code evaluation's responses (``crossed-eval`` on a code task) run in the sandbox on its dataset's tests
-    (paper 001 App. D.3; eval/score/code.py), one sandbox slot per worker."""
+def score_code_run(run_dir: Path, ds: Any, output: Path, workers: int | None, overwrite: bool) -> Path:
+    """A code evaluation's responses (``crossed-eval`` on a code task) run in the sandbox on ``ds``, the dataset
+    its ``run.json`` names (paper 001 App. D.3; eval/score/code.py), one sandbox slot per worker."""
     from crossed_rlvr.eval.score.code import score_code
     from crossed_rlvr.layout import EvalLayout
     from crossed_rlvr.records import read_responses
 
     if output.exists() and not overwrite:
         raise FileExistsError(f"{output} exists; pass --overwrite to score again")
-    ds = evaluated_dataset(run_dir)
     records = read_responses(sorted(EvalLayout(run_dir).responses.glob("*.jsonl")), prompt_names=True).records
     scores = score_code(records, ds, max(1, workers or len(os.sched_getaffinity(0))), None)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -223,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [str(Path(p) / "responses") if Path(p).is_dir() and (Path(p) / "responses").is_dir() else p
               for p in args.inputs]
     try:
-        path = score_code_run(Path(args.inputs[0]), Path(output), args.workers, args.overwrite) if len(
-            args.inputs) == 1 and evaluated_dataset(Path(args.inputs[0])) is not None else score_files(
-            inputs, output, workers=args.workers, overwrite=args.overwrite)
+        code = evaluated_dataset(Path(args.inputs[0])) if len(args.inputs) == 1 else None
+        path = (score_code_run(Path(args.inputs[0]), code, Path(output), args.workers, args.overwrite)
+                if code is not None else score_files(inputs, output, workers=args.workers, overwrite=args.overwrite))
     except (ResponseFileError, FileExistsError, CrossedError) as err:
         print(f"crossed-score: {err}", file=sys.stderr)
         return 2
