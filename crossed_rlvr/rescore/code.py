@@ -118,12 +118,12 @@ def score_samples(dataset: str, samples: str, out: str | None = None, slots: int
     results: dict[str, list[dict[str, Any]]] = defaultdict(list)
     counts: dict[str, dict[str, list[int]]] = {"base": defaultdict(lambda: [0, 0]), "plus": defaultdict(lambda: [0, 0])}
     for row, v in zip(rows, verdicts):
-        task = ds.tasks[row["task_id"]]
-        results[row["task_id"]].append({
-            "task_id": row["task_id"], "solution": row["solution"],
+        tid = row["task_id"]
+        results[tid].append({
+            "task_id": tid, "solution": row["solution"],
             "base_status": v["base"].evalplus, "plus_status": v["plus"].evalplus,
-            "base_fail_tests": _fail_tests(v["base"], task.base_input),
-            "plus_fail_tests": _fail_tests(v["plus"], task.plus_input),
+            "base_fail_tests": _fail_tests(v["base"], executor.inputs(tid, "base")),
+            "plus_fail_tests": _fail_tests(v["plus"], executor.inputs(tid, "plus")),
             "crossed": {"line": row["line"], "base": v["base"].as_dict(), "plus": v["plus"].as_dict()}})
         for part, ok in (("base", v["base"].status == "pass"),
                          ("plus", v["base"].status == "pass" and v["plus"].status == "pass")):

@@ -12,13 +12,22 @@ read-only file that holds them), ``time_limits`` (seconds, one per input). Resul
 means the sandbox itself failed), then per input ``{"i": k, "out": ..., "s": seconds}`` or ``{"i": k, "error": kind}`` with kind
 ``define`` (the code did not define the entry point), ``exception``, ``timeout``, ``memory`` or ``encode``; the
 harness stops at the first error, as EvalPlus's fast check does.
+
+Recording (``test`` in the job: a dataset's own test script, such as HumanEval's ``def check(candidate): assert
+...``, run only on the dataset's canonical solution): the script's ``check`` is called with a stand-in for the entry
+point that writes each call's arguments (``"in"``, encoded before the call, which may change them) with its output;
+``random`` is seeded first, so scripts that draw inputs at random draw the same ones every time. A failed assertion
+ends the run with ``{"error": "check"}``. Samples are then run on the recorded inputs, their outputs compared
+outside: the test script itself never runs beside model code.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
+import random
 import signal
 import sys
 import time
@@ -143,6 +152,9 @@ def main() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         say({"i": 0, "error": "define"})
         return
+    if "test" in job:
+        _record(job, fn, scope, say)
+        return
     for k, (args, limit) in enumerate(zip(inputs, job["time_limits"])):
         try:
             signal.setitimer(signal.ITIMER_REAL, float(limit))
@@ -167,6 +179,30 @@ def main() -> None:
             say({"i": k, "error": "encode"})
             return
         out.write(line + "\n")
+
+
+def _record(job, fn, scope, say) -> None:
+    """Call the test script's ``check`` on a stand-in for ``fn`` that records every call (dataset code only)."""
+    calls: list = []
+
+    def candidate(*args):
+        k = len(calls)
+        calls.append(k)
+        shown = encode(copy.deepcopy(list(args)))
+        began = time.perf_counter()
+        value = fn(*args)
+        say({"i": k, "in": shown, "out": encode(value), "s": round(time.perf_counter() - began, 6)})
+        return value
+
+    try:
+        signal.setitimer(signal.ITIMER_REAL, float(job.get("define_limit", 10.0)))
+        exec(job["test"], scope)
+        random.seed(0)
+        scope["check"](candidate)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except BaseException as err:  # noqa: BLE001 - whatever stopped the script, the reference did not pass it
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        say({"i": len(calls), "error": "check", "why": f"{type(err).__name__}: {err}"[:500]})
 
 
 if __name__ == "__main__":

