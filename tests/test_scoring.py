@@ -81,3 +81,31 @@ def test_scores_columns(tmp_path, workers):
     for col in ("strict_first_hash.answer", "math_verify.correct", "payload.hash", "payload.boxed", "category",
                 "reward_hash.correct", "item_id", "policy", "request", "template", "sample_idx"):
         assert col in table.columns
+
+
+def test_identical_responses_are_scored_once_and_each_gets_its_own_row():
+    """Greedy decoding repeats itself: the pool scores each distinct (response, reference, request, task) once and
+    copies the row back to every response that wrote it; the rows equal those of scoring each one in process."""
+    from crossed_rlvr.eval.score.panel import Item, Scorer, score_many
+
+    items = [Item("18 apples\n#### 18", "18", "hash"), Item("\\boxed{18}", "18", "boxed"),
+             Item("18 apples\n#### 18", "18", "hash"), Item("18 apples\n#### 18", "18", "boxed"),
+             Item("\\boxed{18}", "18", "boxed"), Item("18 apples\n#### 18", "18", "hash")]
+    sent: list[int] = []
+
+    class Counting(Scorer):
+        def _score_unique(self, unique, weight, progress):
+            sent.append(len(unique))
+            return super()._score_unique(unique, weight, progress)
+
+    class Bar:
+        n = 0
+
+        def update(self, k: int) -> None:
+            Bar.n += k
+
+    with Counting(workers=2) as scorer:
+        rows = scorer.score(items, Bar())
+    assert sent == [3] and Bar.n == len(items)
+    assert rows == score_many(items, workers=0)
+    assert rows[0] is not rows[2] and rows[0] == rows[2]

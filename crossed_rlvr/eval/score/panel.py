@@ -145,7 +145,19 @@ class Scorer:
         self.pool.join()
 
     def score(self, items: Sequence[Item], progress: Any = None) -> list[dict[str, Any]]:
-        """Rows for ``items`` in input order; ``progress`` (a tqdm bar) advances per finished row."""
+        """Rows for ``items`` in input order; ``progress`` (a tqdm bar) advances per finished row. Identical items
+        (the same response, reference, request and task: greedy decoding repeats itself) are scored once, since
+        every reader is a pure function of them; each gets its own copy of the row."""
+        where: dict[Item, int] = {}
+        slots = [where.setdefault(it, len(where)) for it in items]
+        unique = list(where)
+        weight = [0] * len(unique)
+        for k in slots:
+            weight[k] += 1
+        rows = self._score_unique(unique, weight, progress)
+        return [dict(rows[k]) for k in slots]
+
+    def _score_unique(self, items: Sequence[Item], weight: Sequence[int], progress: Any) -> list[dict[str, Any]]:
         from pebble import ProcessExpired
 
         pool, limit_s = self.pool, self.limit_s
@@ -162,7 +174,7 @@ class Scorer:
                 for i, row in zip(idx, fut.result(), strict=True):
                     rows[i] = row
                 if progress is not None:
-                    progress.update(len(idx))
+                    progress.update(sum(weight[i] for i in idx))
             except (FutureTimeout, ProcessExpired):
                 retry.extend(idx)
         # One by one under the hard limit, then without the slow readers, then unreadable.
@@ -174,13 +186,13 @@ class Scorer:
                     rows[i] = fut.result()[0]
                     rows[i]["timed_out"] = not slow
                     if progress is not None:
-                        progress.update(1)
+                        progress.update(weight[i])
                 except (FutureTimeout, ProcessExpired):
                     retry.append(i)
         for i in retry:
             rows[i] = unreadable_row(items[i].request, items[i].response)
         if progress is not None:
-            progress.update(len(retry))
+            progress.update(sum(weight[i] for i in retry))
         return rows  # type: ignore[return-value]
 
 
