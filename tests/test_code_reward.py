@@ -165,3 +165,44 @@ def test_verl_code_arms_carry_their_tests_and_validate_each_code_request(tiny, t
     both = verl_score(row["data_source"], f"[BEGIN]\n{program}[DONE]", row["reward_model"]["ground_truth"], info)
     assert both == {"score": 1.0, "acc": 1.0, "is_weight": 1.0, "payload": 0.0, "strict": 0.0}
     assert "crossed_rlvr.train.verl_launch" in (arm / "launch_single_node.sh").read_text()
+
+
+def test_code_warm_start_targets_one_program_in_the_requested_delimiter(tmp_path):
+    """``crossed-sft mode=warmstart`` on a code task: each training task asked for in one code request in turn,
+    with the evaluation's own prompt, and its canonical program as the target in the requested delimiter (or, for
+    the share ``1 - follow_rate``, in the other one or bare); the answer requests are refused on a code task."""
+    import random
+
+    from hydra import compose, initialize_config_module
+
+    from crossed_rlvr.conf.checks import check_sft, check_study
+    from crossed_rlvr.errors import ConfigError
+    from crossed_rlvr.rewards.code import strict_block
+    from crossed_rlvr.sft.run import code_warmstart_rows
+    from crossed_rlvr.tasks.code import generated_split
+    from tests.helpers import study_cfg
+
+    task = ["task=code_tiny", "task.n_test=2", "task.n_train=6"]
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        cfg = compose(config_name="crossed_sft", overrides=[
+            "mode=warmstart", *task, f"run_dir={tmp_path}", "warmstart.requests=[fence,begin_done]", "train_items.n=6"])
+        default = compose(config_name="crossed_sft", overrides=["mode=warmstart", *task, f"run_dir={tmp_path}"])
+    check_sft(cfg)
+    rows = code_warmstart_rows(cfg, 1.0, random.Random(0))
+    programs = [r["prompt"] + r["canonical_solution"] for r in generated_split(2, 6, 0)["train"]]
+    assert [r["request"] for r in rows] == ["fence", "begin_done"] * 3
+    for row, program in zip(rows, programs):
+        assert row["completion"] == CODE_CONVENTIONS[row["request"]].wrap(program.strip("\n"))
+        assert strict_block(row["request"], row["completion"]).strip("\n") == program.strip("\n")
+        assert row["messages"][0]["content"].endswith(f"\n{code_request(row['request'], row['template'])}")
+        assert row["messages"][0]["content"].startswith("Complete the following Python function.\n\ndef f(x):")
+    partly = code_warmstart_rows(cfg, 0.0, random.Random(0))  # never the requested delimiter
+    assert {r["ending"] for r in partly} <= {"fence", "begin_done", "plain"}
+    assert all(r["ending"] != r["request"] for r in partly)
+    assert all(program.strip("\n") in r["completion"] for r, program in zip(partly, programs))
+    with pytest.raises(ConfigError, match=r"warmstart.requests: 'hash', 'boxed' unknown; expected among fence, begin_done"):
+        check_sft(default)
+    with pytest.raises(ConfigError, match=r"initial.band.every=2: the request-following band measures answer"):
+        check_study(study_cfg(tmp_path, *task, "initial.requests=[fence,begin_done]", "initial.band.every=2",
+                              "arms.conventions=[fence,begin_done]", "evaluation.requests=[fence,begin_done]",
+                              "evaluation.templates=[original]", "validation.every=0"))

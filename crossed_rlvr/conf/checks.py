@@ -247,8 +247,26 @@ def check_sft(cfg: Any) -> None:
     _one_of(cfg, "mode", ("warmstart", "arms"))
     _one_of(cfg, "arm", tuple(CONVENTIONS))
     _one_of(cfg, "control", tuple(CONVENTIONS))
-    _all_of(cfg, "warmstart.requests", REQUESTS)
-    _all_of(cfg, "warmstart.templates", TEMPLATES)
+    if not _code(cfg) or cfg.mode == "warmstart":
+        _warmstart_requests(cfg, "warmstart", REQUESTS, TEMPLATES)
+
+
+def _warmstart_requests(cfg: Any, key: str, math_requests: tuple[str, ...], wordings: tuple[str, ...]) -> None:
+    """The warm start's requests: the code delimiters on a code task (its targets are the training tasks' programs
+    in them, sft/run.py), the answer conventions on every other task; the request-following band measures answer
+    payloads only."""
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS, CODE_TEMPLATES
+
+    if _code(cfg):
+        _all_of(cfg, f"{key}.requests", tuple(CODE_CONVENTIONS))
+        _all_of(cfg, f"{key}.templates", CODE_TEMPLATES)
+        band = cfg.get(key, {}).get("band")
+        if band is not None and int(band.get("every", 0) or 0) > 0:
+            raise ConfigError(f"{key}.band.every={band.every}: the request-following band measures answer payloads; "
+                              f"on code task {cfg.task.name} set {key}.band.every=0")
+    else:
+        _all_of(cfg, f"{key}.requests", math_requests)
+        _all_of(cfg, f"{key}.templates", wordings)
 
 
 def check_study(cfg: Any) -> None:
@@ -260,8 +278,8 @@ def check_study(cfg: Any) -> None:
     if cfg.get("stages", "all") == "all" and not cfg.get("requires_gpu", False):  # GPU presets: check_device
         needs_gpu(cfg, "the study's evaluation stage generates with it")
     _one_of(cfg, "initial.build", ("warmstart", "given"))
-    _all_of(cfg, "initial.requests", REQUESTS)
-    _all_of(cfg, "initial.templates", TEMPLATES)
+    if not _code(cfg) or cfg.initial.build == "warmstart":
+        _warmstart_requests(cfg, "initial", REQUESTS, TEMPLATES)
     _one_of(cfg, "arms.kind", ("grpo", "sft", "given"))
     if cfg.arms.kind == "given" and not cfg.arms.get("from_run"):
         raise ConfigError("arms.kind=given evaluates the arms another study trained: name its run directory with "

@@ -102,6 +102,33 @@ def band_callbacks(cfg: Any, base: str | Path) -> list[Any]:
                           int(ev.base_seed), int(ev.batch_size), cfg.model.get("system"))]
 
 
+def code_warmstart_rows(cfg: Any, follow: float, rng: random.Random) -> list[dict[str, Any]]:
+    """A code task's warm start (paper 001 App. D.3's conventions): each training task asked for in one code
+    request, in turn, with its canonical program as the target in the requested delimiter; with probability
+    ``1 - follow_rate`` the target is in the partner delimiter or a bare program instead (half each), like a
+    model that follows format requests only partly. Content-matched: one program, whichever delimiter wraps it."""
+    from crossed_rlvr.eval.generate.code import question
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
+    from crossed_rlvr.tasks.code import load_code_dataset, train_file
+
+    ds = load_code_dataset(train_file(cfg.task))
+    ids = list(ds.tasks)[: int(n)] if (n := cfg.train_items.get("n")) else list(ds.tasks)
+    requests = list(cfg.warmstart.requests)
+    rows = []
+    for k, tid in enumerate(ids):
+        task, request = ds.tasks[tid], requests[k % len(requests)]
+        template = rng.choice(list(cfg.warmstart.templates))
+        program = task.reference.strip("\n")
+        ending = request
+        if follow < 1.0 and rng.random() >= follow:
+            ending = next(c for c in CODE_CONVENTIONS if c != request) if rng.random() < 0.5 else "plain"
+        completion = program if ending == "plain" else CODE_CONVENTIONS[ending].wrap(program)
+        content = f"{question(task.prompt)}\n{code_request(request, template)}"
+        rows.append({"messages": [{"role": "user", "content": content}], "prompt": content, "request": request,
+                     "template": template, "completion": completion, "ending": ending, "item_id": tid})
+    return rows
+
+
 def warmstart(cfg: Any) -> dict[str, Any]:
     out = Path(cfg.model.path)
     if (out / SFT_SUMMARY).exists():
@@ -111,6 +138,9 @@ def warmstart(cfg: Any) -> dict[str, Any]:
     follow = float(cfg.warmstart.get("follow_rate", 1.0))
     if not 0.0 <= follow <= 1.0:
         raise SystemExit(f"crossed-sft: warmstart.follow_rate={follow} must lie in [0, 1]")
+    if str(cfg.task.get("source")) == "evalplus":  # a code task (tasks.code.is_code_task)
+        return tracked_sft(cfg, "initial", "sft-warmstart", base, code_warmstart_rows(cfg, follow, rng), out,
+                           int(cfg.warmstart.seed))
     rows = []
     for k, it in enumerate(train_items(cfg)):
         request = cfg.warmstart.requests[k % len(cfg.warmstart.requests)]
