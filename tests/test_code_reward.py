@@ -93,15 +93,17 @@ def test_both_code_conventions_train_through_trls_grpo_loop(tiny_code, tmp_path,
     assert calls and sum(calls) == 4 and logged
 
 
-def test_code_convention_arms_train_by_execution_and_are_evaluated_crossed(tiny, tmp_path):
-    """``crossed-study task=code_tiny`` with arms of the two code conventions: the generated task's train and test
-    functions are disjoint; each arm's prompts ask for its delimiter, its reward runs its programs on the training
-    tasks' tests in the sandbox, the two arms are checked matched (only the request and the reward differ), and
-    the evaluation reports their crossed interaction."""
+def test_code_convention_arms_train_by_execution_and_are_evaluated_crossed(tmp_path):
+    """``crossed-study task=code_tiny`` with arms of the two code conventions: the initial policy warm-started on
+    the training functions in both delimiters; the generated task's train and test functions are disjoint; each
+    arm's prompts ask for its delimiter, its reward runs its programs on the training tasks' tests in the sandbox,
+    the two arms are checked matched (only the request and the reward differ), and the evaluation reports their
+    crossed interaction."""
     import json
 
     import pandas as pd
 
+    from crossed_rlvr.layout import SFT_SUMMARY
     from crossed_rlvr.study.pipeline import Study
     from crossed_rlvr.tasks.code import generated_split
     from tests.helpers import study_cfg
@@ -109,14 +111,18 @@ def test_code_convention_arms_train_by_execution_and_are_evaluated_crossed(tiny,
     split = generated_split(2, 6, 0)
     assert not {r["canonical_solution"] for r in split["test"]} & {r["canonical_solution"] for r in split["train"]}
     run = tmp_path / "study"
-    cfg = study_cfg(run, "task=code_tiny", "task.n_test=2", "task.n_train=6", "initial.build=given",
-                    f"model.path={tiny}", "arms.conventions=[fence,begin_done]",
+    cfg = study_cfg(run, "task=code_tiny", "task.n_test=2", "task.n_train=6", "initial.build=warmstart",
+                    "initial.requests=[fence,begin_done]", "initial.templates=[original]", "initial.train_items=6",
+                    "sft=warmstart_tiny", "sft.epochs=1", "arms.conventions=[fence,begin_done]",
                     "arms.seeds=[83]", "arms.parallel=1", "arms.train_items=6", "recipe.updates=1",
                     "recipe.prompts_per_update=2", "recipe.group_size=4", "recipe.max_response_tokens=12",
                     "engine.micro_batch=8", "validation.every=0", "evaluation.requests=[fence,begin_done]",
                     "evaluation.templates=[original]", "evaluation.samples=2", "eval.max_new_tokens=12",
                     "analysis.resamples=50", "tracking=off")
-    Study(cfg).run_all()
+    summary = Study(cfg).run_all()
+    assert summary["stages"]["initial"]["reused"] is False
+    warm = json.loads((run / "models" / "initial" / SFT_SUMMARY).read_text())
+    assert warm["examples"] == 6 and warm["dropped_overlong"] == 0  # each training function once, none cut
     for conv in ("fence", "begin_done"):
         arm = run / "train" / conv / "s83"
         rows = [json.loads(x) for x in (arm / "data" / "train.jsonl").read_text().splitlines()]
