@@ -241,21 +241,22 @@ def _policy_name_agrees(key: str, name: str, convention: str, seed: int | None) 
 
 
 def check_sft(cfg: Any) -> None:
-    from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
+    from crossed_rlvr.rewards.conventions import CONVENTIONS
 
     common(cfg)
     _one_of(cfg, "mode", ("warmstart", "arms"))
     _one_of(cfg, "arm", tuple(CONVENTIONS))
     _one_of(cfg, "control", tuple(CONVENTIONS))
     if not _code(cfg) or cfg.mode == "warmstart":
-        _warmstart_requests(cfg, "warmstart", REQUESTS, TEMPLATES)
+        _warmstart_requests(cfg, "warmstart")
 
 
-def _warmstart_requests(cfg: Any, key: str, math_requests: tuple[str, ...], wordings: tuple[str, ...]) -> None:
+def _warmstart_requests(cfg: Any, key: str) -> None:
     """The warm start's requests: the code delimiters on a code task (its targets are the training tasks' programs
     in them, sft/run.py), the answer conventions on every other task; the request-following band measures answer
     payloads only."""
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS, CODE_TEMPLATES
+    from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
     if _code(cfg):
         _all_of(cfg, f"{key}.requests", tuple(CODE_CONVENTIONS))
@@ -265,8 +266,8 @@ def _warmstart_requests(cfg: Any, key: str, math_requests: tuple[str, ...], word
             raise ConfigError(f"{key}.band.every={band.every}: the request-following band measures answer payloads; "
                               f"on code task {cfg.task.name} set {key}.band.every=0")
     else:
-        _all_of(cfg, f"{key}.requests", math_requests)
-        _all_of(cfg, f"{key}.templates", wordings)
+        _all_of(cfg, f"{key}.requests", REQUESTS)
+        _all_of(cfg, f"{key}.templates", TEMPLATES)
 
 
 def check_study(cfg: Any) -> None:
@@ -279,7 +280,7 @@ def check_study(cfg: Any) -> None:
         needs_gpu(cfg, "the study's evaluation stage generates with it")
     _one_of(cfg, "initial.build", ("warmstart", "given"))
     if not _code(cfg) or cfg.initial.build == "warmstart":
-        _warmstart_requests(cfg, "initial", REQUESTS, TEMPLATES)
+        _warmstart_requests(cfg, "initial")
     _one_of(cfg, "arms.kind", ("grpo", "sft", "given"))
     if cfg.arms.kind == "given" and not cfg.arms.get("from_run"):
         raise ConfigError("arms.kind=given evaluates the arms another study trained: name its run directory with "

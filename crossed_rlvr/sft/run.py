@@ -23,6 +23,7 @@ from crossed_rlvr.names import policy_name
 from crossed_rlvr.rewards.conventions import PARTNER
 from crossed_rlvr.sft.pairs import target, write_pairs
 from crossed_rlvr.sft.trainer import SFTConfig, train_sft
+from crossed_rlvr.tasks.code import is_code_task, load_code_dataset, train_file
 
 
 def train_items(cfg: Any) -> list[dict[str, Any]]:
@@ -109,7 +110,6 @@ def code_warmstart_rows(cfg: Any, follow: float, rng: random.Random) -> list[dic
     model that follows format requests only partly. Content-matched: one program, whichever delimiter wraps it."""
     from crossed_rlvr.eval.generate.code import question
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
-    from crossed_rlvr.tasks.code import load_code_dataset, train_file
 
     ds = load_code_dataset(train_file(cfg.task))
     ids = list(ds.tasks)[: int(n)] if (n := cfg.train_items.get("n")) else list(ds.tasks)
@@ -138,7 +138,7 @@ def warmstart(cfg: Any) -> dict[str, Any]:
     follow = float(cfg.warmstart.get("follow_rate", 1.0))
     if not 0.0 <= follow <= 1.0:
         raise SystemExit(f"crossed-sft: warmstart.follow_rate={follow} must lie in [0, 1]")
-    if str(cfg.task.get("source")) == "evalplus":  # a code task (tasks.code.is_code_task)
+    if is_code_task(cfg.task):
         return tracked_sft(cfg, "initial", "sft-warmstart", base, code_warmstart_rows(cfg, follow, rng), out,
                            int(cfg.warmstart.seed))
     rows = []
