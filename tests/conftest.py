@@ -17,7 +17,8 @@ give ``-n auto --dist loadgroup``).
   chain the suite's tail (measured: the chain ~22 of the suite's ~23 minutes with ~15 core-minutes idle).
 - **The long groups start first.** ``HEAVY`` orders the collection so that the longest groups are the first work
   units xdist hands out (``--no-loadscope-reorder`` keeps that order); a long group started last would be the
-  suite's tail.
+  suite's tail. Next come the long tests of no group (marked ``long``), then the rest as collected: a 90-second
+  test handed out last ran alone for most of a minute while the other worker had nothing left (measured).
 - **Shared fixtures stay on one worker.** A module whose tests share an expensive module- or session-scoped
   fixture (a study, a trained arm, scored tables) names its group in ``WORKER_GROUP`` and the fixtures in
   ``SHARED_FIXTURES``: the tests that use one of them (directly or through another fixture; not the
@@ -85,6 +86,7 @@ def tiny(tmp_path_factory) -> Path:
 
 EXCLUSIVE = "exclusive"
 ENGINES = "engines"
+LONG = "long"
 # the groups that take longest, in the order their first test is handed out (measured on 2 cores: the exclusive
 # chain, verl's trainer included, ~15 min; the engines ~6; the real model ~6; the smoke study ~5; the GPU-path
 # checks ~4)
@@ -106,6 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
                    "own run)")
     config.addinivalue_line(
         "markers", f"{ENGINES}: never runs beside another engines test (torchrun or DeepSpeed ranks)")
+    config.addinivalue_line(
+        "markers", f"{LONG}: one of the longest tests outside a group (15 s and more): handed out before the short ones")
     if WORKER is not None and WORKERS > 1:
         import torch
 
@@ -131,9 +135,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 groups[item.nodeid] = group
         if item.nodeid in groups:
             item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
-    # the long groups first, in HEAVY's order; the rest as collected (a stable sort keeps each group's order)
+    # the long groups first, in HEAVY's order, then the long tests of no group; the rest as collected (a stable
+    # sort keeps each group's order)
     rank = {g: k for k, g in enumerate(HEAVY)}
-    items.sort(key=lambda it: rank.get(groups.get(it.nodeid, ""), len(HEAVY)))
+
+    def order(item: pytest.Item) -> int:
+        if item.nodeid in groups:
+            return rank.get(groups[item.nodeid], len(HEAVY))
+        return len(HEAVY) if item.get_closest_marker(LONG) is not None else len(HEAVY) + 1
+
+    items.sort(key=order)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

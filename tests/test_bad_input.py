@@ -269,6 +269,7 @@ def test_suffixless_rows_of_two_requests_stay_apart(tmp_path):
     assert records[0]["item_id"] == records[1]["item_id"]  # one item under two requests
 
 
+@pytest.mark.long  # handed out early (tests/conftest.py)
 def test_ctrl_c_ends_a_command_with_one_line_and_its_resume_hint(tmp_path):
     """Ctrl-C as a terminal sends it (SIGINT to the whole process group, scoring workers included): one
     line with the resume hint, exit 130, no traceback from the command or its workers; the rerun finishes."""

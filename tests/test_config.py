@@ -118,6 +118,7 @@ def test_job_directories_are_named_by_the_swept_overrides(monkeypatch):
     assert swept_dirname(["convention=hash", "seed=83", "recipe.lr=2"], "convention", "seed") == "recipe.lr=2"
 
 
+@pytest.mark.long  # handed out early (tests/conftest.py)
 def test_two_arm_sweep_gives_each_arm_its_directory_and_wandb_run(tmp_path):
     """``crossed-train -m convention=hash,boxed``: one run directory and one wandb run per arm (name = arm,
     group = the study, job type = train, the resolved config in the run config)."""
@@ -170,6 +171,7 @@ def test_a_tracking_choice_on_the_command_line_beats_every_preset(preset):
         assert str(cfg.tracking.mode) == choice, (preset, choice, cfg.tracking.mode)
 
 
+@pytest.mark.long  # handed out early (tests/conftest.py)
 def test_a_train_sweep_honours_run_dir(tmp_path):
     """``crossed-train -m ... run_dir=X``: the jobs go under X/<convention>/s<seed> (the sweep
     directory was fixed to runs/train whatever run_dir said)."""

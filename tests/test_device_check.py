@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.long  # handed out early (tests/conftest.py)
 def test_the_device_check_runs_at_a_toy_shape(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "device_check.py"), "--shape", "tiny", "--out",
                            str(tmp_path)], capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path)
@@ -45,6 +48,7 @@ def _wheel(folder: Path, name: str, requires: tuple[str, ...] = ()) -> Path:
     return path
 
 
+@pytest.mark.long  # handed out early (tests/conftest.py)
 def test_wheels_travel_into_a_throwaway_venv_over_the_images_packages(tmp_path):
     """--wheels (the bare GPU image's route, scripts/device_bundle.py): the folder is installed with pip --no-index
     into a fresh venv that still sees this interpreter's packages, the check reruns there and says so, and the

@@ -122,6 +122,7 @@ def test_table_20_operation_strata_rebuilt_from_the_papers_counts(tmp_path):
     assert "| initial | hash | MV | 99.64 | 98.75 | 95.67 |" in (out / "report.md").read_text()
 
 
+@pytest.mark.long  # handed out early (tests/conftest.py)
 def test_tables_8_and_9_gsm8k_rebuilt_from_the_papers_counts(tmp_path):
     from tests.paper_tables_math import N_GSM8K, TABLE_8_GSM8K, TABLE_9_GSM8K, build_table_8_records
 

@@ -1,6 +1,6 @@
 """The suite's own rules for sharing two cores (tests/conftest.py), checked on a throw-away suite run the way
 `make test` runs this one: every exclusive test on one worker and handed out first, the engines one at a time on
-one worker, a module's WORKER_GROUP on one worker, one torch thread and a Ray folder of its own per worker. A pytest or xdist release that drops the groups (pytest 9.2
+one worker, a module's WORKER_GROUP on one worker, a long test before the short ones, one torch thread and a Ray folder of its own per worker. A pytest or xdist release that drops the groups (pytest 9.2
 did, silently) fails here instead of letting two Ray clusters share the machine."""
 
 from __future__ import annotations
@@ -60,6 +60,10 @@ def test_free(k):
 @pytest.mark.parametrize("k", range(2))
 def test_engines(k):
     record(f"engines{k}")
+
+@pytest.mark.long
+def test_long():  # collected last of its module, handed out before the free tests
+    record("long")
 '''
 
 
@@ -79,7 +83,7 @@ def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_pa
                                "CROSSED_SUITE_TIMELINE": str(tmp_path / "timeline")})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [json.loads(x) for x in where.read_text().splitlines()]
-    assert len(rows) == 6 + 2 + 3 + 3 + 8 + 2
+    assert len(rows) == 6 + 2 + 3 + 3 + 8 + 2 + 1
 
     def workers(prefix: str) -> set[str]:
         return {r["worker"] for r in rows if r["test"].startswith(prefix)}
@@ -91,6 +95,9 @@ def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_pa
     assert ran[0].startswith("exclusive"), ran
     assert len(workers("shared")) == 1
     assert len(workers("engines")) == 1  # one engine after another, on one worker
+    # a long test of no group goes before the short ones: on its worker, before every free test
+    on_long = [r["test"] for r in rows if r["worker"] in workers("long")]
+    assert on_long.index("long") < min((on_long.index(t) for t in on_long if t.startswith("free")), default=99), on_long
     assert workers("free") | workers("shared") | workers("exclusive") | workers("loose") == {"gw0", "gw1"}
     assert {(r["threads"], r["omp"]) for r in rows} == {(1, "1")}
     ray = {r["worker"]: r["ray"] for r in rows}
@@ -105,13 +112,13 @@ def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_pa
     from suite_timeline import load, summary
 
     timeline = load(tmp_path / "timeline")
-    assert len(timeline) == 24 and timeline["test"].is_unique and set(timeline["worker"]) == {"gw0", "gw1"}
+    assert len(timeline) == 25 and timeline["test"].is_unique and set(timeline["worker"]) == {"gw0", "gw1"}
     assert timeline.groupby("group")["worker"].nunique()[["exclusive", "engines", "shared"]].tolist() == [1, 1, 1]
     groups = timeline.set_index(timeline["test"].str.extract(r"::(test_\w+)")[0])["group"]
     assert set(groups["test_shared"]) == {"shared"} and set(groups["test_loose"]) == {"(none)"}
     assert (timeline["end"] >= timeline["start"]).all() and (timeline["cpu"] >= 0).all()
     text = summary(timeline)
-    assert text.startswith("24 tests in ") and "exclusive" in text and "shared" in text
+    assert text.startswith("25 tests in ") and "exclusive" in text and "shared" in text
 
 
 def _clean_env() -> dict[str, str]:

@@ -181,6 +181,7 @@ SAME_SEEDS = ["experiment=smoke", "initial.train_items=16", "sft.epochs=2", "rec
               "arms.train_items=8", "validation.every=0", "evaluation.n_items=4", "analysis.resamples=50"]
 
 
+@pytest.mark.long  # handed out early (tests/conftest.py)
 def test_fresh_run_directory_writes_identical_responses(tmp_path):
     """The same config and seeds in two fresh run directories: every response file is byte-identical. Both warm
     start their initial policy; the second keeps it in a warm-start cache, and a third study with the cache copies
@@ -247,6 +248,7 @@ def test_output_hash_ignores_tracking_logs(tmp_path):
     assert tree_sha256(tmp_path) != before
 
 
+@pytest.mark.long  # handed out early (tests/conftest.py)
 def test_sft_marker_arms_study(tmp_path):
     """arms.kind=sft (the qwen2.5-1.5b-sft-marker design) through the same stages, at the smoke size."""
     run = tmp_path / "sft"
@@ -300,6 +302,7 @@ def test_answer_only_crossed_control_with_table1_wordings_study(smoke, tmp_path)
     assert "answer_only_hashxanswer_only_boxed" in report and "| one_shot |" in report
 
 
+@pytest.mark.long  # handed out early (tests/conftest.py)
 def test_native_boxed_math_arm_study(tmp_path):
     """Paper 001 App. D.3.1's native-boxed MATH arm at the smoke size: MATH-shaped train rows (answers with nested
     braces, ``\\frac{1}{2}``) rewarded by the symbolic boxed program, a single-arm design evaluated on the MATH-500

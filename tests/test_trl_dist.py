@@ -90,13 +90,14 @@ def test_the_batch_splits_over_ranks_or_is_refused():
 
 @pytest.mark.timeout(1200)
 def test_study_trains_each_arm_on_two_ranks(tmp_path):
-    """``crossed-study engine.nproc_per_node=2``: each GRPO arm runs through torchrun, then is evaluated."""
+    """``crossed-study engine.nproc_per_node=2``: each GRPO arm runs through torchrun, then is evaluated (one update
+    an arm: the ranks' split and their equal weights at the end are what is asserted; ``arms`` above checks three)."""
     from crossed_rlvr.study.pipeline import Study
     from tests.helpers import study_cfg
 
     run = tmp_path / "study"
     summary = Study(study_cfg(run, "experiment=smoke", "sft.epochs=2", "engine.nproc_per_node=2", "engine.micro_batch=8",
-                              "validation.every=0",
+                              "validation.every=0", "recipe.updates=1",
                               "arms.seeds=[83]", "evaluation.n_items=4", "evaluation.templates=[original]")).run_all()
     assert not summary["stages"]["arms"]["reused"]
     for conv in ("hash", "boxed"):

@@ -4,6 +4,7 @@ A reduced version of ``crossed-sft mode=warmstart`` (fewer items, fewer epochs) 
 test suite; the full run is what ``make study`` does. Held-out probe items, sampled at T=0.6.
 """
 
+import pytest
 from hydra import compose, initialize_config_module
 
 from crossed_rlvr.eval.generate.engines import GenParams, HFBackend
@@ -14,6 +15,7 @@ from crossed_rlvr.sft.run import warmstart
 from crossed_rlvr.tasks.arith import make_splits
 
 
+@pytest.mark.long  # handed out early (tests/conftest.py)
 def test_warm_start_follows_both_requests(tmp_path):
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_sft", overrides=[
