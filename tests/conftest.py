@@ -87,9 +87,9 @@ def tiny(tmp_path_factory) -> Path:
 EXCLUSIVE = "exclusive"
 ENGINES = "engines"
 LONG = "long"
-# the groups that take longest, in the order their first test is handed out (measured on 2 cores: the exclusive
-# chain, verl's trainer included, ~15 min; the engines ~6; the real model ~6; the smoke study ~5; the GPU-path
-# checks ~4)
+# the groups that take longest, in the order their first test is handed out (measured on a quiet 2-core machine:
+# the exclusive chain, verl's trainer included, ~19 min; the engines ~4; the smoke study ~3.5; the real model ~3;
+# the GPU-path checks ~2)
 HEAVY = (EXCLUSIVE, ENGINES, "real_model", "smoke_study", "gpu_path")
 
 
