@@ -86,11 +86,15 @@ for node in ${{nodes[@]+"${{nodes[@]}}"}}; do
   fi
 done
 port=6379
-srun --nodes=1 --ntasks=1 -w "$head" {ray} start --head --node-ip-address="$head_ip" --port=$port \\
+# --cpus-per-task on every srun that starts Ray: since SLURM 22.05 a step no longer inherits it from sbatch, and
+# where tasks are bound to cores the raylet and every actor it starts would share one core while Ray still
+# reports $cpus CPUs (SRUN_CPUS_PER_TASK says the same to any srun a user adds)
+export SRUN_CPUS_PER_TASK="$cpus"
+srun --nodes=1 --ntasks=1 --cpus-per-task="$cpus" -w "$head" {ray} start --head --node-ip-address="$head_ip" --port=$port \\
   --num-cpus="$cpus" --num-gpus={gpus} --block &
 {python} -m crossed_rlvr.cluster --wait-nodes 1 --address "$head_ip:$port" --join-timeout "${{RAY_JOIN_TIMEOUT:-300}}"
 for node in "${{nodes[@]:1}}"; do
-  srun --nodes=1 --ntasks=1 -w "$node" {ray} start --address="$head_ip:$port" --num-cpus="$cpus" \\
+  srun --nodes=1 --ntasks=1 --cpus-per-task="$cpus" -w "$node" {ray} start --address="$head_ip:$port" --num-cpus="$cpus" \\
     --num-gpus={gpus} --block &
 done
 # every node joined, or a loud failure (verl would otherwise stop with "Total available GPUs ...")

@@ -146,6 +146,17 @@ class ArmLayout:
     def launch_slurm(self) -> Path:
         return self.root / "launch_slurm_ray.sbatch"
 
+    @property
+    def advantages(self) -> Path:
+        """The weighted trainer's advantages before and after the importance scaling, ``step-<N>.pt`` per update
+        (``engine.dump_advantages``)."""
+        return self.root / "advantages"
+
+    @property
+    def wandb_config(self) -> Path:
+        """The arm's settings for its wandb run's config, added by our trainer inside verl (train/verl_weighted.py)."""
+        return self.root / "wandb_config.json"
+
     def resume_log(self, which: str) -> Path:
         """The console of one launch in the kill-and-resume check (``first``, ``second``, ``third``)."""
         return self.root / f"resume_{which}.log"

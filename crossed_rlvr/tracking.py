@@ -144,10 +144,11 @@ def _key(item: Any) -> str:
 
 def offline_runs(folder: str | Path) -> list[dict[str, Any]]:
     """Every offline wandb run under ``folder``: id, name, group, job type, tags, and its config, summary
-    and history keys."""
+    and history keys, and the steps its history logged (``_step``)."""
     runs = []
     for path in sorted(Path(folder).rglob("offline-run-*/run-*.wandb")):
-        info: dict[str, Any] = {"path": str(path.parent), "config": set(), "summary": set(), "history": set()}
+        info: dict[str, Any] = {"path": str(path.parent), "config": set(), "summary": set(), "history": set(),
+                                "steps": set()}
         for rec in _records(path):
             kind = rec.WhichOneof("record_type")
             if kind == "run":
@@ -159,9 +160,11 @@ def offline_runs(folder: str | Path) -> list[dict[str, Any]]:
                 info["config"] |= {c.key for c in rec.config.update if c.key and c.key != "_wandb"}
             elif kind == "history":
                 info["history"] |= {_key(i) for i in rec.history.item} - {""}
+                info["steps"] |= {int(json.loads(i.value_json)) for i in rec.history.item
+                                  if (i.key or "/".join(i.nested_key)) == "_step"}
             elif kind == "summary":
                 info["summary"] |= {_key(i) for i in rec.summary.update} - {""}
-        for key in ("config", "summary", "history"):
+        for key in ("config", "summary", "history", "steps"):
             info[key] = sorted(info[key])
         runs.append(info)
     return runs

@@ -22,6 +22,9 @@ For a bare machine with torch and transformers (no verl, vLLM or Ray, no network
    interpreter's prefix: datasets pickles modules found outside it by value, and fails on pyarrow's types). Each
    requirement of a carried wheel that the image meets with another version is printed and kept in
    ``bundle.unmet``.
+4. The launch driver's GPU table (``crossed_rlvr.train.memory.gpu_table``) in a fresh process: it must leave no CUDA
+   context behind (the driver lives for the whole run; a context costs ~0.3-0.5 GiB on every GPU). NVIDIA's
+   ``nvidia-smi --query-compute-apps`` must not list that process (``launch_context``).
 
 Writes ``device_check.json`` and ``device_check.md`` (a table) into ``--out``.
 """
@@ -246,6 +249,30 @@ def _importable(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
+LAUNCH_CONTEXT = """
+import os, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+from crossed_rlvr.train.memory import gpu_table
+table = gpu_table()
+apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+                      capture_output=True, text=True, check=False).stdout
+mine = [x for x in apps.splitlines() if x.split(",")[0].strip() == str(os.getpid())]
+print(repr((table, mine)))
+"""
+
+
+def launch_context() -> dict[str, Any]:
+    """Step 4: the GPU table read in a fresh process, and whether that process holds a CUDA context afterwards."""
+    import ast
+
+    if not cuda():
+        return {"skipped": "no GPU"}
+    out = subprocess.run([sys.executable, "-c", LAUNCH_CONTEXT, str(ROOT)], capture_output=True, text=True,
+                         check=True, timeout=300)
+    table, mine = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    return {"gpus": table, "context_held": bool(mine), "apps": mine}
+
+
 def table(results: dict[str, Any]) -> str:
     rows = ["| shape | tokens | card GiB | parameters | after wrap | fwd+bwd peak | AdamW fused peak | AdamW foreach "
             "peak | plan: state / step copy / micro-batch / update peak |", "|---|---|---|---|---|---|---|---|---|"]
@@ -262,7 +289,8 @@ def table(results: dict[str, Any]) -> str:
                     f"{g(r['after_wrap_gib'])} | {g(r['forward_backward_peak_gib'])} | {g(r['adamw_fused_peak_gib'])} | "
                     f"{g(r['adamw_foreach_peak_gib'])} | {p['state_gib']} / {p['foreach_copy_gib']} / "
                     f"{p['micro_batch_gib']} / {p['update_peak_gib']} |")
-    rows += ["", f"tiny model on {results['device']}: {json.dumps(results['tiny'])}"]
+    rows += ["", f"tiny model on {results['device']}: {json.dumps(results['tiny'])}",
+             f"launch driver's GPU table: {json.dumps(results.get('launch_context'))}"]
     return "\n".join(rows) + "\n"
 
 
@@ -299,10 +327,16 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:  # noqa: BLE001
             traceback.print_exc()
             results["tiny"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+    try:
+        results["launch_context"] = launch_context()
+    except Exception as err:  # noqa: BLE001
+        results["launch_context"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
     (out / "device_check.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "device_check.md").write_text(table(results))
     print(table(results))
-    return 0 if all("error" not in r for r in results["fsdp"]) and "error" not in results["tiny"] else 1
+    context = results["launch_context"]
+    ok = "error" not in context and not context.get("context_held")
+    return 0 if all("error" not in r for r in results["fsdp"]) and "error" not in results["tiny"] and ok else 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ def test_the_device_check_runs_at_a_toy_shape(tmp_path):
     assert tiny["eval_responses"] > 0 and tiny["grpo_update_s"] > 0, tiny
     table = (tmp_path / "device_check.md").read_text()
     assert table.startswith("| shape | tokens | card GiB | parameters |") and "tiny model on cpu" in table
+    assert result["launch_context"] == {"skipped": "no GPU"} and "launch driver's GPU table" in table
 
 
 def _wheel(folder: Path, name: str, requires: tuple[str, ...] = ()) -> Path:

@@ -185,7 +185,7 @@ def test_gpu_smoke_dry_run_passes_on_the_cpu(local):
     result = json.loads((local["tmp"] / "smoke" / "rehearsal.json").read_text())
     assert sorted(result) == ["grpo-boxed/s83"]
     for arm in result.values():
-        assert arm["trainer"] == "PPOTrainerSync" and arm["gpus"] == 1 and "7 CPUs and 1 GPU(s)" in arm["launch_lines"][0]
+        assert arm["trainer"] == "CrossedSyncTrainer" and arm["gpus"] == 1 and "7 CPUs and 1 GPU(s)" in arm["launch_lines"][0]
 
 
 def test_gpu_smoke_fails_on_the_first_stage_without_a_gpu(local):

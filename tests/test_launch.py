@@ -549,3 +549,65 @@ def test_a_node_that_cannot_read_the_ray_token_stops_the_start_naming_the_file(t
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, timeout=60,
                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     assert out.returncode == 0 and out.stdout.strip() == "every node reads it"
+
+
+def test_every_srun_that_starts_ray_gives_it_the_nodes_cpus(tmp_path, paper_gsm8k):
+    """Since SLURM 22.05 an ``srun`` step no longer inherits ``--cpus-per-task`` from ``sbatch``: without it, where
+    tasks are bound to cores, the raylet and every actor share one core. Both generated sbatch scripts (a verl arm's
+    and crossed-eval's) start Ray through the shared cluster block; it is run here with stub SLURM tools that record
+    each ``srun``, and every Ray start must carry the node's CPUs."""
+    from crossed_rlvr.cluster import RAY_CLUSTER
+    from crossed_rlvr.eval.generate.workers import main as eval_main
+
+    _, slurm, _ = arm_files(paper_gsm8k)
+    eval_script = tmp_path / "eval.sbatch"
+    assert eval_main(["slurm", "--nodes", "2", "--gpus-per-node", "8", "--cpus-per-node", "32", "-o",
+                      str(eval_script), "--", "crossed-eval"]) == 0
+    for text in (slurm, eval_script.read_text()):
+        starts = [x for x in text.splitlines() if " start --" in x and "srun" in x]
+        assert len(starts) == 2 and all('--cpus-per-task="$cpus"' in x for x in starts), starts
+        assert 'export SRUN_CPUS_PER_TASK="$cpus"' in text
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "srun.log"
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho nodeA; echo nodeB\n")
+    (bin_dir / "srun").write_text(f'#!/bin/bash\necho "$@" >> {log}\n'
+                                  'for a in "$@"; do [ "$a" = test ] && exit 0; done; echo 10.1.2.3\n')
+    (bin_dir / "fake-python").write_text("#!/bin/bash\nexit 0\n")
+    for tool in ("scontrol", "srun", "fake-python"):
+        (bin_dir / tool).chmod(0o755)
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    script = tmp_path / "start.sh"
+    script.write_text(f"set -euo pipefail\nSLURM_JOB_NODELIST=nodeA,nodeB\nSLURM_CPUS_PER_TASK=17\n"
+                      f"RAY_AUTH_TOKEN_PATH={token}\n"
+                      + RAY_CLUSTER.format(cpus=1, ray="ray", python="fake-python", nodes=2, gpus=4) + "wait\n")
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False, timeout=60,
+                         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert out.returncode == 0, out.stderr
+    ray_starts = [x for x in log.read_text().splitlines() if "ray start" in x]
+    assert len(ray_starts) == 2 and all("--cpus-per-task=17" in x and "--num-cpus=17" in x for x in ray_starts), \
+        ray_starts
+
+
+def test_the_launch_reads_gpu_totals_without_a_cuda_context(monkeypatch):
+    """The launch driver lives for the whole run: ``torch.cuda.mem_get_info`` would create a CUDA context on every GPU
+    (~0.3-0.5 GiB each, taken from the plan's headroom). The table comes from the device properties; every call that
+    creates a context is stubbed here to fail the test if it is made (``scripts/device_check.py`` checks the same
+    on a GPU: no memory used on the device after ``gpu_table``)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from crossed_rlvr.train import memory
+
+    def context(*args, **kwargs):
+        raise AssertionError("a CUDA context was created")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: SimpleNamespace(name=f"NVIDIA H200 #{i}", total_memory=int(140.4 * 2**30)))
+    for name in ("mem_get_info", "init", "set_device", "synchronize", "memory_allocated"):
+        monkeypatch.setattr(torch.cuda, name, context)
+    assert memory.gpu_table() == [("NVIDIA H200 #0", pytest.approx(140.4)), ("NVIDIA H200 #1", pytest.approx(140.4))]

@@ -197,6 +197,67 @@ def test_weighted_trainer_rewrites_advantages_in_transfer_queue(monkeypatch):
     assert metrics["crossed/is_weight_max"] == 3.0
 
 
+def test_each_update_logs_the_weights_and_every_strata_share():
+    """What a user reads in wandb when the proposal is on: the weights' mean, min and max, and each stratum's share
+    of the batch's trajectories (the reward entry returns each training row's stratum)."""
+    from crossed_rlvr.train.verl_weighted import weight_metrics
+
+    got = weight_metrics(torch.tensor([0.5, 0.5, 2.0, 1.0]), ["s3_hard", "s3_hard", "s1_easy", "s2_medium"])
+    assert got == {"crossed/is_weight_mean": 1.0, "crossed/is_weight_min": 0.5, "crossed/is_weight_max": 2.0,
+                   "crossed/stratum_share/s1_easy": 0.25, "crossed/stratum_share/s2_medium": 0.25,
+                   "crossed/stratum_share/s3_hard": 0.5}
+
+
+def test_a_training_rows_reward_names_its_item_and_stratum_and_a_validation_rows_does_not(prepared):
+    from crossed_rlvr.train.verl_reward import compute_score
+
+    train = compute_score("d", "#### 7", "7", {"convention": "hash", "is_weight": 2.0, "item_id": "a-1",
+                                               "stratum": "s1_easy"})
+    assert train == {"score": 1.0, "acc": 1.0, "is_weight": 2.0, "item_id": "a-1", "stratum": "s1_easy"}
+    val = compute_score("d", "#### 7", "7", {"convention": "hash", "item_id": "a-1", "request": "hash"})
+    assert set(val) == {"score", "acc", "is_weight", "payload", "strict"}  # verl averages these: numbers only
+
+
+def test_the_step_a_relaunch_resumed_from_goes_once_newer_steps_replace_it(tmp_path):
+    """verl deletes only the steps its own process saved; the one a relaunch resumed from would stay for good."""
+    from crossed_rlvr.train.verl_weighted import stale_resume_step
+
+    (tmp_path / "global_step_50").mkdir()
+    assert stale_resume_step(str(tmp_path), 50, 0, 1) is None  # nothing newer saved yet
+    assert stale_resume_step(str(tmp_path), 50, 1, 1) == str(tmp_path / "global_step_50")
+    assert stale_resume_step(str(tmp_path), 50, 1, 2) is None  # two kept: the resumed step is still one of them
+    assert stale_resume_step(str(tmp_path), 50, 2, 2) == str(tmp_path / "global_step_50")
+    assert stale_resume_step(str(tmp_path), 50, 5, None) is None  # max_actor_ckpt_to_keep unset: keep every step
+    assert stale_resume_step(str(tmp_path), None, 5, 1) is None  # trained from scratch
+    assert stale_resume_step(str(tmp_path), 40, 1, 1) is None  # not on disk
+
+
+def test_a_relaunch_at_another_world_size_is_refused_naming_the_saved_one(tmp_path):
+    """verl loads ``model_world_size_{W}_rank_{R}.pt`` for its own W: a step saved by 2 ranks and relaunched on 1
+    would crash after the workers start. The preflight says so, with the supported ways on."""
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.train.verl_launch import resumed_step_gb, world_size_problem
+
+    root = tmp_path / "checkpoints"
+    actor = root / "global_step_1" / "actor"
+    actor.mkdir(parents=True)
+    for r in (0, 1):
+        (actor / f"model_world_size_2_rank_{r}.pt").write_bytes(b"x" * 1000)
+    (root / "global_step_0").mkdir()
+    (root / "global_step_0" / "stale.pt").write_bytes(b"x" * 5000)  # an older step left on disk
+    composed = OmegaConf.create({"trainer": {"resume_mode": "auto", "default_local_dir": str(root), "nnodes": 1,
+                                             "n_gpus_per_node": 1}})
+    assert world_size_problem(composed) is None  # no tracker file: verl trains from scratch
+    (root / "latest_checkpointed_iteration.txt").write_text("1")
+    said = world_size_problem(composed)
+    assert said.startswith(f"{actor} was saved by 2 ranks (model_world_size_2_rank_*.pt) and this launch runs 1 ")
+    assert "engine.n_gpus_per_node=2" in said and "verl.model_merger merge" in said and "model.path=DIR" in said
+    composed.trainer.n_gpus_per_node = 2
+    assert world_size_problem(composed) is None
+    assert resumed_step_gb(root) == 2000 / 1e9  # the step resumed from, not the stale one beside it
+
+
 def test_verl_validates_the_items_trl_validates(tmp_path):
     """verl's validation parquet holds the first validation.n_items items of the split under every request, the
     items crossed-eval takes for TRL's validation (frozen_items), so the two engines' over-training curves

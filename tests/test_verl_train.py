@@ -1,7 +1,15 @@
-"""verl's own trainer, for real on this CPU (engine.device=cpu: FSDP2 on one gloo rank, a transformers rollout,
-train/verl_cpu.py and train/verl_rollout.py): the smoke study's arms trained through verl and analysed like TRL's,
-a kill after the first update and a resume that ends on the same weights as the uninterrupted arm (the route
-``gpu_smoke.sh --resume-check`` takes), and relaunches of a finished arm that do nothing.
+"""verl's own trainer, for real on this CPU, on the paper's own design (``experiment=smoke-verl-paper``): the smoke
+study's hash and boxed arms through verl with the frozen stratified prompt proposal of App. D.1 (strata estimated
+by the initial policy), the importance-weighted trainer over verl's transfer queue, the rollout's importance
+correction and validation dumps, FSDP2 on 2 gloo ranks (train/verl_cpu.py, verl_rollout.py, verl_weighted.py).
+
+Checked from outside the trainer: each trajectory's advantages after the scaling equal App. D.1's weight (written
+again here from the strata file) times the advantages before; the first update at world size 2 equals world size
+1's; one checkpoint file per rank, each holding about half the model; the merge from both shards holds the model's
+own parameter names; a kill after the first save and a relaunch at world size 2 ends on the uninterrupted weights,
+while a relaunch at world size 1 is refused before Ray starts; the step a relaunch resumed from is gone right after
+the first new save; each arm's wandb run holds the weights and the study's settings, and a resumed arm continues
+its run.
 
 Every test here starts verl on a local Ray: they run one after another on the exclusive worker (conftest.py).
 """
@@ -10,30 +18,37 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 
+from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.study.pipeline import Study
 from crossed_rlvr.train.verl_launch import read_metrics
 from tests.helpers import study_cfg
 
-# The study fixture trains two verl arms (~95 s of start-up each on 2 cores) and evaluates them: 567 s in a whole
-# suite run here, too near the suite's 600 s per test; its first test gets the time it needs.
+# The study fixture estimates the strata, trains two verl arms on 2 ranks (~70 s of start-up each on 2 cores) and
+# evaluates them: its first test gets the time it needs.
 pytestmark = [pytest.mark.exclusive, pytest.mark.timeout(1800)]
 
 SEED = 83
+STRATA = ("s1_easy", "s2_medium", "s3_hard")
 
 
 @pytest.fixture(scope="module")
 def verl_study(tmp_path_factory, warm_cache):
-    """The smoke study with its hash and boxed arms trained by verl (one seed: the route, not the seed spread),
-    from the smoke study's initial policy (the suite's warm-start cache)."""
+    """The paper-design smoke study (one seed: the route, not the seed spread) from the smoke study's initial policy
+    (the suite's warm-start cache), every update's advantages dumped, wandb offline."""
     run = tmp_path_factory.mktemp("verl") / "study"
-    summary = Study(study_cfg(run, "experiment=smoke-verl", f"arms.seeds=[{SEED}]",
-                              f"initial.cache_dir={warm_cache}")).run_all()
+    summary = Study(study_cfg(run, "experiment=smoke-verl-paper", f"arms.seeds=[{SEED}]",
+                              f"initial.cache_dir={warm_cache}", "engine.dump_advantages=true",
+                              "tracking=offline")).run_all()
     return run, summary
 
 
@@ -41,32 +56,127 @@ def arm(run: Path, conv: str) -> Path:
     return run / "train" / conv / f"s{SEED}"
 
 
-def test_verl_arms_train_and_the_study_reports_their_crossed_interaction(verl_study):
-    """Rewards above zero in verl's own metrics, arms that end on different weights, interactions over training
-    that move away from zero, and the report's crossed interaction with its interval."""
+def resolved(folder: Path):
+    return OmegaConf.create(json.loads((folder / "resolved_config.json").read_text()))
+
+
+def test_the_paper_design_trains_on_two_ranks_and_the_study_reports_its_crossed_interaction(verl_study):
+    """Strata estimated by the initial policy (no strata file given), rewards above zero in verl's own metrics,
+    rollout and actor log-probs that agree to float32 precision, arms that end on different weights, and the
+    report's crossed interaction with its interval."""
     import pandas as pd
 
     run, summary = verl_study
     assert not any(s["reused"] for s in summary["stages"].values())
+    strata_file = RunLayout(run).strata
+    strata = [json.loads(x) for x in strata_file.read_text().splitlines()]
+    counts = Counter(r["stratum"] for r in strata)
+    assert sorted(counts) == list(STRATA) and all(counts[s] > 0 for s in STRATA), counts
+    assert all(r["k"] == 4 for r in strata)
     for conv in ("hash", "boxed"):
+        proposal = resolved(arm(run, conv)).recipe.proposal
+        assert proposal.enabled and proposal.strata_file == str(strata_file.resolve())
         rows = read_metrics(arm(run, conv))
         steps = [r for r in rows if "critic/rewards/mean" in r]
         assert [r["step"] for r in steps] == [1, 2, 3], rows
         assert max(r["critic/rewards/mean"] for r in steps) > 0, (conv, steps)
         # the importance correction ran: the rollout's log-probs reached verl (absent, verl skips it silently)
         assert all(0.5 < r["rollout_corr/rollout_is_mean"] < 2.0 for r in steps)
-        assert all(r["rollout_corr/log_ppl_abs_diff"] < 0.1 for r in steps)  # rollout and actor agree
+        # the update computes in float32, as the rollout samples (train/verl_cpu.py's mixed_precision): under
+        # verl's default bf16 compute the actor's token probabilities differ from the rollout's by ~1e-2
+        assert all(r["training/rollout_probs_diff_max"] < 1e-4 for r in steps), [
+            r["training/rollout_probs_diff_max"] for r in steps]
+        assert all(r["rollout_corr/log_ppl_abs_diff"] < 1e-5 for r in steps)
     weights = [(arm(run, conv) / "checkpoints" / "step-3" / "model.safetensors").read_bytes() for conv in ("hash", "boxed")]
     assert weights[0] != weights[1]
     over = pd.read_csv(run / "analysis" / "over_training.csv")
     assert sorted(set(over["step"])) == [0, 1, 2, 3]
     assert (over.loc[(over.step > 0) & (over.contrast == "I_P"), "estimate"].abs() > 1e-9).any()
-    assert (over.loc[over.step == 0, ["estimate", "ci_low", "ci_high"]].abs() < 1e-9).all().all()
     report = (run / "analysis" / "report.md").read_text()
     assert f"| grpo/s{SEED} | hashxboxed |" in report and "## Crossed interactions over training" in report
     con = pd.read_csv(run / "analysis" / "contrasts.csv")
     inter = con[(con.name == "interaction") & (con.measure == "payload")]
     assert len(inter) and inter[["ci_low", "ci_high"]].notna().all().all()
+
+
+def expected_weights(target: list[float], proposal: list[float], epsilon: float) -> dict[str, float]:
+    """App. D.1, written here without the package: item i of stratum s has target mass P_i = t_s / n_s and proposal
+    mass Q_i = (1 - eps) v_s / n_s + eps P_i (t, v normalised), so its weight P_i / Q_i does not depend on n_s."""
+    t = np.asarray(target, float) / sum(target)
+    v = np.asarray(proposal, float) / sum(proposal)
+    return {name: float(t[k] / ((1 - epsilon) * v[k] + epsilon * t[k])) for k, name in enumerate(STRATA)}
+
+
+def test_each_trajectorys_advantages_are_scaled_by_its_weight_from_the_strata_file(verl_study):
+    """The advantages each update's trainer read from verl and wrote back (<arm>/advantages/step-N.pt): after =
+    w x before for every trajectory, with w recomputed from the strata file and the preset's target and proposal,
+    in an update whose every stratum has at least 8 trajectories with a non-zero advantage (a check over zero
+    advantages checks nothing). Measured on the initial policy: under the boxed reward both easy items, ~58% of the
+    medium and ~30% of the hard ones get groups of mixed reward (under the hash reward the easy items never do), so
+    a boxed update of 16 prompts holds this with ~85% chance, one of the three with ~99.7%."""
+    run, _ = verl_study
+    stratum_of = {str(r["item_id"]): r["stratum"] for r in map(json.loads, RunLayout(run).strata.read_text().splitlines())}
+    checked = []
+    for conv in ("hash", "boxed"):
+        p = resolved(arm(run, conv)).recipe.proposal
+        want = expected_weights(list(p.target), list(p.proposal), float(p.epsilon))
+        assert want["s3_hard"] < 1 < want["s2_medium"]  # the proposal over-samples the hard stratum; w undoes it
+        for step in (1, 2, 3):
+            d = torch.load(arm(run, conv) / "advantages" / f"step-{step}.pt")
+            assert len(d["before"]) == 16 * 8  # 16 prompts x a group of 8
+            live = Counter(stratum_of[i] for i, b in zip(d["item_id"], d["before"], strict=True) if b.abs().max() > 0)
+            for item, stratum, before, after in zip(d["item_id"], d["stratum"], d["before"], d["after"], strict=True):
+                assert stratum == stratum_of[item]  # the stratum the trainer logged is the file's
+                torch.testing.assert_close(after, want[stratum_of[item]] * before, rtol=1e-6, atol=1e-7)
+            if all(live[s] >= 8 for s in STRATA):
+                checked.append((conv, step, dict(live)))
+    assert checked, "no update had 8 trajectories with a non-zero advantage in every stratum"
+
+
+def test_every_update_logs_the_weights_and_each_stratums_share(verl_study):
+    """verl's per-update metrics (and so wandb) hold the weights' mean, min and max and each stratum's share of the
+    batch, as the dumped trajectories give them."""
+    run, _ = verl_study
+    for conv in ("hash", "boxed"):
+        rows = {r["step"]: r for r in read_metrics(arm(run, conv))}
+        for step in (1, 2, 3):
+            d = torch.load(arm(run, conv) / "advantages" / f"step-{step}.pt")
+            w, shares = np.array(d["is_weight"]), Counter(d["stratum"])
+            row = rows[step]
+            assert row["crossed/is_weight_mean"] == pytest.approx(w.mean(), rel=1e-6)
+            assert (row["crossed/is_weight_min"], row["crossed/is_weight_max"]) == pytest.approx((w.min(), w.max()))
+            got = {k.split("/")[-1]: v for k, v in row.items() if k.startswith("crossed/stratum_share/")}
+            assert got == pytest.approx({s: n / len(d["stratum"]) for s, n in shares.items()})
+
+
+def test_each_rank_saves_its_half_and_the_merge_holds_the_models_own_parameters(verl_study):
+    from crossed_rlvr.train.checkpoints import model_tensors, stored_tensors
+
+    run, _ = verl_study
+    for conv in ("hash", "boxed"):
+        actor = arm(run, conv) / "checkpoints" / "global_step_3" / "actor"
+        shards = sorted(p.name for p in actor.glob("model_world_size_*"))
+        assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
+        local = [sum(t.to_local().numel() for t in torch.load(actor / s, weights_only=False).values()) for s in shards]
+        assert all(0.4 < n / sum(local) < 0.6 for n in local), local  # FSDP2 shards the parameters across ranks
+        merged = arm(run, conv) / "checkpoints" / "step-3"
+        names, tied = model_tensors(merged)
+        assert set(stored_tensors(merged)) == set(names) - tied
+
+
+def test_the_arms_wandb_runs_hold_the_weights_and_the_studys_settings(verl_study):
+    from crossed_rlvr.tracking import offline_runs
+
+    run, _ = verl_study
+    for conv in ("hash", "boxed"):
+        runs = offline_runs(arm(run, conv))
+        assert len(runs) == 1 and runs[0]["name"] == f"grpo-{conv}/s{SEED}", runs
+        history, config = set(runs[0]["history"]), set(runs[0]["config"])
+        assert {"crossed/is_weight_mean", "crossed/is_weight_min", "crossed/is_weight_max"} <= history
+        assert any(k.startswith("crossed/stratum_share/") for k in history)
+        assert {"recipe", "convention", "seed", "study", "task", "model", "crossed_algorithm"} <= config, config
+        assert "actor_rollout_ref" in config  # verl's own config beside it
+        assert runs[0]["steps"] == [0, 1, 2, 3]  # validation before training, then every update
 
 
 def test_a_relaunched_finished_arm_does_nothing_and_says_so(verl_study):
@@ -83,53 +193,152 @@ def test_a_relaunched_finished_arm_does_nothing_and_says_so(verl_study):
     assert time.perf_counter() - start < 60  # no Ray, no verl
 
 
+def arm_copy(run: Path, folder: Path, tracking: str, **changes):
+    """The study's hash arm prepared again in ``folder`` (crossed-train), with ``changes`` to its config."""
+    from crossed_rlvr.train.run import run_train
+
+    cfg = resolved(arm(run, "hash"))
+    cfg.run_dir = str(folder)
+    cfg.engine.launch = False
+    cfg.tracking = {"mode": tracking, "project": "crossed-rlvr"}
+    cfg.study = "verl-test"
+    for key, value in changes.items():
+        OmegaConf.update(cfg, key, value)
+    run_train(cfg)
+    return cfg
+
+
+def test_world_size_2_takes_the_same_first_update_as_world_size_1(verl_study, tmp_path_factory):
+    """The hash arm at world size 1, stopped after its first update: the same rollouts (one rollout server at either
+    world size, every completion seeded by update, prompt and sample), and the same loss and gradient norm as at
+    world size 2, so gloo's gradient reduction across the two ranks averages (pytorch issue 162338 reports a
+    reduce-scatter that sums: the norm would then be twice world size 1's)."""
+    from crossed_rlvr.study.smoke import launch_until_first_update
+
+    run, _ = verl_study
+    folder = tmp_path_factory.mktemp("ws1") / "arm"
+    arm_copy(run, folder, "off", **{"engine.n_gpus_per_node": 1, "recipe.save_every": 1})  # killed after step 1
+    launch_until_first_update("grpo-hash/s83 at world size 1", folder, folder / "launch.log", limit_s=900, poll_s=0.5)
+    one = next(r for r in read_metrics(folder) if r["step"] == 1)
+    two = next(r for r in read_metrics(arm(run, "hash")) if r["step"] == 1)
+    for key in ("critic/rewards/mean", "response_length/mean"):
+        assert one[key] == two[key], key
+    # the same weights, averaged in another order (the batch is balanced over the ranks)
+    assert one["crossed/is_weight_mean"] == pytest.approx(two["crossed/is_weight_mean"], rel=1e-6)
+    assert abs(one["actor/pg_loss"] - two["actor/pg_loss"]) < 1e-6
+    assert one["actor/grad_norm"] == pytest.approx(two["actor/grad_norm"], rel=1e-4), (one["actor/grad_norm"],
+                                                                                       two["actor/grad_norm"])
+    assert one["actor/grad_norm"] > 0.01  # a real gradient, not two zeros
+
+
 @pytest.fixture(scope="module")
 def resumed(verl_study, tmp_path_factory):
     """The study's hash arm again, resumable (a checkpoint every update), through the route ``gpu_smoke.sh
-    --resume-check`` takes (study/smoke.py: resume_arm): killed once its first update is complete, relaunched to
-    the end, then launched a third time."""
+    --resume-check`` takes (study/smoke.py: resume_arm): killed once its first update is complete; relaunched at
+    world size 1 (refused); relaunched at world size 2 to the end, the checkpoints on disk read right after its
+    first new save; then launched a third time."""
     from crossed_rlvr.study.smoke import resume_arm
-    from crossed_rlvr.train.run import run_train
 
     run, _ = verl_study
-    cfg = OmegaConf.create(json.loads((arm(run, "hash") / "resolved_config.json").read_text()))
     folder = tmp_path_factory.mktemp("resume") / "arm"
-    cfg.run_dir = str(folder)
-    cfg.recipe.save_every = 1
-    cfg.engine.launch = False
-    cfg.tracking = {"mode": "off", "project": "crossed-rlvr"}
-    run_train(cfg)
-    said = resume_arm(f"grpo-hash/s{SEED}", folder, 3, weighted=False, limit_s=900, poll_s=0.5)
+    arm_copy(run, folder, "offline", **{"recipe.save_every": 1})
+    ckpt = folder / "checkpoints"
+    seen: dict[str, object] = {}
+
+    def relaunch_at_world_size_1() -> None:
+        seen["after_kill"] = sorted(p.name for p in ckpt.glob("global_step_*"))
+        # the arm's launch as its script runs it (its overrides and Ray CPUs), on one rank instead of two
+        overrides = (folder / "verl_overrides.txt").read_text().split()
+        cpus = next(x.strip() for x in (folder / "launch_single_node.sh").read_text().split()
+                    if x.strip().startswith("ray_kwargs.ray_init.num_cpus="))
+        seen["ws1"] = subprocess.run([sys.executable, "-m", "crossed_rlvr.train.verl_launch", "--weighted", "--cpu", "1", "--",
+                                      *overrides, cpus], capture_output=True, text=True, timeout=300, check=False)
+
+    def after_first_new_save() -> None:
+        # verl writes the tracker after a step's files; the trainer removes the resumed-from step right after its
+        # save, before the step's metrics are logged: read once step 2 is logged, before step 3 saves
+        latest = ckpt / "latest_checkpointed_iteration.txt"
+        if "first_new_save" in seen or not latest.exists() or latest.read_text().strip() != "2":
+            return
+        if any(r["step"] == 2 and "critic/rewards/mean" in r for r in read_metrics(folder)):
+            seen["first_new_save"] = sorted(p.name for p in ckpt.glob("global_step_*"))
+
+    said = resume_arm(f"grpo-hash/s{SEED}", folder, 3, weighted=True, limit_s=900, poll_s=0.5,
+                      after_kill=relaunch_at_world_size_1, while_resuming=after_first_new_save)
     logs = [(folder / f"resume_{k}.log").read_text(errors="replace") for k in ("first", "second", "third")]
-    return run, folder, said, logs
+    return run, folder, said, logs, seen
 
 
 def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_weights(resumed):
-    """Dataloader position, optimizer state and weights continue from step 1; the rollout seeds every completion
-    by (update, prompt, sample), so the resumed arm's final weights equal the uninterrupted arm's exactly."""
-    from safetensors.torch import load_file
-
-    run, folder, said, (killed, relaunched, _) = resumed
-    assert said == f"grpo-hash/s{SEED} killed after its first update, resumed from global_step_1, finished; a relaunch did nothing"
+    """Dataloader position, optimizer state and both ranks' shards continue from step 1; the rollout seeds every
+    completion by (update, prompt, sample), so the resumed arm samples exactly what the uninterrupted arm sampled
+    and ends on its weights: each rank's fp32 shard to float tolerance (measured here: the resumed step-2 gradient
+    norm differs in the 7th digit, the final fp32 weights by at most 4e-7, the order in which float sums are taken;
+    a sampled token that changed would show in the rewards and lengths compared exactly below)."""
+    run, folder, said, (killed, relaunched, _), _ = resumed
+    assert said == (f"grpo-hash/s{SEED} killed after its first update, resumed from global_step_1, finished; "
+                    "importance weights logged; a relaunch did nothing")
     assert "Training from scratch" in killed and "global_step_2" not in killed  # killed before a second save
     assert "global_step_1" in relaunched and "Training from scratch" not in relaunched
     rows = read_metrics(folder)
     assert [r["step"] for r in rows if "critic/rewards/mean" in r] == [1, 2, 3]
     assert len(list((folder / "verl_metrics").glob("launch-*.jsonl"))) == 2  # the first launch's lines kept
-    got = load_file(folder / "checkpoints" / "step-3" / "model.safetensors")
-    want = load_file(arm(run, "hash") / "checkpoints" / "step-3" / "model.safetensors")
-    assert got.keys() == want.keys()
-    different = [k for k in want if not (got[k] == want[k]).all()]
-    assert different == [], different[:5]
-    uninterrupted = {r["step"]: r["critic/rewards/mean"] for r in read_metrics(arm(run, "hash")) if "critic/rewards/mean" in r}
-    assert {r["step"]: r["critic/rewards/mean"] for r in rows if "critic/rewards/mean" in r} == uninterrupted
+    for rank in (0, 1):
+        shard = f"global_step_3/actor/model_world_size_2_rank_{rank}.pt"
+        got = torch.load(folder / "checkpoints" / shard, weights_only=False)
+        want = torch.load(arm(run, "hash") / "checkpoints" / shard, weights_only=False)
+        assert got.keys() == want.keys()
+        for key in want:
+            torch.testing.assert_close(got[key].to_local(), want[key].to_local(), rtol=1e-5, atol=1e-6)
+    sampled = ("critic/rewards/mean", "response_length/mean")
+    uninterrupted = {r["step"]: r for r in read_metrics(arm(run, "hash")) if "critic/rewards/mean" in r}
+    for r in rows:
+        if "critic/rewards/mean" in r:
+            assert [r[k] for k in sampled] == [uninterrupted[r["step"]][k] for k in sampled], r["step"]
+            # the same prompts' weights, averaged in the order the batch arrived in
+            assert r["crossed/is_weight_mean"] == pytest.approx(uninterrupted[r["step"]]["crossed/is_weight_mean"])
+
+
+def test_a_relaunch_at_another_world_size_is_refused_before_ray_starts(resumed):
+    _, folder, _, _, seen = resumed
+    out = seen["ws1"]
+    said = [x for x in out.stdout.splitlines() if "PREFLIGHT FAILED" in x]
+    assert out.returncode == 2 and len(said) == 1, (out.stdout + out.stderr)[-3000:]
+    assert f"{folder / 'checkpoints' / 'global_step_1' / 'actor'} was saved by 2 ranks" in said[0]
+    assert "this launch runs 1" in said[0] and "model.path=DIR" in said[0]
+    assert "Started a local Ray" not in out.stdout + out.stderr
+
+
+def test_the_step_a_relaunch_resumed_from_is_gone_right_after_the_first_new_save(resumed):
+    """verl keeps one step (``max_actor_ckpt_to_keep=1``) but deletes only what its own process saved: the step a
+    relaunch resumed from would stay for good. It goes as soon as the first new step is saved."""
+    _, folder, _, (_, relaunched, _), seen = resumed
+    assert seen["after_kill"] == ["global_step_1"]
+    assert seen["first_new_save"] == ["global_step_2"]
+    assert f"crossed-rlvr: removed {folder / 'checkpoints' / 'global_step_1'}" in relaunched
+    # at the end verl has removed step 2's model and optimizer (it saved them; its data.pt stays)
+    assert sorted(p.parent.name for p in (folder / "checkpoints").glob("global_step_*/actor")) == ["global_step_3"]
+
+
+def test_the_resumed_arm_continues_its_wandb_run(resumed):
+    """Both launches log into one wandb run (the same id; offline, one folder a launch, joined when synced), the
+    relaunch from the step it resumed on; the finished arm's third launch opens none. (Offline, a launch killed
+    with SIGKILL loses the rows wandb had not yet written: the first launch's folder holds the run, not its rows.)"""
+    from crossed_rlvr.tracking import offline_runs
+
+    _, folder, _, _, _ = resumed
+    runs = offline_runs(folder)
+    assert len(runs) == 2 and len({r["id"] for r in runs}) == 1, runs
+    second = sorted(runs, key=lambda r: r["path"])[1]
+    assert second["steps"] == [1, 2, 3], second["steps"]  # the resumed step's validation, then updates 2 and 3
+    assert "crossed/is_weight_mean" in second["history"] and "recipe" in second["config"]
 
 
 def test_a_step_without_its_optimizer_state_is_refused_before_verl_starts(resumed):
     """The finished resumable arm's optimizer state went with the verified merge. Relaunched, it does nothing;
     with its merge moved away, verl's resume_mode=auto would load that step and crash on the missing optimizer:
     the launch refuses in one line before Ray starts."""
-    _, folder, _, (_, _, again) = resumed
+    _, folder, _, (_, _, again), _ = resumed
     ckpt = folder / "checkpoints"
     assert not list((ckpt / "global_step_3" / "actor").glob("optim_world_size_*"))  # removed after the merge
     script = folder / "launch_single_node.sh"

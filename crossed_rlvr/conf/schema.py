@@ -133,6 +133,9 @@ class ProposalConf:
     strata_file: str | None = None
     strata_sha256: str | None = None
     estimate_samples: int = num(4, 2, 1024)  # samples per training item for the difficulty estimate (half per request)
+    # true: estimate the strata with the initial policy even when the task's items carry strata of their own (an
+    # arithmetic task's operation counts are a structure, not the model's difficulty App. D.1 stratifies by)
+    estimate: bool = False
 
 
 @dataclass
@@ -207,6 +210,9 @@ class EngineConf:
     host_memory_gib: float | None = num(None, 1.0, 1_000_000.0, why="host memory of one node")
     disk_free_gb: float | None = num(None, 0.0, 1e9, why="free disk under run_dir")
     fused_optimizer: bool = False
+    # the weighted trainer writes each update's advantages before and after the importance scaling into
+    # <arm>/advantages/step-<N>.pt (train/verl_weighted.py), for a check from outside the trainer
+    dump_advantages: bool = False
 
 
 @dataclass

@@ -111,7 +111,8 @@ def check_matched(cfg: Any, layout: RunLayout) -> dict[str, bool]:
 
 def frozen_strata(configs: StudyConfigs, ipath: str, weights: str, prepare: bool = False) -> dict[str, Any] | None:
     """The frozen difficulty strata of the training items when the proposal is on (App. D.1): the user's file
-    (``recipe.proposal.strata_file``), none when the task's items carry strata, else estimated with the initial
+    (``recipe.proposal.strata_file``), none when the task's items carry strata (unless ``recipe.proposal.estimate``),
+    else estimated with the initial
     policy (train/strata.py) into ``<run>/data/strata.jsonl``, reused while the policy, items and sampling
     settings are unchanged."""
     from crossed_rlvr.conf.checks import RecipeError
@@ -129,7 +130,7 @@ def frozen_strata(configs: StudyConfigs, ipath: str, weights: str, prepare: bool
             raise RecipeError(f"recipe.proposal.strata_file={prop.strata_file}: no such file")
         return {"file": str(path), "sha256": file_sha256(path)}
     items = train_items(OmegaConf.create(configs.train_task()), int(c.arms.train_items), GRPO_ITEM_SEED)
-    if items and all(it.get("stratum") is not None for it in items):
+    if items and all(it.get("stratum") is not None for it in items) and not prop.get("estimate", False):
         return None
     out = configs.layout.strata
     meta_path = out.with_suffix(".meta.json")

@@ -22,6 +22,7 @@ import argparse
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,49 +70,75 @@ def resume_check(study: Any, limit_s: float = 3600.0, poll_s: float = 5.0) -> st
                       bool((study.cfg.recipe.get("proposal") or {}).get("enabled", False)), limit_s, poll_s)
 
 
+def first_update_done(run_dir: Path) -> bool:
+    """The arm's step-1 checkpoint is complete and its metrics are logged. verl writes the tracker file after the
+    step's files, and logs the step after its checkpoint and validation: killed before that line, a resumed launch
+    (which starts at step 2) would never log step 1."""
+    from crossed_rlvr.train.verl_launch import read_metrics
+
+    latest = ArmLayout(run_dir).verl_latest
+    return latest.exists() and latest.read_text().strip() == "1" and \
+        any(r["step"] == 1 and "critic/rewards/mean" in r for r in read_metrics(run_dir))
+
+
+def launch_until_first_update(name: str, run_dir: Path, log_path: Path, limit_s: float = 3600.0,
+                              poll_s: float = 5.0) -> None:
+    """An arm's launch script, killed (its whole process group, Ray's daemons included) once its first update is
+    complete, as a preempted job would be."""
+    import os
+    import subprocess
+
+    from crossed_rlvr.train.rehearsal import TAG, kill_group
+
+    arm = ArmLayout(run_dir)
+    tag = f"resume-{os.getpid()}-{time.monotonic_ns()}"  # every process of the launch, Ray's daemons too
+    env = {**os.environ, "VERL_LOGGING_LEVEL": "INFO", TAG: tag}  # verl's v1 trainer says it resumes at INFO
+    with log_path.open("w") as log:
+        first = subprocess.Popen(["bash", str(arm.launch_single_node)], stdout=log, stderr=subprocess.STDOUT,
+                                 env=env, start_new_session=True)
+        start = time.monotonic()
+        try:
+            while not first_update_done(run_dir):
+                if first.poll() is not None:
+                    raise RuntimeError(f"{name}: the launch ended (exit {first.returncode}) before its step-1 "
+                                       f"checkpoint; see {log_path}")
+                if time.monotonic() - start > limit_s:
+                    raise RuntimeError(f"{name}: no step-1 checkpoint within {limit_s:g} s")
+                time.sleep(poll_s)
+        finally:
+            kill_group(first.pid, tag)
+
+
 def resume_arm(name: str, run_dir: Path, updates: int, weighted: bool, limit_s: float = 3600.0,
-               poll_s: float = 5.0) -> str:
+               poll_s: float = 5.0, after_kill: Callable[[], None] | None = None,
+               while_resuming: Callable[[], None] | None = None) -> str:
     """An arm's launch script, killed once its first update is complete (its resumable checkpoint and its logged
     metrics), then run again: it must resume from step 1 (verl: "Resuming from .../global_step_1"), finish (merge,
     check, optimizer state removed) and, importance-weighted, log the weights (``crossed/is_weight_mean``); run a
     third time, it must do nothing and say the arm has finished (a relaunch never resumes a step whose optimizer
     state is gone). The logs stay beside the arm: ``resume_first.log``, ``resume_second.log``, ``resume_third.log``.
-    ``gpu_smoke.sh --resume-check`` and the suite's verl-on-CPU test both take this route."""
+    ``after_kill`` runs between the kill and the relaunch, ``while_resuming`` at every poll of the relaunch (a
+    check may look at the disk as the relaunch saves). ``gpu_smoke.sh --resume-check`` and the suite's verl-on-CPU
+    test both take this route."""
     import os
     import subprocess
 
-    from crossed_rlvr.train.rehearsal import TAG, kill_group
-    from crossed_rlvr.train.verl_launch import read_metrics
-
     arm = ArmLayout(run_dir)
     script, latest = arm.launch_single_node, arm.verl_latest
-    tag = f"resume-{os.getpid()}-{time.monotonic_ns()}"  # every process of the first launch, Ray's daemons too
-    env = {**os.environ, "VERL_LOGGING_LEVEL": "INFO", TAG: tag}  # verl's v1 trainer says it resumes at INFO
-
-    def first_update_done() -> bool:
-        # verl writes the tracker file after the step's files, and logs the step after its checkpoint and
-        # validation: killed before that line, the resumed launch (which starts at step 2) would never log step 1
-        return latest.exists() and latest.read_text().strip() == "1" and \
-            any(r["step"] == 1 and "critic/rewards/mean" in r for r in read_metrics(run_dir))
-
-    with arm.resume_log("first").open("w") as log:
-        first = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True)
-        start = time.monotonic()
-        try:
-            while not first_update_done():
-                if first.poll() is not None:
-                    raise RuntimeError(f"{name}: the first launch ended (exit {first.returncode}) before its step-1 "
-                                       f"checkpoint; see {arm.resume_log('first')}")
-                if time.monotonic() - start > limit_s:
-                    raise RuntimeError(f"{name}: no step-1 checkpoint within {limit_s:g} s")
-                time.sleep(poll_s)
-        finally:
-            kill_group(first.pid, tag)  # the arm dies after its first update, as a preempted job would
-    env.pop(TAG)
+    launch_until_first_update(name, run_dir, arm.resume_log("first"), limit_s, poll_s)
+    if after_kill is not None:
+        after_kill()
+    env = {**os.environ, "VERL_LOGGING_LEVEL": "INFO"}
     with arm.resume_log("second").open("w") as log:
-        second = subprocess.run(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                timeout=limit_s, check=False)
+        second = subprocess.Popen(["bash", str(script)], stdout=log, stderr=subprocess.STDOUT, env=env)
+        start = time.monotonic()
+        while second.poll() is None:
+            if while_resuming is not None:
+                while_resuming()
+            if time.monotonic() - start > limit_s:
+                second.kill()
+                raise RuntimeError(f"{name}: the relaunch did not end within {limit_s:g} s")
+            time.sleep(min(poll_s, 0.25) if while_resuming is not None else poll_s)
     text = arm.resume_log("second").read_text(errors="replace")
     if second.returncode != 0:
         raise RuntimeError(f"{name}: the relaunch failed (exit {second.returncode}); see {arm.resume_log('second')}")

@@ -307,15 +307,18 @@ def node_problem(planned: dict[str, Any], available_gib: float, free_gb: float, 
 
 
 def gpu_table() -> list[tuple[str, float]]:
-    """(name, total GiB) of each GPU torch sees on this node: what the launch plans on."""
+    """(name, total GiB) of each GPU torch sees on this node: what the launch plans on. Read from the device
+    properties, which come from the driver without a CUDA context: ``torch.cuda.mem_get_info`` would create one on
+    every GPU it asks about (~0.3-0.5 GiB each), held by the launch driver for the whole run and taken from the
+    plan's headroom."""
     import torch
 
     if not torch.cuda.is_available():
         return []
     out = []
     for i in range(torch.cuda.device_count()):
-        _free, total = torch.cuda.mem_get_info(i)
-        out.append((torch.cuda.get_device_name(i), total / GIB))
+        props = torch.cuda.get_device_properties(i)
+        out.append((str(props.name), props.total_memory / GIB))
     return out
 
 

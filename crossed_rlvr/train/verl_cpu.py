@@ -39,13 +39,18 @@ ENV = {"VERL_USE_EXTERNAL_MODULES": f"crossed_rlvr.train.verl_compat,{__name__}"
        "VERL_ENGINE_DEVICE": "cuda"}
 
 # verl's settings for a CPU run, on top of an arm's overrides (the route is the GPU presets' own: FSDP2, the same
-# trainer, reward and importance correction). float32 and no compile: bfloat16 is emulated on most CPUs and
-# torch.compile has no CPU gain at this size; no offload (the parameters already live in host memory); padding
-# removal needs flash-attn; one agent-loop, reward and data-loader worker where verl's defaults start 8 each.
+# trainer, reward and importance correction). float32 compute: verl's FSDP engine never reads fsdp_config.dtype; it
+# takes the compute dtype from fsdp_config.mixed_precision.param_dtype, bf16 when unset (FSDP2 casts the parameters
+# and the step runs under bf16 autocast). fp32 here, as the transformers rollout samples, so the actor's and the
+# rollout's log-probs agree to float precision (tests/test_verl_train.py reads it off verl's metrics) and an update
+# computes as TRL's does. No compile: torch.compile has no CPU gain at this size; no offload (the parameters already
+# live in host memory); padding removal needs flash-attn; one agent-loop, reward and data-loader worker where
+# verl's defaults start 8 each.
+MIXED_PRECISION = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
 OVERRIDES = [
     "trainer.device=cpu",
     "actor_rollout_ref.rollout.name=hf",
-    "actor_rollout_ref.actor.fsdp_config.dtype=float32",
+    f"++actor_rollout_ref.actor.fsdp_config.mixed_precision={MIXED_PRECISION}",
     "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
     "actor_rollout_ref.actor.fsdp_config.param_offload=False",
     "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
@@ -58,9 +63,14 @@ OVERRIDES = [
 
 
 def launch_overrides(ranks: int) -> list[str]:
-    """``OVERRIDES`` plus a local Ray with ``ranks`` logical GPUs (the workers get ``ENV`` from verl_launch)."""
+    """``OVERRIDES`` plus a local Ray with ``ranks`` logical GPUs (the workers get ``ENV`` from verl_launch), and
+    one rollout replica over all of them (its tensor-parallel size is the ranks). The transformers rollout seeds a
+    completion by (update, prompt, sample), counting a prompt's samples in its replica's server: verl's load
+    balancer spreads one prompt's samples over the replicas as they are least loaded, so two replicas would
+    repeat seeds and sample otherwise than one. With one server the samples are those of world size 1."""
     # no dashboard: nobody reads a CPU run's, and it starts ten Python processes of its own
     return [*OVERRIDES, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={ranks}",
             "+ray_kwargs.ray_init.include_dashboard=False"]
 
 

@@ -44,6 +44,8 @@ def verl_rows(rows: list[dict[str, Any]], data_source: str, per_request: bool = 
             "reward_model": {"style": "rule", "ground_truth": str(r["reference"])},
             "extra_info": {"convention": r["convention"], "item_id": str(r["item_id"]), "index": int(r.get("row", k)),
                            "is_weight": float(r.get("is_weight", 1.0)),
+                           # the proposal's stratum (App. D.1): the weighted trainer logs each stratum's share
+                           **({"stratum": str(r["stratum"])} if r.get("stratum") is not None else {}),
                            **({"request": r["request"]} if per_request else {}),
                            # a code row's tests: the dataset file its task id names (train/code_reward.py)
                            **({"code_dataset": r["code_dataset"]} if r.get("code_dataset") else {})},
@@ -156,7 +158,33 @@ def launch_env(cfg: Any) -> dict[str, str]:
         env["WANDB_TAGS"] = ",".join(str(x) for x in t.tags)
     # no rank reaches for the hub: the weights and tokenizer come from the cache `stages=fetch` filled
     env["HF_HUB_OFFLINE"] = "1"
+    if enabled(t):  # the arm's own settings in its run's config, beside the verl config verl logs itself
+        from crossed_rlvr.train.verl_weighted import SETTINGS_ENV
+
+        env[SETTINGS_ENV] = str(write_wandb_config(cfg, ArmLayout(run_dir).wandb_config).resolve())
+    if (cfg.get("engine") or {}).get("dump_advantages"):  # read by the weighted trainer in verl's task runner
+        from crossed_rlvr.train.verl_weighted import DUMP_ENV
+
+        env[DUMP_ENV] = str(ArmLayout(run_dir).advantages.resolve())
     return env
+
+
+# verl's own top-level config keys: verl passes its config to wandb.init, which wins over a config file's key of the
+# same name, so an arm setting of that name is logged as crossed_<key>
+VERL_CONFIG_KEYS = ("actor_rollout_ref", "algorithm", "critic", "data", "reward", "trainer", "ray_kwargs")
+
+
+def write_wandb_config(cfg: Any, path: Path) -> Path:
+    """The arm's resolved settings (recipe, convention, seed, task, model, ...), which our trainer adds to the wandb
+    run verl opens (train/verl_weighted.py, ``SETTINGS_ENV``): verl logs only its own config, so a run would
+    otherwise hold none of the study's settings to filter or group by. (wandb's own ``WANDB_CONFIG_PATHS`` cannot
+    carry it: wandb 0.31 refuses that variable's string as its list-typed setting.)"""
+    from crossed_rlvr.tracking import resolved_config
+
+    data = {k: v for k, v in resolved_config(cfg).items() if k != "tracking"}
+    data["study"] = str(cfg.get("study") or "")
+    atomic_write_json(path, {(f"crossed_{k}" if k in VERL_CONFIG_KEYS else k): v for k, v in data.items()})
+    return path
 
 
 def env_overrides(env: dict[str, str]) -> list[str]:

@@ -12,8 +12,8 @@ does, runs verl's ``validate_config``, and then:
 2. **Watchdog**: verl waits on Ray without timeouts; a thread in this driver watches Ray's placement
    groups and actors and ends the run, with the budget and what Ray still has free, when any of them
    has waited for resources longer than ``--wait-limit`` seconds.
-3. **verl**: ``run_ppo`` with verl's ``TaskRunnerV1``, or with our importance-weighted task runner
-   (``--weighted``, train/verl_weighted.py) that builds ``ImportanceWeightedTrainer`` in verl's sync mode.
+3. **verl**: ``run_ppo`` with our task runner (verl's ``TaskRunnerV1``, train/verl_weighted.py), which builds
+   ``ImportanceWeightedTrainer`` (``--weighted``) or ``CrossedSyncTrainer`` in verl's sync mode.
 
 Every launch makes verl load ``crossed_rlvr.train.verl_compat`` in each of its processes (the TRL fix every verl
 0.9.1 launch needs); ``--cpu N`` trains on this CPU instead of GPUs, through verl's plugin seams
@@ -200,6 +200,37 @@ def unresumable(composed: Any) -> str | None:
     return None
 
 
+def saved_world_size(actor: Path) -> int | None:
+    """The world size a step's FSDP shards were saved with (``model_world_size_{W}_rank_{R}.pt``), or None."""
+    sizes = {int(m.group(1)) for f in actor.glob("model_world_size_*_rank_*.pt")
+             if (m := re.match(r"model_world_size_(\d+)_rank_\d+\.pt$", f.name))}
+    return max(sizes) if sizes else None
+
+
+def world_size_problem(composed: Any) -> str | None:
+    """Why verl's ``resume_mode=auto`` would crash on this arm's latest checkpoint at this launch's world size, else
+    None. verl's FSDP checkpoint manager loads ``model_world_size_{W}_rank_{R}.pt`` for its own W and R, so a step
+    saved on 4 GPUs and relaunched on 8 dies after the workers (and vLLM) have started; refused here before Ray."""
+    trainer = composed.trainer
+    if trainer.get("resume_mode") != "auto" or not trainer.get("default_local_dir"):
+        return None
+    root = Path(str(trainer.default_local_dir))
+    marker = root / "latest_checkpointed_iteration.txt"
+    if not marker.is_file():
+        return None
+    step = marker.read_text().strip()
+    actor = root / f"global_step_{step}" / "actor"
+    saved = saved_world_size(actor)
+    ranks = int(trainer.nnodes) * int(trainer.n_gpus_per_node)
+    if saved is None or saved == ranks:
+        return None
+    return (f"{actor} was saved by {saved} ranks (model_world_size_{saved}_rank_*.pt) and this launch runs {ranks} "
+            f"(trainer.nnodes x trainer.n_gpus_per_node): verl resumes a step only at the world size that saved it. "
+            f"Relaunch on {saved} GPUs (engine.n_gpus_per_node={saved} for one node), or merge the step "
+            f"(python -m verl.model_merger merge --backend fsdp --local_dir {actor} --target_dir DIR) and start a "
+            "new arm from it (model.path=DIR)")
+
+
 def node_short(composed: Any, gpus: list[tuple[str, float]] | None = None) -> str | None:
     """The prepared plan (``memory_plan.json`` beside the checkpoints) against this node: the arm planned again
     on the GPUs torch reads here (``gpus``: memory.gpu_table() unless given), then its available memory and the
@@ -225,8 +256,19 @@ def node_short(composed: Any, gpus: list[tuple[str, float]] | None = None) -> st
             return problem
     planned = json.loads(plan_file.read_text())
     existing = next(p for p in (root, *root.parents) if p.exists())
-    already = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) / 1e9 if root.is_dir() else 0.0
+    already = resumed_step_gb(root)
     return node_problem(planned, available_memory_gib(), shutil.disk_usage(existing).free / 1e9, already, str(existing))
+
+
+def resumed_step_gb(root: Path) -> float:
+    """GB of the step this launch resumes from: one of the two checkpoints the plan allows at a save (it is removed
+    once the first new step replaces it, train/verl_weighted.py). Any other step on disk stays there and is already
+    out of the free space; counting it as one of the two would let a launch pass that runs out of disk."""
+    marker = root / "latest_checkpointed_iteration.txt"
+    step = root / f"global_step_{marker.read_text().strip()}" if marker.is_file() else None
+    if step is None or not step.is_dir():
+        return 0.0
+    return sum(f.stat().st_size for f in step.rglob("*") if f.is_file()) / 1e9
 
 
 def available_memory_gib(meminfo: str = "/proc/meminfo") -> float:
@@ -337,6 +379,10 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     from crossed_rlvr.train.preflight import socket_path_problem
     from crossed_rlvr.train.verl_engine import env_overrides, validate_verl  # neither imports verl
 
+    # A wandb-core service of the process that started this launch (a study logging its own stages) is named by
+    # WANDB_SERVICE, which Ray's workers would inherit: verl's wandb.init would join that service, where a killed
+    # launch's run stays "in use" and the relaunch's init of the same id fails. Each launch gets its own service.
+    os.environ.pop("WANDB_SERVICE", None)
     # verl reads these when first imported: set before anything imports verl (Ray's workers get them too)
     plugins = cpu_env() if cpu is not None else {"VERL_USE_EXTERNAL_MODULES": PLUGINS}
     os.environ.update(plugins)
@@ -371,7 +417,7 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
         except BudgetError as err:
             say(f"PREFLIGHT FAILED: {err}")
             return 2
-        if rehearse is None and (problem := unresumable(composed)) is not None:
+        if rehearse is None and (problem := unresumable(composed) or world_size_problem(composed)) is not None:
             say(f"PREFLIGHT FAILED: {problem}")
             return 2
         if rehearse is None and cpu is None and (problem := node_short(composed)) is not None:
@@ -380,21 +426,15 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
         say("preflight passed: Ray's CPUs and GPUs cover verl's budget")
     threading.Thread(target=watchdog, args=(budget, wait_limit), daemon=True).start()
 
-    from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+    from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
     if not composed.trainer.use_v1:
         raise SystemExit("trainer.use_v1=False: crossed-rlvr launches verl's v1 trainer only")
     auto_set_device(composed)
-    if weighted:
-        from crossed_rlvr.train.verl_weighted import task_runner_class
+    from crossed_rlvr.train.verl_weighted import task_runner_class
 
-        runner = task_runner_class()
-    else:
-        from verl.trainer.ppo.v1 import get_trainer_cls
-
-        runner = TaskRunnerV1
-        print(f"crossed-rlvr trainer: {get_trainer_cls(composed.trainer.v1.trainer_mode).__name__}", flush=True)
+    runner = task_runner_class(weighted)  # verl's task runner, building our sync trainer (weighted or not)
     start = time.perf_counter()
     try:
         run_ppo(composed, task_runner_class=runner)

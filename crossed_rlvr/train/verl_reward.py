@@ -9,7 +9,9 @@ file) are scored by running the program in the sandbox (:mod:`crossed_rlvr.train
 
 The result is a dict: ``score`` (the reward), ``acc`` (the same value, verl's usual metric name)
 and ``is_weight``, the row's importance weight P_i/Q_i (1.0 without the frozen proposal), which verl
-keeps with each trajectory so that :mod:`crossed_rlvr.train.verl_weighted` can scale advantages.
+keeps with each trajectory so that :mod:`crossed_rlvr.train.verl_weighted` can scale advantages; a training
+row's result also names its ``item_id`` and, with the proposal, its ``stratum`` (the trainer logs each stratum's
+share of the batch).
 Validation rows (crossed validation) name their request in ``extra_info["request"]``; for them
 the result adds ``payload`` (the requested payload is present) and ``strict`` (the request's strict
 reader is correct): cheap pure readers, so verl logs both per request (``val-aux/<data_source>/...``)
@@ -30,7 +32,7 @@ def compute_score(
     ground_truth: str,
     extra_info: dict[str, Any] | None = None,
     **_: Any,
-) -> dict[str, float]:
+) -> dict[str, float | str]:
     """Training reward of one rollout; the convention comes from the data row (paper 001 App. D.1)."""
     convention = (extra_info or {}).get("convention")
     if not convention:
@@ -45,7 +47,9 @@ def compute_score(
     score = reward(str(convention), solution_str, str(ground_truth))
     out = {"score": score, "acc": score, "is_weight": float((extra_info or {}).get("is_weight", 1.0))}
     request = (extra_info or {}).get("request")
-    if request:
+    if not request:  # a training row: its item and stratum travel to the trainer (per-update stratum shares)
+        out.update({k: str(extra_info[k]) for k in ("item_id", "stratum") if (extra_info or {}).get(k) is not None})
+    else:
         from crossed_rlvr.eval.score.payload import detect
         from crossed_rlvr.eval.score.readers import STRICT, get_reader
 

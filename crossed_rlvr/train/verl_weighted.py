@@ -12,6 +12,12 @@ Launch with ``python -m crossed_rlvr.train.verl_weighted <verl overrides>``: the
 ``sync`` as asynchronous (replay buffer, ``gen_batch_size`` 1, transfer-queue checkpoints), so the
 trainer keeps that name: the Ray task runner defined here puts ``ImportanceWeightedTrainer`` in
 verl's registry under ``sync`` inside its own actor process, where verl then builds it.
+
+Every update logs the weights (``crossed/is_weight_mean``, ``_min``, ``_max``) and each stratum's share of the
+batch (``crossed/stratum_share/<stratum>``; the reward entry returns each training row's stratum and item id).
+Both trainers here (unweighted arms run ``CrossedSyncTrainer``) remove the checkpoint a relaunch resumed from
+once newer steps replace it, which verl itself never does (``stale_resume_step``), and add the arm's own settings
+to the wandb run verl opens (``add_arm_settings``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Any
 import torch
 
 TRAINER_NAME = "crossed_is_sync"  # its own registry entry, for lookups; it runs as verl's "sync" mode
+BASE_NAME = "crossed_sync"  # the unweighted trainer (verl's, plus the resumed-from step's removal)
 
 
 def importance_weights(extra_fields: Any) -> torch.Tensor:
@@ -47,6 +54,80 @@ def scale_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.T
     return torch.stack(scaled)
 
 
+def weight_metrics(weights: torch.Tensor, strata: list[str | None]) -> dict[str, float]:
+    """The update's importance weights (mean, min, max) and each stratum's share of its trajectories, as verl logs
+    them (wandb, the metrics file): what a user checks first when the proposal is on."""
+    out = {"crossed/is_weight_mean": float(weights.mean()), "crossed/is_weight_min": float(weights.min()),
+           "crossed/is_weight_max": float(weights.max())}
+    named = [s for s in strata if s is not None]
+    for name in sorted(set(named)):
+        out[f"crossed/stratum_share/{name}"] = named.count(name) / len(strata)
+    return out
+
+
+def trajectory_field(extra_fields: Any, key: str) -> list[Any]:
+    """One ``reward_extra_info`` value per trajectory (None where the reward entry gave none)."""
+    out = []
+    for value in list(extra_fields):
+        fields = getattr(value, "data", value)
+        info = fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
+        out.append(info.get(key))
+    return out
+
+
+# Where the weighted trainer writes each update's advantages before and after the scaling (one file a step),
+# when the launch sets it: the check from outside the trainer (tests/test_verl_train.py recomputes each weight
+# from the strata file and App. D.1's formula). Off by default: a 7B update holds ~260k advantage values.
+DUMP_ENV = "CROSSED_ADVANTAGE_DUMP"
+
+
+def dump_advantages(folder: str, step: int, extra_fields: Any, before: torch.Tensor, after: torch.Tensor,
+                    weights: torch.Tensor) -> None:
+    import os
+    from pathlib import Path
+
+    rows = lambda t: [r.detach().cpu().clone() for r in (t.unbind() if t.is_nested else list(t))]  # noqa: E731
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    record = {"step": step, "item_id": trajectory_field(extra_fields, "item_id"),
+              "stratum": trajectory_field(extra_fields, "stratum"), "is_weight": weights.tolist(),
+              "before": rows(before), "after": rows(after)}
+    tmp = Path(folder) / f".step-{step}.pt.{os.getpid()}"
+    torch.save(record, tmp)
+    tmp.replace(Path(folder) / f"step-{step}.pt")
+
+
+# A JSON file of the arm's own settings (train/verl_engine.py: write_wandb_config), added to the wandb run verl opens.
+SETTINGS_ENV = "CROSSED_WANDB_SETTINGS"
+
+
+def add_arm_settings() -> None:
+    """The arm's settings into the config of the wandb run verl opened in this process (none open: nothing)."""
+    import json
+    import os
+
+    path = os.environ.get(SETTINGS_ENV)
+    if not path:
+        return
+    import wandb
+
+    if wandb.run is not None:
+        with open(path, encoding="utf-8") as fh:
+            wandb.run.config.update(json.load(fh), allow_val_change=True)
+
+
+def stale_resume_step(root: str, resumed_from: int | None, saves: int, keep: int | None) -> str | None:
+    """The folder of the step a launch resumed from, once verl's own saves in this launch reach ``keep``
+    (``trainer.max_actor_ckpt_to_keep``), else None. verl deletes only what the running process saved (its list of
+    saved paths starts empty in every process), so without this the resumed-from step stays on disk for good: a 7B
+    step is ~91 GB. verl never needs it again once a newer step is complete. ``keep`` None keeps every step."""
+    import os
+
+    if not resumed_from or not keep or keep < 1 or saves < keep:
+        return None
+    folder = os.path.join(root, f"global_step_{resumed_from}")
+    return folder if os.path.isdir(folder) else None
+
+
 def _register() -> type:
     from tensordict import TensorDict
     from verl.trainer.ppo.v1 import PPOTrainerSync, register_trainer
@@ -55,11 +136,43 @@ def _register() -> type:
     if TRAINER_NAME in TRAINER_REGISTRY:
         return TRAINER_REGISTRY[TRAINER_NAME]
 
+    @register_trainer(BASE_NAME)
+    class CrossedSyncTrainer(PPOTrainerSync):
+        """verl's synchronous PPO trainer, which also removes the step a relaunch resumed from once newer steps
+        replace it (``stale_resume_step``)."""
+
+        _resumed_from: int | None = None
+        _saves = 0
+
+        def on_train_begin(self) -> None:  # verl has opened its trackers (wandb.init) by now
+            super().on_train_begin()
+            add_arm_settings()
+
+        def _load_checkpoint(self) -> None:
+            super()._load_checkpoint()
+            self._resumed_from = int(self.global_steps) or None
+
+        def _save_checkpoint(self) -> None:
+            import shutil
+
+            super()._save_checkpoint()  # the step's files, then verl's tracker file
+            self._saves += 1
+            trainer = self.config.trainer
+            stale = stale_resume_step(str(trainer.default_local_dir), self._resumed_from, self._saves,
+                                      trainer.get("max_actor_ckpt_to_keep"))
+            if stale is not None:
+                shutil.rmtree(stale, ignore_errors=True)
+                print(f"crossed-rlvr: removed {stale}, the step this launch resumed from (global_step_"
+                      f"{self.global_steps} is saved)", flush=True)
+                self._resumed_from = None
+
     @register_trainer(TRAINER_NAME)
-    class ImportanceWeightedTrainer(PPOTrainerSync):
+    class ImportanceWeightedTrainer(CrossedSyncTrainer):
         """verl's synchronous PPO trainer with advantages scaled by P_i/Q_i after they are computed."""
 
         def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+            import os
+
             import transfer_queue as tq
 
             batch = super()._compute_advantage(batch, metrics)
@@ -69,24 +182,29 @@ def _register() -> type:
             scaled = scale_advantages(data["advantages"], weights)
             tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
                             fields=TensorDict({"advantages": scaled}, batch_size=len(batch)))
-            metrics["crossed/is_weight_mean"] = float(weights.mean())
-            metrics["crossed/is_weight_max"] = float(weights.max())
+            metrics.update(weight_metrics(weights, trajectory_field(data["extra_fields"], "stratum")))
+            if os.environ.get(DUMP_ENV):
+                dump_advantages(os.environ[DUMP_ENV], int(getattr(self, "global_steps", 0)), data["extra_fields"],
+                                data["advantages"], scaled, weights)
             return batch
 
     return ImportanceWeightedTrainer
 
 
 ImportanceWeightedTrainer = _register()
+CrossedSyncTrainer = ImportanceWeightedTrainer.__mro__[1]
 
 
-def install_as_sync() -> None:
-    """Make verl's ``sync`` mode build ``ImportanceWeightedTrainer`` (in this process only)."""
+def install_as_sync(weighted: bool = True) -> None:
+    """Make verl's ``sync`` mode build ``ImportanceWeightedTrainer`` (or, unweighted, ``CrossedSyncTrainer``) in
+    this process only."""
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
 
-    TRAINER_REGISTRY["sync"] = _register()
+    _register()
+    TRAINER_REGISTRY["sync"] = TRAINER_REGISTRY[TRAINER_NAME if weighted else BASE_NAME]
 
 
-def task_runner_class() -> Any:
+def task_runner_class(weighted: bool = True) -> Any:
     import ray
     from verl.trainer.main_ppo import TaskRunnerV1
 
@@ -97,15 +215,16 @@ def task_runner_class() -> Any:
 
         def run(self, config: Any) -> None:
             if config.trainer.v1.trainer_mode != "sync":
-                raise ValueError("trainer.v1.trainer_mode must be sync for importance-weighted GRPO "
+                raise ValueError("trainer.v1.trainer_mode must be sync for crossed-rlvr's trainers "
                                  f"(got {config.trainer.v1.trainer_mode!r}); verl runs other modes asynchronously")
-            install_as_sync()
+            install_as_sync(weighted)
             from verl.trainer.ppo.v1 import get_trainer_cls
 
             print(f"crossed-rlvr trainer: {get_trainer_cls('sync').__name__}", flush=True)  # the rehearsal reads it
             super().run(config)
 
-    return ray.remote(num_cpus=1)(CrossedTaskRunner)
+    # the weighted runner holds a CPU while it runs (train/budget.py counts it); verl's own runner holds none
+    return ray.remote(num_cpus=1)(CrossedTaskRunner) if weighted else ray.remote(CrossedTaskRunner)
 
 
 def main() -> None:
