@@ -152,6 +152,9 @@ class ArmLayout:
         (``engine.dump_advantages``)."""
         return self.root / "advantages"
 
+    def advantages_at(self, step: int) -> Path:
+        return self.advantages / f"step-{step}.pt"
+
     @property
     def wandb_config(self) -> Path:
         """The arm's settings for its wandb run's config, added by our trainer inside verl (train/verl_weighted.py)."""

@@ -211,7 +211,7 @@ def arm_copy(run: Path, folder: Path, tracking: str, **changes):
 def test_world_size_2_takes_the_same_first_update_as_world_size_1(verl_study, tmp_path_factory):
     """The hash arm at world size 1, stopped after its first update: the same rollouts (one rollout server at either
     world size, every completion seeded by update, prompt and sample), and the same loss and gradient norm as at
-    world size 2, so gloo's gradient reduction across the two ranks averages (pytorch issue 162338 reports a
+    world size 2, so gloo's gradient reduction across the two ranks averages (pytorch/pytorch#162338 reports a
     reduce-scatter that sums: the norm would then be twice world size 1's)."""
     from crossed_rlvr.study.smoke import launch_until_first_update
 

@@ -86,14 +86,17 @@ def dump_advantages(folder: str, step: int, extra_fields: Any, before: torch.Ten
     import os
     from pathlib import Path
 
+    from crossed_rlvr.layout import ArmLayout
+
     rows = lambda t: [r.detach().cpu().clone() for r in (t.unbind() if t.is_nested else list(t))]  # noqa: E731
-    Path(folder).mkdir(parents=True, exist_ok=True)
+    path = ArmLayout(Path(folder).parent).advantages_at(step)  # the folder is the arm's ``advantages``
+    path.parent.mkdir(parents=True, exist_ok=True)
     record = {"step": step, "item_id": trajectory_field(extra_fields, "item_id"),
               "stratum": trajectory_field(extra_fields, "stratum"), "is_weight": weights.tolist(),
               "before": rows(before), "after": rows(after)}
-    tmp = Path(folder) / f".step-{step}.pt.{os.getpid()}"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
     torch.save(record, tmp)
-    tmp.replace(Path(folder) / f"step-{step}.pt")
+    tmp.replace(path)
 
 
 # A JSON file of the arm's own settings (train/verl_engine.py: write_wandb_config), added to the wandb run verl opens.
