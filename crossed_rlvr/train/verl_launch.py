@@ -175,24 +175,30 @@ def read_metrics(run_dir: Any) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def unresumable(composed: Any) -> str | None:
-    """Why verl's ``resume_mode=auto`` would crash on this arm's latest checkpoint, else None: a step whose
-    optimizer state was removed after its merge (train/checkpoints.py) cannot be resumed, and verl would load
-    it and raise FileNotFoundError minutes into the launch."""
-    from pathlib import Path
-
-    from crossed_rlvr.layout import ArmLayout
-
-    trainer = composed.trainer
-    loads = list(composed.actor_rollout_ref.actor.checkpoint.get("load_contents") or [])
-    if trainer.get("resume_mode") != "auto" or not trainer.get("default_local_dir") or "optimizer" not in loads:
-        return None  # a model-only checkpoint (save_contents=[model]) is resumed from its weights alone
+def resumed_actor(trainer: Any) -> tuple[Path, str, Path] | None:
+    """(checkpoint folder, step, the step's actor folder) that verl's ``resume_mode=auto`` will load, else None."""
+    if trainer.get("resume_mode") != "auto" or not trainer.get("default_local_dir"):
+        return None
     root = Path(str(trainer.default_local_dir))
     marker = root / "latest_checkpointed_iteration.txt"
     if not marker.is_file():
         return None
     step = marker.read_text().strip()
-    actor = root / f"global_step_{step}" / "actor"
+    return root, step, root / f"global_step_{step}" / "actor"
+
+
+def unresumable(composed: Any) -> str | None:
+    """Why verl's ``resume_mode=auto`` would crash on this arm's latest checkpoint, else None: a step whose
+    optimizer state was removed after its merge (train/checkpoints.py) cannot be resumed, and verl would load
+    it and raise FileNotFoundError minutes into the launch."""
+
+    from crossed_rlvr.layout import ArmLayout
+
+    loads = list(composed.actor_rollout_ref.actor.checkpoint.get("load_contents") or [])
+    latest = resumed_actor(composed.trainer)
+    if latest is None or "optimizer" not in loads:
+        return None  # a model-only checkpoint (save_contents=[model]) is resumed from its weights alone
+    root, step, actor = latest
     if actor.is_dir() and not any(actor.glob("optim_world_size_*")):
         return (f"{actor} has no optimizer state (removed once its merge was verified): verl cannot resume from "
                 f"step {step}. Its merged model is {ArmLayout(root.parent).checkpoint(int(step))}; move {root} away to "
@@ -212,14 +218,10 @@ def world_size_problem(composed: Any) -> str | None:
     None. verl's FSDP checkpoint manager loads ``model_world_size_{W}_rank_{R}.pt`` for its own W and R, so a step
     saved on 4 GPUs and relaunched on 8 dies after the workers (and vLLM) have started; refused here before Ray."""
     trainer = composed.trainer
-    if trainer.get("resume_mode") != "auto" or not trainer.get("default_local_dir"):
+    latest = resumed_actor(trainer)
+    if latest is None:
         return None
-    root = Path(str(trainer.default_local_dir))
-    marker = root / "latest_checkpointed_iteration.txt"
-    if not marker.is_file():
-        return None
-    step = marker.read_text().strip()
-    actor = root / f"global_step_{step}" / "actor"
+    actor = latest[2]
     saved = saved_world_size(actor)
     ranks = int(trainer.nnodes) * int(trainer.n_gpus_per_node)
     if saved is None or saved == ranks:
