@@ -165,7 +165,7 @@ def launch_env(cfg: Any) -> dict[str, str]:
     if (cfg.get("engine") or {}).get("dump_advantages"):  # read by the weighted trainer in verl's task runner
         from crossed_rlvr.train.verl_weighted import DUMP_ENV
 
-        env[DUMP_ENV] = str(ArmLayout(run_dir).advantages.resolve())
+        env[DUMP_ENV] = str(run_dir.resolve())
     return env
 
 

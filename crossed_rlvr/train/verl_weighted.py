@@ -30,17 +30,24 @@ TRAINER_NAME = "crossed_is_sync"  # its own registry entry, for lookups; it runs
 BASE_NAME = "crossed_sync"  # the unweighted trainer (verl's, plus the resumed-from step's removal)
 
 
-def importance_weights(extra_fields: Any) -> torch.Tensor:
-    """One weight per trajectory from verl's ``extra_fields`` (``reward_extra_info.is_weight``)."""
-    weights = []
-    for k, value in enumerate(list(extra_fields)):
+def trajectory_field(extra_fields: Any, key: str) -> list[Any]:
+    """One ``reward_extra_info`` value per trajectory (None where the reward entry gave none)."""
+    out = []
+    for value in list(extra_fields):
         fields = getattr(value, "data", value)
         info = fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
-        if "is_weight" not in info:
-            raise KeyError(f"trajectory {k}: reward_extra_info has no 'is_weight'; the reward entry must be "
-                           "crossed_rlvr/train/verl_reward.py:compute_score with is_weight in extra_info")
-        weights.append(float(info["is_weight"]))
-    return torch.tensor(weights, dtype=torch.float32)
+        out.append(info.get(key))
+    return out
+
+
+def importance_weights(extra_fields: Any) -> torch.Tensor:
+    """One weight per trajectory from verl's ``extra_fields`` (``reward_extra_info.is_weight``)."""
+    weights = trajectory_field(extra_fields, "is_weight")
+    missing = next((k for k, w in enumerate(weights) if w is None), None)
+    if missing is not None:
+        raise KeyError(f"trajectory {missing}: reward_extra_info has no 'is_weight'; the reward entry must be "
+                       "crossed_rlvr/train/verl_reward.py:compute_score with is_weight in extra_info")
+    return torch.tensor([float(w) for w in weights], dtype=torch.float32)
 
 
 def scale_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -65,23 +72,13 @@ def weight_metrics(weights: torch.Tensor, strata: list[str | None]) -> dict[str,
     return out
 
 
-def trajectory_field(extra_fields: Any, key: str) -> list[Any]:
-    """One ``reward_extra_info`` value per trajectory (None where the reward entry gave none)."""
-    out = []
-    for value in list(extra_fields):
-        fields = getattr(value, "data", value)
-        info = fields.get("reward_extra_info", {}) if isinstance(fields, dict) else {}
-        out.append(info.get(key))
-    return out
-
-
-# Where the weighted trainer writes each update's advantages before and after the scaling (one file a step),
-# when the launch sets it: the check from outside the trainer (tests/test_verl_train.py recomputes each weight
+# The arm whose weighted trainer writes each update's advantages before and after the scaling (``advantages/``, one
+# file a step), when the launch sets it: the check from outside the trainer (tests/test_verl_train.py recomputes each weight
 # from the strata file and App. D.1's formula). Off by default: a 7B update holds ~260k advantage values.
 DUMP_ENV = "CROSSED_ADVANTAGE_DUMP"
 
 
-def dump_advantages(folder: str, step: int, extra_fields: Any, before: torch.Tensor, after: torch.Tensor,
+def dump_advantages(arm_dir: str, step: int, extra_fields: Any, before: torch.Tensor, after: torch.Tensor,
                     weights: torch.Tensor) -> None:
     import os
     from pathlib import Path
@@ -89,7 +86,7 @@ def dump_advantages(folder: str, step: int, extra_fields: Any, before: torch.Ten
     from crossed_rlvr.layout import ArmLayout
 
     rows = lambda t: [r.detach().cpu().clone() for r in (t.unbind() if t.is_nested else list(t))]  # noqa: E731
-    path = ArmLayout(Path(folder).parent).advantages_at(step)  # the folder is the arm's ``advantages``
+    path = ArmLayout(Path(arm_dir)).advantages_at(step)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"step": step, "item_id": trajectory_field(extra_fields, "item_id"),
               "stratum": trajectory_field(extra_fields, "stratum"), "is_weight": weights.tolist(),
