@@ -6,8 +6,9 @@ correction and validation dumps, FSDP2 on 2 gloo ranks (train/verl_cpu.py, verl_
 Checked from outside the trainer: each trajectory's advantages after the scaling equal App. D.1's weight (written
 again here from the strata file) times the advantages before; the first update at world size 2 equals world size
 1's; one checkpoint file per rank, each holding about half the model; the merge from both shards holds the model's
-own parameter names; a kill after the first save and a relaunch at world size 2 ends on the uninterrupted weights,
-while a relaunch at world size 1 is refused before Ray starts; the step a relaunch resumed from is gone right after
+own parameter names; the study's hash arm, killed after its first save and relaunched at world size 2, ends on the
+weights of the same arm trained uninterrupted on one rank, while a relaunch at world size 1 is refused before Ray
+starts; the step a relaunch resumed from is gone right after
 the first new save; each arm's wandb run holds the weights and the study's settings, and a resumed arm continues
 its run.
 
@@ -33,8 +34,8 @@ from crossed_rlvr.study.pipeline import Study
 from crossed_rlvr.train.verl_launch import read_metrics
 from tests.helpers import study_cfg
 
-# The study fixture estimates the strata, trains two verl arms on 2 ranks (~70 s of start-up each on 2 cores) and
-# evaluates them: its first test gets the time it needs.
+# The study fixture estimates the strata, launches verl on 2 ranks three times (~70 s of start-up each on 2 cores)
+# and evaluates both arms: its first test gets the time it needs.
 pytestmark = [pytest.mark.exclusive, pytest.mark.timeout(1800)]
 
 SEED = 83
@@ -44,12 +45,51 @@ STRATA = ("s1_easy", "s2_medium", "s3_hard")
 @pytest.fixture(scope="module")
 def verl_study(tmp_path_factory, warm_cache):
     """The paper-design smoke study (one seed: the route, not the seed spread) from the smoke study's initial policy
-    (the suite's warm-start cache), every update's advantages dumped, wandb offline."""
+    (the suite's warm-start cache), every update's advantages dumped, a checkpoint every update, wandb offline, run
+    as a cluster user runs it: ``engine.launch=false`` prepares both arms (strata estimated, launch scripts written)
+    and stops; the hash arm's script is killed once its first update is complete, relaunched at world size 1
+    (refused), relaunched at world size 2 to the end (the checkpoints on disk read right after its first new save)
+    and launched a third time (study/smoke.py: resume_arm, the route ``gpu_smoke.sh --resume-check`` takes); the
+    boxed arm's script runs once; the study run again reuses both finished arms, evaluates and reports."""
+    from crossed_rlvr.study.smoke import resume_arm
+
     run = tmp_path_factory.mktemp("verl") / "study"
-    summary = Study(study_cfg(run, "experiment=smoke-verl-paper", f"arms.seeds=[{SEED}]",
-                              f"initial.cache_dir={warm_cache}", "engine.dump_advantages=true",
-                              "tracking=offline")).run_all()
-    return run, summary
+    cfg = lambda: study_cfg(run, "experiment=smoke-verl-paper", f"arms.seeds=[{SEED}]",  # noqa: E731
+                            f"initial.cache_dir={warm_cache}", "engine.dump_advantages=true", "engine.launch=false",
+                            "recipe.save_every=1", "tracking=offline")
+    with pytest.raises(SystemExit, match="no final checkpoint"):
+        Study(cfg()).run_all()
+    folder = arm(run, "hash")
+    ckpt = folder / "checkpoints"
+    seen: dict[str, object] = {}
+
+    def relaunch_at_world_size_1() -> None:
+        seen["after_kill"] = sorted(p.name for p in ckpt.glob("global_step_*"))
+        # the arm's launch as its script runs it (its overrides and Ray CPUs), on one rank instead of two
+        overrides = (folder / "verl_overrides.txt").read_text().split()
+        cpus = next(x.strip() for x in (folder / "launch_single_node.sh").read_text().split()
+                    if x.strip().startswith("ray_kwargs.ray_init.num_cpus="))
+        seen["ws1"] = subprocess.run([sys.executable, "-m", "crossed_rlvr.train.verl_launch", "--weighted", "--cpu", "1",
+                                      "--", *overrides, cpus], capture_output=True, text=True, timeout=300, check=False)
+
+    def after_first_new_save() -> None:
+        # verl writes the tracker after a step's files; the trainer removes the resumed-from step right after its
+        # save, before the step's metrics are logged: read once step 2 is logged, before step 3 saves
+        latest = ckpt / "latest_checkpointed_iteration.txt"
+        if "first_new_save" in seen or not latest.exists() or latest.read_text().strip() != "2":
+            return
+        if any(r["step"] == 2 and "critic/rewards/mean" in r for r in read_metrics(folder)):
+            seen["first_new_save"] = sorted(p.name for p in ckpt.glob("global_step_*"))
+
+    seen["said"] = resume_arm(f"grpo-hash/s{SEED}", folder, 3, weighted=True, limit_s=900, poll_s=0.5,
+                              after_kill=relaunch_at_world_size_1, while_resuming=after_first_new_save)
+    boxed = arm(run, "boxed")
+    with (boxed / "launch.log").open("w") as log:
+        subprocess.run(["bash", str(boxed / "launch_single_node.sh")], stdout=log, stderr=subprocess.STDOUT,
+                       timeout=900, check=True)
+    summary = Study(cfg()).run_all()
+    seen["logs"] = [(folder / f"resume_{k}.log").read_text(errors="replace") for k in ("first", "second", "third")]
+    return run, summary, seen
 
 
 def arm(run: Path, conv: str) -> Path:
@@ -66,8 +106,10 @@ def test_the_paper_design_trains_on_two_ranks_and_the_study_reports_its_crossed_
     report's crossed interaction with its interval."""
     import pandas as pd
 
-    run, summary = verl_study
-    assert not any(s["reused"] for s in summary["stages"].values())
+    run, summary, _ = verl_study
+    # the initial policy came with the first call; the arms, their evaluation and the report with the second
+    assert summary["stages"]["initial"]["reused"] and not any(
+        s["reused"] for name, s in summary["stages"].items() if name != "initial")
     strata_file = RunLayout(run).strata
     strata = [json.loads(x) for x in strata_file.read_text().splitlines()]
     counts = Counter(r["stratum"] for r in strata)
@@ -114,7 +156,7 @@ def test_each_trajectorys_advantages_are_scaled_by_its_weight_from_the_strata_fi
     advantages checks nothing). Measured on the initial policy: under the boxed reward both easy items, ~58% of the
     medium and ~30% of the hard ones get groups of mixed reward (under the hash reward the easy items never do), so
     a boxed update of 16 prompts holds this with ~85% chance, one of the three with ~99.7%."""
-    run, _ = verl_study
+    run, _, _ = verl_study
     stratum_of = {str(r["item_id"]): r["stratum"] for r in map(json.loads, RunLayout(run).strata.read_text().splitlines())}
     checked = []
     for conv in ("hash", "boxed"):
@@ -136,7 +178,7 @@ def test_each_trajectorys_advantages_are_scaled_by_its_weight_from_the_strata_fi
 def test_every_update_logs_the_weights_and_each_stratums_share(verl_study):
     """verl's per-update metrics (and so wandb) hold the weights' mean, min and max and each stratum's share of the
     batch, as the dumped trajectories give them."""
-    run, _ = verl_study
+    run, _, _ = verl_study
     for conv in ("hash", "boxed"):
         rows = {r["step"]: r for r in read_metrics(arm(run, conv))}
         for step in (1, 2, 3):
@@ -152,7 +194,7 @@ def test_every_update_logs_the_weights_and_each_stratums_share(verl_study):
 def test_each_rank_saves_its_half_and_the_merge_holds_the_models_own_parameters(verl_study):
     from crossed_rlvr.train.checkpoints import model_tensors, stored_tensors
 
-    run, _ = verl_study
+    run, _, _ = verl_study
     for conv in ("hash", "boxed"):
         actor = arm(run, conv) / "checkpoints" / "global_step_3" / "actor"
         shards = sorted(p.name for p in actor.glob("model_world_size_*"))
@@ -165,23 +207,31 @@ def test_each_rank_saves_its_half_and_the_merge_holds_the_models_own_parameters(
 
 
 def test_the_arms_wandb_runs_hold_the_weights_and_the_studys_settings(verl_study):
+    """One wandb run an arm, with verl's config and the study's settings beside it and the weights' metrics in its
+    history. The killed hash arm's two launches log into that one run (the same id; offline, one folder a launch,
+    joined when synced), the relaunch from the step it resumed on; the finished arm's third launch opens none.
+    (Offline, a launch killed with SIGKILL loses the rows wandb had not yet written: the first launch's folder holds
+    the run, not its rows.)"""
     from crossed_rlvr.tracking import offline_runs
 
-    run, _ = verl_study
-    for conv in ("hash", "boxed"):
-        runs = offline_runs(arm(run, conv))
-        assert len(runs) == 1 and runs[0]["name"] == f"grpo-{conv}/s{SEED}", runs
-        history, config = set(runs[0]["history"]), set(runs[0]["config"])
+    run, _, _ = verl_study
+    for conv, launches in (("hash", 2), ("boxed", 1)):
+        runs = sorted(offline_runs(arm(run, conv)), key=lambda r: r["path"])
+        assert len(runs) == launches and len({r["id"] for r in runs}) == 1, runs
+        assert all(r["name"] == f"grpo-{conv}/s{SEED}" for r in runs), runs
+        last = runs[-1]
+        history, config = set(last["history"]), set(last["config"])
         assert {"crossed/is_weight_mean", "crossed/is_weight_min", "crossed/is_weight_max"} <= history
         assert any(k.startswith("crossed/stratum_share/") for k in history)
         assert {"recipe", "convention", "seed", "study", "task", "model", "crossed_algorithm"} <= config, config
         assert "actor_rollout_ref" in config  # verl's own config beside it
-        assert runs[0]["steps"] == [0, 1, 2, 3]  # validation before training, then every update
+        # validation before training, then every update; resumed: the resumed step's validation, then 2 and 3
+        assert last["steps"] == ([1, 2, 3] if conv == "hash" else [0, 1, 2, 3]), last["steps"]
 
 
 def test_a_relaunched_finished_arm_does_nothing_and_says_so(verl_study):
-    run, _ = verl_study
-    folder = arm(run, "hash")
+    run, _, _ = verl_study
+    folder = arm(run, "boxed")
     merged = folder / "checkpoints" / "step-3" / "model.safetensors"
     before = (merged.stat().st_mtime_ns, sorted(p.name for p in (folder / "verl_metrics").iterdir()))
     start = time.perf_counter()
@@ -208,18 +258,25 @@ def arm_copy(run: Path, folder: Path, tracking: str, **changes):
     return cfg
 
 
-def test_world_size_2_takes_the_same_first_update_as_world_size_1(verl_study, tmp_path_factory):
-    """The hash arm at world size 1, stopped after its first update: the same rollouts (one rollout server at either
-    world size, every completion seeded by update, prompt and sample), and the same loss and gradient norm as at
-    world size 2, so gloo's gradient reduction across the two ranks averages (pytorch/pytorch#162338 reports a
-    reduce-scatter that sums: the norm would then be twice world size 1's)."""
-    from crossed_rlvr.study.smoke import launch_until_first_update
-
-    run, _ = verl_study
+@pytest.fixture(scope="module")
+def world_size_1(verl_study, tmp_path_factory):
+    """The study's hash arm again, uninterrupted, on one rank instead of two (its final step saved and merged)."""
+    run, _, _ = verl_study
     folder = tmp_path_factory.mktemp("ws1") / "arm"
-    arm_copy(run, folder, "off", **{"engine.n_gpus_per_node": 1, "recipe.save_every": 1})  # killed after step 1
-    launch_until_first_update("grpo-hash/s83 at world size 1", folder, folder / "launch.log", limit_s=900, poll_s=0.5)
-    one = next(r for r in read_metrics(folder) if r["step"] == 1)
+    arm_copy(run, folder, "off", **{"engine.n_gpus_per_node": 1, "recipe.save_every": 0})
+    with (folder / "launch.log").open("w") as log:
+        subprocess.run(["bash", str(folder / "launch_single_node.sh")], stdout=log, stderr=subprocess.STDOUT,
+                       timeout=900, check=True)
+    return folder
+
+
+def test_world_size_2_takes_the_same_first_update_as_world_size_1(verl_study, world_size_1):
+    """The same rollouts (one rollout server at either world size, every completion seeded by update, prompt and
+    sample), and the same loss and gradient norm at world size 1 as at world size 2, so gloo's gradient reduction
+    across the two ranks averages (pytorch/pytorch#162338 reports a reduce-scatter that sums: the norm would then be
+    twice world size 1's)."""
+    run, _, _ = verl_study
+    one = next(r for r in read_metrics(world_size_1) if r["step"] == 1)
     two = next(r for r in read_metrics(arm(run, "hash")) if r["step"] == 1)
     for key in ("critic/rewards/mean", "response_length/mean"):
         assert one[key] == two[key], key
@@ -231,67 +288,34 @@ def test_world_size_2_takes_the_same_first_update_as_world_size_1(verl_study, tm
     assert one["actor/grad_norm"] > 0.01  # a real gradient, not two zeros
 
 
-@pytest.fixture(scope="module")
-def resumed(verl_study, tmp_path_factory):
-    """The study's hash arm again, resumable (a checkpoint every update), through the route ``gpu_smoke.sh
-    --resume-check`` takes (study/smoke.py: resume_arm): killed once its first update is complete; relaunched at
-    world size 1 (refused); relaunched at world size 2 to the end, the checkpoints on disk read right after its
-    first new save; then launched a third time."""
-    from crossed_rlvr.study.smoke import resume_arm
-
-    run, _ = verl_study
-    folder = tmp_path_factory.mktemp("resume") / "arm"
-    arm_copy(run, folder, "offline", **{"recipe.save_every": 1})
-    ckpt = folder / "checkpoints"
-    seen: dict[str, object] = {}
-
-    def relaunch_at_world_size_1() -> None:
-        seen["after_kill"] = sorted(p.name for p in ckpt.glob("global_step_*"))
-        # the arm's launch as its script runs it (its overrides and Ray CPUs), on one rank instead of two
-        overrides = (folder / "verl_overrides.txt").read_text().split()
-        cpus = next(x.strip() for x in (folder / "launch_single_node.sh").read_text().split()
-                    if x.strip().startswith("ray_kwargs.ray_init.num_cpus="))
-        seen["ws1"] = subprocess.run([sys.executable, "-m", "crossed_rlvr.train.verl_launch", "--weighted", "--cpu", "1", "--",
-                                      *overrides, cpus], capture_output=True, text=True, timeout=300, check=False)
-
-    def after_first_new_save() -> None:
-        # verl writes the tracker after a step's files; the trainer removes the resumed-from step right after its
-        # save, before the step's metrics are logged: read once step 2 is logged, before step 3 saves
-        latest = ckpt / "latest_checkpointed_iteration.txt"
-        if "first_new_save" in seen or not latest.exists() or latest.read_text().strip() != "2":
-            return
-        if any(r["step"] == 2 and "critic/rewards/mean" in r for r in read_metrics(folder)):
-            seen["first_new_save"] = sorted(p.name for p in ckpt.glob("global_step_*"))
-
-    said = resume_arm(f"grpo-hash/s{SEED}", folder, 3, weighted=True, limit_s=900, poll_s=0.5,
-                      after_kill=relaunch_at_world_size_1, while_resuming=after_first_new_save)
-    logs = [(folder / f"resume_{k}.log").read_text(errors="replace") for k in ("first", "second", "third")]
-    return run, folder, said, logs, seen
-
-
-def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_weights(resumed):
+def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_weights(verl_study, world_size_1):
     """Dataloader position, optimizer state and both ranks' shards continue from step 1; the rollout seeds every
-    completion by (update, prompt, sample), so the resumed arm samples exactly what the uninterrupted arm sampled
-    and ends on its weights: each rank's fp32 shard to float tolerance (measured here: the resumed step-2 gradient
-    norm differs in the 7th digit, the final fp32 weights by at most 4e-7, the order in which float sums are taken;
-    a sampled token that changed would show in the rewards and lengths compared exactly below)."""
-    run, folder, said, (killed, relaunched, _), _ = resumed
-    assert said == (f"grpo-hash/s{SEED} killed after its first update, resumed from global_step_1, finished; "
-                    "importance weights logged; a relaunch did nothing")
+    completion by (update, prompt, sample), so the killed and resumed arm at world size 2 samples exactly what the
+    uninterrupted arm at world size 1 sampled and ends on its weights, to float tolerance (the order in which float
+    sums are taken; a sampled token that changed would show in the rewards and lengths compared exactly below)."""
+    run, _, seen = verl_study
+    folder = arm(run, "hash")
+    killed, relaunched, _ = seen["logs"]
+    assert seen["said"] == (f"grpo-hash/s{SEED} killed after its first update, resumed from global_step_1, "
+                            "finished; importance weights logged; a relaunch did nothing")
     assert "Training from scratch" in killed and "global_step_2" not in killed  # killed before a second save
     assert "global_step_1" in relaunched and "Training from scratch" not in relaunched
     rows = read_metrics(folder)
     assert [r["step"] for r in rows if "critic/rewards/mean" in r] == [1, 2, 3]
     assert len(list((folder / "verl_metrics").glob("launch-*.jsonl"))) == 2  # the first launch's lines kept
-    for rank in (0, 1):
-        shard = f"global_step_3/actor/model_world_size_2_rank_{rank}.pt"
-        got = torch.load(folder / "checkpoints" / shard, weights_only=False)
-        want = torch.load(arm(run, "hash") / "checkpoints" / shard, weights_only=False)
-        assert got.keys() == want.keys()
-        for key in want:
-            torch.testing.assert_close(got[key].to_local(), want[key].to_local(), rtol=1e-5, atol=1e-6)
+    # the fp32 weights as each run saved them (the merge rounds to bf16): world size 2's two shards of each
+    # parameter (FSDP2 splits dim 0) joined, against world size 1's one (measured: at most 4.4e-7 apart)
+    actor = "checkpoints/global_step_3/actor"
+    halves = [torch.load(folder / actor / f"model_world_size_2_rank_{r}.pt", weights_only=False) for r in (0, 1)]
+    want = torch.load(world_size_1 / actor / "model_world_size_1_rank_0.pt", weights_only=False)
+    assert halves[0].keys() == want.keys()
+    for key in want:
+        got = torch.cat([h[key].to_local() for h in halves])
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want[key].to_local(), rtol=1e-5, atol=1e-6)
     sampled = ("critic/rewards/mean", "response_length/mean")
-    uninterrupted = {r["step"]: r for r in read_metrics(arm(run, "hash")) if "critic/rewards/mean" in r}
+    uninterrupted = {r["step"]: r for r in read_metrics(world_size_1) if "critic/rewards/mean" in r}
+    assert sorted(uninterrupted) == [1, 2, 3]
     for r in rows:
         if "critic/rewards/mean" in r:
             assert [r[k] for k in sampled] == [uninterrupted[r["step"]][k] for k in sampled], r["step"]
@@ -299,52 +323,44 @@ def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_wei
             assert r["crossed/is_weight_mean"] == pytest.approx(uninterrupted[r["step"]]["crossed/is_weight_mean"])
 
 
-def test_a_relaunch_at_another_world_size_is_refused_before_ray_starts(resumed):
-    _, folder, _, _, seen = resumed
+def test_a_relaunch_at_another_world_size_is_refused_before_ray_starts(verl_study):
+    run, _, seen = verl_study
     out = seen["ws1"]
     said = [x for x in out.stdout.splitlines() if "PREFLIGHT FAILED" in x]
     assert out.returncode == 2 and len(said) == 1, (out.stdout + out.stderr)[-3000:]
-    assert f"{folder / 'checkpoints' / 'global_step_1' / 'actor'} was saved by 2 ranks" in said[0]
+    assert f"{arm(run, 'hash') / 'checkpoints' / 'global_step_1' / 'actor'} was saved by 2 ranks" in said[0]
     assert "this launch runs 1" in said[0] and "model.path=DIR" in said[0]
     assert "Started a local Ray" not in out.stdout + out.stderr
 
 
-def test_the_step_a_relaunch_resumed_from_is_gone_right_after_the_first_new_save(resumed):
+def test_the_step_a_relaunch_resumed_from_is_gone_right_after_the_first_new_save(verl_study):
     """verl keeps one step (``max_actor_ckpt_to_keep=1``) but deletes only what its own process saved: the step a
     relaunch resumed from would stay for good. It goes as soon as the first new step is saved."""
-    _, folder, _, (_, relaunched, _), seen = resumed
+    run, _, seen = verl_study
+    folder = arm(run, "hash")
     assert seen["after_kill"] == ["global_step_1"]
     assert seen["first_new_save"] == ["global_step_2"]
-    assert f"crossed-rlvr: removed {folder / 'checkpoints' / 'global_step_1'}" in relaunched
+    assert f"crossed-rlvr: removed {folder / 'checkpoints' / 'global_step_1'}" in seen["logs"][1]
     # at the end verl has removed step 2's model and optimizer (it saved them; its data.pt stays)
     assert sorted(p.parent.name for p in (folder / "checkpoints").glob("global_step_*/actor")) == ["global_step_3"]
 
 
-def test_the_resumed_arm_continues_its_wandb_run(resumed):
-    """Both launches log into one wandb run (the same id; offline, one folder a launch, joined when synced), the
-    relaunch from the step it resumed on; the finished arm's third launch opens none. (Offline, a launch killed
-    with SIGKILL loses the rows wandb had not yet written: the first launch's folder holds the run, not its rows.)"""
-    from crossed_rlvr.tracking import offline_runs
-
-    _, folder, _, _, _ = resumed
-    runs = offline_runs(folder)
-    assert len(runs) == 2 and len({r["id"] for r in runs}) == 1, runs
-    second = sorted(runs, key=lambda r: r["path"])[1]
-    assert second["steps"] == [1, 2, 3], second["steps"]  # the resumed step's validation, then updates 2 and 3
-    assert "crossed/is_weight_mean" in second["history"] and "recipe" in second["config"]
-
-
-def test_a_step_without_its_optimizer_state_is_refused_before_verl_starts(resumed):
-    """The finished resumable arm's optimizer state went with the verified merge. Relaunched, it does nothing;
-    with its merge moved away, verl's resume_mode=auto would load that step and crash on the missing optimizer:
-    the launch refuses in one line before Ray starts."""
-    _, folder, _, (_, _, again), _ = resumed
+def test_a_step_without_its_optimizer_state_is_refused_before_verl_starts(verl_study):
+    """The finished arm's optimizer state went with the verified merge. Relaunched, it does nothing (its third
+    launch); with its merge moved away, verl's resume_mode=auto would load that step and crash on the missing
+    optimizer: the launch refuses in one line before Ray starts. (Last in this module: it moves the merge.)"""
+    run, _, seen = verl_study
+    folder = arm(run, "hash")
     ckpt = folder / "checkpoints"
     assert not list((ckpt / "global_step_3" / "actor").glob("optim_world_size_*"))  # removed after the merge
-    script = folder / "launch_single_node.sh"
+    again = seen["logs"][2]
     assert "this arm has finished" in again and "Started a local Ray" not in again  # the third launch
     (ckpt / "step-3").rename(folder / "merged-elsewhere")
-    out = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=300, check=False)
+    try:
+        out = subprocess.run(["bash", str(folder / "launch_single_node.sh")], capture_output=True, text=True,
+                             timeout=300, check=False)
+    finally:
+        (folder / "merged-elsewhere").rename(ckpt / "step-3")
     said = [x for x in out.stdout.splitlines() if "PREFLIGHT FAILED" in x]
     assert out.returncode == 2 and said, (out.stdout + out.stderr)[-3000:]
     assert "no optimizer state" in said[0] and "global_step_3" in said[0]
