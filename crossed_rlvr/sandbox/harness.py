@@ -8,10 +8,13 @@ an unprivileged uid can read), which sees nothing of the project's environment. 
 :func:`encode` and :func:`decode` from here, so both ends speak one codec.
 
 Job (``/job/job.json``): ``code``, ``entry_point``, ``inputs`` (encoded argument lists; or ``inputs_file``, a
-read-only file that holds them), ``time_limits`` (seconds, one per input). Results, one JSON object per line: ``{"ready": 1}`` before the sample's code runs (its absence
-means the sandbox itself failed), then per input ``{"i": k, "out": ..., "s": seconds}`` or ``{"i": k, "error": kind}`` with kind
-``define`` (the code did not define the entry point), ``exception``, ``timeout``, ``memory`` or ``encode``; the
-harness stops at the first error, as EvalPlus's fast check does.
+read-only file that holds them), ``time_limits`` (seconds, one per input). Results, one JSON object per line:
+``{"ready": 1}`` before the sample's code runs (its absence means the sandbox itself failed), ``{"defined": 1}``
+once it is defined (the scorer's clock of the first input starts there), then per input ``{"i": k, "out": ...,
+"s": seconds}`` or ``{"i": k, "error": kind}`` with kind ``define`` (the code did not define the entry point),
+``exception``, ``timeout``, ``memory`` or ``encode``; the harness stops at the first error, as EvalPlus's fast
+check does. Every line after the ready line is the sample's to forge: the scorer trusts none of them beyond what
+matching the expected output proves, and times each input itself, from outside.
 
 Recording (``test`` in the job: a dataset's own test script, such as HumanEval's ``def check(candidate): assert
 ...``, run only on the dataset's canonical solution): the script's ``check`` is called with a stand-in for the entry
@@ -33,15 +36,28 @@ import sys
 import time
 
 RESULTS_FD = 3  # the default; the sandbox passes the pipe's number as the first argument
+SITE = "/site"  # the read-only folder of the packages a sample may import (numpy), where one was installed
 
 
 # ---------------------------------------------------------------- codec
 # JSON with tags for what JSON cannot say: tuples, sets, dicts with other keys, non-finite floats, complex numbers,
-# bytes. Anything else is carried as its type name and repr, and equals nothing but an identical stand-in.
+# bytes, and the numbers that equal a Python number under ``==`` as EvalPlus compares (numpy scalars, Fraction,
+# Decimal). Anything else is carried as its type name and repr, and equals nothing but an identical stand-in.
+
+MAX_SAME_HASH = 64  # elements of one decoded set or dict that may share a hash (see _hashable)
+
 
 def encode(x, depth: int = 0):
     if depth > 200:
         raise ValueError("nested too deeply")
+    if type(x) in (int, float, bool, str, list, tuple, dict, set, frozenset, complex, bytes, bytearray, type(None)):
+        pass
+    elif type(x).__module__ == "numpy" and type(x).__name__ in NUMPY_SCALARS:
+        x = NUMPY_SCALARS[type(x).__name__](x)  # numpy.int64(3) == 3, as EvalPlus's == says
+    elif type(x).__module__ == "fractions" and type(x).__name__ == "Fraction":
+        return {"t": "fraction", "v": [str(x.numerator), str(x.denominator)]}
+    elif type(x).__module__ == "decimal" and type(x).__name__ == "Decimal":
+        return {"t": "decimal", "v": str(x)}
     if isinstance(x, int) and not isinstance(x, bool) and x.bit_length() > 4000:
         return {"t": "int", "v": hex(x)}  # past the decimal digits json may write or read
     if x is None or isinstance(x, (bool, int, str)):
@@ -62,6 +78,25 @@ def encode(x, depth: int = 0):
     if isinstance(x, (bytes, bytearray)):
         return {"t": "bytes", "v": x.hex()}
     return {"t": "other", "v": [type(x).__name__, repr(x)[:1000]]}
+
+
+# numpy's scalar types by name (numpy is never imported here): the Python number each converts to exactly
+NUMPY_SCALARS = {**{f"{p}int{b}": int for p in ("", "u") for b in (8, 16, 32, 64)},
+                 **{f"float{b}": float for b in (16, 32, 64)}, "bool_": bool, "bool": bool, "longlong": int,
+                 "ulonglong": int, "intc": int, "uintc": int, "double": float, "single": float, "half": float}
+
+
+def _hashable(items: list) -> list:
+    """Items about to be hashed into one set or dict, refused when more than MAX_SAME_HASH of them share a hash:
+    Python's ints hash alike modulo 2**61 - 1, so a set of such multiples costs quadratic time to build (40,000 of
+    them took 19.5 s), and a thread cannot be stopped in the middle of it. Counting the hashes costs linear time:
+    distinct hash values never collide as dict keys."""
+    counts: dict = {}
+    for h in map(hash, items):
+        n = counts[h] = counts.get(h, 0) + 1
+        if n > MAX_SAME_HASH:
+            raise ValueError("too many elements with one hash")
+    return items
 
 
 class Other:
@@ -93,11 +128,21 @@ def decode(x):
     if tag == "tuple":
         return tuple(decode(i) for i in v)
     if tag == "set":
-        return {decode(i) for i in v}
+        return set(_hashable([decode(i) for i in v]))
     if tag == "frozenset":
-        return frozenset(decode(i) for i in v)
+        return frozenset(_hashable([decode(i) for i in v]))
     if tag == "dict":
-        return {decode(k): decode(val) for k, val in v}
+        pairs = [(decode(k), decode(val)) for k, val in v]
+        _hashable([k for k, _ in pairs])
+        return dict(pairs)
+    if tag == "fraction":
+        from fractions import Fraction
+
+        return Fraction(int(v[0]), int(v[1]))
+    if tag == "decimal":
+        from decimal import Decimal
+
+        return Decimal(str(v))
     if tag == "complex":
         return complex(decode(v[0]), decode(v[1]))
     if tag == "bytes":
@@ -129,12 +174,21 @@ def main() -> None:
         with open(job["inputs_file"], encoding="utf-8") as fh:
             job["inputs"] = json.load(fh)
     inputs = [decode(i) for i in job["inputs"]]
+    if os.path.isdir(SITE):  # numpy, as EvalPlus's samples have it (sandbox/site.py); nothing else is importable
+        sys.path.append(SITE)
     say({"ready": 1})
     # the sample's prints go nowhere; what it writes to fd 3 itself is checked (and distrusted) outside
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.dup2(null, 2)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    # EvalPlus's stack limit, set as EvalPlus sets it: in the running process, up to its address-space limit (set
+    # before exec, glibc would give every new thread a stack that size, and the first thread would not fit)
+    import resource
+
+    memory = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if memory != resource.RLIM_INFINITY:
+        resource.setrlimit(resource.RLIMIT_STACK, (memory, memory))
     signal.signal(signal.SIGALRM, _alarm)
     scope: dict = {"__name__": "__sample__"}
     try:
@@ -142,6 +196,7 @@ def main() -> None:
         exec(job["code"], scope)  # inside the operating-system sandbox, the only place model code runs
         signal.setitimer(signal.ITIMER_REAL, 0)
         fn = scope[job["entry_point"]]
+        say({"defined": 1})
     except _Timeout:
         say({"i": 0, "error": "timeout"})
         return

@@ -72,6 +72,14 @@ def program_for(dataset: str | Path, cache_dir: str | Path | None = None) -> Cod
     return _PROGRAMS[key]
 
 
+def close_programs() -> None:
+    """End every execution reward's sandbox in this process (its slots' uids and its folder under /tmp)."""
+    while _PROGRAMS:
+        _, program = _PROGRAMS.popitem()
+        if program._executor is not None:
+            program._executor.sandbox.close()
+
+
 def make_trl_code_reward(convention: str, dataset: str | Path, cache_dir: str | Path | None = None
                          ) -> Callable[..., list[float]]:
     """A TRL reward function: the dataset's ``reference`` column holds each row's task id."""

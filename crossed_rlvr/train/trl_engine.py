@@ -174,6 +174,9 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     finally:
         if run is not None:
             run.finish()
+        from crossed_rlvr.train.code_reward import close_programs
+
+        close_programs()  # a code arm's execution reward: its sandboxes end with the training that used them
     seconds = time.perf_counter() - start
     final = arm.checkpoint(int(cfg.recipe.updates))
     ranks = across_ranks(trainer, seen) if world > 1 else None

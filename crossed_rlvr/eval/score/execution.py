@@ -140,6 +140,19 @@ class Verdict:
                 "detail": self.detail, "seconds": round(self.seconds, 4)}
 
 
+LINE_FLOOR_KB = 256  # the least a result line may hold, however short the expected output
+
+
+def output_caps(expected: Sequence[Any], limits: Limits) -> tuple[int, int]:
+    """(MB of a part's whole output, KB of one result line): room for four times the expected outputs, and for
+    four times the longest expected line (HumanEval/15's plus outputs are 147 MB encoded, its longest line ~4 MB).
+    The line cap bounds what one line costs to parse (a 20 MB line of nested empty lists takes a GB)."""
+    sizes = [len(json.dumps(o)) for o in expected]
+    total_mb = math.ceil(4 * sum(sizes) / 2**20)
+    line_kb = max(LINE_FLOOR_KB, math.ceil((4 * max(sizes, default=0) + 64) / 1024))
+    return max(limits.output_mb, total_mb), line_kb
+
+
 def time_limits(ref_times: Sequence[float]) -> list[float]:
     return [max(MIN_TIME_LIMIT, TIME_FACTOR * t) for t in ref_times]
 
@@ -159,7 +172,7 @@ class _Judge:
 
     def __call__(self, line: dict[str, Any]) -> bool:
         k = line.get("i")
-        if k != self.passed:
+        if type(k) is not int or k != self.passed:  # 0.0 == 0, but a float indexes nothing
             self.failure = "fail:out-of-order"
             return True
         if "error" in line:
@@ -178,7 +191,9 @@ class _Judge:
             self.failure = "fail:mismatch"
             return True
         self.passed += 1
-        return False
+        # every input answered: judged now, whatever the code leaves running (a thread that never ends, as EvalPlus
+        # records its result before it waits for the process)
+        return self.passed == len(self.inputs)
 
 
 def verdict(run: Run, judge: _Judge, n: int) -> Verdict:
@@ -186,6 +201,8 @@ def verdict(run: Run, judge: _Judge, n: int) -> Verdict:
         return Verdict("sandbox-error", None, judge.passed, n, run.detail, run.seconds)
     if run.ended == "wall":
         return Verdict("timeout", "timeout", judge.passed, n, "wall clock", run.seconds)
+    if run.ended == "input-timeout":  # timed from outside: the code outlived its input's limit (its alarm ignored)
+        return Verdict("timeout", "fail", judge.passed, n, f"input {judge.passed} over its time limit", run.seconds)
     if judge.failure is not None:
         status = judge.failure.split(":", 1)[0]
         # EvalPlus's per-input time limit and MemoryError both land in its "failed" branch
@@ -193,7 +210,7 @@ def verdict(run: Run, judge: _Judge, n: int) -> Verdict:
     if run.ended == "output":
         return Verdict("fail", "fail", judge.passed, n, "output over the cap", run.seconds)
     if run.bad_line:
-        return Verdict("fail", "fail", judge.passed, n, "unreadable results line", run.seconds)
+        return Verdict("fail", "fail", judge.passed, n, run.detail or "an unreadable result line", run.seconds)
     if judge.passed == n:
         return Verdict("pass", "pass", n, n, "", run.seconds)
     return Verdict("fail", "fail", judge.passed, n, f"ended after {judge.passed} of {n} inputs", run.seconds)
@@ -281,7 +298,7 @@ class Executor:
         self.oracle: dict[str, dict[str, Any]] = dict(oracle or {})
         self._done: dict[tuple[str, str, str, str], Verdict] = {}
         self._expected: dict[tuple[str, str], list[Any]] = {}
-        self._cap_mb: dict[tuple[str, str], int] = {}
+        self._cap_mb: dict[tuple[str, str], tuple[int, int]] = {}
         self._inputs_file: dict[tuple[str, str], str] = {}
         self._limits_key = json.dumps(sandbox.limits.key(), sort_keys=True)
 
@@ -338,10 +355,10 @@ class Executor:
             jobs.append({"code": code, "entry_point": task.entry_point, "inputs_file": self._inputs_file[(tid, part)],
                          "time_limits": lims, "define_limit": wall})
             if (tid, part) not in self._cap_mb:
-                # room for four times the expected outputs (HumanEval/15's plus outputs alone are 147 MB encoded)
-                size_mb = len(json.dumps(self.oracle[tid][part])) / 2**20
-                self._cap_mb[(tid, part)] = max(self.sandbox.limits.output_mb, math.ceil(4 * size_mb))
-            limits.append(Limits(**{**self.sandbox.limits.key(), "wall_s": wall, "output_mb": self._cap_mb[(tid, part)]}))
+                self._cap_mb[(tid, part)] = output_caps(self.oracle[tid][part], self.sandbox.limits)
+            output_mb, line_kb = self._cap_mb[(tid, part)]
+            limits.append(Limits(**{**self.sandbox.limits.key(), "wall_s": wall, "output_mb": output_mb,
+                                    "line_kb": line_kb}))
             stops.append(judge)
             judges.append(judge)
         runs = self.sandbox.map(jobs, limits=limits, stops=stops, progress=progress)

