@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Our execution scoring against EvalPlus 0.3.1's own, sample by sample, and the time each takes.
 
-    python scripts/anchor_evalplus.py --out /tmp/anchor [--mutants 2] [--evalplus-venv /tmp/epvenv]
+    python scripts/anchor_evalplus.py --out /tmp/anchor [--mutants 2] [--runs 3] [--evalplus-venv /tmp/epvenv]
 
 Samples: every HumanEval+ v0.1.10 canonical solution, plus ``--mutants`` single-point mutants of each (an
 arithmetic, comparison, boolean or constant change, chosen by a fixed seed; mutants that only reformat are
@@ -9,7 +9,8 @@ dropped), written as one EvalPlus samples file. The same file is scored by ``cro
 and by ``evalplus.evaluate`` 0.3.1 in a throw-away venv (created with pip when missing; EvalPlus reads our shipped
 dataset through ``HUMANEVAL_OVERRIDE_PATH``, so it downloads nothing), both with 2 workers. Prints the agreement of
 the base and plus statuses, every disagreement, and the wall time of each scorer (expected outputs computed
-before either is timed). Needs the network only to install EvalPlus.
+before either is timed; each scorer timed ``--runs`` times, alternating, and the median reported). Needs the
+network only to install EvalPlus.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -83,6 +85,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--evalplus-venv", type=Path, default=Path("/tmp/evalplus-0.3.1"))
     ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3, help="timed runs of each scorer; the median is reported")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ds = load_code_dataset()
@@ -117,16 +120,21 @@ def main() -> int:
     with Sandbox(slots=args.parallel) as box:
         expected_outputs(ds, box)
 
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "crossed_rlvr.rescore.cli", "code", "--dataset", str(HUMANEVAL_PLUS),
-                    "--samples", str(args.out / "ours" / "samples.jsonl"), "--slots", str(args.parallel)], check=True,
-                   stderr=subprocess.DEVNULL)
-    ours_s = time.perf_counter() - start
-    start = time.perf_counter()
-    subprocess.run([str(py), "-m", "evalplus.evaluate", "--dataset", "humaneval", "--samples",
-                    str(args.out / "evalplus" / "samples.jsonl"), "--parallel", str(args.parallel)], env=env,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    theirs_s = time.perf_counter() - start
+    ours_times, theirs_times = [], []
+    for _ in range(args.runs):  # alternating, so a slow spell of the machine costs both alike
+        for name in ("ours", "evalplus"):
+            (args.out / name / "samples_eval_results.json").unlink(missing_ok=True)  # EvalPlus reuses one
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "crossed_rlvr.rescore.cli", "code", "--dataset", str(HUMANEVAL_PLUS),
+                        "--samples", str(args.out / "ours" / "samples.jsonl"), "--slots", str(args.parallel)],
+                       check=True, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        ours_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        subprocess.run([str(py), "-m", "evalplus.evaluate", "--dataset", "humaneval", "--samples",
+                        str(args.out / "evalplus" / "samples.jsonl"), "--parallel", str(args.parallel)], env=env,
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        theirs_times.append(time.perf_counter() - start)
+    ours_s, theirs_s = statistics.median(ours_times), statistics.median(theirs_times)
 
     ours = json.loads((args.out / "ours" / "samples_eval_results.json").read_text())["eval"]
     theirs = json.loads((args.out / "evalplus" / "samples_eval_results.json").read_text())["eval"]
@@ -147,7 +155,9 @@ def main() -> int:
                "evalplus_pass_base": sum(e["base_status"] == "pass" for v in theirs.values() for e in v),
                "ours_pass_plus": sum(e["plus_status"] == "pass" for v in ours.values() for e in v),
                "evalplus_pass_plus": sum(e["plus_status"] == "pass" for v in theirs.values() for e in v),
-               "ours_s": round(ours_s, 1), "evalplus_s": round(theirs_s, 1), "disagreements": differ}
+               "ours_s": round(ours_s, 1), "evalplus_s": round(theirs_s, 1),
+               "ours_runs_s": [round(t, 1) for t in ours_times], "evalplus_runs_s": [round(t, 1) for t in theirs_times],
+               "disagreements": differ}
     (args.out / "anchor.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps({k: v for k, v in summary.items() if k != "disagreements"}, indent=1))
     for d in differ:

@@ -250,7 +250,7 @@ def test_the_project_explains_itself():
     import re
 
     repo = ROOT.parent
-    files = [p for pattern in ("crossed_rlvr/**/*.py", "tests/*.py", "scripts/*", "docs/*.md", "README.md",
+    files = [p for pattern in ("crossed_rlvr/**/*.py", "tests/*.py", "scripts/*", "docs/**/*.md", "README.md", "CONTRIBUTING.md",
                                "Makefile", "crossed_rlvr/conf/**/*.yaml")
              for p in repo.glob(pattern) if p.is_file()]
     design = "DESIGN" + ".md"  # spelled apart so that this file does not match itself

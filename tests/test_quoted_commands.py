@@ -1,4 +1,4 @@
-"""Every command the README and docs/ quote still exists and still parses.
+"""Every command the README, CONTRIBUTING.md and every page under docs/ quote still exists and still parses.
 
 A quoted preset that does not exist, a renamed flag, a Hydra key that moved or a script that was deleted
 fails here, not in a reader's shell: each quoted executable answers ``--help``, every ``experiment=NAME``
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PRESETS = {p.stem for p in (ROOT / "crossed_rlvr" / "conf" / "experiment").glob("*.yaml")}
 ENTRY = {  # console scripts (pyproject's [project.scripts]) -> their module, run with python -m
     "crossed-rlvr": "crossed_rlvr.cli", "crossed-score": "crossed_rlvr.eval.score.scoring",

@@ -108,7 +108,7 @@ def test_training_rewards_come_from_the_reward_programs(real):
 
 
 def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path):
-    """The CI-sized variant of the HumanEval run (README: python -m crossed_rlvr.study.code_eval): the real model
+    """The CI-sized variant of the HumanEval run (docs/code-tasks.md: python -m crossed_rlvr.study.code_eval): the real model
     answers 3 HumanEval+ tasks under both code requests, 2 samples each; every response is a contract record, read
     by the code readers and run in the sandbox, and the cells and D.3 contrasts are written."""
     from crossed_rlvr.records import read_responses

@@ -321,3 +321,24 @@ def test_the_training_rewards_give_a_hostile_rollout_0_and_raise_nothing(add_fil
 def test_nothing_of_a_slot_is_left_running(box):
     for uid in list(box._uids.queue):
         assert uid is None or uid_processes(uid) == []
+
+
+def test_an_ordinary_users_budget_counts_the_threads_it_already_runs(box):
+    """Run as an ordinary user, every slot's process budget (RLIMIT_NPROC, which the kernel counts in threads) is
+    the user's current tasks plus the sandbox's own: counted in processes, a scorer with 12 threads left no room
+    to start a sandbox at all."""
+    import threading
+
+    stop = threading.Event()
+    threads = [threading.Thread(target=stop.wait) for _ in range(12)]
+    for t in threads:
+        t.start()
+    try:
+        cmd = box.command(Path("/job"), None, box.limits)
+        own = len(os.listdir(f"/proc/{os.getpid()}/task"))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    nproc = int(next(x for x in cmd if x.startswith("--nproc=")).split("=")[1])
+    assert own >= 13 and nproc >= own + box.limits.processes, (own, nproc)

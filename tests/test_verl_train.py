@@ -39,6 +39,8 @@ from tests.helpers import study_cfg
 pytestmark = [pytest.mark.exclusive, pytest.mark.timeout(1800)]
 
 SEED = 83
+UPDATES = 2  # each arm's updates: the kill comes after the first, the relaunch saves the last
+STEPS = list(range(1, UPDATES + 1))
 STRATA = ("s1_easy", "s2_medium", "s3_hard")
 
 
@@ -56,7 +58,7 @@ def verl_study(tmp_path_factory, warm_cache):
     run = tmp_path_factory.mktemp("verl") / "study"
     cfg = lambda: study_cfg(run, "experiment=smoke-verl-paper", f"arms.seeds=[{SEED}]",  # noqa: E731
                             f"initial.cache_dir={warm_cache}", "engine.dump_advantages=true", "engine.launch=false",
-                            "recipe.save_every=1", "tracking=offline")
+                            "recipe.save_every=1", f"recipe.updates={UPDATES}", "tracking=offline")
     with pytest.raises(SystemExit, match="no final checkpoint"):
         Study(cfg()).run_all()
     folder = arm(run, "hash")
@@ -74,14 +76,14 @@ def verl_study(tmp_path_factory, warm_cache):
 
     def after_first_new_save() -> None:
         # verl writes the tracker after a step's files; the trainer removes the resumed-from step right after its
-        # save, before the step's metrics are logged: read once step 2 is logged, before step 3 saves
+        # save, before the step's metrics are logged: read once step 2 is logged, before the launch's merge
         latest = ckpt / "latest_checkpointed_iteration.txt"
         if "first_new_save" in seen or not latest.exists() or latest.read_text().strip() != "2":
             return
         if any(r["step"] == 2 and "critic/rewards/mean" in r for r in read_metrics(folder)):
             seen["first_new_save"] = sorted(p.name for p in ckpt.glob("global_step_*"))
 
-    seen["said"] = resume_arm(f"grpo-hash/s{SEED}", folder, 3, weighted=True, limit_s=900, poll_s=0.5,
+    seen["said"] = resume_arm(f"grpo-hash/s{SEED}", folder, UPDATES, weighted=True, limit_s=900, poll_s=0.5,
                               after_kill=relaunch_at_world_size_1, while_resuming=after_first_new_save)
     boxed = arm(run, "boxed")
     with (boxed / "launch.log").open("w") as log:
@@ -120,7 +122,7 @@ def test_the_paper_design_trains_on_two_ranks_and_the_study_reports_its_crossed_
         assert proposal.enabled and proposal.strata_file == str(strata_file.resolve())
         rows = read_metrics(arm(run, conv))
         steps = [r for r in rows if "critic/rewards/mean" in r]
-        assert [r["step"] for r in steps] == [1, 2, 3], rows
+        assert [r["step"] for r in steps] == STEPS, rows
         assert max(r["critic/rewards/mean"] for r in steps) > 0, (conv, steps)
         # the importance correction ran: the rollout's log-probs reached verl (absent, verl skips it silently)
         assert all(0.5 < r["rollout_corr/rollout_is_mean"] < 2.0 for r in steps)
@@ -129,10 +131,10 @@ def test_the_paper_design_trains_on_two_ranks_and_the_study_reports_its_crossed_
         assert all(r["training/rollout_probs_diff_max"] < 1e-4 for r in steps), [
             r["training/rollout_probs_diff_max"] for r in steps]
         assert all(r["rollout_corr/log_ppl_abs_diff"] < 1e-5 for r in steps)
-    weights = [(arm(run, conv) / "checkpoints" / "step-3" / "model.safetensors").read_bytes() for conv in ("hash", "boxed")]
+    weights = [(arm(run, conv) / "checkpoints" / f"step-{UPDATES}" / "model.safetensors").read_bytes() for conv in ("hash", "boxed")]
     assert weights[0] != weights[1]
     over = pd.read_csv(run / "analysis" / "over_training.csv")
-    assert sorted(set(over["step"])) == [0, 1, 2, 3]
+    assert sorted(set(over["step"])) == [0, *STEPS]
     assert (over.loc[(over.step > 0) & (over.contrast == "I_P"), "estimate"].abs() > 1e-9).any()
     report = (run / "analysis" / "report.md").read_text()
     assert f"| grpo/s{SEED} | hashxboxed |" in report and "## Crossed interactions over training" in report
@@ -155,7 +157,7 @@ def test_each_trajectorys_advantages_are_scaled_by_its_weight_from_the_strata_fi
     in an update whose every stratum has at least 8 trajectories with a non-zero advantage (a check over zero
     advantages checks nothing). Measured on the initial policy: under the boxed reward both easy items, ~58% of the
     medium and ~30% of the hard ones get groups of mixed reward (under the hash reward the easy items never do), so
-    a boxed update of 16 prompts holds this with ~85% chance, one of the three with ~99.7%."""
+    a boxed update of 16 prompts holds this with ~85% chance, one of the two with ~98% (here: the second)."""
     run, _, _ = verl_study
     stratum_of = {str(r["item_id"]): r["stratum"] for r in map(json.loads, RunLayout(run).strata.read_text().splitlines())}
     checked = []
@@ -163,7 +165,7 @@ def test_each_trajectorys_advantages_are_scaled_by_its_weight_from_the_strata_fi
         p = resolved(arm(run, conv)).recipe.proposal
         want = expected_weights(list(p.target), list(p.proposal), float(p.epsilon))
         assert want["s3_hard"] < 1 < want["s2_medium"]  # the proposal over-samples the hard stratum; w undoes it
-        for step in (1, 2, 3):
+        for step in STEPS:
             d = torch.load(arm(run, conv) / "advantages" / f"step-{step}.pt")
             assert len(d["before"]) == 16 * 8  # 16 prompts x a group of 8
             live = Counter(stratum_of[i] for i, b in zip(d["item_id"], d["before"], strict=True) if b.abs().max() > 0)
@@ -181,7 +183,7 @@ def test_every_update_logs_the_weights_and_each_stratums_share(verl_study):
     run, _, _ = verl_study
     for conv in ("hash", "boxed"):
         rows = {r["step"]: r for r in read_metrics(arm(run, conv))}
-        for step in (1, 2, 3):
+        for step in STEPS:
             d = torch.load(arm(run, conv) / "advantages" / f"step-{step}.pt")
             w, shares = np.array(d["is_weight"]), Counter(d["stratum"])
             row = rows[step]
@@ -196,12 +198,12 @@ def test_each_rank_saves_its_half_and_the_merge_holds_the_models_own_parameters(
 
     run, _, _ = verl_study
     for conv in ("hash", "boxed"):
-        actor = arm(run, conv) / "checkpoints" / "global_step_3" / "actor"
+        actor = arm(run, conv) / "checkpoints" / f"global_step_{UPDATES}" / "actor"
         shards = sorted(p.name for p in actor.glob("model_world_size_*"))
         assert shards == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
         local = [sum(t.to_local().numel() for t in torch.load(actor / s, weights_only=False).values()) for s in shards]
         assert all(0.4 < n / sum(local) < 0.6 for n in local), local  # FSDP2 shards the parameters across ranks
-        merged = arm(run, conv) / "checkpoints" / "step-3"
+        merged = arm(run, conv) / "checkpoints" / f"step-{UPDATES}"
         names, tied = model_tensors(merged)
         assert set(stored_tensors(merged)) == set(names) - tied
 
@@ -226,13 +228,13 @@ def test_the_arms_wandb_runs_hold_the_weights_and_the_studys_settings(verl_study
         assert {"recipe", "convention", "seed", "study", "task", "model", "crossed_algorithm"} <= config, config
         assert "actor_rollout_ref" in config  # verl's own config beside it
         # validation before training, then every update; resumed: the resumed step's validation, then 2 and 3
-        assert last["steps"] == ([1, 2, 3] if conv == "hash" else [0, 1, 2, 3]), last["steps"]
+        assert last["steps"] == (STEPS if conv == "hash" else [0, *STEPS]), last["steps"]
 
 
 def test_a_relaunched_finished_arm_does_nothing_and_says_so(verl_study):
     run, _, _ = verl_study
     folder = arm(run, "boxed")
-    merged = folder / "checkpoints" / "step-3" / "model.safetensors"
+    merged = folder / "checkpoints" / f"step-{UPDATES}" / "model.safetensors"
     before = (merged.stat().st_mtime_ns, sorted(p.name for p in (folder / "verl_metrics").iterdir()))
     start = time.perf_counter()
     out = subprocess.run(["bash", str(folder / "launch_single_node.sh")], capture_output=True, text=True, timeout=300,
@@ -301,11 +303,11 @@ def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_wei
     assert "Training from scratch" in killed and "global_step_2" not in killed  # killed before a second save
     assert "global_step_1" in relaunched and "Training from scratch" not in relaunched
     rows = read_metrics(folder)
-    assert [r["step"] for r in rows if "critic/rewards/mean" in r] == [1, 2, 3]
+    assert [r["step"] for r in rows if "critic/rewards/mean" in r] == STEPS
     assert len(list((folder / "verl_metrics").glob("launch-*.jsonl"))) == 2  # the first launch's lines kept
     # the fp32 weights as each run saved them (the merge rounds to bf16): world size 2's two shards of each
     # parameter (FSDP2 splits dim 0) joined, against world size 1's one (measured: at most 4.4e-7 apart)
-    actor = "checkpoints/global_step_3/actor"
+    actor = f"checkpoints/global_step_{UPDATES}/actor"
     halves = [torch.load(folder / actor / f"model_world_size_2_rank_{r}.pt", weights_only=False) for r in (0, 1)]
     want = torch.load(world_size_1 / actor / "model_world_size_1_rank_0.pt", weights_only=False)
     assert halves[0].keys() == want.keys()
@@ -315,7 +317,7 @@ def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_wei
         torch.testing.assert_close(got, want[key].to_local(), rtol=1e-5, atol=1e-6)
     sampled = ("critic/rewards/mean", "response_length/mean")
     uninterrupted = {r["step"]: r for r in read_metrics(world_size_1) if "critic/rewards/mean" in r}
-    assert sorted(uninterrupted) == [1, 2, 3]
+    assert sorted(uninterrupted) == STEPS
     for r in rows:
         if "critic/rewards/mean" in r:
             assert [r[k] for k in sampled] == [uninterrupted[r["step"]][k] for k in sampled], r["step"]
@@ -341,8 +343,9 @@ def test_the_step_a_relaunch_resumed_from_is_gone_right_after_the_first_new_save
     assert seen["after_kill"] == ["global_step_1"]
     assert seen["first_new_save"] == ["global_step_2"]
     assert f"crossed-rlvr: removed {folder / 'checkpoints' / 'global_step_1'}" in seen["logs"][1]
-    # at the end verl has removed step 2's model and optimizer (it saved them; its data.pt stays)
-    assert sorted(p.parent.name for p in (folder / "checkpoints").glob("global_step_*/actor")) == ["global_step_3"]
+    # at the end only the last step's model is left (its optimizer state went with the verified merge)
+    assert sorted(p.parent.name for p in (folder / "checkpoints").glob("global_step_*/actor")) == [
+        f"global_step_{UPDATES}"]
 
 
 def test_a_step_without_its_optimizer_state_is_refused_before_verl_starts(verl_study):
@@ -352,16 +355,16 @@ def test_a_step_without_its_optimizer_state_is_refused_before_verl_starts(verl_s
     run, _, seen = verl_study
     folder = arm(run, "hash")
     ckpt = folder / "checkpoints"
-    assert not list((ckpt / "global_step_3" / "actor").glob("optim_world_size_*"))  # removed after the merge
+    assert not list((ckpt / f"global_step_{UPDATES}" / "actor").glob("optim_world_size_*"))  # gone with the merge
     again = seen["logs"][2]
     assert "this arm has finished" in again and "Started a local Ray" not in again  # the third launch
-    (ckpt / "step-3").rename(folder / "merged-elsewhere")
+    (ckpt / f"step-{UPDATES}").rename(folder / "merged-elsewhere")
     try:
         out = subprocess.run(["bash", str(folder / "launch_single_node.sh")], capture_output=True, text=True,
                              timeout=300, check=False)
     finally:
-        (folder / "merged-elsewhere").rename(ckpt / "step-3")
+        (folder / "merged-elsewhere").rename(ckpt / f"step-{UPDATES}")
     said = [x for x in out.stdout.splitlines() if "PREFLIGHT FAILED" in x]
     assert out.returncode == 2 and said, (out.stdout + out.stderr)[-3000:]
-    assert "no optimizer state" in said[0] and "global_step_3" in said[0]
+    assert "no optimizer state" in said[0] and f"global_step_{UPDATES}" in said[0]
     assert "Started a local Ray" not in out.stdout + out.stderr

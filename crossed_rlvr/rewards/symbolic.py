@@ -1,7 +1,7 @@
 """The boxed training reward for symbolic answers: native-``\\boxed{}`` MATH training (paper 001 App. D.3.1).
 
 The paper trains a native-boxed MATH arm but does not print its reward program; this rule is ours
-(the README says so), built to agree with App. D.1's programs where they overlap:
+(docs/configs.md says so), built to agree with App. D.1's programs where they overlap:
 
 - the window is the response's final 300 characters, as in App. D.1;
 - the payload is the last ``\\boxed{...}`` that opens and closes inside the window, with balanced

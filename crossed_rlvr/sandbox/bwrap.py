@@ -1,26 +1,34 @@
 """Run untrusted code in a fresh process isolated by the operating system, never in a Python process of ours.
 
-Every run is ``[setpriv to the slot's uid] prlimit ... bwrap ... /usr/bin/python3 -I -S /harness.py FD``:
+Every run is ``keyctl session - choom -n 1000 -- [setpriv to the slot's uid] prlimit ... bwrap ... /usr/bin/python3
+-I -S /harness.py FD``:
 
-- **bubblewrap** with every namespace unshared: its own network namespace (only a loopback interface, checked at
-  start-up), process namespace (when the harness ends, the kernel kills whatever it left behind), mount namespace
-  that holds read-only ``/usr`` and the job's folder and a small private ``/tmp`` (the one writable place: the
-  root is remounted read-only), nothing of the project, the run directory or any home folder; no further user namespaces; a new session (no terminal to write into). The
-  harness is the namespace's pid 1 (``--as-pid-1``): bubblewrap's own reaper there leaves the uid's process count
-  raised for about a second after each run (measured: five quick runs used up a budget of 8), and when pid 1
-  ends, the kernel ends everything else inside.
+- **a fresh, empty session keyring** (keyutils) and **an OOM score of 1000** (util-linux's ``choom``): the sample
+  inherits none of the scorer's keys, and the kernel's OOM killer takes it before the trainer.
+- **bubblewrap** with every namespace unshared: its own network namespace (only a loopback interface), process
+  namespace (when the harness ends, the kernel kills whatever it left behind), mount namespace that holds read-only
+  ``/usr`` (``/usr/local`` and every package folder replaced by an empty one), the job's folder, a read-only
+  ``/dev`` with a small ``/dev/shm`` and a small private ``/tmp`` (the root remounted read-only), numpy at
+  ``/site`` (sandbox/site.py), nothing of the project, the run directory or any home folder; no further user
+  namespaces; a new session. The harness is the namespace's pid 1 (``--as-pid-1``): bubblewrap's own reaper there
+  leaves the uid's process count raised for about a second after each run (measured: five quick runs used up a
+  budget of 8), and when pid 1 ends, the kernel ends everything else inside.
+- **a seccomp filter** (sandbox/seccomp.py) denying the keyring, io_uring, ptrace, perf, bpf, userfaultfd, mount
+  and namespace calls, and killing a call from another architecture's entry point.
 - **an unprivileged host uid per worker slot** (when we run as root): as root ``RLIMIT_NPROC`` is ignored, so only
   another uid contains a fork bomb, and one uid per slot keeps one sample's bomb from using up its neighbours'
-  process budget. Run as an ordinary user, every slot runs as that user with the user's current process count plus
-  the budget as its limit: contained, but shared with the user's other processes (weaker; said in the docs).
+  process budget. Run as an ordinary user, every slot runs as that user with the user's current thread count plus
+  the budget as its limit: contained, but shared with the user's other work (a start that finds it used up is
+  retried; weaker, and said in the docs).
 - **rlimits** on address space, CPU seconds, processes, file size, open files and core files (``prlimit``, applied
-  before bubblewrap starts, inherited by everything inside).
-- **a wall-clock limit**, enforced from outside: the sandbox's pid 1 is killed (and with it everything inside),
-  then the whole process group. Before a slot's uid is used again, no process of it may be left.
-- Debian's system ``python3`` with the standard library: an interpreter an unprivileged uid can read.
+  before bubblewrap starts, inherited by everything inside; the harness raises the stack limit itself, as EvalPlus).
+- **a wall-clock limit** a run and **a time limit per input**, both enforced from outside: the sandbox's pid 1 is
+  killed (and with it everything inside), then the whole process group. Before a slot's uid is used again, no
+  process of it may be left.
 
-Threads launch the runs (subprocesses: never a fork of a process that holds torch); each run reads its results
-from a pipe, at most ``Limits.output_mb``, and may be stopped early by the caller (EvalPlus's fast check).
+Threads launch the runs (subprocesses: never a fork of a process that holds torch); each run's results are read
+from a pipe as the sample's to forge (sandbox/results.py), and may be stopped early by the caller (EvalPlus's fast
+check, or a part whose every input has answered). The start-up self-test looks at every wall from inside.
 """
 
 from __future__ import annotations
@@ -39,12 +47,13 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.sandbox import seccomp, site
+from crossed_rlvr.sandbox.results import Results, Run
 
 HARNESS = Path(__file__).with_name("harness.py")
 PYTHON = "/usr/bin/python3"
@@ -78,21 +87,6 @@ class Limits:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-@dataclass
-class Run:
-    """What came back from one run: the results lines after the harness's ready line, and how the run ended.
-    ``ended`` is ``exited`` (the harness ran to its end or the code ended it), ``stopped`` (the caller stopped it
-    early), ``wall`` (killed at the wall-clock limit), ``output`` (it wrote more than the cap) or ``sandbox-error``
-    (no ready line: the sandbox itself failed, and ``detail`` holds its stderr)."""
-
-    ended: str
-    lines: list[dict[str, Any]] = field(default_factory=list)
-    bad_line: bool = False
-    returncode: int | None = None
-    detail: str = ""
-    seconds: float = 0.0
-
-
 def _start(cmd: Callable[[int, int], list[str]], seccomp_filter: Path) -> tuple[int, subprocess.Popen]:
     """Start one sandboxed run; returns the read end of its results pipe and the process."""
     read_fd, write_fd = os.pipe()
@@ -123,86 +117,6 @@ def _reap(proc: subprocess.Popen, run: Run) -> None:
         run.returncode = proc.wait()
     if proc.stderr is not None:
         proc.stderr.close()
-
-
-class _Results:
-    """The harness's result lines as they arrive through the pipe: the first must be its ready line, each later one
-    a JSON object. Everything after the ready line is the sample's to forge, so nothing it writes may cost more
-    than its own verdict: a line longer than ``line_cap`` bytes, one that does not parse (5,000 ``[`` raise
-    RecursionError in ``json``) or one that makes ``stop`` raise ends the run as a broken line, and each input is
-    timed here, from outside (``input_limits``: the clock of input k starts when line k - 1, or the ``defined``
-    line, has been read). Lines are kept only when no ``stop`` reads them as they come (the canonical solution's
-    runs): a sample's outputs are judged and dropped."""
-
-    def __init__(self, run: Run, stop: Callable[[dict[str, Any]], bool] | None, line_cap: int,
-                 input_limits: Sequence[float] | None = None) -> None:
-        self.run, self.stop, self.line_cap = run, stop, line_cap
-        self.limits = list(input_limits) if input_limits is not None else None
-        self.buf = bytearray()
-        self.ready = False
-        self.answered = 0
-        self.clock = 0.0  # when the current input's time began (monotonic)
-
-    def deadline(self) -> float | None:
-        """When the current input's time is up (its limit with room for the harness's own encoding and writing),
-        or None before the sample is defined or without per-input limits."""
-        if self.limits is None or not self.clock or self.answered >= len(self.limits):
-            return None
-        return self.clock + input_wall(self.limits[self.answered])
-
-    def feed(self, chunk: bytes) -> bool:
-        """Take one chunk; True when the run is to end (a line that breaks the protocol, an input past its time, or
-        ``stop`` said so)."""
-        self.buf += chunk
-        if b"\n" not in chunk:  # no line ended: nothing to split (a long line is not rescanned)
-            if len(self.buf) > self.line_cap:
-                return self._broken("a result line over the cap")
-            return False
-        *complete, rest = self.buf.split(b"\n")
-        self.buf = bytearray(rest)
-        for raw in complete:
-            if len(raw) > self.line_cap:
-                return self._broken("a result line over the cap")
-            try:
-                line = json.loads(raw)
-            except Exception:  # noqa: BLE001 - ValueError, RecursionError, MemoryError: the sample's line
-                return self._broken("an unreadable result line")
-            if not isinstance(line, dict) or (not self.ready and line != {"ready": 1}):
-                return self._broken("an unreadable result line")
-            if not self.ready:
-                self.ready = True
-                continue
-            if line == {"defined": 1}:
-                self.clock = self.clock or time.monotonic()
-                continue
-            if (limit := self.deadline()) is not None and time.monotonic() > limit:
-                self.run.ended = "input-timeout"
-                return True
-            if self.stop is None:
-                self.run.lines.append(line)
-            else:
-                try:
-                    done = bool(self.stop(line))
-                except Exception:  # noqa: BLE001 - a line no judge can read is the sample's failure, never ours
-                    return self._broken("a result line the judge could not read")
-                if done:
-                    self.run.ended = "stopped"
-                    return True
-            self.answered += 1
-            self.clock = time.monotonic()
-        if len(self.buf) > self.line_cap:
-            return self._broken("a result line over the cap")
-        return False
-
-    def _broken(self, why: str) -> bool:
-        self.run.bad_line, self.run.detail = True, why
-        return True
-
-
-def input_wall(limit: float) -> float:
-    """An input's time measured from outside: its limit (which the harness's alarm enforces inside, unless the
-    sample ignores the alarm) with a quarter more and half a second for encoding, writing and reading its line."""
-    return 1.25 * float(limit) + 0.5
 
 
 class Sandbox:
@@ -356,7 +270,7 @@ class Sandbox:
                start: float, input_limits: Sequence[float] | None = None) -> Run:
         read_fd, proc = _start(cmd, self._filter)
         run = Run(ended="exited")
-        results = _Results(run, stop, limits.line_kb * 1024, input_limits)
+        results = Results(run, stop, limits.line_kb * 1024, input_limits)
         sel = selectors.DefaultSelector()
         sel.register(read_fd, selectors.EVENT_READ, "results")
         assert proc.stderr is not None
