@@ -254,17 +254,17 @@ class Sandbox:
             shutil.rmtree(job_dir, ignore_errors=True)
 
     def _run(self, job: dict[str, Any], limits: Limits, stop: Callable[[dict[str, Any]], bool] | None) -> Run:
-        start = time.monotonic()
-        for attempt in range(START_RETRIES + 1):
+        first = time.monotonic()
+        while True:
             with self._job_dir(job) as job_dir, self._slot() as uid:
-                run = self._watch(lambda fd, sfd: self.command(job_dir, uid, limits, fd, sfd), limits, stop, start,
-                                  job.get("time_limits"))
+                run = self._watch(lambda fd, sfd: self.command(job_dir, uid, limits, fd, sfd), limits, stop,
+                                  time.monotonic(), job.get("time_limits"))
             # run as an ordinary user, every slot shares that user's process budget with its other work: a start
-            # that found it used up is tried again, not scored
-            if uid is not None or run.ended != "sandbox-error" or not shared_limit_hit(run.detail):
+            # that found it used up (a neighbour's fork bomb, which lasts at most its own wall) is tried again
+            if (uid is not None or run.ended != "sandbox-error" or not shared_limit_hit(run.detail)
+                    or time.monotonic() - first > limits.wall_s + START_RETRY_S):
                 return run
-            time.sleep(0.05 * (attempt + 1))
-        return run
+            time.sleep(0.1)
 
     def _watch(self, cmd: Callable[[int, int], list[str]], limits: Limits, stop: Callable[[dict[str, Any]], bool] | None,
                start: float, input_limits: Sequence[float] | None = None) -> Run:
@@ -475,7 +475,7 @@ def uid_tasks(uid: int) -> list[tuple[int, int]]:
     return found
 
 
-START_RETRIES = 5
+START_RETRY_S = 5.0  # beyond a run's wall: how long a start that found the shared budget used up is retried
 
 
 def shared_limit_hit(detail: str) -> bool:

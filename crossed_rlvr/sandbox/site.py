@@ -37,7 +37,10 @@ def site_dir() -> Path:
 
 
 def installed(folder: Path) -> bool:
-    return (folder / "numpy" / "__init__.py").is_file()
+    try:
+        return (folder / "numpy" / "__init__.py").is_file()
+    except OSError:  # a folder this user may not enter holds no numpy for it
+        return False
 
 
 def install(folder: Path | None = None) -> Path:
