@@ -98,6 +98,21 @@ def test_a_hostile_results_line_fails_only_its_own_sample(executor, name):
     assert peak_mb < 150, peak_mb  # one capped line parsed, never the 20 MB one
 
 
+def test_a_task_whose_expected_lines_run_to_megabytes_is_scored(tmp_path):
+    """The canonical solution is the dataset's own code: its lines may be as long as they are (HumanEval/15's plus
+    outputs run to megabytes a line), and a sample's line cap is sized from them, so a right answer of 3 MB
+    passes and a wrong one of the same size is a mismatch, not a broken line."""
+    big = {"task_id": "HumanEval/1", "prompt": "def big(n):\n", "entry_point": "big",
+           "canonical_solution": "    return 'x' * n\n", "base_input": [[3_000_000]], "plus_input": [[10]], "atol": 0}
+    (tmp_path / "big.jsonl").write_text(json.dumps(big) + "\n")
+    with Sandbox(slots=2) as box:
+        ex = Executor(load_code_dataset(tmp_path / "big.jsonl"), box, tmp_path / "oracle")
+        got = ex.score([("HumanEval/1", "def big(n):\n    return 'x' * n\n"),
+                        ("HumanEval/1", "def big(n):\n    return 'y' * n\n")])
+    assert (got[0]["base"].status, got[0]["plus"].status) == ("pass", "pass")
+    assert got[1]["base"].detail == "fail:mismatch", got[1]["base"]
+
+
 def test_a_set_of_alike_hashes_is_refused_in_linear_time():
     """The codec itself (the scorer decodes every output with it): 40,000 multiples of 2**61 - 1 took 19.5 s to
     build into a set; refused at once, while a set of as many ordinary integers decodes."""
