@@ -101,3 +101,21 @@ def test_the_tables_hold_every_console_command():
 
     scripts = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
     assert sorted(scripts) == sorted([r[0] for r in IN_PROCESS] + [r[0] for r in HYDRA])
+
+
+def test_a_preset_that_does_not_exist_exits_2_with_hydras_list_of_options(tmp_path):
+    """Hydra names the options there are (good) and used to exit 1; a bad command line exits 2 everywhere."""
+    proc = subprocess.run([str(BIN / "crossed-study"), "experiment=nonexistent"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300, check=False)
+    assert proc.returncode == BAD_INPUT, proc.stderr[-2000:]
+    assert "nonexistent" in proc.stderr and "smoke" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_study_whose_arms_are_missing_exits_2_in_one_line(tmp_path, tiny):
+    """The study's missing-file cases are bad input like any other: the given arms' checkpoints are not there."""
+    proc = subprocess.run([str(BIN / "crossed-study"), "initial.build=given", f"model.path={tiny}", "arms.kind=given",
+                           f"arms.from_run={tmp_path / 'none'}", "arms.seeds=[83]", f"run_dir={tmp_path / 'run'}"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
+    err = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("─")]
+    assert proc.returncode == BAD_INPUT, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and err[-1].startswith("crossed-study: arms.kind=given: no checkpoint at"), err

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from crossed_rlvr.study.pipeline import Study
+from crossed_rlvr.study.pipeline import ArmsNotTrained, Study
 from crossed_rlvr.train.translate import VERL_SEED_KEYS
 from crossed_rlvr.train.verl_engine import SDPA, validate_verl
 from tests.gpu_fixtures import DEV, N_VAL, task_overrides
@@ -671,6 +671,6 @@ def test_math500_transfer_preset_prepares_with_b4s_values(local, tmp_path, monke
     arms = run.arms({"path": str(local["model"])})
     assert {k: a["path"] for k, a in arms["arms"].items()} == want
     shutil.rmtree(want["grpo-boxed/s83"])
-    with pytest.raises(SystemExit, match=r"arms.kind=given: no checkpoint at .*boxed/s83/checkpoints/step-100"):
+    with pytest.raises(ArmsNotTrained, match=r"arms.kind=given: no checkpoint at .*boxed/s83/checkpoints/step-100"):
         Study(study_cfg(tmp_path / "t2", "experiment=qwen2.5-7b-math500-transfer", f"arms.from_run={source}",
                         f"model.path={local['model']}", *task_overrides(local, "math500", dev=False))).arms({"path": str(local["model"])})

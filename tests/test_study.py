@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from crossed_rlvr.study.cli import NeedsGPU, check_device
-from crossed_rlvr.study.pipeline import Study
+from crossed_rlvr.study.pipeline import ArmsNotTrained, Study
 from tests.helpers import study_cfg
 
 # one worker builds the smoke study once for every test here (tests/conftest.py)
@@ -338,7 +338,7 @@ def test_verl_arms_stop_until_their_launch_scripts_have_run(tmp_path):
     run = tmp_path / "verl"
     overrides = ["experiment=smoke", "engine=verl", "sft.epochs=2", "arms.seeds=[83]", "evaluation.n_items=4",
                  "evaluation.templates=[original]"]
-    with pytest.raises(SystemExit, match="no final checkpoint"):
+    with pytest.raises(ArmsNotTrained, match="no final checkpoint"):
         Study(study_cfg(run, *overrides)).run_all()
     for conv in ("hash", "boxed"):
         arm = run / "train" / conv / "s83"

@@ -30,7 +30,7 @@ import torch
 from omegaconf import OmegaConf
 
 from crossed_rlvr.layout import RunLayout
-from crossed_rlvr.study.pipeline import Study
+from crossed_rlvr.study.pipeline import ArmsNotTrained, Study
 from crossed_rlvr.train.verl_launch import read_metrics
 from tests.helpers import study_cfg
 
@@ -59,7 +59,7 @@ def verl_study(tmp_path_factory, warm_cache):
     cfg = lambda: study_cfg(run, "experiment=smoke-verl-paper", f"arms.seeds=[{SEED}]",  # noqa: E731
                             f"initial.cache_dir={warm_cache}", "engine.dump_advantages=true", "engine.launch=false",
                             "recipe.save_every=1", f"recipe.updates={UPDATES}", "tracking=offline")
-    with pytest.raises(SystemExit, match="no final checkpoint"):
+    with pytest.raises(ArmsNotTrained, match="no final checkpoint"):
         Study(cfg()).run_all()
     folder = arm(run, "hash")
     ckpt = folder / "checkpoints"

@@ -93,8 +93,11 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
             print(f"{command}: {err}", file=sys.stderr)
             raise SystemExit(2) from None
 
+        started = []
+
         @hydra.main(version_base="1.3", config_path=".", config_name=config_name)
         def _main(cfg: Any) -> None:
+            started.append(True)
             job_run_dir(cfg)
             try:
                 check_command(command, cfg)
@@ -117,9 +120,18 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
                 print(f"{command}: {line}", file=sys.stderr, flush=True)
                 raise SystemExit(status) from None
 
+        from crossed_rlvr.errors import BAD_INPUT
         from crossed_rlvr.interrupt import stops_cleanly
 
-        stops_cleanly(command)(_main)()
+        try:
+            stops_cleanly(command)(_main)()
+        except SystemExit as stop:
+            # Hydra exits 1 when it cannot compose the config (a preset or group option that does not exist, a key
+            # the schema lacks): that is a bad command line, as argparse's, so it exits 2; once the job has started,
+            # a status is the job's own
+            if stop.code == 1 and not started:
+                raise SystemExit(BAD_INPUT) from None
+            raise
 
     return main
 

@@ -17,6 +17,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.files import json_lines
 from crossed_rlvr.layout import SFT_SUMMARY, RunLayout
 from crossed_rlvr.names import policy_name
@@ -76,8 +77,8 @@ def warmstart_base(cfg: Any) -> str | Path:
     from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
 
     if not cfg.model.get("tiny"):
-        raise SystemExit(f"crossed-sft: mode=warmstart of model={cfg.model.name} needs warmstart.base (the model "
-                         "to fine-tune); only the tiny model is built from scratch")
+        raise ConfigError(f"warmstart.base: mode=warmstart of model={cfg.model.name} needs the model to fine-tune; "
+                          "only the tiny model is built from scratch")
     return build_tiny_model(RunLayout(Path(cfg.run_dir)).fresh, TinyConfig(**cfg.model.tiny))
 
 
@@ -96,7 +97,7 @@ def band_callbacks(cfg: Any, base: str | Path) -> list[Any]:
     task = OmegaConf.to_container(cfg.task, resolve=True)
     items = build_items(OmegaConf.create({**task, "split": "dev"}))[: int(band.n_items)]
     if not items:
-        raise SystemExit(f"crossed-sft: warmstart.band needs dev items; task={cfg.task.name} has none")
+        raise ConfigError(f"warmstart.band needs dev items; task={cfg.task.name} has none")
     ev = cfg.eval  # sampled as the evaluation samples: greedy decoding overstates request-following
     params = GenParams(float(ev.temperature), float(ev.top_p), int(ev.max_new_tokens), int(ev.context_limit))
     return [band_callback(band, items, load_tokenizer(base), list(cfg.warmstart.requests), params,
@@ -137,7 +138,7 @@ def warmstart(cfg: Any) -> dict[str, Any]:
     rng = random.Random(int(cfg.warmstart.seed))
     follow = float(cfg.warmstart.get("follow_rate", 1.0))
     if not 0.0 <= follow <= 1.0:
-        raise SystemExit(f"crossed-sft: warmstart.follow_rate={follow} must lie in [0, 1]")
+        raise ConfigError(f"warmstart.follow_rate={follow} must lie in [0, 1]")
     if is_code_task(cfg.task):
         return tracked_sft(cfg, "initial", "sft-warmstart", base, code_warmstart_rows(cfg, follow, rng), out,
                            int(cfg.warmstart.seed))

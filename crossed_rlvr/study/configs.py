@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.names import INITIAL, policy_name
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED, SFT_ITEM_SEED
@@ -67,7 +68,7 @@ class StudyConfigs:
         if task.get("train_rows"):
             path = Path(str(task["train_rows"])).resolve()
             if not path.exists():
-                raise SystemExit(f"crossed-study: task.train_rows={task['train_rows']}: no such file")
+                raise ConfigError(f"task.train_rows={task['train_rows']}: no such file")
             return {**task, "train_rows": str(path), "train_rows_sha256": task.get("train_rows_sha256")
                     or sha256_file(path)}
         if self._frozen is None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from crossed_rlvr.errors import ConfigError, CrossedError
 from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.names import policy_name
@@ -34,6 +35,10 @@ from crossed_rlvr.tasks.code import is_code_task
 from crossed_rlvr.tracking import untracked
 
 STAGES = ("initial", "arms", "eval", "score", "analyze")
+
+
+class ArmsNotTrained(CrossedError, FileNotFoundError):
+    """The arms' final checkpoints are not there (launch scripts not run yet, or a given run without them)."""
 
 
 class Study:
@@ -96,7 +101,7 @@ class Study:
             outputs = [Path(path)] if Path(str(path)).exists() else []
             return self.stage("initial", fp, outputs, lambda: {"path": str(path), "built": False})
         if c.initial.build != "warmstart":
-            raise SystemExit(f"crossed-study: initial.build must be warmstart or given, not {c.initial.build!r}")
+            raise ConfigError(f"initial.build must be warmstart or given, not {c.initial.build!r}")
         # where a built policy is kept for other studies does not change it: not part of the fingerprint
         fp = {"model": plain(c.model), "task": plain(c.task), "sft": plain(c.sft),
               "initial": {k: v for k, v in plain(c.initial).items() if k != "cache_dir"}}
@@ -141,7 +146,7 @@ class Study:
         if c.arms.kind == "given":
             return self._given_arms()
         if c.arms.kind != "grpo":
-            raise SystemExit(f"crossed-study: arms.kind must be grpo or sft, not {c.arms.kind!r}")
+            raise ConfigError(f"arms.kind must be grpo, sft or given, not {c.arms.kind!r}")
         strata = self.strata(ipath, weights)
         configs = {policy_name("grpo", conv, seed): self.configs.train(conv, seed, ipath, weights, strata)
                    for conv, seed in self.configs.arm_list()}
@@ -159,7 +164,7 @@ class Study:
             results = arm_jobs.train_arms(c, configs)
             missing = [str(p) for p in final.values() if not p.exists()]
             if missing:  # e.g. engine=verl without engine.launch: the launch scripts are ready, not run
-                raise SystemExit("crossed-study: no final checkpoint at " + ", ".join(missing) + ". With engine=verl "
+                raise ArmsNotTrained("no final checkpoint at " + ", ".join(missing) + ". With engine=verl "
                                  "and engine.launch=false, run each arm's launch script (launch_single_node.sh or "
                                  "sbatch launch_slurm_ray.sbatch), then run the study again: finished arms are reused.")
             verdicts = arm_jobs.check_matched(c, self.layout)
@@ -173,7 +178,7 @@ class Study:
         arms = self.configs.given_arms()
         missing = [a["path"] for a in arms.values() if not Path(a["path"]).is_dir()]
         if missing:
-            raise SystemExit(f"crossed-study: arms.kind=given: no checkpoint at {', '.join(missing)} (arms.from_run="
+            raise ArmsNotTrained(f"arms.kind=given: no checkpoint at {', '.join(missing)} (arms.from_run="
                              f"{self.cfg.arms.from_run}, recipe.updates={int(self.cfg.recipe.updates)}); train them "
                              "with that study first, or set arms.seeds/arms.conventions to the arms it has")
         fp = {name: self.stamps.hash(a["path"]) for name, a in arms.items()}
