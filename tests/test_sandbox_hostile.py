@@ -411,3 +411,34 @@ def test_as_an_ordinary_user_a_threaded_scorer_starts_and_a_fork_bomb_leaves_its
     runs = json.loads(out.stdout.strip().splitlines()[-1])
     assert not any("out" in line for line in runs[0][1]), runs[0]  # the bomb ended without an answer
     assert [r[1] for r in runs[1:]] == [[{"i": 0, "out": k + 1, "s": r[1][0]["s"]}] for k, r in enumerate(runs[1:], 1)]
+
+
+def test_a_link_in_place_of_a_uid_lock_is_never_followed(tmp_path, monkeypatch):
+    """The slots' uid locks live in the shared temporary folder: a link another user left there in place of one is
+    skipped, never opened through (with O_CREAT it would create the file it points to)."""
+    import crossed_rlvr.sandbox.bwrap as bwrap
+
+    monkeypatch.setattr(bwrap, "LOCKS", tmp_path)
+    base = 62000 + os.getpid() % 1000
+    victim = tmp_path / "victim"
+    (tmp_path / f"crossed-sandbox-uid-{base}.lock").symlink_to(victim)
+    fds: list[int] = []
+    try:
+        got = bwrap.claim_uids(1, base, fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert got == [base + 1] and not victim.exists()
+
+
+def test_the_training_rewards_sandboxes_end_with_the_training(add_file):
+    """``close_programs`` (called when a TRL arm's training ends) closes every execution reward's sandbox of the
+    process: its folder under /tmp goes, and the next reward starts a fresh one."""
+    from crossed_rlvr.train import code_reward
+
+    program = code_reward.program_for(add_file, cache_dir=add_file.parent / "oracle-close")
+    assert program.score_many(["fence"], [f"```python\n{GOOD}```"], ["HumanEval/0"]) == [1.0]
+    base = program._exec().sandbox._base
+    assert base.is_dir()
+    code_reward.close_programs()
+    assert not base.exists() and not code_reward._PROGRAMS

@@ -129,7 +129,7 @@ class Sandbox:
         self.root = os.geteuid() == 0
         self._uids: queue.Queue[int | None] = queue.Queue()
         self._claims: list[int] = []
-        for uid in (_claim_uids(self.slots, uid_base, self._claims) if self.root else [None] * self.slots):
+        for uid in (claim_uids(self.slots, uid_base, self._claims) if self.root else [None] * self.slots):
             self._uids.put(uid)
         self._base = Path(tempfile.mkdtemp(prefix="crossed-sandbox-"))
         os.chmod(self._base, 0o711)  # the slots' uids may enter the job folders, not list them
@@ -415,7 +415,7 @@ UID_SPAN = 4096
 LOCKS = Path(tempfile.gettempdir())
 
 
-def _claim_uids(n: int, base: int, fds: list[int]) -> list[int]:
+def claim_uids(n: int, base: int, fds: list[int]) -> list[int]:
     """``n`` uids no other sandbox on this machine holds (a lock file each, held until :meth:`Sandbox.close`), no
     account owns and no process runs as: two scoring processes never share a uid's process budget, and a slot's
     clean-up never touches another's processes."""
