@@ -315,20 +315,23 @@ def test_crossed_rescore_code_scores_good_samples_between_hostile_ones(add_file,
 
 
 def test_the_training_rewards_give_a_hostile_rollout_0_and_raise_nothing(add_file):
+    """Every hostile line through the TRL reward (one batch, good rollouts on either side) and through verl's reward
+    entry (one rollout a call): 0 for each hostile rollout, 1 for the good ones, nothing raised."""
     from crossed_rlvr.train.code_reward import CodeRewardProgram
     from crossed_rlvr.train.verl_reward import compute_score
 
     program = CodeRewardProgram(add_file, slots=2, cache_dir=add_file.parent / "oracle-reward")
-    texts = [f"```python\n{GOOD}# {k}\n```" for k in range(2)]
-    texts.insert(1, f"```python\n{hostile(HOSTILE['deep brackets'])}```")
-    texts.insert(2, f"```python\n{hostile(HOSTILE['float index'])}```")
+    texts, want = [], []
+    for k, payload in enumerate(HOSTILE.values()):
+        texts += [f"```python\n{GOOD}# {k}\n```", f"```python\n{hostile(payload)}```"]
+        want += [1.0, 0.0]
     try:
-        assert program.score_many(["fence"] * 4, texts, ["HumanEval/0"] * 4) == [1.0, 0.0, 0.0, 1.0]
+        assert program.score_many(["fence"] * len(texts), texts, ["HumanEval/0"] * len(texts)) == want
     finally:
         program._exec().sandbox.close()
     info = {"convention": "fence", "code_dataset": str(add_file)}
-    for name in ("same-hash set", "random bytes"):
-        got = compute_score("add", f"```python\n{hostile(HOSTILE[name])}```", "HumanEval/0", info)
+    for name, payload in HOSTILE.items():
+        got = compute_score("add", f"```python\n{hostile(payload)}```", "HumanEval/0", info)
         assert got["score"] == 0.0, (name, got)
     assert compute_score("add", f"```python\n{GOOD}```", "HumanEval/0", info)["score"] == 1.0
 
