@@ -74,3 +74,9 @@ def arm_files(run: Path, name: str = "hash/s83") -> tuple[str, str, list[str]]:
     arm = run / "train" / name
     return ((arm / "launch_single_node.sh").read_text(), (arm / "launch_slurm_ray.sbatch").read_text(),
             (arm / "verl_overrides.txt").read_text().split("\n")[:-1])
+
+
+# A one-task EvalPlus dataset (two inputs a part) for the sandbox's tests: a right answer is cheap to write.
+ADD = {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n", "entry_point": "add",
+       "canonical_solution": "    return a + b\n", "base_input": [[1, 2], [3, 4]], "plus_input": [[5, 6], [-1, 1]],
+       "atol": 0}

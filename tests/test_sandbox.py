@@ -17,10 +17,7 @@ from crossed_rlvr.eval.score.execution import Executor
 from crossed_rlvr.sandbox.bwrap import Limits, Sandbox, SandboxUnavailable, uid_processes
 from crossed_rlvr.sandbox.harness import decode, encode
 from crossed_rlvr.tasks.code import load_code_dataset
-
-ADD = {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n", "entry_point": "add",
-       "canonical_solution": "    return a + b\n", "base_input": [[1, 2], [3, 4]], "plus_input": [[5, 6], [-1, 1]],
-       "atol": 0}
+from tests.helpers import ADD
 
 
 @pytest.fixture(scope="module")

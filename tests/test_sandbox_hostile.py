@@ -22,10 +22,8 @@ from crossed_rlvr.eval.score.execution import Executor
 from crossed_rlvr.sandbox.bwrap import Limits, Sandbox, uid_processes
 from crossed_rlvr.sandbox.harness import MAX_SAME_HASH, decode
 from crossed_rlvr.tasks.code import load_code_dataset
+from tests.helpers import ADD
 
-ADD = {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n", "entry_point": "add",
-       "canonical_solution": "    return a + b\n", "base_input": [[1, 2], [3, 4]], "plus_input": [[5, 6], [-1, 1]],
-       "atol": 0}
 # a subprocess imports this checkout's package, wherever it runs
 REPO_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 GOOD = "def add(a, b):\n    return a + b\n"

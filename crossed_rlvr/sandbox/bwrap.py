@@ -132,6 +132,9 @@ class Sandbox:
         for uid in (claim_uids(self.slots, uid_base, self._claims) if self.root else [None] * self.slots):
             self._uids.put(uid)
         self._base = Path(tempfile.mkdtemp(prefix="crossed-sandbox-"))
+        # the base folder goes with close(), with this object, or at the latest with the process (a reward's
+        # sandbox lives as long as its training)
+        self._remove_base = weakref.finalize(self, shutil.rmtree, str(self._base), True)
         os.chmod(self._base, 0o711)  # the slots' uids may enter the job folders, not list them
         shutil.copyfile(HARNESS, self._base / "harness.py")
         os.chmod(self._base / "harness.py", 0o644)
@@ -151,13 +154,9 @@ class Sandbox:
         if site.installed(given := site.site_dir()):  # not enter the home folder it is installed under
             shutil.copytree(given, self._site, copy_function=_link_or_copy)
         self._hidden = python_package_folders()
-        # the base folder goes with this object, or at the latest with the process (a reward's sandbox lives as
-        # long as its training)
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._base), True)
 
     def close(self) -> None:
-        self._finalizer.detach() if hasattr(self, "_finalizer") else None
-        shutil.rmtree(self._base, ignore_errors=True)
+        self._remove_base()  # once: later calls do nothing
         for fd in self._claims:
             os.close(fd)  # releases the uid's lock
         self._claims.clear()

@@ -12,6 +12,7 @@ wherever ``CROSSED_SANDBOX_SITE`` names.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -22,6 +23,7 @@ NUMPY = "2.3.5"  # a wheel for CPython 3.11-3.13 on x86_64 and aarch64 (Debian 1
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
+@functools.cache  # asked by every Sandbox that starts: the interpreter does not change within a process
 def system_python_version() -> str:
     out = subprocess.run([SYSTEM_PYTHON, "-I", "-S", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                          capture_output=True, text=True, check=True)
