@@ -39,6 +39,16 @@ class ArmLayout:
         return self.data / "train.jsonl"
 
     @property
+    def verl_train_data(self) -> Path:
+        """verl's training rows (its ``data.train_files``)."""
+        return self.data / "train.parquet"
+
+    @property
+    def verl_val_data(self) -> Path:
+        """verl's crossed validation rows, one per item, request and wording (its ``data.val_files``)."""
+        return self.data / "val.parquet"
+
+    @property
     def summary(self) -> Path:
         return self.root / "summary.json"
 

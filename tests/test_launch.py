@@ -438,7 +438,8 @@ def test_strata_estimated_with_the_initial_policy_are_frozen_into_both_arms(loca
     mtime = (run / "data" / "strata.jsonl").stat().st_mtime_ns
     assert study.strata(str(local["model"]), weights)["sha256"] == sha
     assert (run / "data" / "strata.jsonl").stat().st_mtime_ns == mtime
-    cfg = study.train_config("hash", 83, str(local["model"]), weights, study.strata(str(local["model"]), weights))
+    plan = next(p for p in study.plans if p.policy.convention == "hash")
+    cfg = plan.config(str(local["model"]), weights, study.configs.train_task(), study.strata(str(local["model"]), weights))
     assert cfg["recipe"]["proposal"]["strata_sha256"] == sha
 
 
@@ -452,6 +453,7 @@ def test_verl_v1_validation_dumps_reach_the_studys_over_training_section(local, 
 
     from crossed_rlvr.policies.loading import load_tokenizer
     from crossed_rlvr.study.pipeline import Study
+    from crossed_rlvr.study.plan import Policy
     from crossed_rlvr.train.verl_reward import compute_score
 
     run = tmp_path / "gpu-study"
@@ -479,9 +481,8 @@ def test_verl_v1_validation_dumps_reach_the_studys_over_training_section(local, 
                                           {"reward": infos["score"], **infos, "uid": uids},
                                           str(Path(arm["run_dir"]) / "validation"), step)
         assert "uid" in json.loads((Path(arm["run_dir"]) / "validation" / "10.jsonl").read_text().splitlines()[0])
-    initial = {"path": str(local["model"])}
-    arms = {"arms": {k: {"path": a["path"], "convention": a["convention"], "seed": a["seed"]}
-                     for k, a in summary["arms"].items()}}
+    initial = Policy.initial(local["model"])
+    arms = [Policy.from_record(k, a) for k, a in summary["arms"].items()]
     study.evaluate(initial, arms)
     info = study.score()
     assert "validation_scores" in info

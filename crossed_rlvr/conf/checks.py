@@ -104,9 +104,10 @@ class RecipeError(CrossedError, ValueError):
     """A GRPO recipe that cannot train (raised before any model is loaded)."""
 
 
-def check_config(cfg: Any) -> None:
+def check_config(cfg: Any, initial_built: bool = True) -> None:
     """Refuse a GRPO arm's config that cannot train, before anything is loaded: an unknown convention, a batch
-    that the group size does not divide, a missing model or an engine/algorithm pair that cannot run."""
+    that the group size does not divide, a missing model or an engine/algorithm pair that cannot run.
+    ``initial_built=False``: a study's arm planned before its initial policy exists (the initial stage checks that)."""
     from pathlib import Path
 
     from crossed_rlvr.rewards.conventions import CONVENTIONS, TEMPLATES
@@ -150,6 +151,8 @@ def check_config(cfg: Any) -> None:
         raise RecipeError("recipe.lora.enabled=true runs only with engine=trl")
     if cfg.template not in TEMPLATES:
         raise RecipeError(f"template={cfg.template!r} is unknown; expected one of {', '.join(TEMPLATES)}")
+    if not initial_built:
+        return
     if cfg.model.source == "local" and not (cfg.model.path and Path(cfg.model.path).exists()):
         raise RecipeError(f"model.path={cfg.model.path!r} does not exist (model={cfg.model.name}); "
                           "build the initial policy first (crossed-sft mode=warmstart) or point model.path at it")
@@ -271,7 +274,8 @@ def _warmstart_requests(cfg: Any, key: str) -> None:
 
 
 def check_study(cfg: Any) -> None:
-    """Every check of every stage, before the first one starts (the GPU check included)."""
+    """Every check of the study's own settings, before the first stage starts (the GPU check included); the arms'
+    crossed-train configs are checked when the study plans them (``study/plan.py``), also before any stage."""
     from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
 
     common(cfg)
@@ -304,20 +308,7 @@ def check_study(cfg: Any) -> None:
         _model_path("model.path", cfg.model.path)  # a given local model to warm-start (the tiny one is built)
     if cfg.initial.build == "given" and cfg.model.source == "local":
         _model_path("model.path", cfg.model.path)
-    if cfg.arms.kind == "grpo":  # each arm's crossed-train config, as the arms stage will check it
-        from omegaconf import OmegaConf
-
-        for conv in cfg.arms.conventions:
-            arm = OmegaConf.create({"convention": {"name": conv}, "recipe": OmegaConf.to_container(cfg.recipe),
-                                    "engine": OmegaConf.to_container(cfg.engine), "template": "original",
-                                    "task": OmegaConf.to_container(cfg.task), "validation": OmegaConf.to_container(
-                                        cfg.validation),
-                                    "algorithm": OmegaConf.to_container(cfg.algorithm),
-                                    "model": {"name": cfg.model.name, "source": "hub", "path": "not-checked-here"}})
-            try:
-                check_config(arm)  # the initial policy's path is checked when the initial stage has run
-            except RecipeError as err:
-                raise ConfigError(str(err)) from None
+    # each arm's crossed-train config is checked where the study plans its arms (study/plan.py), once
 
 
 CHECKS = {"crossed-train": check_train, "crossed-eval": check_eval, "crossed-sft": check_sft,

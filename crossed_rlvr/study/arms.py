@@ -13,10 +13,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from crossed_rlvr.layout import ArmLayout, RunLayout
+from crossed_rlvr.conf.schema import StudyConf
+from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import torch_threads
-from crossed_rlvr.names import policy_name
-from crossed_rlvr.study.configs import StudyConfigs, plain
+from crossed_rlvr.names import pair_name
+from crossed_rlvr.study.configs import StudyConfigs
+from crossed_rlvr.study.plan import ArmPlan, plain
 from crossed_rlvr.study.stamps import Stamps, digest
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
 
@@ -29,16 +31,20 @@ def arm_result(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: summary[k] for k in RESULT_KEYS if k in summary}
 
 
-def train_arms(cfg: Any, configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Train every arm; with ``arms.parallel`` > 1, in worker processes of one CPU thread each
+Job = tuple[ArmPlan, dict[str, Any]]  # an arm's plan and its crossed-train config with the initial policy bound
+
+
+def train_arms(cfg: StudyConf, jobs: list[Job]) -> dict[str, dict[str, Any]]:
+    """Train every arm (configs checked when the arms were planned); with ``arms.parallel`` > 1, in worker processes
+    of one CPU thread each
     (a tiny model's small matrices gain little from threads, so two single-thread arms at once
     finish in about the time of one two-thread arm)."""
     from tqdm import tqdm
 
     parallel = max(1, int(cfg.arms.parallel))
     updates = int(cfg.recipe.updates)
-    nproc = int(cfg.engine.get("nproc_per_node") or 1)
-    bar = tqdm(total=updates * len(configs), desc="GRPO updates (all arms)", unit="update")
+    nproc = int(cfg.engine.nproc_per_node or 1)
+    bar = tqdm(total=updates * len(jobs), desc="GRPO updates (all arms)", unit="update")
     import torch
 
     # each arm across nproc processes (torchrun); on a GPU, one arm at a time in a process of its own too,
@@ -46,30 +52,29 @@ def train_arms(cfg: Any, configs: dict[str, dict[str, Any]]) -> dict[str, dict[s
     if cfg.engine.name == "trl" and (nproc > 1 or (parallel == 1 and torch.cuda.is_available())):
         from crossed_rlvr.train.worker import run_arm
 
-        return _one_by_one(configs, bar, updates, lambda arm: run_arm(arm, ArmLayout(Path(arm["run_dir"])).worker_spec,
-                                                                      nproc))
+        return _one_by_one(jobs, bar, updates, lambda plan, arm: run_arm(arm, plan.layout.worker_spec, nproc))
     if parallel == 1:
         from crossed_rlvr.train.run import run_train
 
-        def in_process(arm: dict[str, Any]) -> dict[str, Any]:
-            with torch_threads(cfg.arms.get("threads")):
-                return run_train(OmegaConf.create(arm))
+        def in_process(plan: ArmPlan, arm: dict[str, Any]) -> dict[str, Any]:
+            with torch_threads(cfg.arms.threads):
+                return run_train(OmegaConf.create(arm), checked=True)
 
-        return _one_by_one(configs, bar, updates, in_process)
-    return _in_workers(configs, bar, updates, parallel)
+        return _one_by_one(jobs, bar, updates, in_process)
+    return _in_workers(jobs, bar, updates, parallel)
 
 
-def _one_by_one(configs: dict[str, dict[str, Any]], bar: Any, updates: int,
-                train: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def _one_by_one(jobs: list[Job], bar: Any, updates: int,
+                train: Callable[[ArmPlan, dict[str, Any]], dict[str, Any]]) -> dict[str, dict[str, Any]]:
     results = {}
-    for name, arm in configs.items():
-        results[name] = arm_result(train(arm))
+    for plan, arm in jobs:
+        results[plan.name] = arm_result(train(plan, arm))
         bar.update(updates)
     bar.close()
     return results
 
 
-def _in_workers(configs: dict[str, dict[str, Any]], bar: Any, updates: int, parallel: int) -> dict[str, dict[str, Any]]:
+def _in_workers(jobs: list[Job], bar: Any, updates: int, parallel: int) -> dict[str, dict[str, Any]]:
     """The arms in ``parallel`` spawned processes; the bar follows the updates the arms' metrics files record."""
     import concurrent.futures as cf
     import multiprocessing as mp
@@ -78,33 +83,38 @@ def _in_workers(configs: dict[str, dict[str, Any]], bar: Any, updates: int, para
     seen = 0
     with cf.ProcessPoolExecutor(max_workers=parallel, mp_context=mp.get_context("spawn"),
                                 initializer=_one_thread) as pool:
-        futures = {pool.submit(_train_worker, arm): name for name, arm in configs.items()}
+        futures = {pool.submit(_train_worker, plan.layout, arm): plan.name for plan, arm in jobs}
         pending = set(futures)
         while pending:
             done, pending = cf.wait(pending, timeout=2.0)
             for fut in done:
                 results[futures[fut]] = arm_result(fut.result())  # re-raises a worker's error
-            now = max(seen, sum(_lines(ArmLayout(Path(arm["run_dir"])).metrics) for arm in configs.values()))
+            now = max(seen, sum(_lines(plan.layout.metrics) for plan, _arm in jobs))
             bar.update(now - seen)
             seen = now
-    bar.update(updates * len(configs) - seen)
+    bar.update(updates * len(jobs) - seen)
     bar.close()
-    return {name: results[name] for name in configs}
+    return {plan.name: results[plan.name] for plan, _arm in jobs}
 
 
-def check_matched(cfg: Any, layout: RunLayout) -> dict[str, bool]:
+def check_matched(plans: list[ArmPlan]) -> dict[str, dict[str, bool]]:
     """Every seed's arms differ only in the convention (prompt suffix and reward program), data order included;
-    a pair that does not stops the study."""
+    a pair that does not stops the study. Verdicts by pair (``grpo/s83``), then by the other arm's name."""
     from crossed_rlvr.train.matched import check_and_record
 
-    verdicts = {}
-    for seed in cfg.arms.seeds:
-        dirs = [layout.arm(conv, int(seed)).root for conv in cfg.arms.conventions]
-        for other in dirs[1:]:
-            verdict = check_and_record(dirs[0], other)
-            verdicts[f"{dirs[0].name}:{dirs[0].parent.name}-{other.parent.name}"] = verdict["matched"]
+    verdicts: dict[str, dict[str, bool]] = {}
+    by_seed: dict[int, list[ArmPlan]] = {}
+    for plan in plans:
+        by_seed.setdefault(int(plan.policy.seed or 0), []).append(plan)
+    for seed, arms in by_seed.items():
+        first = arms[0]
+        for other in arms[1:]:
+            verdict = check_and_record(first.layout.root, other.layout.root)
+            verdicts.setdefault(pair_name(first.policy.method, seed), {})[f"{first.name} vs {other.name}"] = (
+                verdict["matched"])
             if not verdict["matched"]:
-                raise SystemExit(f"crossed-study: arms {dirs[0]} and {other} are not matched: "
+                # a failure of the run, not bad input: one line, exit 1
+                raise SystemExit(f"crossed-study: arms {first.name} and {other.name} are not matched: "
                                  f"{verdict['config_differences'] or verdict['data_differences']}")
     return verdicts
 
@@ -124,13 +134,13 @@ def frozen_strata(configs: StudyConfigs, ipath: str, weights: str, prepare: bool
     prop = c.recipe.proposal
     if c.arms.kind != "grpo" or not prop.enabled:
         return None
-    if prop.get("strata_file"):
+    if prop.strata_file:
         path = Path(str(prop.strata_file)).resolve()
         if not path.exists():
             raise RecipeError(f"recipe.proposal.strata_file={prop.strata_file}: no such file")
         return {"file": str(path), "sha256": file_sha256(path)}
     items = train_items(OmegaConf.create(configs.train_task()), int(c.arms.train_items), GRPO_ITEM_SEED)
-    if items and all(it.get("stratum") is not None for it in items) and not prop.get("estimate", False):
+    if items and all(it.get("stratum") is not None for it in items) and not prop.estimate:
         return None
     out = configs.layout.strata
     meta_path = out.with_suffix(".meta.json")
@@ -150,7 +160,7 @@ def frozen_strata(configs: StudyConfigs, ipath: str, weights: str, prepare: bool
     configs.say(f"    estimating difficulty strata of {len(items)} training items with the initial policy "
                 f"({int(prop.estimate_samples)} samples each, App. D.1)")
     try:
-        info = estimate_strata(items, ipath, c.eval, int(prop.estimate_samples), out, c.model.get("system"))
+        info = estimate_strata(items, ipath, c.eval, int(prop.estimate_samples), out, c.model.system)
     except StrataError as err:
         raise RecipeError(str(err)) from None
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
@@ -158,12 +168,13 @@ def frozen_strata(configs: StudyConfigs, ipath: str, weights: str, prepare: bool
     return {"file": str(out.resolve()), "sha256": info["sha256"]}
 
 
-def import_verl_validation(arm: ArmLayout, stamps: Stamps, task: str, say: Callable[[str], None]) -> None:
+def import_verl_validation(plan: ArmPlan, stamps: Stamps, task: str, say: Callable[[str], None]) -> None:
     """verl's validation dumps of one arm as response records, every step as ``<arm>@step<K>`` (rewritten when
     the dumps change)."""
     from crossed_rlvr.eval.ingest.verl import import_verl_steps
     from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl
 
+    arm, policy = plan.layout, plan.policy
     dumps = arm.validation
     steps = sorted(dumps.glob("*.jsonl")) if dumps.is_dir() else []
     if not [p for p in steps if p.stem.isdigit()]:
@@ -173,8 +184,9 @@ def import_verl_validation(arm: ArmLayout, stamps: Stamps, task: str, say: Calla
     sources = {p.name: stamps.hash(p) for p in steps if p.stem.isdigit()}
     if out.exists() and stamp.exists() and json.loads(stamp.read_text()) == sources:
         return
-    name = policy_name("grpo", arm.convention, arm.seed)
-    records = import_verl_steps(dumps, policy=name, training_convention=arm.convention, train_seed=arm.seed, task=task)
+    name = policy.name
+    records = import_verl_steps(dumps, policy=name, training_convention=policy.convention, train_seed=policy.seed,
+                                task=task)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_jsonl(out, records)
     atomic_write_json(stamp, sources)
@@ -198,13 +210,12 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _train_worker(cfg: dict[str, Any]) -> dict[str, Any]:
+def _train_worker(arm: ArmLayout, cfg: dict[str, Any]) -> dict[str, Any]:
     """One GRPO arm in a worker process; its console output goes to ``<arm>/train.log``."""
     import contextlib
 
     from crossed_rlvr.train.run import run_train
 
-    arm = ArmLayout(Path(cfg["run_dir"]))
     arm.root.mkdir(parents=True, exist_ok=True)
     with arm.log.open("w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        return run_train(OmegaConf.create(cfg))
+        return run_train(OmegaConf.create(cfg), checked=True)

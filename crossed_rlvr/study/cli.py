@@ -14,21 +14,22 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+
+from crossed_rlvr.conf.schema import StudyConf
 
 
 class NeedsGPU(SystemExit):
     pass
 
 
-def check_device(cfg: Any) -> None:
+def check_device(cfg: StudyConf) -> None:
     """A GPU preset stops before any stage on a machine without a GPU (``stages=prepare`` needs none)."""
-    if not cfg.get("requires_gpu", False) or cfg.get("stages", "all") in ("prepare", "rehearse", "fetch"):
+    if not cfg.requires_gpu or cfg.stages in ("prepare", "rehearse", "fetch"):
         return
     import torch
 
     if not torch.cuda.is_available():
-        name = cfg.get("experiment_name", "this preset")
+        name = cfg.experiment_name or "this preset"
         raise NeedsGPU(f"crossed-study: {name} needs a GPU (engine={cfg.engine.name}, eval backend="
                        f"{cfg.eval.backend}, model={cfg.model.name}) and none is visible (torch.cuda.is_available() "
                        "is False). Nothing was run. On a GPU node install the extra: pip install -e '.[gpu]'. "
@@ -36,7 +37,7 @@ def check_device(cfg: Any) -> None:
                        "the launch here, add stages=prepare.")
 
 
-def _run(cfg: Any) -> None:
+def _run(cfg: StudyConf) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -70,7 +71,7 @@ def _run(cfg: Any) -> None:
         print(f"crossed-study: {problem}", file=sys.stderr)
         raise SystemExit(2)
     console = Console(stderr=True)
-    console.rule(f"crossed-study {cfg.get('experiment_name', '')} -> {cfg.run_dir}")
+    console.rule(f"crossed-study {cfg.experiment_name or ''} -> {cfg.run_dir}")
     try:
         if cfg.stages == "prepare":
             summary = Study(cfg, console).prepare()
@@ -102,4 +103,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -27,6 +27,7 @@ from crossed_rlvr.analysis.report.code import report
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.layout import EvalLayout, RunLayout
 from crossed_rlvr.names import policy_name
+from crossed_rlvr.tasks.code import CodeDataset
 
 
 def eval_settings(name: str = "cpu", **changes: Any) -> Any:
@@ -88,7 +89,7 @@ def run(policies: dict[str, str], out: Path, n_tasks: int | None, samples: int, 
         "temperature": temperature, "top_p": top_p, "seed": seed, "engine": engine, "policies": policies})
 
 
-def task_name(ds: Any) -> str:
+def task_name(ds: CodeDataset) -> str:
     """The records' task: ``mbpp_plus`` by the dataset's task ids, ``humaneval`` for HumanEval's own file (its
     test scripts), else ``humaneval_plus``."""
     if ds.flavour == "mbpp":
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         table = run(policies, args.out, pick(args.tasks, "tasks"), pick(args.samples, "samples"),
                     pick(args.max_new_tokens, "max_new_tokens"), pick(args.temperature, "temperature"), args.seed,
                     args.slots, args.batch_size, args.dataset, top_p=pick(args.top_p, "top_p"),
-                    engine=pick(args.engine, "eval"), context_limit=preset["context_limit"])
+                    engine=pick(args.engine, "eval"), context_limit=pick(None, "context_limit"))
     except ValueError:
         print("crossed_rlvr.study.code_eval: --policy must be NAME=PATH", file=sys.stderr)
         return 2

@@ -13,47 +13,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from crossed_rlvr.conf.schema import StudyConf
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import RunLayout
-from crossed_rlvr.names import INITIAL, policy_name
-from crossed_rlvr.tasks.training import GRPO_ITEM_SEED, SFT_ITEM_SEED
-
-
-def plain(node: Any) -> Any:
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-
-
-def typed(command: str, cfg: dict[str, Any]) -> dict[str, Any]:
-    """``cfg`` checked against ``command``'s schema (``crossed_train``, ``crossed_eval``, ``crossed_sft``): the type
-    of every key the schema knows, then the ranges it declares. Keys the schema does not know pass (the study adds
-    hashes and frozen files to the command's own settings). Returns ``cfg`` unchanged."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    from crossed_rlvr.conf.ranges import check_ranges_of, open_schema
-    from crossed_rlvr.errors import ConfigError
-
-    try:
-        OmegaConf.merge(open_schema(command), cfg)
-    except OmegaConfBaseException as err:
-        key = getattr(err, "full_key", "") or ""
-        raise ConfigError(f"{key}: {str(err).splitlines()[0]} (in the study's {command.replace('_', '-')} config)"
-                          ) from None
-    check_ranges_of(cfg, command)
-    return cfg
+from crossed_rlvr.study.plan import ArmPlan, Policy, arm_pairs, plain, plan_arms, typed
+from crossed_rlvr.tasks.training import SFT_ITEM_SEED
 
 
 class StudyConfigs:
     """The configs the stages hand to the commands, from one study config."""
 
-    def __init__(self, cfg: Any, layout: RunLayout, study_name: str, say: Callable[[str], None]) -> None:
+    def __init__(self, cfg: StudyConf, layout: RunLayout, study_name: str, say: Callable[[str], None]) -> None:
         self.cfg, self.layout, self.study_name, self.say = cfg, layout, study_name, say
         self._frozen: dict[str, Any] | None = None
-
-    def arm_list(self) -> list[tuple[str, int]]:
-        """(convention, seed) of every GRPO arm, seed by seed."""
-        return [(conv, int(seed)) for seed in self.cfg.arms.seeds for conv in self.cfg.arms.conventions]
+        # every GRPO arm, planned and checked once, before any stage runs
+        self.plans: list[ArmPlan] = plan_arms(cfg, layout, study_name) if cfg.arms.kind == "grpo" else []
 
     def train_task(self) -> dict[str, Any]:
         """The task as the arms see it: a hub task's train split frozen by content on first use
@@ -88,28 +64,6 @@ class StudyConfigs:
             "warmstart": warm,
         })
 
-    def train(self, conv: str, seed: int, initial_path: str, weights: str,
-              strata: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The crossed-train config of one arm: the study's groups, the arm's convention and seed.
-
-        ``model.weights_sha256`` ties a finished arm to the initial weights it started from, so a
-        rebuilt initial policy retrains the arms while an interrupted stage reuses finished ones."""
-        c = self.cfg
-        recipe = plain(c.recipe)
-        if strata is not None:  # the frozen strata file and its hash: part of both arms' configs
-            recipe["proposal"] = {**recipe["proposal"], "strata_file": strata["file"], "strata_sha256": strata["sha256"]}
-        return typed("crossed_train", {
-            "model": {**plain(c.model), "path": str(initial_path), "weights_sha256": weights}, "task": self.train_task(),
-            "convention": {"name": conv}, "recipe": recipe, "algorithm": plain(c.algorithm),
-            "engine": plain(c.engine), "tracking": plain(c.tracking),
-            "validation": plain(c.validation), "eval": plain(c.eval),
-            "seed": seed, "data_seed": seed, "run_dir": str(self.layout.arm(conv, seed).root),
-            "arm": policy_name("grpo", conv, seed),
-            "study": self.study_name,
-            "overwrite": True, "template": "original",
-            "train_items": {"n": int(c.arms.train_items), "seed": GRPO_ITEM_SEED},
-        })
-
     def sft_arms(self, initial_path: str) -> dict[str, Any]:
         """The SFT arms' job (``sft/worker.py``): the marker arm and its control for every seed."""
         c = self.cfg
@@ -118,25 +72,29 @@ class StudyConfigs:
                 "control": c.arms.sft_control, "train_items": {"n": int(c.arms.train_items), "seed": SFT_ITEM_SEED},
                 "tracking": plain(c.tracking), "study": self.study_name}
 
-    def given_arms(self) -> dict[str, dict[str, Any]]:
+    def sft_policies(self) -> list[Policy]:
+        """The SFT arms' final policies: the marker arm and its control for every seed."""
+        c = self.cfg
+        return [Policy.trained("sft", conv, int(seed), self.layout.sft_policy(conv, int(seed)))
+                for seed in c.arms.seeds for conv in (c.arms.sft_arm, c.arms.sft_control)]
+
+    def given_source(self) -> RunLayout:
+        """``arms.kind=given``: the run directory of the study that trained the arms."""
+        return RunLayout(Path(str(self.cfg.arms.from_run)).expanduser().resolve())
+
+    def given_arms(self) -> list[Policy]:
         """``arms.kind=given``: another study's GRPO arms, at its final step (B.4's transfer of GSM8K-trained
         checkpoints to MATH500 evaluates them on another task without training anything here)."""
-        c = self.cfg
-        src = RunLayout(Path(str(c.arms.from_run)).expanduser().resolve())
-        return {policy_name("grpo", conv, seed): {"path": str(src.arm(conv, seed).checkpoint(int(c.recipe.updates))),
-                                                  "convention": conv, "seed": int(seed)}
-                for conv, seed in self.arm_list()}
+        src = self.given_source()
+        return [Policy.trained("grpo", conv, seed, src.arm(conv, seed).checkpoint(int(self.cfg.recipe.updates)))
+                for conv, seed in arm_pairs(self.cfg)]
 
     @staticmethod
-    def policies(initial: dict[str, Any], arms: dict[str, Any]) -> list[dict[str, Any]]:
-        """The initial policy, then every arm's final policy in name order."""
-        pols = [{"name": INITIAL, "path": str(initial["path"]), "training_convention": INITIAL, "train_seed": None}]
-        for name, arm in sorted(arms["arms"].items()):  # stamps store dicts sorted: one order always
-            pols.append({"name": name, "path": arm["path"], "training_convention": arm["convention"],
-                         "train_seed": int(arm["seed"])})
-        return pols
+    def policies(initial: Policy, arms: list[Policy]) -> list[dict[str, Any]]:
+        """The initial policy, then every arm's final policy in name order, as crossed-eval lists them."""
+        return [initial.eval_entry()] + [p.eval_entry() for p in sorted(arms, key=lambda p: p.name)]
 
-    def evaluation(self, initial: dict[str, Any], arms: dict[str, Any]) -> Any:
+    def evaluation(self, initial: Policy, arms: list[Policy]) -> DictConfig:
         """crossed-eval's config: every policy under every request and wording, into ``<run>/eval``."""
         c, ev = self.cfg, self.cfg.evaluation
         task = plain(c.task)

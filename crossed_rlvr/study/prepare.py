@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from crossed_rlvr.names import policy_name
 from crossed_rlvr.study.arms import frozen_strata
-from crossed_rlvr.study.configs import StudyConfigs, plain
+from crossed_rlvr.study.configs import StudyConfigs
+from crossed_rlvr.study.plan import Policy, plain
 from crossed_rlvr.tasks.training import SFT_ITEM_SEED
 
 NOT_HASHED = "not hashed (stages=prepare)"
@@ -25,13 +25,17 @@ def prepare(configs: StudyConfigs, initial_path: str) -> dict[str, Any]:
     c, layout = configs.cfg, configs.layout
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.config.write_text(OmegaConf.to_yaml(c, resolve=True))
-    initial = {"path": initial_path, "built": False}
+    initial = Policy.initial(initial_path)
     if c.arms.kind == "given":  # nothing to prepare: the evaluation plan lists the checkpoints it will read
-        arms = {"arms": {name: {**a, "exists": Path(a["path"]).is_dir()} for name, a in configs.given_arms().items()}}
+        given = configs.given_arms()
+        arms = {a.name: {**a.record(), "exists": Path(a.path).is_dir()} for a in given}
+        policies = given
+    elif c.arms.kind == "sft":
+        arms, policies = _sft_arms(configs, initial_path), configs.sft_policies()
     else:
-        arms = _sft_arms(configs, initial_path) if c.arms.kind == "sft" else _grpo_arms(configs, initial_path)
-    plan = eval_plan(configs, initial, arms)
-    summary = {"initial": initial_path, "arms": arms["arms"], "eval_plan": str(layout.eval_plan),
+        arms, policies = _grpo_arms(configs, initial_path), [plan.policy for plan in configs.plans]
+    plan = eval_plan(configs, initial, policies)
+    summary = {"initial": initial_path, "arms": arms, "eval_plan": str(layout.eval_plan),
                "responses_planned": plan["responses"]}
     layout.prepare_summary.write_text(json.dumps(summary, indent=2) + "\n")
     return summary
@@ -49,33 +53,34 @@ def rehearse(configs: StudyConfigs, initial_path: str) -> dict[str, Any]:
         configs.say("    nothing to rehearse on Ray: the arms do not train through verl")
         summary["rehearsal"] = {}
         return summary
-    r = c.get("rehearsal") or {}
-    only = r.get("conventions")
+    r = c.rehearsal
+    only = r.conventions
     arms = {name: arm for name, arm in summary["arms"].items() if only is None or arm["convention"] in only}
     summary["rehearsal"] = rehearse_arms(arms, int(c.engine.n_gpus_per_node), configs.layout.rehearsal,
-                                         timeout=float(r.get("timeout_s", 600)),
-                                         wait_limit=float(r.get("wait_limit_s", 120)), say=configs.say)
+                                         timeout=float(r.timeout_s),
+                                         wait_limit=float(r.wait_limit_s), say=configs.say)
     configs.layout.prepare_summary.write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
 def _grpo_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
-    from crossed_rlvr.conf.checks import check_config
+    """Each arm's inputs from its plan (checked when it was planned): verl's data, overrides and launch scripts, or
+    TRL's training rows."""
     from crossed_rlvr.train.recipe import training_rows, write_rows
     from crossed_rlvr.train.run import run_train
 
     c = configs.cfg
     out: dict[str, Any] = {}
     strata = frozen_strata(configs, ipath, NOT_HASHED, prepare=True)
-    for conv, seed in configs.arm_list():
-        cfg = configs.train(conv, seed, ipath, NOT_HASHED, strata)
+    task = configs.train_task()
+    for plan in configs.plans:
+        cfg = plan.config(ipath, NOT_HASHED, task, strata)
         cfg["engine"] = {**cfg["engine"], "launch": False}
-        name, arm = cfg["arm"], configs.layout.arm(conv, seed)
+        arm = plan.layout
         node = OmegaConf.create(cfg)
-        check_config(node)
         if c.engine.name == "verl":
-            info = run_train(node)
-            files = [str(p.relative_to(arm.root)) for p in (arm.data / "train.parquet", arm.data / "val.parquet",
+            info = run_train(node, checked=True)
+            files = [str(p.relative_to(arm.root)) for p in (arm.verl_train_data, arm.verl_val_data,
                                                             arm.verl_overrides, arm.launch_single_node,
                                                             arm.launch_slurm)]
         else:  # TRL trains in-process: its data is the whole preparation
@@ -83,11 +88,10 @@ def _grpo_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
             rows = training_rows(node)
             write_rows(arm.train_rows, rows)
             info, files = {"rows": len(rows)}, [str(arm.train_rows.relative_to(arm.root))]
-        configs.say(f"    prepared {name}: {', '.join(files)}")
-        out[name] = {"path": str(arm.checkpoint(int(c.recipe.updates))), "convention": conv,
-                     "seed": seed, "run_dir": str(arm.root), "files": files,
-                     **{k: info[k] for k in ("val_rows", "overrides") if k in info}}
-    return {"arms": out}
+        configs.say(f"    prepared {plan.name}: {', '.join(files)}")
+        out[plan.name] = {**plan.policy.record(), "run_dir": str(arm.root), "files": files,
+                          **{k: info[k] for k in ("val_rows", "overrides") if k in info}}
+    return out
 
 
 def _sft_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
@@ -100,13 +104,11 @@ def _sft_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
     items = train_items(OmegaConf.create(configs.train_task()), int(c.arms.train_items), SFT_ITEM_SEED)
     n = write_pairs(items, data[arm], data[control], arm, control)
     configs.say(f"    prepared {n} content-matched SFT pairs: {data[arm]}, {data[control]}")
-    return {"arms": {policy_name("sft", conv, int(seed)): {"path": str(layout.sft_policy(conv, int(seed))),
-                                                           "convention": conv, "seed": int(seed), "pairs": n,
-                                                           "files": [str(data[conv].relative_to(layout.root))]}
-                     for seed in c.arms.seeds for conv in (arm, control)}}
+    return {p.name: {**p.record(), "pairs": n, "files": [str(data[p.convention].relative_to(layout.root))]}
+            for p in configs.sft_policies()}
 
 
-def eval_plan(configs: StudyConfigs, initial: dict[str, Any], arms: dict[str, Any]) -> dict[str, Any]:
+def eval_plan(configs: StudyConfigs, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
     """Policies x requests x wordings with item counts and seeds; freezes the test items now."""
     from crossed_rlvr.eval.generate.plan import frozen_items, item_seed, template_items
     from crossed_rlvr.tasks.code import is_code_task
@@ -134,7 +136,7 @@ def eval_plan(configs: StudyConfigs, initial: dict[str, Any], arms: dict[str, An
     return plan
 
 
-def code_plan(configs: StudyConfigs, cfg: Any) -> dict[str, Any]:
+def code_plan(configs: StudyConfigs, cfg: DictConfig) -> dict[str, Any]:
     """A code task's plan: the dataset file and its sha256, the tasks, and every policy x code request."""
     from crossed_rlvr.tasks.code import task_dataset
 

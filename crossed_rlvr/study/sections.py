@@ -9,8 +9,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.conf.schema import AnalysisConf
 
-def study_sections(folder: Path, analysis: Any, validation_scores: Path | None, metrics: dict[str, Path],
+
+def study_sections(folder: Path, analysis: AnalysisConf, validation_scores: Path | None, metrics: dict[str, Path],
                    warmstart: Path | None) -> list[str]:
     """The sections (their tables and figures written into ``folder``, the analysis folder being written)."""
     from crossed_rlvr.analysis.report.document import initial_section, training_section
@@ -25,7 +27,7 @@ def study_sections(folder: Path, analysis: Any, validation_scores: Path | None, 
     return out
 
 
-def over_training(validation_scores: Path, folder: Path, analysis: Any) -> str | None:
+def over_training(validation_scores: Path, folder: Path, analysis: AnalysisConf) -> str | None:
     """The validation steps analysed like any crossed set (``analysis/validation/``), and the report section
     of their interactions over training (its table and figure written into ``folder``); None with fewer than
     two validated steps."""

@@ -24,21 +24,31 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.layout import ArmLayout
+
+if TYPE_CHECKING:
+    from crossed_rlvr.study.pipeline import Study
+    from crossed_rlvr.study.plan import Policy
+
+
+class SmokeDataMissing(CrossedError, FileNotFoundError):
+    """The data folder lacks GSM8K's train or test rows."""
 
 
 def smoke_config(model: str, data: str, run_dir: str, overrides: list[str], preset: str = "gpu-smoke") -> Any:
     from hydra import compose, initialize_config_module
 
     data_dir = Path(data)
-    files = {split: next((p for p in (data_dir / f"{split}.jsonl", data_dir / f"{split}.parquet") if p.exists()),
+    found = {split: next((p for p in (data_dir / f"{split}.jsonl", data_dir / f"{split}.parquet") if p.exists()),
                          None) for split in ("train", "test")}
-    missing = [s for s, p in files.items() if p is None]
+    files = {s: p for s, p in found.items() if p is not None}
+    missing = [s for s in found if s not in files]
     if missing:
-        raise SystemExit(f"gpu_smoke: {data_dir} has no {' or '.join(missing)}.jsonl/.parquet (GSM8K rows with "
-                         "question and answer)")
+        raise SmokeDataMissing(f"{data_dir} has no {' or '.join(missing)}.jsonl/.parquet (GSM8K rows with "
+                               "question and answer)")
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         strata = data_dir / "strata.jsonl"  # the proposal's strata, when the data folder has them
         extra = [f"recipe.proposal.strata_file={strata.resolve()}"] if strata.exists() else []
@@ -47,27 +57,28 @@ def smoke_config(model: str, data: str, run_dir: str, overrides: list[str], pres
             f"task.train_path={files['train'].resolve()}", f"run_dir={run_dir}", *extra, *overrides])
 
 
-def check_merged(arms: dict[str, Any]) -> str:
+def check_merged(arms: list[Policy]) -> str:
     """Every arm's final checkpoint is a Hugging Face directory that transformers loads."""
     from transformers import AutoConfig, AutoTokenizer
 
-    for name, arm in arms["arms"].items():
-        path = Path(arm["path"])
+    for arm in arms:
+        path = Path(arm.path)
         weights = list(path.glob("*.safetensors")) + list(path.glob("*.bin"))
         if not weights:
-            raise RuntimeError(f"{name}: no weights in {path} (did the FSDP->HF merge run?)")
+            raise RuntimeError(f"{arm.name}: no weights in {path} (did the FSDP->HF merge run?)")
         AutoConfig.from_pretrained(path)
         AutoTokenizer.from_pretrained(path)
-    return f"{len(arms['arms'])} merged checkpoints load"
+    return f"{len(arms)} merged checkpoints load"
 
 
-def resume_check(study: Any, limit_s: float = 3600.0, poll_s: float = 5.0) -> str:
+def resume_check(study: Study, limit_s: float = 3600.0, poll_s: float = 5.0) -> str:
     """The study's first arm through ``resume_arm``. Needs ``recipe.save_every`` >= 1 (gpu-smoke-resume)."""
-    if int(study.cfg.recipe.get("save_every") or 0) < 1:
+    if int(study.cfg.recipe.save_every or 0) < 1:
         raise RuntimeError("the resume check needs recipe.save_every >= 1 (use --preset gpu-smoke-resume)")
-    name, arm = sorted(study.prepare()["arms"].items())[0]
-    return resume_arm(name, Path(arm["run_dir"]), int(study.cfg.recipe.updates),
-                      bool((study.cfg.recipe.get("proposal") or {}).get("enabled", False)), limit_s, poll_s)
+    study.prepare()
+    plan = sorted(study.plans, key=lambda p: p.name)[0]
+    return resume_arm(plan.name, plan.layout.root, int(study.cfg.recipe.updates), bool(study.cfg.recipe.proposal.enabled),
+                      limit_s, poll_s)
 
 
 def first_update_done(run_dir: Path) -> bool:
@@ -199,9 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = [("rehearse", lambda: rehearsed(study.rehearse()))]
     if not args.dry_run:
         steps = [("gpu", gpu_report), *steps,
-                 ("initial", lambda: state.setdefault("initial", study.initial())["path"]),
+                 ("initial", lambda: state.setdefault("initial", study.initial()).path),
                  *([("resume", lambda: resume_check(study))] if args.resume_check else []),
-                 ("train", lambda: f"{len(state.setdefault('arms', study.arms(state['initial']))['arms'])} arms"),
+                 ("train", lambda: f"{len(state.setdefault('arms', study.arms(state['initial'])))} arms"),
                  ("merge", lambda: check_merged(state["arms"])),
                  ("eval", lambda: f"{study.evaluate(state['initial'], state['arms'])['cells']} cells"),
                  ("score", lambda: study.score()["scores"]),

@@ -15,7 +15,7 @@ from crossed_rlvr.train.run import run_train
 
 
 def _run(cfg: Any) -> None:
-    summary = run_train(cfg)  # a RecipeError: one line, exit 2 (errors.py)
+    summary = run_train(cfg, checked=True)  # checked by the command (conf/app.py); a RecipeError: one line, exit 2 (errors.py)
     print(json.dumps(summary, indent=2))
 
 

@@ -31,8 +31,11 @@ def resolved(cfg: Any) -> dict[str, Any]:
     return data
 
 
-def run_train(cfg: Any) -> dict[str, Any]:
-    check_config(cfg)
+def run_train(cfg: Any, checked: bool = False) -> dict[str, Any]:
+    """Train one arm. ``checked``: the caller checked the config already (crossed-train's command line, a study's
+    arm plan), so it is not checked twice."""
+    if not checked:
+        check_config(cfg)
     run_dir = Path(cfg.run_dir)
     arm = ArmLayout(run_dir)
     config = resolved(cfg)

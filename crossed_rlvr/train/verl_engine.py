@@ -285,9 +285,8 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
     import sys
 
     arm = ArmLayout(run_dir)
-    data_dir = arm.data
     source = f"crossed_rlvr/{cfg.task.name}"
-    train_file, val_file = data_dir / "train.parquet", data_dir / "val.parquet"
+    train_file, val_file = arm.verl_train_data, arm.verl_val_data
     write_parquet(verl_rows(rows, source), train_file)
     val_rows = validation_rows(cfg)
     write_parquet(verl_rows(val_rows, source, per_request=True), val_file)

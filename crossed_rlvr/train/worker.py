@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     from crossed_rlvr.train.run import run_train
 
     spec_file = Path((argv or sys.argv[1:])[0])
-    summary = run_train(OmegaConf.create(json.loads(spec_file.read_text())))
+    summary = run_train(OmegaConf.create(json.loads(spec_file.read_text())), checked=True)  # a study's checked plan
     if rank() == 0:
         spec_file.with_suffix(".result.json").write_text(json.dumps(summary, indent=2) + "\n")
     return 0

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,7 @@ def _score_shards(records: list[dict[str, Any]], shards: list[range], partial: P
 
 
 def score_files(
-    inputs: list[str | Path],
+    inputs: Sequence[str | Path],
     output: str | Path,
     workers: int | None = None,
     overwrite: bool = False,

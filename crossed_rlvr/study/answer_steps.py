@@ -1,0 +1,126 @@
+"""The last three stages on an answer task (arithmetic, GSM8K, MATH500; paper 001 §2-§3): every policy under every
+request and wording (``crossed-eval``), every response scored by the fixed reader panel, and the crossed analysis
+with the arms' training curves and, for a study that validated during training, the interactions over training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.machine import torch_threads
+from crossed_rlvr.study import arms as arm_jobs
+from crossed_rlvr.study.plan import Policy, plain
+from crossed_rlvr.study.sections import study_sections
+from crossed_rlvr.study.steps import StudyState, register_steps
+from crossed_rlvr.tracking import untracked
+
+
+class AnswerSteps:
+    # ------------------------------------------------------------------ 3. crossed evaluation
+    def evaluate(self, study: StudyState, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
+        eval_cfg = study.configs.evaluation(initial, arms)
+        weights = {p["name"]: study.stamps.hash(p["path"]) if Path(p["path"]).exists() else p["path"]
+                   for p in eval_cfg.policies}
+        spec = {k: v for k, v in untracked(plain(eval_cfg)).items() if k != "policies"}
+        if study.cfg.evaluation.threads is not None:  # sums in another order: other samples
+            spec["threads"] = int(study.cfg.evaluation.threads)
+        fp = {"eval": spec, "weights": weights,
+              "policies": [{k: v for k, v in p.items() if k != "path"} for p in plain(eval_cfg.policies)]}
+
+        def run() -> dict[str, Any]:
+            from crossed_rlvr.eval.generate.runner import run_eval
+
+            with torch_threads(study.cfg.evaluation.threads):
+                summary = run_eval(eval_cfg)
+            return {"cells": len(summary)}
+
+        return study.stage("eval", fp, [study.layout.eval.responses], run)
+
+    # ------------------------------------------------------------------ 4. scores
+    @staticmethod
+    def validation_dirs(study: StudyState) -> list[Path]:
+        """Response folders of the arms' crossed validation during training: TRL writes crossed-eval cells
+        (``validation.every`` > 0); verl dumps ``{step}.jsonl`` into ``validation/``, which are imported
+        here, every step as ``<arm>@step<K>`` (``crossed-import verl --all-steps``)."""
+        if study.cfg.arms.kind != "grpo":
+            return []
+        if study.cfg.engine.name == "verl":
+            for plan in study.plans:
+                arm_jobs.import_verl_validation(plan, study.stamps, str(study.cfg.task.name), study.say)
+        dirs = [plan.layout.validation_eval.responses for plan in study.plans]
+        return [d for d in dirs if d.is_dir() and any(d.glob("*.jsonl"))]
+
+    def score(self, study: StudyState) -> dict[str, Any]:
+        ev = study.layout.eval
+        out, vout = ev.scores, ev.validation_scores
+        vdirs = self.validation_dirs(study)
+        fp: dict[str, Any] = {"responses": study.stamps.hash(ev.responses)}
+        if vdirs:  # one scores table of every arm's validation steps, for the interactions over training
+            fp["validation"] = {str(d.relative_to(study.layout.root)): study.stamps.hash(d) for d in vdirs}
+
+        def run() -> dict[str, Any]:
+            from crossed_rlvr.eval.score.scoring import score_files
+
+            out.unlink(missing_ok=True)  # the stage is stale or its output was changed: score again
+            score_files([ev.root], out, overwrite=True)
+            info: dict[str, Any] = {"scores": str(out)}
+            vout.unlink(missing_ok=True)
+            if vdirs:
+                score_files(vdirs, vout, overwrite=True)
+                info["validation_scores"] = str(vout)
+            return info
+
+        return study.stage("score", fp, [out, vout] if vdirs else [out], run)
+
+    # ------------------------------------------------------------------ 5. analysis
+    @staticmethod
+    def arm_folders(study: StudyState, arms: list[Policy]) -> dict[str, ArmLayout]:
+        """The folder of every GRPO arm (this study's, or another study's for ``arms.kind=given``); SFT arms have
+        none."""
+        if study.cfg.arms.kind == "grpo":
+            return {plan.name: plan.layout for plan in study.plans}
+        if study.cfg.arms.kind == "given":
+            src = study.configs.given_source()
+            return {p.name: src.arm(p.convention, int(p.seed or 0)) for p in arms}
+        return {}
+
+    def analyze(self, study: StudyState, arms: list[Policy]) -> dict[str, Any]:
+        a = study.cfg.analysis
+        scores, vscores, out = study.layout.eval.scores, study.layout.eval.validation_scores, study.layout.analysis
+        # a GRPO arm's metrics beside its checkpoints (another study's, for arms.kind=given); SFT arms log none
+        metrics = {name: arm.metrics for name, arm in self.arm_folders(study, arms).items() if arm.metrics.exists()}
+        fp = {"scores": study.stamps.hash(scores), "analysis": plain(a),
+              "metrics": {k: study.stamps.hash(v) for k, v in metrics.items()}}
+        summary = study.layout.warmstart_summary  # the warm start's figures, when built here
+        warm = summary if study.cfg.initial.build == "warmstart" and summary.exists() else None
+        if warm is not None:
+            fp["warmstart"] = study.stamps.hash(warm)
+        if vscores.exists():
+            fp["validation_scores"] = study.stamps.hash(vscores)
+        tracking = plain(study.cfg.tracking)
+
+        def sections(folder: Path) -> list[str]:
+            """The study's own report sections, written with the analysis (one report, one contents)."""
+            return study_sections(folder, a, vscores if vscores.exists() else None, metrics, warm)
+
+        def run() -> dict[str, Any]:
+            from crossed_rlvr.analysis.report.folder import analyze
+            from crossed_rlvr.tracking import enabled
+
+            analyze(scores, out, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
+                    tracking="off", sections=sections)
+            if enabled(OmegaConf.create(tracking)):  # after the training section: the logged report is whole
+                from crossed_rlvr.analysis.tracking import log_analysis
+
+                log_analysis(out, OmegaConf.create(tracking), study=study.study_name, scores=scores,
+                             run_dir=study.layout.root, config=plain(study.cfg))
+            return {"report": str(study.layout.report)}
+
+        return study.stage("analyze", fp, [out], run)
+
+
+register_steps("answer", AnswerSteps())

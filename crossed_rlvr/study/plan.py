@@ -1,0 +1,150 @@
+"""What the study's stages hand each other (docs/architecture.md "Typed hand-offs"): a :class:`Policy` (the
+initial model or an arm's final weights, with the facts the crossed design needs) and an :class:`ArmPlan` (one
+GRPO arm: its policy, folder and crossed-train config), made once from the study config by :func:`plan_arms`.
+
+Paper 001 §2: the arms of one seed differ only in their convention, so each plan is the study config projected
+into one crossed-train config, checked once, where the plan is made (types, declared ranges, the relations
+``conf.checks.check_config`` holds), before any stage runs. The initial policy's path and hash, the frozen
+training rows and the difficulty strata are known only after the first stages: :meth:`ArmPlan.config` binds
+them. The arms stage's stamp stores each policy's record (:meth:`Policy.record`), which later stages read back
+with :meth:`Policy.from_record`; nothing rebuilds a policy from a folder name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from crossed_rlvr.conf.schema import StudyConf
+from crossed_rlvr.errors import ConfigError
+from crossed_rlvr.layout import ArmLayout, RunLayout
+from crossed_rlvr.names import INITIAL, PolicyName, policy_name
+from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
+
+
+def plain(node: Any) -> Any:
+    """A config node as plain dicts and lists (what the commands' configs and the fingerprints hold)."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One set of weights the study evaluates: the initial policy or a trained arm's final policy."""
+
+    name: str
+    path: str
+    convention: str  # its training convention; ``initial`` for the initial policy
+    seed: int | None  # its training seed; None for the initial policy
+    method: str  # ``initial``, ``grpo`` or ``sft``
+
+    @classmethod
+    def initial(cls, path: str | Path) -> Policy:
+        return cls(INITIAL, str(path), INITIAL, None, INITIAL)
+
+    @classmethod
+    def trained(cls, method: str, convention: str, seed: int, path: str | Path) -> Policy:
+        return cls(policy_name(method, convention, int(seed)), str(path), convention, int(seed), method)
+
+    def record(self) -> dict[str, Any]:
+        """What the arms stage's stamp keeps of it (beside the arm's training figures)."""
+        return {"path": self.path, "convention": self.convention, "seed": self.seed, "method": self.method}
+
+    @classmethod
+    def from_record(cls, name: str, record: dict[str, Any]) -> Policy:
+        """A policy read back from a stamp. Stamps written before the method was stored carry the arm's name only:
+        its method is read from that name (the one place a stamp's name is parsed)."""
+        method = record.get("method")
+        if method is None:
+            parsed = PolicyName.parse(name)
+            method = parsed.method if parsed is not None else name
+        seed = record.get("seed")
+        return cls(name, str(record["path"]), str(record["convention"]), None if seed is None else int(seed),
+                   str(method))
+
+    def eval_entry(self) -> dict[str, Any]:
+        """The policy as crossed-eval's config lists it."""
+        return {"name": self.name, "path": self.path, "training_convention": self.convention,
+                "train_seed": self.seed}
+
+
+def policies_of(stage_info: dict[str, Any]) -> list[Policy]:
+    """The trained policies an arms stage recorded, in name order (one order always)."""
+    return [Policy.from_record(name, rec) for name, rec in sorted(stage_info["arms"].items())]
+
+
+@dataclass(frozen=True)
+class ArmPlan:
+    """One GRPO arm of the study: its final policy, its folder and its crossed-train config (checked)."""
+
+    policy: Policy
+    layout: ArmLayout
+    base: dict[str, Any]  # the crossed-train config before the initial policy, rows and strata are bound
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def config(self, initial_path: str, weights: str, task: dict[str, Any],
+               strata: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The arm's crossed-train config with the initial policy (path and weights hash), the task as the arms
+        see it (frozen training rows) and the frozen strata bound. ``model.weights_sha256`` ties a finished arm
+        to the initial weights it started from, so a rebuilt initial policy retrains the arms while an
+        interrupted stage reuses finished ones."""
+        recipe = dict(self.base["recipe"])
+        if strata is not None:  # the frozen strata file and its hash: part of every arm's config
+            recipe["proposal"] = {**recipe["proposal"], "strata_file": strata["file"], "strata_sha256": strata["sha256"]}
+        return {**self.base, "model": {**self.base["model"], "path": str(initial_path), "weights_sha256": weights},
+                "task": task, "recipe": recipe}
+
+
+def typed(command: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` checked against ``command``'s schema (``crossed_train``, ``crossed_eval``, ``crossed_sft``): the type
+    of every key the schema knows, then the ranges it declares. Keys the schema does not know pass (the study adds
+    hashes and frozen files to the command's own settings). Returns ``cfg`` unchanged."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    from crossed_rlvr.conf.ranges import check_ranges_of, open_schema
+
+    try:
+        OmegaConf.merge(open_schema(command), cfg)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", "") or ""
+        raise ConfigError(f"{key}: {str(err).splitlines()[0]} (in the study's {command.replace('_', '-')} config)"
+                          ) from None
+    check_ranges_of(cfg, command)
+    return cfg
+
+
+def arm_pairs(cfg: StudyConf) -> list[tuple[str, int]]:
+    """(convention, seed) of every GRPO arm, seed by seed."""
+    return [(conv, int(seed)) for seed in cfg.arms.seeds for conv in cfg.arms.conventions]
+
+
+def plan_arms(cfg: StudyConf, layout: RunLayout, study_name: str) -> list[ArmPlan]:
+    """Every GRPO arm of the study, seed by seed, each crossed-train config checked here and nowhere else in the
+    study: its types and ranges (the schema), then the relations between its settings (``check_config``; the
+    initial policy's path is checked by the stage that makes it)."""
+    from crossed_rlvr.conf.checks import RecipeError, check_config
+
+    plans = []
+    for conv, seed in arm_pairs(cfg):
+        arm = layout.arm(conv, seed)
+        policy = Policy.trained("grpo", conv, seed, arm.checkpoint(int(cfg.recipe.updates)))
+        base = typed("crossed_train", {
+            "model": plain(cfg.model), "task": plain(cfg.task),
+            "convention": {"name": conv}, "recipe": plain(cfg.recipe), "algorithm": plain(cfg.algorithm),
+            "engine": plain(cfg.engine), "tracking": plain(cfg.tracking),
+            "validation": plain(cfg.validation), "eval": plain(cfg.eval),
+            "seed": seed, "data_seed": seed, "run_dir": str(arm.root), "arm": policy.name,
+            "study": study_name, "overwrite": True, "template": "original",
+            "train_items": {"n": int(cfg.arms.train_items), "seed": GRPO_ITEM_SEED},
+        })
+        try:
+            check_config(OmegaConf.create(base), initial_built=False)
+        except RecipeError as err:
+            raise ConfigError(str(err)) from None
+        plans.append(ArmPlan(policy, arm, base))
+    return plans

@@ -1,0 +1,61 @@
+"""The study's last three stages behind one small interface (paper 001 §2-§3: every policy under every request,
+every response scored by fixed readers, then the crossed analysis): a kind of task supplies its own
+``evaluate``, ``score`` and ``analyze`` steps, and the pipeline runs whichever steps the task's kind registered.
+
+Answer tasks (arithmetic, GSM8K, MATH500) register theirs in ``study/answer_steps.py``; code tasks, whose
+responses are programs run in the sandbox, in ``study/code_steps.py``. A new kind registers its steps with
+:func:`register_steps` and runs through the same pipeline, stage cache and run directory, with no edit here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from crossed_rlvr.conf.schema import StudyConf
+from crossed_rlvr.layout import RunLayout
+from crossed_rlvr.study.configs import StudyConfigs
+from crossed_rlvr.study.plan import ArmPlan, Policy
+from crossed_rlvr.study.stamps import StageCache, Stamps
+
+
+class StudyState(Protocol):
+    """What a step reads of the study: its config, folders, configs and arm plans, and the stage cache."""
+
+    cfg: StudyConf
+    layout: RunLayout
+    configs: StudyConfigs
+    plans: list[ArmPlan]
+    stamps: Stamps
+    stage: StageCache
+    study_name: str
+
+    def say(self, text: str) -> None: ...
+
+
+class TaskSteps(Protocol):
+    """A kind of task's evaluate -> score -> analyze; each runs as a cached stage and returns the stage's info."""
+
+    def evaluate(self, study: StudyState, initial: Policy, arms: list[Policy]) -> dict[str, Any]: ...
+
+    def score(self, study: StudyState) -> dict[str, Any]: ...
+
+    def analyze(self, study: StudyState, arms: list[Policy]) -> dict[str, Any]: ...
+
+
+STEPS: dict[str, TaskSteps] = {}
+# the kind of a task config: the first rule that claims it, else ``answer``
+KIND_RULES: list[tuple[str, Callable[[Any], bool]]] = []
+
+
+def register_steps(kind: str, steps: TaskSteps, claims: Callable[[Any], bool] | None = None) -> None:
+    """Register a kind of task's steps; ``claims(task_cfg)`` says which task configs are of this kind."""
+    STEPS[kind] = steps
+    if claims is not None:
+        KIND_RULES[:] = [(k, rule) for k, rule in KIND_RULES if k != kind] + [(kind, claims)]
+
+
+def steps_for(task: Any) -> TaskSteps:
+    """The steps of a task config's kind."""
+    kind = next((k for k, rule in KIND_RULES if rule(task)), "answer")
+    return STEPS[kind]
