@@ -29,6 +29,15 @@ class ArmLayout:
         """The arm that wrote a checkpoint (``<arm>/checkpoints/step-<K>``)."""
         return cls(checkpoint.parent.parent)
 
+    @classmethod
+    def holding(cls, policy: Path) -> ArmLayout | None:
+        """The arm that wrote a policy folder, its checkpoint (``checkpoints/step-<K>``) or the checkpoint its
+        crossed validation read (``validation/checkpoints/step-<K>``); None for a folder no arm wrote."""
+        for arm in (cls.of_checkpoint(policy), cls(policy.parent.parent.parent)):
+            if arm.resolved_config.is_file():
+                return arm
+        return None
+
     @property
     def data(self) -> Path:
         return self.root / "data"
@@ -181,9 +190,18 @@ class EvalLayout:
 
     root: Path
 
+    @classmethod
+    def of_response_file(cls, response_file: Path) -> EvalLayout:
+        """The evaluation a response file belongs to (``<eval>/responses/<cell>.jsonl``)."""
+        return cls(response_file.parent.parent)
+
+    @property
+    def items_folder(self) -> Path:
+        return self.root / "items"
+
     def items(self, task: str, split: str) -> Path:
         """The frozen item file of a task's split: written on first use, checked against the manifest after."""
-        return self.root / "items" / f"{task}-{split}.jsonl"
+        return self.items_folder / f"{task}-{split}.jsonl"
 
     @property
     def manifest(self) -> Path:
@@ -207,6 +225,11 @@ class EvalLayout:
         """A cell's response records (``.jsonl``); ``partial``: while it is being generated."""
         return (self.partial if partial else self.responses) / f"{cell}.jsonl"
 
+    @staticmethod
+    def meta_of(response_file: Path) -> Path:
+        """The settings and hashes beside a response file (``<cell>.meta.json``)."""
+        return response_file.with_suffix(".meta.json")
+
     def response_meta(self, cell: str, partial: bool = False) -> Path:
         """A cell's settings and hashes, beside its records."""
         return (self.partial if partial else self.responses) / f"{cell}.meta.json"
@@ -223,6 +246,77 @@ class EvalLayout:
     def validation_scores(self) -> Path:
         """A study's scores of its arms' validation steps."""
         return self.root / "validation_scores.parquet"
+
+
+@dataclass(frozen=True)
+class ScoresFiles:
+    """A scores table (``crossed-score --output``, a study's ``eval/scores.parquet``) and the files beside it."""
+
+    table: Path
+
+    @property
+    def manifest(self) -> Path:
+        """The response files it was scored from, with their sha256, and the scoring's settings."""
+        return self.table.with_name(self.table.stem + ".manifest.json")
+
+    @property
+    def partial(self) -> Path:
+        """Finished shards of an interrupted scoring, reused by the next run of the same inputs."""
+        return self.table.with_name(self.table.name + ".partial")
+
+    @property
+    def partial_manifest(self) -> Path:
+        return self.partial / "manifest.json"
+
+
+@dataclass(frozen=True)
+class AnalysisLayout:
+    """One analysis folder (``crossed-analyze --out``, a study's ``analysis/``, its ``analysis/validation/``, a code
+    analysis): tables, report, figures and manifest (docs/formats.md)."""
+
+    root: Path
+
+    def table(self, name: str) -> Path:
+        """A table (``cells``, ``contrasts``, ``coverage``, ``paired_tests``, ``over_training`` ...) as CSV."""
+        return self.root / f"{name}.csv"
+
+    def rows(self, name: str) -> Path:
+        """A table of records (``examples``, ``reader_audit_examples``) as JSON Lines."""
+        return self.root / f"{name}.jsonl"
+
+    @property
+    def cells(self) -> Path:
+        return self.table("cells")
+
+    @property
+    def contrasts(self) -> Path:
+        return self.table("contrasts")
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def manifest(self) -> Path:
+        """The inputs with their sha256, the settings, checks, machine, protocol and every output."""
+        return self.root / "manifest.json"
+
+    @property
+    def summary(self) -> Path:
+        """A code analysis's settings (dataset, tasks, samples)."""
+        return self.root / "summary.json"
+
+    @property
+    def figures(self) -> Path:
+        return self.root / "figures"
+
+    def figure(self, name: str) -> Path:
+        return self.figures / f"{name}.png"
+
+    @property
+    def validation(self) -> AnalysisLayout:
+        """A study's validation steps analysed like any crossed set."""
+        return AnalysisLayout(self.root / "validation")
 
 
 @dataclass(frozen=True)
@@ -279,6 +373,11 @@ class RunLayout:
     def strata(self) -> Path:
         return self.data / "strata.jsonl"
 
+    @property
+    def strata_meta(self) -> Path:
+        """What the strata were estimated from (policy, items, sampling): they are reused while it is unchanged."""
+        return self.data / "strata.meta.json"
+
     def sft_pairs(self, convention: str) -> Path:
         """The content-matched SFT targets of one convention."""
         return self.data / f"sft-{convention}.jsonl"
@@ -317,6 +416,10 @@ class RunLayout:
         return self.root / "analysis"
 
     @property
+    def analysis_files(self) -> AnalysisLayout:
+        return AnalysisLayout(self.analysis)
+
+    @property
     def report(self) -> Path:
-        return self.analysis / "report.md"
+        return self.analysis_files.report
 

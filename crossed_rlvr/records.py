@@ -20,6 +20,7 @@ from typing import Any
 
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import Source, input_problem, json_lines
+from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.limits import BIG, DECODING, SEED, Range
 from crossed_rlvr.names import PolicyName
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS
@@ -175,8 +176,8 @@ def find_response_files(paths: Iterable[str | Path]) -> list[Path]:
     frozen item files; interrupted cells' scratch files (``.partial/``) are never read."""
     files: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir() and (p / "responses").is_dir():
-            files += sorted(q for q in (p / "responses").glob("*.jsonl") if q.is_file())
+        if p.is_dir() and EvalLayout(p).responses.is_dir():
+            files += sorted(q for q in EvalLayout(p).responses.glob("*.jsonl") if q.is_file())
         elif p.is_dir():  # hidden folders (.partial/: an interrupted cell's scratch) are never read
             files += sorted(q for q in p.rglob("*.jsonl")
                             if q.is_file() and not any(part.startswith(".") for part in q.relative_to(p).parts))

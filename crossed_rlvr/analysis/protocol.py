@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from crossed_rlvr.layout import ArmLayout, EvalLayout
 from crossed_rlvr.machine import machine, source_commit
 
 DECODING = ("backend", "dtype", "temperature", "top_p", "max_new_tokens", "context_limit", "base_seed", "batch_size")
@@ -35,13 +36,13 @@ def collect(scores_path: str | Path, scores: pd.DataFrame, n_resamples: int, rng
     inputs = response_files(scores_path)
     decoding, runs = {}, {}
     for f in inputs:
-        meta = _read(f.with_suffix(".meta.json"))
+        meta = _read(EvalLayout.meta_of(f))
         gen = meta.get("generation") or {}
         if gen:
             key = json.dumps({k: gen.get(k) for k in DECODING}, sort_keys=True)
             decoding.setdefault(key, {"settings": {k: gen.get(k) for k in DECODING}, "samples": meta.get("samples"),
                                       "cells": 0})["cells"] += 1
-        run = f.parent.parent / "run.json"
+        run = EvalLayout.of_response_file(f).manifest
         if run.exists():
             runs[str(run)] = _read(run)
     items = {name: sha for r in runs.values() for name, sha in r.get("items", {}).items()}
@@ -70,20 +71,20 @@ def collect(scores_path: str | Path, scores: pd.DataFrame, n_resamples: int, rng
 
 
 def training_rows(weights: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per trained policy, the task rows its arm trained on, from the arm's own ``resolved_config.json`` (a
-    checkpoint lives at ``<arm>/checkpoints/step-N``): the frozen rows file and its sha256, or the split that
-    made them (the arithmetic probe's seed)."""
+    """Per trained policy, the task rows its arm trained on, from the arm's config that the evaluation recorded
+    beside the policy's weights (``run_config``; an evaluation written before it was recorded: the arm that holds
+    the checkpoint, ``<arm>/checkpoints/step-N``): the frozen rows file and its sha256, or the split that made them
+    (the arithmetic probe's seed)."""
     out: dict[str, dict[str, Any]] = {}
     for name, w in weights.items():
-        path = Path(str(w.get("path", "")))
-        for folder in (path, *list(path.parents)[:3]):
-            cfg = _read(folder / "resolved_config.json")
-            task = cfg.get("task")
-            if task:
-                out[name] = {"task": task.get("name"), "train_rows": task.get("train_rows"),
-                             "sha256": task.get("train_rows_sha256"), "dev_items": task.get("dev_items"),
-                             "seed": task.get("seed"), "items": (cfg.get("train_items") or {}).get("n")}
-                break
+        arm = ArmLayout.holding(Path(str(w.get("path", ""))))
+        recorded = w.get("run_config") or (arm.resolved_config if arm is not None else None)
+        cfg = _read(Path(str(recorded))) if recorded else {}
+        task = cfg.get("task")
+        if task:
+            out[name] = {"task": task.get("name"), "train_rows": task.get("train_rows"),
+                         "sha256": task.get("train_rows_sha256"), "dev_items": task.get("dev_items"),
+                         "seed": task.get("seed"), "items": (cfg.get("train_items") or {}).get("n")}
     return out
 
 

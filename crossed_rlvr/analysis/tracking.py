@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.layout import AnalysisLayout
+
 HEADLINE = {"payload": "I_P", "acc.strict": "I_S", "acc.math_verify": "I_MV"}
 
 
@@ -32,7 +34,8 @@ def log_analysis(out: Path, tracking: Any, study: str | None = None, scores: Pat
     from crossed_rlvr.tracking import start_run
 
     out = Path(out)
-    manifest = json.loads((out / "manifest.json").read_text())
+    files = AnalysisLayout(out)
+    manifest = json.loads(files.manifest.read_text())
     run = start_run(tracking, name="analysis", job_type="analysis", run_dir=run_dir or out, study=study,
                     config={**(config or {}), "n_resamples": manifest["n_resamples"],
                             "rng_seed": manifest["rng_seed"], "inputs": manifest["inputs"]})
@@ -40,15 +43,15 @@ def log_analysis(out: Path, tracking: Any, study: str | None = None, scores: Pat
         return None
     try:
         for name in ("cells", "contrasts", "coverage", "paired_tests", "over_training"):
-            path = out / f"{name}.csv"
+            path = files.table(name)
             if path.exists() and path.stat().st_size > 1:
                 run.log({name: wandb.Table(dataframe=pd.read_csv(path))})
-        for fig in sorted((out / "figures").glob("*.png")):
+        for fig in sorted(files.figures.glob("*.png")):
             run.log({f"figures/{fig.stem}": wandb.Image(str(fig))})
         run.summary.update(manifest["checks"])
-        run.summary.update(headline_contrasts(pd.read_csv(out / "contrasts.csv")))
+        run.summary.update(headline_contrasts(pd.read_csv(files.contrasts)))
         artifact = wandb.Artifact(f"analysis-{run.id}", type="analysis")
-        artifact.add_file(str(out / "report.md"))
+        artifact.add_file(str(files.report))
         if scores is not None and Path(scores).exists():
             artifact.add_file(str(scores))
         run.log_artifact(artifact)

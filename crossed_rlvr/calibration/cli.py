@@ -23,6 +23,7 @@ from crossed_rlvr.calibration.sample import (
     write_calibration,
 )
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.limits import Parser, add_number
 
 
@@ -56,8 +57,8 @@ def cmd_sample(args: argparse.Namespace) -> int:
     except ScoresTableError as err:
         raise CalibrationError(str(err)) from None
     eval_dir = scores.parent
-    responses = [Path(p) for p in args.responses] if args.responses else [eval_dir / "responses"]
-    items = [Path(p) for p in args.items] if args.items else [eval_dir / "items"]
+    responses = [Path(p) for p in args.responses] if args.responses else [EvalLayout(eval_dir).responses]
+    items = [Path(p) for p in args.items] if args.items else [EvalLayout(eval_dir).items_folder]
     if args.cap < 1:
         raise CalibrationError(f"--cap {args.cap}: a stratum needs at least 1 sampled response")
     states = [State.parse(s) for s in args.state] if args.state else _default_states(scores)

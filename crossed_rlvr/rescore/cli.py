@@ -20,6 +20,7 @@ import pandas as pd
 
 from crossed_rlvr.analysis.report.tables import markdown_table
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.rescore.harness import REGISTRY
 from crossed_rlvr.rescore.omega import VARIANTS
@@ -34,7 +35,7 @@ def item_files(inputs: list[str]) -> list[str]:
     found = []
     for raw in inputs:
         p = Path(raw)
-        for folder in {p / "items", p.parent / "items", p.parent.parent / "items"}:
+        for folder in {EvalLayout(root).items_folder for root in (p, p.parent, p.parent.parent)}:
             if folder.is_dir():
                 found += [str(f) for f in sorted(folder.glob("*.jsonl"))]
     return sorted(set(found))

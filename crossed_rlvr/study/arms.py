@@ -143,7 +143,7 @@ def frozen_strata(configs: StudyConfigs, ipath: str, weights: str, prepare: bool
     if items and all(it.get("stratum") is not None for it in items) and not prop.estimate:
         return None
     out = configs.layout.strata
-    meta_path = out.with_suffix(".meta.json")
+    meta_path = configs.layout.strata_meta
     meta = {"policy": weights, "items": digest([it["item_id"] for it in items]), "eval": plain(c.eval),
             "samples": int(prop.estimate_samples)}
     if out.exists() and meta_path.exists() and json.loads(meta_path.read_text()) == meta:

@@ -25,7 +25,7 @@ import pandas as pd
 
 from crossed_rlvr.analysis.report.code import report
 from crossed_rlvr.errors import CrossedError
-from crossed_rlvr.layout import EvalLayout, RunLayout
+from crossed_rlvr.layout import AnalysisLayout, EvalLayout, RunLayout
 from crossed_rlvr.names import policy_name
 from crossed_rlvr.tasks.code import CodeDataset
 
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"crossed_rlvr.study.code_eval: {err}", file=sys.stderr)
         return 2
     print(report(table, pick(args.samples, "samples"), "HumanEval+").rstrip())
-    print(args.out / "report.md")
+    print(AnalysisLayout(args.out).report)
     return 0
 
 

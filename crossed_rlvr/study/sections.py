@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.conf.schema import AnalysisConf
+from crossed_rlvr.layout import AnalysisLayout
 
 
 def study_sections(folder: Path, analysis: AnalysisConf, validation_scores: Path | None, metrics: dict[str, Path],
@@ -36,11 +37,11 @@ def over_training(validation_scores: Path, folder: Path, analysis: AnalysisConf)
     from crossed_rlvr.analysis.report.folder import analyze
     from crossed_rlvr.analysis.report.over_training import write_over_training
 
-    sub = folder / "validation"
+    sub = AnalysisLayout(folder).validation
     # its tables in full; its figures would repeat the main ones (the over-training figure is drawn below)
-    analyze(validation_scores, sub, n_resamples=int(analysis.resamples), rng_seed=int(analysis.rng_seed),
+    analyze(validation_scores, sub.root, n_resamples=int(analysis.resamples), rng_seed=int(analysis.rng_seed),
             overwrite=True, figures=False, tracking="off")
-    section = write_over_training(pd.read_csv(sub / "contrasts.csv"), folder)
+    section = write_over_training(pd.read_csv(sub.contrasts), folder)
     if section is None:
         return None
     return ("\n" + section + "\n\nThe whole analysis of the validation steps: "

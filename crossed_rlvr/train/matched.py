@@ -13,6 +13,7 @@ from typing import Any
 
 from crossed_rlvr.files import json_lines
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.rewards.conventions import get_convention
 
 ALLOWED_CONFIG = ("convention.", "run_dir", "arm", "seed", "data_seed")  # intervention, outputs, seeds
@@ -44,15 +45,15 @@ def request_suffix(convention: str, template: str) -> str:
 def compare_arms(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     """Verdict on whether two training runs form a matched pair."""
     a, b = Path(run_a), Path(run_b)
-    cfg_a = json.loads((a / "resolved_config.json").read_text())
-    cfg_b = json.loads((b / "resolved_config.json").read_text())
+    cfg_a = json.loads(ArmLayout(a).resolved_config.read_text())
+    cfg_b = json.loads(ArmLayout(b).resolved_config.read_text())
     fa, fb = _flatten(cfg_a), _flatten(cfg_b)
     config_diffs = [
         {"key": k, "a": fa.get(k), "b": fb.get(k)}
         for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k) and not _allowed(k)
     ]
-    rows_a = [row for row, _where in json_lines(a / "data" / "train.jsonl")]
-    rows_b = [row for row, _where in json_lines(b / "data" / "train.jsonl")]
+    rows_a = [row for row, _where in json_lines(ArmLayout(a).train_rows)]
+    rows_b = [row for row, _where in json_lines(ArmLayout(b).train_rows)]
     data_diffs: list[dict[str, Any]] = []
     if len(rows_a) != len(rows_b):
         data_diffs.append({"row": None, "field": "n_rows", "a": len(rows_a), "b": len(rows_b)})

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.cluster import MARKER
+from crossed_rlvr.layout import ArmLayout
 
 
 class RehearsalError(RuntimeError):
@@ -32,7 +33,7 @@ class RehearsalError(RuntimeError):
 
 def rehearse_arm(arm_dir: Path, gpus: int, timeout: float = 600.0, wait_limit: float = 120.0) -> dict[str, Any]:
     """Run ``<arm_dir>/launch_single_node.sh`` as a rehearsal; returns what was reached and how long it took."""
-    script = Path(arm_dir) / "launch_single_node.sh"
+    script = ArmLayout(Path(arm_dir)).launch_single_node
     if not script.exists():
         raise RehearsalError(f"{script}: no launch script (run stages=prepare with engine=verl first)")
     log = Path(arm_dir) / "rehearsal.log"

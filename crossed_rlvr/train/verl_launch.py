@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.cluster import say
+from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.train.budget import Budget, BudgetError, verl_budget
 
@@ -244,10 +245,11 @@ def node_short(composed: Any, gpus: list[tuple[str, float]] | None = None) -> st
 
     where = str(composed.trainer.get("default_local_dir") or "")
     root = Path(where)
-    plan_file = root.parent / "memory_plan.json"
+    arm = ArmLayout(root.parent)  # verl's default_local_dir is the arm's checkpoints folder
+    plan_file = arm.memory_plan_json
     if not where or not plan_file.is_file():
         return None  # launched by hand, without a prepared plan
-    resolved = root.parent / "resolved_config.json"  # the arm's crossed-train config, as prepared
+    resolved = arm.resolved_config  # the arm's crossed-train config, as prepared
     if resolved.is_file():
         from omegaconf import OmegaConf
 

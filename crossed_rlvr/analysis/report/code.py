@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from crossed_rlvr.files import atomic_write_text
+from crossed_rlvr.layout import AnalysisLayout
 
 
 def report(table: pd.DataFrame, samples: int, dataset: str) -> str:
@@ -50,12 +51,13 @@ def write_code_analysis(scores: pd.DataFrame, out: Path, dataset: str, resamples
     samples = samples_drawn(scores)
     out.mkdir(parents=True, exist_ok=True)
     table = cells(scores, samples)
-    table.to_csv(out / "cells.csv", index=False, float_format="%.10g")
+    files = AnalysisLayout(out)
+    table.to_csv(files.cells, index=False, float_format="%.10g")
     con = contrasts(scores, samples, resamples, rng_seed)
-    con.to_csv(out / "contrasts.csv", index=False, float_format="%.10g")
-    atomic_write_text(out / "report.md", report(table, samples, dataset) + "\n" + contrast_section(con))
+    con.to_csv(files.contrasts, index=False, float_format="%.10g")
+    atomic_write_text(files.report, report(table, samples, dataset) + "\n" + contrast_section(con))
     if about is not None:
-        (out / "summary.json").write_text(json.dumps({**about, "samples": samples}, indent=1) + "\n")
+        files.summary.write_text(json.dumps({**about, "samples": samples}, indent=1) + "\n")
     return table
 
 

@@ -11,6 +11,7 @@ from crossed_rlvr.analysis.cells import SHARED
 from crossed_rlvr.analysis.report.headline import collapse_columns, collapsed_note
 from crossed_rlvr.analysis.report.tables import interval, markdown_table, signed
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
+from crossed_rlvr.layout import AnalysisLayout
 from crossed_rlvr.names import arm_convention, pair_of
 from crossed_rlvr.rewards.conventions import CONVENTIONS
 
@@ -586,8 +587,9 @@ def training_section(out: Path, metrics: dict[str, list[dict]]) -> str:
     axes[0].set(title="training reward (rewarded convention)", xlabel="update", ylabel="mean reward")
     axes[1].set(title="requested-payload rate in training", xlabel="update", ylabel="rate")
     axes[1].legend(fontsize=7)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    fig_path = save_figure(fig, out / "figures" / "training_curves.png")
+    fig_file = AnalysisLayout(out).figure("training_curves")
+    fig_file.parent.mkdir(parents=True, exist_ok=True)
+    fig_path = save_figure(fig, fig_file)
     k_note = "first/last k updates, k = min(5, updates // 3)"
     return "\n\n## Training of the arms\n\n" + markdown_table(
         ["arm", "updates", "reward first", "reward last", "change", "payload first", "payload last"], rows) + (

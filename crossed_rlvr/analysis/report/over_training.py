@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from crossed_rlvr.analysis.report.tables import interval, markdown_table
+from crossed_rlvr.layout import AnalysisLayout
 from crossed_rlvr.names import PairName
 
 MEASURES = {"payload": "I_P", "acc.strict": "I_S", "acc.math_verify": "I_MV"}
@@ -130,6 +131,7 @@ def write_over_training(contrasts: pd.DataFrame, out: Path, figure: bool = True,
     rows = over_training_rows(contrasts)
     if rows.empty:
         return None
-    rows.to_csv(out / "over_training.csv", index=False, float_format="%.10g")
-    fig = plot(rows, out / "figures" / "interaction_over_training.png") if figure else None
-    return section(rows, f"figures/{fig.name}" if fig else None, heading)
+    files = AnalysisLayout(out)
+    rows.to_csv(files.table("over_training"), index=False, float_format="%.10g")
+    fig = plot(rows, files.figure("interaction_over_training")) if figure else None
+    return section(rows, str(fig.relative_to(out)) if fig else None, heading)

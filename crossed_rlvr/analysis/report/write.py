@@ -23,6 +23,7 @@ from crossed_rlvr.analysis.report.figures import write_figures
 from crossed_rlvr.analysis.report.headline import add_contents
 from crossed_rlvr.analysis.report.over_training import write_over_training
 from crossed_rlvr.files import sha256_file
+from crossed_rlvr.layout import AnalysisLayout
 from crossed_rlvr.machine import machine
 
 
@@ -31,25 +32,26 @@ def write_tables(a: Analysis, folder: Path) -> None:
     for name, table in (("cells", a.cells), ("contrasts", a.contrasts), ("coverage", a.coverage),
                         ("paired_tests", a.paired), ("lengths", a.lengths), ("sampling_runs", a.sampling),
                         ("reader_audit", a.audit_rates)):
-        table.to_csv(folder / f"{name}.csv", index=False, float_format="%.10g")
+        table.to_csv(AnalysisLayout(folder).table(name), index=False, float_format="%.10g")
     for name, table in (("examples", a.examples), ("reader_audit_examples", a.audit_examples)):
-        table.to_json(folder / f"{name}.jsonl", orient="records", lines=True, force_ascii=False)
+        table.to_json(AnalysisLayout(folder).rows(name), orient="records", lines=True, force_ascii=False)
 
 
 def write_document(a: Analysis, folder: Path, figures: bool) -> None:
     """report.md (with its figures): the paper's tables, then over training, the reader audit, contents."""
-    figs = write_figures(a.cells, a.contrasts, folder / "figures") if figures else []
+    files = AnalysisLayout(folder)
+    figs = write_figures(a.cells, a.contrasts, files.figures) if figures else []
     criteria = sft_criteria(a.cells)
     if not criteria.empty:
-        criteria.to_csv(folder / "sft_criteria.csv", index=False)
+        criteria.to_csv(files.table("sft_criteria"), index=False)
     extra = [criteria_section(criteria), "\n## Significance of the gains (paper 002 §4.2)\n", significance_table(a.paired),
              "\n## Sampling runs (paper 002 §4.1)\n", sampling_table(a.sampling, a.df),
              "\n## Appendix: response length by correctness (paper 002 §5.2)\n", length_table(a.lengths),
              "\n## Appendix: example responses per crossed cell\n", examples_section(a.examples)]
-    write_report(folder / "report.md", a.cells, a.contrasts, a.coverage, a.paired, a.checks, figs,
+    write_report(files.report, a.cells, a.contrasts, a.coverage, a.paired, a.checks, figs,
                  n_resamples=a.n_resamples, rng_seed=a.rng_seed, protocol=a.protocol, extra_sections=extra)
     over = write_over_training(a.contrasts, folder, figure=figures)
-    with (folder / "report.md").open("a", encoding="utf-8") as fh:
+    with files.report.open("a", encoding="utf-8") as fh:
         if over is not None:  # validation checkpoints <arm>@step<K>: the interactions over training
             fh.write("\n" + over + "\n")
         fh.write("\n## Reader audit\n\nEvery pair of readers and every training reward program against its "
@@ -67,7 +69,7 @@ def write_manifest(a: Analysis, folder: Path) -> None:
         "protocol": a.protocol,
         "outputs": sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()),
     }
-    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    AnalysisLayout(folder).manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def write_outputs(a: Analysis, folder: Path, figures: bool = True,
@@ -78,8 +80,8 @@ def write_outputs(a: Analysis, folder: Path, figures: bool = True,
     write_tables(a, folder)
     write_document(a, folder, figures)
     if sections is not None:
-        with (folder / "report.md").open("a", encoding="utf-8") as fh:
+        with AnalysisLayout(folder).report.open("a", encoding="utf-8") as fh:
             for text in sections(folder):
                 fh.write(text)
     write_manifest(a, folder)
-    add_contents(folder / "report.md")
+    add_contents(AnalysisLayout(folder).report)

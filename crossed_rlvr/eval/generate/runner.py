@@ -24,7 +24,7 @@ from crossed_rlvr.eval.generate.plan import (
     unfinished,
 )
 from crossed_rlvr.files import atomic_write_json, tree_sha256
-from crossed_rlvr.layout import EvalLayout
+from crossed_rlvr.layout import SFT_SUMMARY, ArmLayout, EvalLayout
 
 
 def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str, Any]:
@@ -80,7 +80,7 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
 
 # What a trainer leaves beside the weights that is a record of the run, not the policy: its timings and its
 # pickled arguments (with the run's own paths). Left out of a policy's hash, so the same seeds give the same report.
-RUN_RECORDS = ("sft_summary.json", "training_args.bin")
+RUN_RECORDS = (SFT_SUMMARY, "training_args.bin")
 
 
 def policy_hashes(p: Plan) -> dict[str, dict[str, str]]:
@@ -93,6 +93,9 @@ def policy_hashes(p: Plan) -> dict[str, dict[str, str]]:
         out[pol.name] = {"path": recorded_path(pol.path, p.run_dir),
                          "weights_sha256": tree_sha256(here, skip=RUN_RECORDS) if here.exists()
                          else "not a local folder"}
+        arm = ArmLayout.holding(here)  # a trained arm's checkpoint: the arm's config, for the protocol card
+        if arm is not None:
+            out[pol.name]["run_config"] = str(arm.resolved_config.resolve())
     return out
 
 

@@ -27,6 +27,7 @@ from crossed_rlvr.eval.score.panel import Item, Scorer, columns, score_response
 from crossed_rlvr.eval.score.readers import READERS
 from crossed_rlvr.files import atomic_write_json, sha256_file
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.layout import EvalLayout, ScoresFiles
 from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.machine import machine
 from crossed_rlvr.records import ResponseFileError, read_responses
@@ -92,7 +93,7 @@ def _atomic_write_table(table: pa.Table, path: Path) -> None:
 
 
 def manifest_path(output: Path) -> Path:
-    return output.with_name(output.stem + ".manifest.json")
+    return ScoresFiles(output).manifest
 
 
 def _score_shards(records: list[dict[str, Any]], shards: list[range], partial: Path, workers: int | None,
@@ -150,7 +151,7 @@ def score_files(
     output = Path(output)
     if output.is_dir():
         raise FileExistsError(f"{output} is a folder; --output names the scores table file "
-                              f"(e.g. {output / 'scores.parquet'})")
+                              f"(e.g. {EvalLayout(output).scores})")
     rs = read_responses(inputs)  # validates everything before anything is written
     manifest = _manifest(rs.files, len(rs.records))
     mpath = manifest_path(output)
@@ -167,8 +168,7 @@ def score_files(
 
     records = sorted(rs.records, key=lambda r: (r["task"], r["policy"], r["request"], r["template"],
                                                 item_order(r["item_id"]), r["sample_idx"]))
-    partial = output.with_name(output.name + ".partial")
-    pmanifest = partial / "manifest.json"
+    partial, pmanifest = ScoresFiles(output).partial, ScoresFiles(output).partial_manifest
     if partial.exists() and (not pmanifest.exists() or not _same_inputs(json.loads(pmanifest.read_text()), manifest)):
         shutil.rmtree(partial)  # shards of other inputs: our own stale cache, not user data
     partial.mkdir(parents=True, exist_ok=True)
@@ -191,7 +191,6 @@ def score_code_run(run_dir: Path, ds: Any, output: Path, workers: int | None, ov
     """A code evaluation's responses (``crossed-eval`` on a code task) run in the sandbox on ``ds``, the dataset
     its ``run.json`` names (paper 001 App. D.3; eval/score/code.py), one sandbox slot per worker."""
     from crossed_rlvr.eval.score.code import score_code
-    from crossed_rlvr.layout import EvalLayout
     from crossed_rlvr.records import read_responses
 
     if output.exists() and not overwrite:
@@ -216,12 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     output = args.output
     if output is None:
         if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():
-            output = Path(args.inputs[0]) / "scores.parquet"
+            output = EvalLayout(Path(args.inputs[0])).scores
         else:
             parser.error("--output is required unless the input is one run directory")
     # A run directory's responses live in responses/; other *.jsonl there (metrics) are not responses.
-    inputs = [str(Path(p) / "responses") if Path(p).is_dir() and (Path(p) / "responses").is_dir() else p
-              for p in args.inputs]
+    inputs = [str(EvalLayout(Path(p)).responses) if Path(p).is_dir() and EvalLayout(Path(p)).responses.is_dir()
+              else p for p in args.inputs]
     try:
         code = evaluated_dataset(Path(args.inputs[0])) if len(args.inputs) == 1 else None
         path = (score_code_run(Path(args.inputs[0]), code, Path(output), args.workers, args.overwrite)
