@@ -17,7 +17,9 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
+from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.study.pipeline import ArmsNotTrained, Study
+from crossed_rlvr.study.plan import Policy
 from crossed_rlvr.train.translate import VERL_SEED_KEYS
 from crossed_rlvr.train.verl_engine import SDPA, validate_verl
 from tests.gpu_fixtures import DEV, N_VAL, task_overrides
@@ -538,7 +540,7 @@ def test_the_resume_check_kills_after_the_first_save_and_relaunches(tmp_path, ca
                 else 'echo "FileNotFoundError: $d/global_step_2/actor/optim_world_size_1_rank_0.pt" >&2; exit 1')
     (arm / "launch_single_node.sh").write_text(FAKE_LAUNCH.replace("{resume}", resume).replace("{finished}", finished))
     study = SimpleNamespace(cfg=OmegaConf.create({"recipe": {"save_every": 1, "updates": 2, "proposal": {"enabled": True}}}),
-                            prepare=lambda: {"arms": {"grpo-hash/s83": {"run_dir": str(arm)}}})
+                            prepare=lambda: {}, plans=[SimpleNamespace(name="grpo-hash/s83", layout=ArmLayout(arm))])
     if case == "resumes":
         said = resume_check(study, limit_s=60, poll_s=0.2)
         assert said == ("grpo-hash/s83 killed after its first update, resumed from global_step_1, finished; "
@@ -668,9 +670,9 @@ def test_math500_transfer_preset_prepares_with_b4s_values(local, tmp_path, monke
         (Path(want[f"grpo-{c}/s83"]) / "model.safetensors").write_bytes(b"w")
     run = Study(study_cfg(tmp_path / "t", "experiment=qwen2.5-7b-math500-transfer", f"arms.from_run={source}",
                           f"model.path={local['model']}", *task_overrides(local, "math500", dev=False)))
-    arms = run.arms({"path": str(local["model"])})
-    assert {k: a["path"] for k, a in arms["arms"].items()} == want
+    arms = run.arms(Policy.initial(local["model"]))
+    assert {a.name: a.path for a in arms} == want
     shutil.rmtree(want["grpo-boxed/s83"])
     with pytest.raises(ArmsNotTrained, match=r"arms.kind=given: no checkpoint at .*boxed/s83/checkpoints/step-100"):
         Study(study_cfg(tmp_path / "t2", "experiment=qwen2.5-7b-math500-transfer", f"arms.from_run={source}",
-                        f"model.path={local['model']}", *task_overrides(local, "math500", dev=False))).arms({"path": str(local["model"])})
+                        f"model.path={local['model']}", *task_overrides(local, "math500", dev=False))).arms(Policy.initial(local["model"]))
