@@ -23,11 +23,32 @@ SHARED_FIXTURES = ("smoke",)
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory, warm_cache):
+    from unittest import mock
+
+    import crossed_rlvr.conf.checks as checks
+    import crossed_rlvr.train.run as train_run
+
     run = tmp_path_factory.mktemp("study") / "a"
+    checked: list[str] = []
+
+    def counted(cfg, *args, **kwargs):
+        checked.append(str(cfg.arm))
+        return check_config(cfg, *args, **kwargs)
+
+    check_config = checks.check_config
     # tracked offline here; the reruns below track nothing and must still reuse every stage
-    summary = Study(study_cfg(run, "experiment=smoke", "tracking.mode=offline",
-                              f"initial.cache_dir={warm_cache}")).run_all()
+    with mock.patch.object(checks, "check_config", counted), mock.patch.object(train_run, "check_config", counted):
+        summary = Study(study_cfg(run, "experiment=smoke", "tracking.mode=offline",
+                                  f"initial.cache_dir={warm_cache}")).run_all()
+    summary["arm_checks"] = checked
     return run, summary
+
+
+def test_each_arm_config_is_checked_once_where_it_is_planned(smoke):
+    """The study plans its arms once (study/plan.py) and checks each crossed-train config there; neither the arms
+    stage nor the trainer checks it again."""
+    _run, summary = smoke
+    assert sorted(summary["arm_checks"]) == ["grpo-boxed/s83", "grpo-boxed/s84", "grpo-hash/s83", "grpo-hash/s84"]
 
 
 def test_smoke_study_writes_the_crossed_report(smoke):
