@@ -93,11 +93,11 @@ def policy_parts(policy: str, convention: str) -> tuple[str, str]:
         return INITIAL, ""
     m = _LOOSE.fullmatch(policy)
     if m is None:
-        return method_of(policy, convention), policy
-    return method_of(m["arm"], convention), m["checkpoint"] or ""
+        return _method_of(policy, convention), policy
+    return _method_of(m["arm"], convention), m["checkpoint"] or ""
 
 
-def method_of(policy: str, convention: str) -> str:
+def _method_of(policy: str, convention: str) -> str:
     """``grpo-hash/s83`` -> ``grpo``: the arm family that pairs conventions within a seed."""
     if convention == INITIAL:
         return INITIAL
@@ -109,13 +109,24 @@ def method_of(policy: str, convention: str) -> str:
     return arm.replace(convention, "").strip("-_") or "arm"
 
 
+def seed_slot(seed: int | str) -> str:
+    """A pair's seed slot: ``s83`` for a training seed, ``mean`` or ``sd`` for a seed summary."""
+    return f"s{seed}" if isinstance(seed, int) else str(seed)
+
+
 def pair_name(method: str, seed: int | str, checkpoint: str = "") -> str:
     """``grpo/s83`` for a seed, ``grpo/mean`` (or ``grpo/sd``) over seeds; ``@<checkpoint>`` after either."""
-    head = f"{method}/s{seed}" if isinstance(seed, int) else f"{method}/{seed}"
+    head = f"{method}/{seed_slot(seed)}"
     return f"{head}@{checkpoint}" if checkpoint else head
 
 
 SUMMARIES = ("mean", "sd")  # the seed summaries' names in a pair's seed slot
+
+
+def checkpoint_step(checkpoint: str) -> int | None:
+    """K of a ``step<K>`` checkpoint; None for the final policy or another checkpoint text."""
+    m = _STEP.fullmatch(checkpoint)
+    return int(m["step"]) if m else None
 
 
 @dataclass(frozen=True)
@@ -155,9 +166,32 @@ def pair_of(name: str) -> PairName:
     return PairName(method, seed, checkpoint)
 
 
-def arm_convention(arm: str) -> str:
-    """The convention of an arm or policy named ``<method>-<convention>[/...]``: ``grpo-hash/s83`` -> ``hash``."""
-    return arm.split("/")[0].split("-", 1)[1]
+# the arms of the contrasts whose request does not name them (analysis/contrasts.py)
+_FIXED_ARMS = {"attenuation_reward": ("hash", "answer_only"), "attenuation_convention": ("hash", "boxed"),
+               "arm_to_arm_D": ("hash", "boxed"), "arm_to_arm_D_sd": ("hash", "boxed")}
+
+
+def contrast_parts(name: str, policy: str, request: str) -> dict[str, str]:
+    """The parts a contrasts row stores beside its ``policy`` (method, seed slot, checkpoint, the conventions of
+    its arms), read back for a contrasts table written before they were stored. A policy's row (``initial``, a
+    study's ``grpo-hash/s83``) has its own parts and its convention as ``arm_h``; a pair's (``grpo/s83``,
+    ``grpo/mean@step10``) has its arms from its request (a pair label, ``hashxboxed``) or its contrast; one arm's
+    ΔP seed summary (``grpo-hash/mean``) has the arm's convention after the method's last ``-``."""
+    from crossed_rlvr.rewards.conventions import CROSSED_PAIRS, pair_label
+
+    if policy == INITIAL:
+        return {"method": INITIAL, "seed": "", "checkpoint": "", "arm_h": "", "arm_b": ""}
+    named = PolicyName.parse(policy)
+    if named is not None:
+        return {"method": named.method, "seed": seed_slot(named.seed), "checkpoint": named.checkpoint,
+                "arm_h": named.convention, "arm_b": ""}
+    pair = pair_of(policy)
+    labels = {pair_label(h, b): (h, b) for h, b in CROSSED_PAIRS}
+    arms = _FIXED_ARMS.get(name) or labels.get(request) or labels.get(request.removesuffix("-answer_only"), ("", ""))
+    if name in ("delta_P", "delta_P_sd"):  # convention names hold no "-"
+        arms = (pair.method.rsplit("-", 1)[-1], "")
+    return {"method": pair.method, "seed": pair.seed, "checkpoint": pair.checkpoint, "arm_h": arms[0],
+            "arm_b": arms[1]}
 
 
 def checkpoint_name(arm: str, step: int) -> str:

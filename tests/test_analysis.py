@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crossed_rlvr.analysis.analyze import AnalysisError
+from crossed_rlvr.analysis.analyze import PART_COLUMNS, AnalysisError, read_contrasts
 from crossed_rlvr.analysis.bootstrap import resample_stats
 from crossed_rlvr.analysis.cells import build_groups, derive_measures, policy_table
 from crossed_rlvr.analysis.cli import main as analyze_main
@@ -295,6 +295,33 @@ def test_bootstrap_keeps_undefined_statistics_undefined():
     assert np.isfinite(draws[:, 0]).all() and np.isnan(draws[:, 1:]).all()
 
 
+def test_each_contrast_row_stores_its_parts(result):
+    """A row's method, seed slot, checkpoint and arms are columns written where the contrast is made, so that no
+    reader splits ``grpo/s1`` or ``hashxboxed`` back into them."""
+    out, _, _ = result
+    con = read_contrasts(out / "contrasts.csv")
+    row = get(con, "interaction", "payload", "grpo/s1")
+    assert (row.method, row.seed, row.checkpoint, row.arm_h, row.arm_b) == ("grpo", "s1", "", "hash", "boxed")
+    sd = get(con, "interaction_sd", "payload", "grpo/sd")
+    assert (sd.method, sd.seed, sd.arm_h, sd.arm_b) == ("grpo", "sd", "hash", "boxed")
+    arm = get(con, "delta_P", "payload", "grpo-boxed/s2", "hash")  # one arm's row: the policy table's parts
+    assert (arm.method, arm.seed, arm.checkpoint, arm.arm_h, arm.arm_b) == ("grpo", "s2", "", "boxed", "")
+    first = get(con, "preference_D", "acc.strict", "initial")
+    assert (first.method, first.seed, first.arm_h) == ("initial", "", "")
+
+
+def test_a_contrasts_table_of_the_older_shape_reads_with_its_parts(result, tmp_path):
+    """contrasts.csv as it was written before its parts were stored (no method ... arm_b columns): read, it gets
+    them from its names, equal to what is stored now for every pair and every trained policy's row."""
+    out, _, _ = result
+    now = read_contrasts(out / "contrasts.csv")
+    old = tmp_path / "contrasts.csv"
+    pd.read_csv(out / "contrasts.csv").drop(columns=list(PART_COLUMNS)).to_csv(old, index=False)
+    migrated = read_contrasts(old)
+    assert list(migrated.columns) == list(now.columns)
+    pd.testing.assert_frame_equal(migrated, now)
+
+
 def test_two_checkpoints_of_one_arm_are_separate_arms(tmp_path):
     """grpo-boxed/s1@step300 beside grpo-boxed/s1: its own rows, never a silent replacement (before: I_P 0.0)."""
     ckpt = [cell("grpo-hash/s1@step300", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=1, convention="hash"),
@@ -306,6 +333,8 @@ def test_two_checkpoints_of_one_arm_are_separate_arms(tmp_path):
     assert get(con, "interaction", "payload", "grpo/s1").estimate == pytest.approx(200.0)
     assert get(con, "interaction", "payload", "grpo/s1@step300").estimate == pytest.approx(0.0)
     assert get(con, "interaction", "payload", "grpo/mean").seeds == "1"
+    step = get(con, "interaction", "payload", "grpo/s1@step300")
+    assert (step.method, step.seed, step.checkpoint) == ("grpo", "s1", "step300")
     paired = pd.read_csv(out / "paired_tests.csv")
     assert set(paired.policy) == {"grpo-hash", "grpo-boxed", "grpo-hash@step300", "grpo-boxed@step300"}
     assert (paired.n_seeds == 1).all()

@@ -41,6 +41,7 @@ from crossed_rlvr.analysis.paired import paired_tests
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.checks import ScoresTableError, read_scores
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
+from crossed_rlvr.names import INITIAL, contrast_parts, seed_slot
 from crossed_rlvr.records import OPTIONAL as DECODING  # the record contract's decoding fields
 
 DEFAULT_RESAMPLES = 20_000  # MC error of endpoints ~0.1 pp on GSM8K-size cells; ~2 s per 22-cell study (bench_analysis)
@@ -206,8 +207,44 @@ def contrast_rows(groups: list[Group], policies: pd.DataFrame, n_resamples: int,
                 "mc_error": float(mc[j]) if not (c.members or np.isnan(est[j])) else np.nan,
                 "n_items": len(g.items), "seeds": " ".join(str(x) for x in c.seeds),
                 "note": undefined_reason(g, c, point) if np.isnan(est[j]) else "",
+                "method": c.method, "seed": c.seed_slot, "checkpoint": c.checkpoint, "arm_h": c.arm_h,
+                "arm_b": c.arm_b,
             })
     return pd.DataFrame(rows), {"max_abs_identity_error": identity_err}
+
+
+PART_COLUMNS = ("method", "seed", "checkpoint", "arm_h", "arm_b")
+
+
+def with_policy_parts(contrasts: pd.DataFrame, policies: pd.DataFrame) -> pd.DataFrame:
+    """Every contrast row with its parts as columns: a pair's from the contrast that made it, a policy's (a gain, a
+    preference, one arm's ΔP) from the policy table (its method and checkpoint, ``s<seed>``, and its training
+    convention as ``arm_h``); the initial policy's method is ``initial``."""
+    if contrasts.empty:
+        return contrasts
+    out = contrasts.copy()
+    for col in PART_COLUMNS:
+        out[col] = out[col].fillna("").astype(str) if col in out else ""
+    table = policies.set_index("policy")
+    own = (out["method"] == "") & out["policy"].isin(table.index)
+    rows = table.loc[out.loc[own, "policy"]]
+    out.loc[own, "method"] = rows["method"].to_numpy()
+    out.loc[own, "checkpoint"] = rows["checkpoint"].to_numpy()
+    out.loc[own, "seed"] = ["" if pd.isna(s) else seed_slot(int(s)) for s in rows["train_seed"]]
+    out.loc[own, "arm_h"] = [c if c != INITIAL else "" for c in rows["training_convention"]]
+    return out
+
+
+def read_contrasts(path: str | Path) -> pd.DataFrame:
+    """A contrasts.csv, its parts' columns as text; a table written before the parts were stored gets them from
+    its names (``names.contrast_parts``), so its readers read one shape."""
+    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    if all(col in table for col in PART_COLUMNS):
+        return table.assign(**{col: table[col].fillna("").astype(str) for col in PART_COLUMNS})
+    parts = pd.DataFrame([contrast_parts(str(n), str(p), str(r))
+                          for n, p, r in zip(table["name"], table["policy"], table["request"])],
+                         index=table.index, columns=list(PART_COLUMNS))
+    return pd.concat([table.drop(columns=[c for c in PART_COLUMNS if c in table]), parts], axis=1)
 
 
 def undefined_reason(g: Group, c: Contrast, point: np.ndarray) -> str:
@@ -469,6 +506,9 @@ def compute(scores_path: str | Path, n_resamples: int = DEFAULT_RESAMPLES, rng_s
         cells = pd.concat([cells, *extra], ignore_index=True)
     contrasts, checks = contrast_rows(groups, policies, n_resamples, rng_seed)
     contrasts = pd.concat([contrasts, item_contrast_rows(groups, n_resamples, rng_seed)], ignore_index=True)
+    contrasts = with_policy_parts(contrasts, policies)
+    # each cell's policy's parts, beside its name (the report's figures and criteria read them)
+    cells = cells.merge(policies[["policy", "method", "checkpoint"]], on="policy", how="left")
     a1 = cells[cells.measure == "a1_violation"]
     checks["a1_max_violation_rate"] = float(a1["value"].max()) if len(a1) else 0.0
     checks["math_verify_timeouts"] = int(cells.loc[cells.measure == "count.timeout.math_verify", "value"].sum())

@@ -195,6 +195,17 @@ def _cell_order(cell: tuple[str, str]) -> tuple:
     return (policy != "initial", policy, request)
 
 
+def with_policy_columns(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cells (or records) with each policy's method and checkpoint as text columns: as stored, or, for a table
+    written before they were stored, read from the policy's name and convention (``policy_table``)."""
+    if "method" not in cells or "checkpoint" not in cells:
+        parts = policy_table(cells)[["policy", "method", "checkpoint"]]
+        cells = cells.drop(columns=[c for c in ("method", "checkpoint") if c in cells]).merge(parts, on="policy",
+                                                                                               how="left")
+    return cells.assign(method=cells["method"].fillna("").astype(str),
+                        checkpoint=cells["checkpoint"].fillna("").astype(str))
+
+
 def policy_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per policy: training convention, seed, method (the arm family, e.g. grpo, sft) and
     checkpoint (empty for an arm's final policy)."""

@@ -32,7 +32,7 @@ from scipy import sparse
 from crossed_rlvr.analysis.cells import Group
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.readers import LENIENT
-from crossed_rlvr.names import pair_name
+from crossed_rlvr.names import pair_name, seed_slot
 from crossed_rlvr.rewards.conventions import CONVENTIONS, CROSSED_PAIRS, pair_label
 
 # (arm H, arm B, request h, request b): each matched pair crossed with its two arms' requests (eq. 1);
@@ -53,6 +53,20 @@ class Contrast:
     unit: str = "pp"
     members: list[dict[int, float]] = field(default_factory=list)  # per-seed terms, for SD rows
     seeds: list[int] = field(default_factory=list)  # the training seeds this contrast pools (listed in outputs)
+    # a pair's parts, stored beside its name (``policy``) so that no reader parses it back: the method (arm
+    # family), the seed slot (``s83``, ``mean``, ``sd``), the checkpoint, and the conventions of its two arms
+    method: str = ""
+    seed_slot: str = ""
+    checkpoint: str = ""
+    arm_h: str = ""
+    arm_b: str = ""
+
+
+def pair_contrast(name: str, measure: str, method: str, seed: int | str, ckpt: str, request: str,
+                  terms: dict[int, float], arms: tuple[str, str] = ("", ""), **more) -> Contrast:
+    """A contrast of a pair of arms (or their seed summary): its name and its parts, made together."""
+    return Contrast(name, measure, pair_name(method, seed, ckpt), request, terms, method=method,
+                    seed_slot=seed_slot(seed), checkpoint=ckpt, arm_h=arms[0], arm_b=arms[1], **more)
 
 
 def _lin(*parts: tuple[float, int]) -> dict[int, float]:
@@ -116,6 +130,7 @@ class Design:
     group: Group
     arms: dict[tuple[str, str, int], dict[str, str]]
     interactions: Series = field(default_factory=lambda: defaultdict(list))
+    pair_arms: dict[str, tuple[str, str]] = field(default_factory=dict)  # a pair's label -> its two conventions
     delta_p: Series = field(default_factory=lambda: defaultdict(list))
 
     def A(self, policy: str, request: str, measure: str) -> int:
@@ -143,13 +158,13 @@ def build_contrasts(group: Group, policies: pd.DataFrame) -> list[Contrast]:
 
 
 def _pooled(name: str, measure: str, method: str, ckpt: str, request: str,
-            seeds: list[tuple[int, dict[int, float]]]) -> list[Contrast]:
+            seeds: list[tuple[int, dict[int, float]]], arms: tuple[str, str] = ("", "")) -> list[Contrast]:
     """The seed mean of per-seed terms, and their SD (descriptive, no interval) when there are several seeds."""
     members, listed = [t for _, t in seeds], [s for s, _ in seeds]
-    out = [Contrast(name, measure, pair_name(method, "mean", ckpt), request, _mean(members), seeds=listed)]
+    out = [pair_contrast(name, measure, method, "mean", ckpt, request, _mean(members), arms, seeds=listed)]
     if len(members) > 1:
-        out.append(Contrast(f"{name}_sd", measure, pair_name(method, "sd", ckpt), request, {}, members=members,
-                            seeds=listed))
+        out.append(pair_contrast(f"{name}_sd", measure, method, "sd", ckpt, request, {}, arms, members=members,
+                                 seeds=listed))
     return out
 
 
@@ -168,7 +183,8 @@ def interactions(d: Design) -> list[Contrast]:
                 terms = _scale(_lin((1, d.A(H, rh, m)), (-1, d.A(B, rh, m)), (-1, d.A(H, rb, m)),
                                     (1, d.A(B, rb, m))), 100)
                 label = pair_label(ah, ab)
-                out.append(Contrast("interaction", m, pair_name(method, seed, ckpt), label, terms, seeds=[seed]))
+                d.pair_arms[label] = (ah, ab)
+                out.append(pair_contrast("interaction", m, method, seed, ckpt, label, terms, (ah, ab), seeds=[seed]))
                 d.interactions[(method, ckpt, label, m)].append((seed, terms))
     return out
 
@@ -183,8 +199,8 @@ def interaction_differences(d: Design) -> list[Contrast]:
         strict = dict(d.interactions[(method, ckpt, req, "acc.strict")])
         for seed, terms in seeds:
             if seed in strict:
-                out.append(Contrast("interaction_difference", "acc.reward-acc.strict", pair_name(method, seed, ckpt),
-                                    req, _sub(terms, strict[seed]), seeds=[seed]))
+                out.append(pair_contrast("interaction_difference", "acc.reward-acc.strict", method, seed, ckpt, req,
+                                         _sub(terms, strict[seed]), d.pair_arms[req], seeds=[seed]))
     return out
 
 
@@ -199,8 +215,8 @@ def reward_differences(d: Design) -> list[Contrast]:
         other = dict(d.interactions[(method, ckpt, answer, m)])
         for seed, terms in seeds:
             if seed in other:
-                out.append(Contrast("reward_difference", m, pair_name(method, seed, ckpt), f"{marker}-answer_only",
-                                    _sub(terms, other[seed]), seeds=[seed]))
+                out.append(pair_contrast("reward_difference", m, method, seed, ckpt, f"{marker}-answer_only",
+                                         _sub(terms, other[seed]), d.pair_arms[marker], seeds=[seed]))
     return out
 
 
@@ -219,8 +235,8 @@ def method_differences(d: Design) -> list[Contrast]:
                     one = dict(d.interactions.get((m1, c1, req, m), []))
                     two = dict(d.interactions.get((m2, c2, req, m), []))
                     for seed in sorted(set(one) & set(two)):
-                        out.append(Contrast("method_difference", m, pair_name(f"{m1}-{m2}", seed, c1), req,
-                                            _sub(one[seed], two[seed]), seeds=[seed]))
+                        out.append(pair_contrast("method_difference", m, f"{m1}-{m2}", seed, c1, req,
+                                                 _sub(one[seed], two[seed]), d.pair_arms[req], seeds=[seed]))
     return out
 
 
@@ -228,7 +244,7 @@ def method_differences(d: Design) -> list[Contrast]:
 def interaction_means(d: Design) -> list[Contrast]:
     """Seed mean and SD of the interactions over policies that differ in seed alone."""
     return [c for (method, ckpt, req, m), seeds in d.interactions.items()
-            for c in _pooled("interaction", m, method, ckpt, req, seeds)]
+            for c in _pooled("interaction", m, method, ckpt, req, seeds, d.pair_arms[req])]
 
 
 @family
@@ -286,7 +302,7 @@ def _reader_gap(d: Design, policy: str, request: str) -> list[Contrast]:
 def delta_p_means(d: Design) -> list[Contrast]:
     """Seed mean and SD of ΔP per arm."""
     return [c for (method, ckpt, conv, request), seeds in sorted(d.delta_p.items())
-            for c in _pooled("delta_P", "payload", f"{method}-{conv}", ckpt, request, seeds)]
+            for c in _pooled("delta_P", "payload", f"{method}-{conv}", ckpt, request, seeds, (conv, ""))]
 
 
 @family
@@ -309,21 +325,22 @@ def attenuations(d: Design) -> list[Contrast]:
         treat = convs.get("answer_only")
         if treat is not None and g.has(treat, "hash"):
             t = gain(treat, "hash")
-            out.append(Contrast("attenuation_reward", "acc.strict", pair_name(method, seed, ckpt), "hash", t, ctrl,
-                                "ratio", seeds=[seed]))
+            out.append(pair_contrast("attenuation_reward", "acc.strict", method, seed, ckpt, "hash", t,
+                                     ("hash", "answer_only"), denom=ctrl, unit="ratio", seeds=[seed]))
             by_method[(method, ckpt)]["reward"].append((t, ctrl, seed))
         b = convs.get("boxed")
         if b is not None and g.has(b, "boxed") and g.has("initial", "boxed"):
             t = gain(b, "boxed")
-            out.append(Contrast("attenuation_convention", "acc.strict", pair_name(method, seed, ckpt), "own", t,
-                                ctrl, "ratio", seeds=[seed]))
+            out.append(pair_contrast("attenuation_convention", "acc.strict", method, seed, ckpt, "own", t,
+                                     ("hash", "boxed"), denom=ctrl, unit="ratio", seeds=[seed]))
             by_method[(method, ckpt)]["convention"].append((t, ctrl, seed))
     for (method, ckpt), kinds in by_method.items():
         for kind, pairs in kinds.items():
             t, c = _mean([p[0] for p in pairs]), _mean([p[1] for p in pairs])
             req = "hash" if kind == "reward" else "own"
-            out.append(Contrast(f"attenuation_{kind}", "acc.strict", pair_name(method, "mean", ckpt), req, t, c,
-                                "ratio", seeds=[p[2] for p in pairs]))
+            arms = ("hash", "answer_only") if kind == "reward" else ("hash", "boxed")
+            out.append(pair_contrast(f"attenuation_{kind}", "acc.strict", method, "mean", ckpt, req, t, arms,
+                                     denom=c, unit="ratio", seeds=[p[2] for p in pairs]))
     return out
 
 
@@ -343,11 +360,11 @@ def preferences(d: Design) -> list[Contrast]:
         H, B = convs.get("hash"), convs.get("boxed")
         if H in with_both and B in with_both:
             terms = _lin(*[(c, i) for i, c in D(H).items()], *[(-c, i) for i, c in D(B).items()])
-            out.append(Contrast("arm_to_arm_D", "acc.strict", pair_name(method, seed, ckpt), "hash-boxed", terms,
-                                seeds=[seed]))
+            out.append(pair_contrast("arm_to_arm_D", "acc.strict", method, seed, ckpt, "hash-boxed", terms,
+                                     ("hash", "boxed"), seeds=[seed]))
             arm_d[(method, ckpt)].append((seed, terms))
     for (method, ckpt), seeds in sorted(arm_d.items()):
-        out += _pooled("arm_to_arm_D", "acc.strict", method, ckpt, "hash-boxed", seeds)
+        out += _pooled("arm_to_arm_D", "acc.strict", method, ckpt, "hash-boxed", seeds, ("hash", "boxed"))
     return out
 
 

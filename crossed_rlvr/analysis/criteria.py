@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from crossed_rlvr.names import policy_parts
+from crossed_rlvr.analysis.cells import with_policy_columns
 
 ARM, CONTROL = "hash", "boxed"
 CONTRAST_MIN, LENIENT_MAX, GAP_MARGIN, SPREAD_MAX = 0.50, 0.05, 0.10, 0.25
@@ -35,6 +35,7 @@ def sft_criteria(cells: pd.DataFrame) -> pd.DataFrame:
     """One row per (task, template, seed, criterion): the value, the threshold and whether it passes. Empty
     unless the cells hold the initial policy and SFT hash and boxed arms of a seed under both requests."""
     rows: list[dict] = []
+    cells = with_policy_columns(cells)
     for (task, template), part in cells.groupby(["task", "template"], sort=True):
         rate = _rates(part)
 
@@ -44,7 +45,7 @@ def sft_criteria(cells: pd.DataFrame) -> pd.DataFrame:
         pols = part.drop_duplicates("policy")
         arms: dict[int, dict[str, str]] = {}
         for r in pols.itertuples():
-            if r.training_convention in (ARM, CONTROL) and policy_parts(r.policy, r.training_convention) == ("sft", ""):
+            if r.training_convention in (ARM, CONTROL) and r.method == "sft" and not r.checkpoint:
                 arms.setdefault(int(r.train_seed), {})[r.training_convention] = r.policy
         d0 = D("initial")
         contrasts = {}

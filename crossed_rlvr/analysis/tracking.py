@@ -31,6 +31,7 @@ def log_analysis(out: Path, tracking: Any, study: str | None = None, scores: Pat
     import pandas as pd
     import wandb
 
+    from crossed_rlvr.analysis.analyze import read_contrasts
     from crossed_rlvr.tracking import start_run
 
     out = Path(out)
@@ -49,7 +50,7 @@ def log_analysis(out: Path, tracking: Any, study: str | None = None, scores: Pat
         for fig in sorted(files.figures.glob("*.png")):
             run.log({f"figures/{fig.stem}": wandb.Image(str(fig))})
         run.summary.update(manifest["checks"])
-        run.summary.update(headline_contrasts(pd.read_csv(files.contrasts)))
+        run.summary.update(headline_contrasts(read_contrasts(files.contrasts)))
         artifact = wandb.Artifact(f"analysis-{run.id}", type="analysis")
         artifact.add_file(str(files.report))
         if scores is not None and Path(scores).exists():

@@ -59,9 +59,9 @@ def strata_of(obs: pd.DataFrame) -> dict[str, list[Stratum]]:
 
 def settings(obs: pd.DataFrame, scores: pd.DataFrame) -> list[dict[str, Any]]:
     """Trained states grouped by method, convention, request and wording, each with its initial state."""
-    from crossed_rlvr.names import policy_parts
+    from crossed_rlvr.analysis.cells import policy_table
 
-    info = scores.groupby("policy")[["training_convention", "train_seed"]].first()
+    info = policy_table(scores).set_index("policy")
     states = obs[["state", "policy", "request", "template"]].drop_duplicates()
     initial = {(r.request, r.template): r.state for r in states.itertuples() if r.policy == "initial"}
     groups: dict[tuple, list[str]] = defaultdict(list)
@@ -70,7 +70,7 @@ def settings(obs: pd.DataFrame, scores: pd.DataFrame) -> list[dict[str, Any]]:
         if r.policy == "initial" or (r.request, r.template) not in initial:
             continue
         conv = str(info.loc[r.policy, "training_convention"])
-        method, ckpt = policy_parts(r.policy, conv)
+        method, ckpt = str(info.loc[r.policy, "method"]), str(info.loc[r.policy, "checkpoint"])
         key = (method, conv, ckpt, r.request, r.template)
         groups[key].append(r.state)
         seeds[key].append(int(info.loc[r.policy, "train_seed"]))

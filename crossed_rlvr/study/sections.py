@@ -32,8 +32,8 @@ def over_training(validation_scores: Path, folder: Path, analysis: AnalysisConf)
     """The validation steps analysed like any crossed set (``analysis/validation/``), and the report section
     of their interactions over training (its table and figure written into ``folder``); None with fewer than
     two validated steps."""
-    import pandas as pd
 
+    from crossed_rlvr.analysis.analyze import read_contrasts
     from crossed_rlvr.analysis.report.folder import analyze
     from crossed_rlvr.analysis.report.over_training import write_over_training
 
@@ -41,7 +41,7 @@ def over_training(validation_scores: Path, folder: Path, analysis: AnalysisConf)
     # its tables in full; its figures would repeat the main ones (the over-training figure is drawn below)
     analyze(validation_scores, sub.root, n_resamples=int(analysis.resamples), rng_seed=int(analysis.rng_seed),
             overwrite=True, figures=False, tracking="off")
-    section = write_over_training(pd.read_csv(sub.contrasts), folder)
+    section = write_over_training(read_contrasts(sub.contrasts), folder)
     if section is None:
         return None
     return ("\n" + section + "\n\nThe whole analysis of the validation steps: "

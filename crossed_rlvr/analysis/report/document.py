@@ -12,7 +12,7 @@ from crossed_rlvr.analysis.report.headline import collapse_columns, collapsed_no
 from crossed_rlvr.analysis.report.tables import interval, markdown_table, signed
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
 from crossed_rlvr.layout import AnalysisLayout
-from crossed_rlvr.names import arm_convention, pair_of
+from crossed_rlvr.names import SUMMARIES, PolicyName
 from crossed_rlvr.rewards.conventions import CONVENTIONS
 
 TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2, "rephrased": 3, "one_shot": 4}
@@ -28,9 +28,15 @@ def _ci(row: pd.Series, digits: int = 2) -> str:
     return interval(row["estimate"], row.get("ci_low", np.nan), row.get("ci_high", np.nan), 2, digits)
 
 
-def is_summary(policy: str) -> bool:
-    """Seed-summary rows (``grpo/mean``, ``grpo/sd@step50``) as opposed to one seed's."""
-    return pair_of(policy).is_summary
+def _convention_of(arm: str) -> str:
+    """The convention of a study's GRPO arm, named by names.py (``grpo-hash/s83``); empty for another name."""
+    named = PolicyName.parse(arm)
+    return named.convention if named is not None else ""
+
+
+def is_summary(contrasts: pd.DataFrame) -> pd.Series:
+    """Seed-summary rows (``grpo/mean``, ``grpo/sd@step50``) as opposed to one seed's: their stored seed slot."""
+    return contrasts["seed"].isin(SUMMARIES)
 
 
 def _templates(df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -125,7 +131,7 @@ def interaction_table(contrasts: pd.DataFrame, task: str, template: str, cells: 
     rows = []
     for (policy, request), grp in part.groupby(["policy", "request"], sort=False):
         by = grp.set_index("measure")
-        sd = pair_of(policy).seed == "sd"  # a seed s.d. row has no interval
+        sd = bool((grp["seed"] == "sd").all())  # a seed s.d. row has no interval
 
         def cell(m: str, by: pd.DataFrame = by, sd: bool = sd) -> str:
             return signed(by.loc[m]["estimate"], sign=False) if sd else _ci(by.loc[m], digits)
@@ -257,7 +263,7 @@ def other_contrasts(contrasts: pd.DataFrame, digits: int = 2) -> str:
     names = ["attenuation_reward", "attenuation_convention", "preference_D", "arm_to_arm_D", "arm_to_arm_D_sd",
              "delta_P_sd", "share_F", "share_gamma0", "interaction_difference", "method_difference", "reward_difference",
              "conditional_correctness"]
-    part = contrasts[contrasts.name.isin(names) | ((contrasts.name == "delta_P") & contrasts.policy.map(is_summary))]
+    part = contrasts[contrasts.name.isin(names) | ((contrasts.name == "delta_P") & is_summary(contrasts))]
     if part.empty:
         return "_No intervention/control arms or D contrasts in this input._"
     rows, unbounded = [], 0
@@ -390,12 +396,9 @@ def wording_view(contrasts: pd.DataFrame) -> pd.DataFrame:
 def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
     """Table 13: per wording template, method (and checkpoint) and convention pair, the mean (SD) across
     the listed seeds of ΔP_{B,h}, I_P, I_S, I_MV. Nothing else is pooled: methods and pairs get rows."""
-    from crossed_rlvr.names import policy_parts
-
-    conv = cells.drop_duplicates("policy").set_index("policy")[["training_convention", "train_seed"]]
     rows = []
     contrasts = wording_view(contrasts)
-    inter = contrasts[(contrasts.name == "interaction") & ~contrasts.policy.map(is_summary)]
+    inter = contrasts[(contrasts.name == "interaction") & ~is_summary(contrasts)]
 
     def summ(values: pd.Series) -> str:
         values = values.dropna()
@@ -406,19 +409,15 @@ def template_summary(contrasts: pd.DataFrame, cells: pd.DataFrame) -> str:
 
     if inter.empty:
         return "_No policy pair with both conventions under both requests._"
-    pairs = [pair_of(p) for p in inter.policy]
-    keyed = inter.assign(method=[p.method for p in pairs], checkpoint=[p.checkpoint for p in pairs])
-    for (task, template, method, ckpt, pair), part in keyed.groupby(["task", "template", "method", "checkpoint",
-                                                                      "request"]):
+    keyed = inter.assign(checkpoint=inter["checkpoint"].fillna(""))
+    for (task, template, method, ckpt, pair, h_side, b_side), part in keyed.groupby(
+            ["task", "template", "method", "checkpoint", "request", "arm_h", "arm_b"]):
         seeds = sorted({int(s) for s in " ".join(part["seeds"].astype(str)).split()})
         # ΔP_{B,h}: the boxed-side arm of this pair under the hash-side request, same method and checkpoint
-        h_side, _, b_side = pair.partition("x")  # "hashxboxed", "jsonxxml": the H side never holds an x
         h_request = CONVENTIONS[h_side].request if h_side in CONVENTIONS else h_side
         dp = contrasts[(contrasts.task == task) & (contrasts.template == template) & (contrasts.name == "delta_P")
-                       & (contrasts.request == h_request)]
-        # a boolean mask (an empty list would select no columns when there is no ΔP, e.g. no initial policy)
-        dp = dp.loc[np.array([p in conv.index and conv.loc[p, "training_convention"] == b_side
-                              and policy_parts(p, b_side) == (method, ckpt) for p in dp.policy], dtype=bool)]
+                       & (contrasts.request == h_request) & ~is_summary(contrasts) & (contrasts.arm_h == b_side)
+                       & (contrasts.method == method) & (contrasts.checkpoint.fillna("") == ckpt)]
         label = f"{method}@{ckpt}" if ckpt else method
         rows.append([task, template, label, pair, " ".join(map(str, seeds)), summ(dp["estimate"])] + [
             summ(part[part.measure == m]["estimate"]) for m in ("payload", "acc.strict", "acc.math_verify")])
@@ -573,7 +572,7 @@ def training_section(out: Path, metrics: dict[str, list[dict]]) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
     rows = []
     for name, steps in sorted(metrics.items()):
-        conv = arm_convention(name)
+        conv = _convention_of(name)
         reward = np.array([m.get(f"rewards/{conv}_reward/mean", np.nan) for m in steps], dtype=float)
         payload = np.array([m.get("rewards/requested_payload/mean", np.nan) for m in steps], dtype=float)
         x = np.arange(1, len(steps) + 1)
@@ -608,7 +607,7 @@ def per_update_table(metrics: dict[str, list[dict]], most: int = 40) -> str:
     for k in range(updates):
         row = [str(k + 1)]
         for name in names:
-            conv = arm_convention(name)
+            conv = _convention_of(name)
             m = metrics[name][k] if k < len(metrics[name]) else {}
             r, d = m.get(f"rewards/{conv}_reward/mean"), m.get("rewards/requested_payload/mean")
             row.append("n/a" if r is None else f"{r:.3f}")

@@ -21,17 +21,16 @@ def payload_by_seed(cells: pd.DataFrame, folder: Path) -> Path | None:
     """Fig. 1a: requested-payload presence per method and seed against the initial policy."""
     import matplotlib.pyplot as plt
 
+    from crossed_rlvr.analysis.cells import with_policy_columns
+
     orig = cells[cells.template == "original"] if (cells.template == "original").any() else cells
     pay = orig[orig.measure == "payload"]
     requests = [r for r in ("hash", "boxed") if r in set(pay.request)]
     trained = pay[pay.training_convention.isin(["hash", "boxed"])]
     if requests and not trained.empty:
-        from crossed_rlvr.names import policy_parts
-
         # One slot per method and seed (final policies only): GRPO and SFT arms of one seed are not merged.
-        parts = {p: policy_parts(p, c) for p, c in zip(trained.policy, trained.training_convention)}
-        trained = trained[[not parts[p][1] for p in trained.policy]]
-        trained = trained.assign(method=[parts[p][0] for p in trained.policy])
+        trained = with_policy_columns(trained)
+        trained = trained[trained.checkpoint == ""]
         slots = sorted({(m, int(sd)) for m, sd in zip(trained.method, trained.train_seed)})
         fig, axes = plt.subplots(1, len(requests), figsize=(max(5, 1.2 * len(slots) + 2) * len(requests), 3.6),
                                  sharey=True, squeeze=False)
@@ -61,7 +60,7 @@ def interactions(contrasts: pd.DataFrame, folder: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     inter = contrasts[(contrasts.name == "interaction") & contrasts.measure.isin(["acc.strict", "acc.math_verify"])
-                      & ~contrasts.policy.map(is_summary) & (contrasts.request == "hashxboxed")]
+                      & ~is_summary(contrasts) & (contrasts.request == "hashxboxed")]
     inter_o = inter[inter.template == "original"] if (inter.template == "original").any() else inter
     if not inter_o.empty:
         fig, ax = plt.subplots(figsize=(6, 3.6))
@@ -105,7 +104,7 @@ def gains_by_reader(contrasts: pd.DataFrame, folder: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     gains = contrasts[(contrasts.name == "gain") & contrasts.measure.isin(["acc.strict", "acc.math_verify"])
-                      & (contrasts.template == "original") & ~contrasts.policy.map(is_summary)]
+                      & (contrasts.template == "original") & ~is_summary(contrasts)]
     if not gains.empty:  # Fig. 3b / 4: gains by reader and request, same saved responses
         requests = requests_in_order(gains.request)
         fig, axes = plt.subplots(1, len(requests), figsize=(5 * len(requests), 3.6), sharey=True, squeeze=False)
@@ -133,7 +132,7 @@ def templates(contrasts: pd.DataFrame, folder: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     wording = wording_view(contrasts)
-    dpb = wording[(wording.name == "delta_P") & (wording.request == "hash") & ~wording.policy.map(is_summary)
+    dpb = wording[(wording.name == "delta_P") & (wording.request == "hash") & ~is_summary(wording)
                   & wording.policy.str.contains("boxed")]
     if dpb.template.nunique() > 1:
         fig, ax = plt.subplots(figsize=(6, 3.6))

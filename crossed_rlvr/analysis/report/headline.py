@@ -16,7 +16,7 @@ import pandas as pd
 
 from crossed_rlvr.analysis.cells import SHARED
 from crossed_rlvr.analysis.report.tables import interval, markdown_table
-from crossed_rlvr.names import pair_name, pair_of
+from crossed_rlvr.names import SUMMARIES
 
 HEADLINE = {"payload": "I_P", "acc.strict": "I_S", "acc.math_verify": "I_MV"}
 CONTENTS = ("<!-- contents -->", "<!-- /contents -->")
@@ -64,16 +64,14 @@ def headline_rows(contrasts: pd.DataFrame) -> pd.DataFrame:
     """One row per task, wording, convention pair, method and headline measure: the seed mean (or the one
     seed) with its interval, and each seed's estimate. The numbers are contrasts.csv's rows."""
     part = _own(contrasts)
-    part = part[(part.name == "interaction") & part.measure.isin(HEADLINE) & ~part.policy.str.contains("@")]
+    part = part[(part.name == "interaction") & part.measure.isin(HEADLINE) & (part.checkpoint.fillna("") == "")]
     rows = []
-    pairs = {p: pair_of(p) for p in part.policy}
-    part = part.assign(_method=[pairs[p].method for p in part.policy],
-                       _summary=[pairs[p].is_summary for p in part.policy])
+    part = part.assign(_summary=part.seed.isin(SUMMARIES))
     for (task, template, pair), grp in part.groupby(["task", "template", "request"], sort=False):
-        for method in sorted(set(grp._method)):
-            mine = grp[grp._method == method]
+        for method in sorted(set(grp.method)):
+            mine = grp[grp.method == method]
             seeds = mine[~mine._summary]
-            summary = mine[mine.policy == pair_name(method, "mean")]
+            summary = mine[mine.seed == "mean"]
             for measure, name in HEADLINE.items():
                 each = seeds[seeds.measure == measure]
                 top = summary[summary.measure == measure]
@@ -84,7 +82,7 @@ def headline_rows(contrasts: pd.DataFrame) -> pd.DataFrame:
                              "name": name, "estimate": row.estimate, "ci_low": row.ci_low, "ci_high": row.ci_high,
                              "n_items": int(row.n_items), "seeds": " ".join(str(s) for s in sorted(
                                  {int(x) for x in " ".join(each.seeds.astype(str)).split()})),
-                             "each": {pairs[p].seed: e for p, e in zip(each.policy, each.estimate, strict=True)}})
+                             "each": dict(zip(each.seed, each.estimate, strict=True))})
     return pd.DataFrame(rows)
 
 

@@ -16,26 +16,18 @@ import pandas as pd
 
 from crossed_rlvr.analysis.report.tables import interval, markdown_table
 from crossed_rlvr.layout import AnalysisLayout
-from crossed_rlvr.names import PairName
+from crossed_rlvr.names import checkpoint_step
 
 MEASURES = {"payload": "I_P", "acc.strict": "I_S", "acc.math_verify": "I_MV"}
-
-
-def _step_parts(policy: str) -> tuple[str | None, str | None, int | None]:
-    """(method, ``s<seed>`` or ``mean``, step) of a pair's step checkpoint; Nones for any other row."""
-    pair = PairName.parse(policy)
-    if pair is None or pair.step is None or not (pair.seed == "mean" or (pair.seed[1:].isdigit() and pair.seed[0] == "s")):
-        return None, None, None
-    return pair.method, pair.seed, pair.step
 
 
 def over_training_rows(contrasts: pd.DataFrame) -> pd.DataFrame:
     """One row per (task, template, method, seed or mean, step, contrast) of the interactions of step
     checkpoints; empty when fewer than two steps were validated."""
-    part = contrasts[(contrasts["name"] == "interaction") & contrasts["measure"].isin(list(MEASURES))]
-    found = [_step_parts(p) for p in part["policy"]]
-    part = part.assign(method=[f[0] for f in found], seed=[f[1] for f in found],
-                       step=pd.to_numeric(pd.Series([f[2] for f in found], index=part.index, dtype=float)))
+    part = contrasts[(contrasts["name"] == "interaction") & contrasts["measure"].isin(list(MEASURES))
+                     & (contrasts["seed"] != "sd")]
+    steps = [checkpoint_step(str(c)) for c in part["checkpoint"].fillna("")]
+    part = part.assign(step=pd.to_numeric(pd.Series(steps, index=part.index, dtype=float)))
     part = part.dropna(subset=["step"])
     if part["step"].nunique() < 2:
         return pd.DataFrame(columns=["task", "template", "method", "seed", "step", "contrast", "request",
