@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from crossed_rlvr.errors import ConfigError, CrossedError
+from crossed_rlvr.task_sources import SOURCES, is_code, source_of
 
 
 def _get(cfg: Any, key: str) -> Any:
@@ -59,8 +60,7 @@ def common(cfg: Any) -> None:
 
     _one_of(cfg, "tracking.mode", ("off", "offline", "online", False))
     _one_of(cfg, "model.source", ("local", "hub", "gguf-smollm2"))
-    _one_of(cfg, "task.source", ("arith", "gsm8k", "math500", "mmlu", "mmlu_pro", "arc_challenge", "aqua_rat",
-                                 "sat_math", "bbh", "evalplus"))
+    _one_of(cfg, "task.source", tuple(SOURCES))  # the registered sources (crossed_rlvr/task_sources.py)
     _one_of(cfg, "task.split", ("test", "dev", "train"))
     _one_of(cfg, "eval.backend", ("hf", "vllm"))
     _one_of(cfg, "eval.dtype", ("float32", "bfloat16", "float16", "auto"))
@@ -161,9 +161,9 @@ def check_config(cfg: Any, initial_built: bool = True) -> None:
 
 
 def _code(cfg: Any) -> bool:
-    """A code task (``task.source=evalplus``; tasks.code.is_code_task, whose layer comes after this one)."""
+    """A code task: its source's kind (crossed_rlvr/task_sources.py)."""
     task = cfg.get("task")
-    return task is not None and str(task.get("source")) == "evalplus"
+    return task is not None and is_code(task)
 
 
 def _code_arm(cfg: Any) -> None:
@@ -225,14 +225,9 @@ def _evaluation_requests(cfg: Any, requests: str, templates: str, math_requests:
                          wordings: tuple[str, ...]) -> None:
     """A code task is asked for programs in the code delimiters (``fence``, ``begin_done``) in the original wording;
     every other task for answers in the answer conventions."""
-    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
-
-    if str(cfg.task.get("source")) == "evalplus":  # tasks.code.is_code_task (the tasks layer comes after conf)
-        _all_of(cfg, requests, tuple(CODE_CONVENTIONS))
-        _all_of(cfg, templates, ("original",))
-    else:
-        _all_of(cfg, requests, math_requests)
-        _all_of(cfg, templates, wordings)
+    source = source_of(cfg.task)  # a source asks its items under its own requests and wordings
+    _all_of(cfg, requests, source.requests if source is not None else math_requests)
+    _all_of(cfg, templates, source.templates if source is not None else wordings)
 
 
 def _policy_name_agrees(key: str, name: str, convention: str, seed: int | None) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from crossed_rlvr.conf.schema import SCHEMAS
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.limits import Range
+from crossed_rlvr.task_sources import SOURCES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +202,7 @@ def check_relations(cfg: Any) -> None:
         if tp and gpus and gpus % tp:
             raise ConfigError(f"engine.rollout_tp={tp} must divide engine.n_gpus_per_node={gpus} (each vLLM "
                               "replica spans rollout_tp GPUs of one node)")
-    if (get("task.dev_items") == 0 and get("validation.split") == "dev" and get("task.source") in ("gsm8k", "math500")
+    if (get("task.dev_items") == 0 and get("validation.split") == "dev" and get("task.source") in {n for n, s in SOURCES.items() if s.frozen_train_rows}
             and get("arms.kind") in (None, "grpo")):
         raise ConfigError("task.dev_items=0 holds no dev items out, but validation.split=dev validates on them; set "
                           "validation.split=test (paper 001 Table 23) or task.dev_items to a positive count")

@@ -24,7 +24,8 @@ from crossed_rlvr.names import policy_name
 from crossed_rlvr.rewards.conventions import PARTNER
 from crossed_rlvr.sft.pairs import target, write_pairs
 from crossed_rlvr.sft.trainer import SFTConfig, train_sft
-from crossed_rlvr.tasks.code import is_code_task, load_code_dataset, train_file
+from crossed_rlvr.task_sources import is_code
+from crossed_rlvr.tasks.code import load_code_dataset, train_file
 
 
 def train_items(cfg: Any) -> list[dict[str, Any]]:
@@ -139,7 +140,7 @@ def warmstart(cfg: Any) -> dict[str, Any]:
     follow = float(cfg.warmstart.get("follow_rate", 1.0))
     if not 0.0 <= follow <= 1.0:
         raise ConfigError(f"warmstart.follow_rate={follow} must lie in [0, 1]")
-    if is_code_task(cfg.task):
+    if is_code(cfg.task):
         return tracked_sft(cfg, "initial", "sft-warmstart", base, code_warmstart_rows(cfg, follow, rng), out,
                            int(cfg.warmstart.seed))
     rows = []

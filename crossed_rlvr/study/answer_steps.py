@@ -16,6 +16,7 @@ from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study.plan import Policy, plain
 from crossed_rlvr.study.sections import study_sections
 from crossed_rlvr.study.steps import StudyState, register_steps
+from crossed_rlvr.task_sources import ANSWER
 from crossed_rlvr.tracking import untracked
 
 
@@ -123,4 +124,4 @@ class AnswerSteps:
         return study.stage("analyze", fp, [out], run)
 
 
-register_steps("answer", AnswerSteps())
+register_steps(ANSWER, AnswerSteps())

@@ -16,7 +16,8 @@ from typing import Any
 
 from crossed_rlvr.study.plan import Policy, plain
 from crossed_rlvr.study.steps import StudyState, register_steps
-from crossed_rlvr.tasks.code import CodeDataset, is_code_task
+from crossed_rlvr.task_sources import CODE
+from crossed_rlvr.tasks.code import CodeDataset
 
 
 def code_task(study: StudyState) -> tuple[CodeDataset, dict[str, Any]]:
@@ -96,4 +97,4 @@ class CodeSteps:
         return study.stage("analyze", fp, [out], run_stage)
 
 
-register_steps("code", CodeSteps(), claims=is_code_task)
+register_steps(CODE, CodeSteps())

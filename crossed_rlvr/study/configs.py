@@ -19,6 +19,7 @@ from crossed_rlvr.conf.schema import StudyConf
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.study.plan import ArmPlan, Policy, arm_pairs, plain, plan_arms, typed
+from crossed_rlvr.task_sources import freezes_train_rows
 from crossed_rlvr.tasks.training import SFT_ITEM_SEED
 
 
@@ -39,7 +40,7 @@ class StudyConfigs:
         from crossed_rlvr.tasks.splits import freeze_train_rows
 
         task = plain(self.cfg.task)
-        if task.get("source") not in ("gsm8k", "math500"):
+        if not freezes_train_rows(task):
             return task
         if task.get("train_rows"):
             path = Path(str(task["train_rows"])).resolve()

@@ -111,10 +111,10 @@ def _sft_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
 def eval_plan(configs: StudyConfigs, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
     """Policies x requests x wordings with item counts and seeds; freezes the test items now."""
     from crossed_rlvr.eval.generate.plan import frozen_items, item_seed, template_items
-    from crossed_rlvr.tasks.code import is_code_task
+    from crossed_rlvr.task_sources import is_code
 
     cfg = configs.evaluation(initial, arms)
-    if is_code_task(cfg.task):
+    if is_code(cfg.task):
         return code_plan(configs, cfg)
     items, sha, path = frozen_items(Path(cfg.run_dir), cfg.task)
     base = int(cfg.eval.base_seed)

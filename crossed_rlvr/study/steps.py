@@ -3,20 +3,22 @@ every response scored by fixed readers, then the crossed analysis): a kind of ta
 ``evaluate``, ``score`` and ``analyze`` steps, and the pipeline runs whichever steps the task's kind registered.
 
 Answer tasks (arithmetic, GSM8K, MATH500) register theirs in ``study/answer_steps.py``; code tasks, whose
-responses are programs run in the sandbox, in ``study/code_steps.py``. A new kind registers its steps with
-:func:`register_steps` and runs through the same pipeline, stage cache and run directory, with no edit here.
+responses are programs run in the sandbox, in ``study/code_steps.py``. A new kind (a source registered in
+``crossed_rlvr/task_sources.py`` with its own ``kind``) registers its steps with :func:`register_steps` and runs
+through the same pipeline, stage cache and run directory, with no edit here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from crossed_rlvr.conf.schema import StudyConf
+from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import ArmPlan, Policy
 from crossed_rlvr.study.stamps import StageCache, Stamps
+from crossed_rlvr.task_sources import kind_of
 
 
 class StudyState(Protocol):
@@ -44,18 +46,17 @@ class TaskSteps(Protocol):
 
 
 STEPS: dict[str, TaskSteps] = {}
-# the kind of a task config: the first rule that claims it, else ``answer``
-KIND_RULES: list[tuple[str, Callable[[Any], bool]]] = []
 
 
-def register_steps(kind: str, steps: TaskSteps, claims: Callable[[Any], bool] | None = None) -> None:
-    """Register a kind of task's steps; ``claims(task_cfg)`` says which task configs are of this kind."""
+def register_steps(kind: str, steps: TaskSteps) -> None:
+    """Register the steps of a kind of task (the kind its sources declare in crossed_rlvr/task_sources.py)."""
     STEPS[kind] = steps
-    if claims is not None:
-        KIND_RULES[:] = [(k, rule) for k, rule in KIND_RULES if k != kind] + [(kind, claims)]
 
 
 def steps_for(task: Any) -> TaskSteps:
     """The steps of a task config's kind."""
-    kind = next((k for k, rule in KIND_RULES if rule(task)), "answer")
+    kind = kind_of(task)
+    if kind not in STEPS:
+        raise ConfigError(f"task.source={task.get('source')}: its kind {kind!r} registered no study steps "
+                          f"(registered: {', '.join(sorted(STEPS))})")
     return STEPS[kind]

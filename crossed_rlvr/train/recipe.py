@@ -65,9 +65,9 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
     """
     import random
 
-    from crossed_rlvr.tasks.code import is_code_task
+    from crossed_rlvr.task_sources import is_code
 
-    if is_code_task(cfg.task):
+    if is_code(cfg.task):
         return code_training_rows(cfg)
     items = train_items(cfg)
     r = cfg.recipe

@@ -97,11 +97,11 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
     from omegaconf import OmegaConf
 
     from crossed_rlvr.prompts import user_content
+    from crossed_rlvr.task_sources import is_code
     from crossed_rlvr.tasks.build import build_items
-    from crossed_rlvr.tasks.code import is_code_task
 
     v = cfg.get("validation") or {}
-    if is_code_task(cfg.task):
+    if is_code(cfg.task):
         return code_validation_rows(cfg)
     task = OmegaConf.to_container(cfg.task, resolve=True)
     task.update(split=v.get("split", "dev"), n_items=v.get("n_items"))

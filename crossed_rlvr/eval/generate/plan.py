@@ -29,6 +29,7 @@ from crossed_rlvr.eval.generate.engines import GenParams
 from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, config_sha256
 from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.prompts import messages, render
+from crossed_rlvr.task_sources import freezes_train_rows
 from crossed_rlvr.tasks.build import build_items
 from crossed_rlvr.tasks.items import ItemFileError, read_items, write_items
 
@@ -85,7 +86,7 @@ def frozen_items(run_dir: Path, task_cfg: Any) -> tuple[list[dict[str, Any]], st
             raise ItemFileError(f"{path}: item file recorded in {manifest_path} is missing; restore it or use a new run_dir")
         expected = write_items(path, build_items(task_cfg))
         manifest.setdefault("items", {})[path.name] = expected
-        if task_cfg.source in ("gsm8k", "math500"):  # how train/dev/test were cut, beside the hash
+        if freezes_train_rows(task_cfg):  # how train/dev/test were cut, beside the hash
             from crossed_rlvr.tasks.splits import split_record
 
             manifest.setdefault("splits", {})[path.name] = split_record(task_cfg)

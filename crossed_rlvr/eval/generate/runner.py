@@ -37,9 +37,9 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
     from tqdm import tqdm
 
     from crossed_rlvr.machine import eval_dtype
-    from crossed_rlvr.tasks.code import is_code_task
+    from crossed_rlvr.task_sources import is_code
 
-    if is_code_task(cfg.task):  # programs under the code requests, scored later by execution
+    if is_code(cfg.task):  # programs under the code requests, scored later by execution
         from crossed_rlvr.eval.generate.code import run_code_eval
 
         return run_code_eval(cfg)
