@@ -97,6 +97,13 @@ def policy_parts(policy: str, convention: str) -> tuple[str, str]:
     return _method_of(m["arm"], convention), m["checkpoint"] or ""
 
 
+def policy_facts(policy: str, convention: str) -> dict[str, str]:
+    """What a response record stores beside its policy's name, written where the record is made: the method
+    (``grpo``, ``sft``, ``initial``) and the checkpoint (empty for an arm's final policy)."""
+    method, checkpoint = policy_parts(policy, convention)
+    return {"method": method, "checkpoint": checkpoint}
+
+
 def _method_of(policy: str, convention: str) -> str:
     """``grpo-hash/s83`` -> ``grpo``: the arm family that pairs conventions within a seed."""
     if convention == INITIAL:

@@ -49,6 +49,9 @@ FIELDS: dict[str, tuple[type, ...]] = {
 }
 # optional fields: the decoding of each response (crossed-eval writes them; imports may not know them)
 OPTIONAL: dict[str, tuple[type, ...]] = {"temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,)}
+# optional fields: the policy's parts, stored beside its name where the record is made (names.policy_facts);
+# records written before they were stored get them when analysed (analysis/cells.py: policy_table)
+PARTS: dict[str, tuple[type, ...]] = {"method": (str,), "checkpoint": (str,)}
 
 
 _UNKNOWN = "-1: not recorded (outputs imported from lm-eval or verl)"
@@ -146,7 +149,7 @@ def check_record(rec: Any, where: Source, prompt_names: bool = False) -> dict[st
     why = name_disagreement(rec["policy"], conv, rec["train_seed"])
     if why is not None:
         raise ResponseFileError(f"{where}: {why}")
-    for name, types in OPTIONAL.items():  # fields a record may carry; when present, of the right kind
+    for name, types in {**OPTIONAL, **PARTS}.items():  # fields a record may carry; when present, of the right kind
         value = rec.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
             raise ResponseFileError(f"{where}: field '{name}' must be {_type_name(types)} or null, got "

@@ -322,6 +322,21 @@ def test_a_contrasts_table_of_the_older_shape_reads_with_its_parts(result, tmp_p
     pd.testing.assert_frame_equal(migrated, now)
 
 
+def test_records_of_the_older_shape_give_the_same_policy_table():
+    """Scores made from records written before the policy's parts were stored (no method, checkpoint columns):
+    the policy table reads the parts from the names, the same as the stored ones."""
+    from crossed_rlvr.names import policy_facts
+
+    rows = [{"policy": p, "training_convention": c, "train_seed": s, **policy_facts(p, c)}
+            for p, c, s in (("initial", "initial", None), ("grpo-hash/s1", "hash", 1), ("grpo-boxed/s1@step30", "boxed", 1),
+                            ("sft_boxed/s2", "boxed", 2))]
+    stored = policy_table(pd.DataFrame(rows))
+    older = policy_table(pd.DataFrame(rows).drop(columns=["method", "checkpoint"]))
+    pd.testing.assert_frame_equal(stored, older[stored.columns])
+    assert list(stored.method) == ["grpo", "grpo", "initial", "sft"]
+    assert list(stored.checkpoint) == ["step30", "", "", ""]
+
+
 def test_two_checkpoints_of_one_arm_are_separate_arms(tmp_path):
     """grpo-boxed/s1@step300 beside grpo-boxed/s1: its own rows, never a silent replacement (before: I_P 0.0)."""
     ckpt = [cell("grpo-hash/s1@step300", "hash", [1, 1, 0, 0], [1, 1, 0, 0], seed=1, convention="hash"),

@@ -8,7 +8,7 @@ import pytest
 from crossed_rlvr.eval.ingest.cli import main
 from crossed_rlvr.eval.ingest.common import reference_from_target
 from crossed_rlvr.eval.ingest.lm_eval import import_lm_eval
-from crossed_rlvr.eval.ingest.verl import import_verl_dump
+from crossed_rlvr.eval.ingest.verl import import_verl_dump, import_verl_steps
 from crossed_rlvr.eval.score.scoring import score_files
 from crossed_rlvr.records import ResponseFileError, read_responses
 
@@ -147,6 +147,10 @@ def test_verl_import_and_score(tmp_path):
     assert [r["sample_idx"] for r in records] == [0, 0, 0, 1, 1, 1]
     assert records[0]["item_id"] == records[3]["item_id"] != records[1]["item_id"]
     assert records[0]["verl_step"] == 100
+    assert (records[0]["method"], records[0]["checkpoint"]) == ("grpo", "")
+    steps = import_verl_steps(folder, policy="grpo-boxed/s1", training_convention="boxed", train_seed=1,
+                              request="boxed", template="original", task="gsm8k")
+    assert {(r["policy"], r["checkpoint"]) for r in steps} >= {("grpo-boxed/s1@step100", "step100")}
     # Through the CLI (last step by default), then re-scored with the full panel.
     out = tmp_path / "resp" / "boxed.jsonl"
     out.parent.mkdir()

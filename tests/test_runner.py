@@ -31,6 +31,9 @@ def test_crossed_cells_records_and_skip(tmp_path, tiny):
     recorded = json.loads((tmp_path / "run" / "run.json").read_text())["items"]["arith-test.jsonl"]
     assert {r["items_sha256"] for r in rs.records} == {recorded} and len(summary) == 8
     assert all(r["gen_seed"] == 20260908 + int(r["item_id"]) for r in rs.records)
+    # each record stores its policy's parts where it is made, so no reader parses the name back
+    assert {(r["policy"], r["method"], r["checkpoint"]) for r in rs.records} == {("initial", "initial", ""),
+                                                                                ("grpo-hash/s1", "grpo", "")}
     again = run_eval(cfg, progress=False)
     assert all(v == {"skipped": True} for v in again.values())
 

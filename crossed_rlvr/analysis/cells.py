@@ -209,10 +209,14 @@ def with_policy_columns(cells: pd.DataFrame) -> pd.DataFrame:
 def policy_table(df: pd.DataFrame) -> pd.DataFrame:
     """One row per policy: training convention, seed, method (the arm family, e.g. grpo, sft) and
     checkpoint (empty for an arm's final policy)."""
-    pol = df.groupby("policy", sort=True)[["training_convention", "train_seed"]].first().reset_index()
-    parts = [policy_parts(p, c) for p, c in zip(pol["policy"], pol["training_convention"])]
-    pol["method"] = [m for m, _ in parts]
-    pol["checkpoint"] = [c for _, c in parts]
+    stored = "method" in df and "checkpoint" in df and df["method"].notna().all()
+    cols = ["training_convention", "train_seed", *(["method", "checkpoint"] if stored else [])]
+    pol = df.groupby("policy", sort=True)[cols].first().reset_index()
+    if not stored:  # records written before their policy's parts were stored: read from the name
+        parts = [policy_parts(p, c) for p, c in zip(pol["policy"], pol["training_convention"])]
+        pol["method"] = [m for m, _ in parts]
+        pol["checkpoint"] = [c for _, c in parts]
+    pol["checkpoint"] = pol["checkpoint"].fillna("").astype(str)
     return pol
 
 

@@ -28,6 +28,7 @@ from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.generate.engines import GenParams
 from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, config_sha256
 from crossed_rlvr.layout import EvalLayout
+from crossed_rlvr.names import policy_facts
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.task_sources import freezes_train_rows
 from crossed_rlvr.tasks.build import build_items
@@ -248,7 +249,7 @@ def make_record(p: Plan, cell: Cell, it: dict[str, Any], s: int, seed: int, sha:
     rec = {
         "item_id": str(it["item_id"]), "task": p.task, "policy": pol.name,
         "training_convention": pol.training_convention, "train_seed": pol.train_seed,
-        "request": cell.request, "template": cell.template, "sample_idx": s, "gen_seed": seed,
+        **policy_facts(pol.name, pol.training_convention), "request": cell.request, "template": cell.template, "sample_idx": s, "gen_seed": seed,
         "prompt_sha256": sha, "response": out.text, "finish_reason": out.finish_reason,
         "prompt_tokens": out.prompt_tokens, "response_tokens": out.response_tokens,
         "reference": str(it["reference"]), "items_sha256": p.items_sha,

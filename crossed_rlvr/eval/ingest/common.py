@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.files import Source, json_lines
-from crossed_rlvr.names import PolicyName
+from crossed_rlvr.names import PolicyName, policy_facts
 from crossed_rlvr.records import ResponseFileError
 
 _GSM8K_TARGET = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
@@ -28,7 +28,9 @@ def reference_from_target(target: Any) -> str:
 
 
 def policy_fields(policy: str, training_convention: str, train_seed: int | None) -> dict[str, Any]:
-    return {"policy": policy, "training_convention": training_convention, "train_seed": train_seed}
+    """The policy's fields of an imported record: its name, convention and seed, and its parts."""
+    return {"policy": policy, "training_convention": training_convention, "train_seed": train_seed,
+            **policy_facts(policy, training_convention)}
 
 
 def policy_identity(policy: str, training_convention: str | None = None,

@@ -30,7 +30,7 @@ from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.layout import EvalLayout, ScoresFiles
 from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.machine import machine
-from crossed_rlvr.records import ResponseFileError, read_responses
+from crossed_rlvr.records import PARTS, ResponseFileError, read_responses
 from crossed_rlvr.tasks.code import evaluated_dataset
 from crossed_rlvr.tasks.items import item_order
 
@@ -53,6 +53,8 @@ def schema() -> pa.Schema:
         pa.field("stratum", pa.string()),  # optional item stratum (e.g. operations per expression, Table 20)
         # decoding of each response (null for imported outputs that do not record it): a sweep is one table
         *(pa.field(name, kind) for name, kind in DECODING_FIELDS.items()),
+        # the policy's parts as its record stored them (null for records written before they were stored)
+        *(pa.field(name, pa.string()) for name in PARTS),
     ]
     for col in columns():
         if col.endswith(".answer") or col == "category":
@@ -120,7 +122,7 @@ def _score_shards(records: list[dict[str, Any]], shards: list[range], partial: P
                     rows = scorer.score(items, bar)
                 table = pa.Table.from_pylist(
                     [{**{c: r[c] for c in KEY_COLUMNS}, "stratum": _stratum(r),
-                      **{d: r.get(d) for d in DECODING_FIELDS}, **row}
+                      **{d: r.get(d) for d in DECODING_FIELDS}, **{p: r.get(p) for p in PARTS}, **row}
                      for r, row in zip(shard, rows, strict=True)], schema=sch
                 )
                 _atomic_write_table(table, partial / f"shard-{k:05d}.parquet")
