@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from crossed_rlvr.rewards.conventions import MARKER_PAIR
+
 INITIAL = "initial"
 # the methods a study trains: its own names are checked against the records' convention and seed
 STUDY_METHODS = ("grpo", "sft")
@@ -48,12 +50,18 @@ class PolicyName:
         return f"{self.method}-{self.convention}/s{self.seed}{tail}"
 
     @classmethod
-    def parse(cls, text: str) -> PolicyName | None:
-        """The name's parts, or None for a name of another form (``initial``, a user's own name)."""
+    def parse(cls, text: str, convention: str | None = None) -> PolicyName | None:
+        """The name's parts, or None for a name of another form (``initial``, a user's own name). With the
+        ``convention`` its records give, a name whose arm part does not split on it is read too
+        (``grpo_hash/s83``: method ``grpo``): the one reader of a policy name."""
         m = _NAME.fullmatch(text)
-        if m is None:
+        if m is not None and convention in (None, m["convention"]):
+            return cls(m["method"], m["convention"], int(m["seed"]), m["checkpoint"] or "", m["sep"] or "@")
+        loose = _LOOSE.fullmatch(text) if convention not in (None, INITIAL) else None
+        if loose is None:
             return None
-        return cls(m["method"], m["convention"], int(m["seed"]), m["checkpoint"] or "", m["sep"] or "@")
+        return cls(_method_of(loose["arm"], str(convention)), str(convention), int(loose["seed"]),
+                   loose["checkpoint"] or "", "@")
 
     @property
     def step(self) -> int | None:
@@ -91,10 +99,10 @@ def policy_parts(policy: str, convention: str) -> tuple[str, str]:
     design by accident."""
     if convention == INITIAL:
         return INITIAL, ""
-    m = _LOOSE.fullmatch(policy)
-    if m is None:
+    named = PolicyName.parse(policy, convention)
+    if named is None:
         return _method_of(policy, convention), policy
-    return _method_of(m["arm"], convention), m["checkpoint"] or ""
+    return named.method, named.checkpoint
 
 
 def policy_facts(policy: str, convention: str) -> dict[str, str]:
@@ -174,8 +182,8 @@ def pair_of(name: str) -> PairName:
 
 
 # the arms of the contrasts whose request does not name them (analysis/contrasts.py)
-_FIXED_ARMS = {"attenuation_reward": ("hash", "answer_only"), "attenuation_convention": ("hash", "boxed"),
-               "arm_to_arm_D": ("hash", "boxed"), "arm_to_arm_D_sd": ("hash", "boxed")}
+_FIXED_ARMS = {"attenuation_reward": ("hash", "answer_only"), "attenuation_convention": MARKER_PAIR,
+               "arm_to_arm_D": MARKER_PAIR, "arm_to_arm_D_sd": MARKER_PAIR}
 
 
 def contrast_parts(name: str, policy: str, request: str) -> dict[str, str]:

@@ -33,13 +33,13 @@ from crossed_rlvr.analysis.cells import Group
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.readers import LENIENT
 from crossed_rlvr.names import pair_name, seed_slot
-from crossed_rlvr.rewards.conventions import CONVENTIONS, CROSSED_PAIRS, pair_label
+from crossed_rlvr.rewards.conventions import CONVENTIONS, CROSSED_PAIRS, MARKER_PAIR, pair_label
 
 # (arm H, arm B, request h, request b): each matched pair crossed with its two arms' requests (eq. 1);
 # the answer-only pair (App. D.2) is crossed under the hash and boxed requests like the marker pair.
 PAIRS = tuple((a, b, CONVENTIONS[a].request, CONVENTIONS[b].request) for a, b in CROSSED_PAIRS)
 # App. D.2's matched reward control: marker-required minus answer-only interaction, same method and seed.
-REWARD_CONTROL = (pair_label("hash", "boxed"), pair_label("answer_only_hash", "answer_only_boxed"))
+REWARD_CONTROL = (pair_label(*MARKER_PAIR), pair_label("answer_only_hash", "answer_only_boxed"))
 
 
 @dataclass
@@ -332,13 +332,13 @@ def attenuations(d: Design) -> list[Contrast]:
         if b is not None and g.has(b, "boxed") and g.has("initial", "boxed"):
             t = gain(b, "boxed")
             out.append(pair_contrast("attenuation_convention", "acc.strict", method, seed, ckpt, "own", t,
-                                     ("hash", "boxed"), denom=ctrl, unit="ratio", seeds=[seed]))
+                                     MARKER_PAIR, denom=ctrl, unit="ratio", seeds=[seed]))
             by_method[(method, ckpt)]["convention"].append((t, ctrl, seed))
     for (method, ckpt), kinds in by_method.items():
         for kind, pairs in kinds.items():
             t, c = _mean([p[0] for p in pairs]), _mean([p[1] for p in pairs])
             req = "hash" if kind == "reward" else "own"
-            arms = ("hash", "answer_only") if kind == "reward" else ("hash", "boxed")
+            arms = ("hash", "answer_only") if kind == "reward" else MARKER_PAIR
             out.append(pair_contrast(f"attenuation_{kind}", "acc.strict", method, "mean", ckpt, req, t, arms,
                                      denom=c, unit="ratio", seeds=[p[2] for p in pairs]))
     return out
@@ -361,10 +361,10 @@ def preferences(d: Design) -> list[Contrast]:
         if H in with_both and B in with_both:
             terms = _lin(*[(c, i) for i, c in D(H).items()], *[(-c, i) for i, c in D(B).items()])
             out.append(pair_contrast("arm_to_arm_D", "acc.strict", method, seed, ckpt, "hash-boxed", terms,
-                                     ("hash", "boxed"), seeds=[seed]))
+                                     MARKER_PAIR, seeds=[seed]))
             arm_d[(method, ckpt)].append((seed, terms))
     for (method, ckpt), seeds in sorted(arm_d.items()):
-        out += _pooled("arm_to_arm_D", "acc.strict", method, ckpt, "hash-boxed", seeds, ("hash", "boxed"))
+        out += _pooled("arm_to_arm_D", "acc.strict", method, ckpt, "hash-boxed", seeds, MARKER_PAIR)
     return out
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from crossed_rlvr.analysis.cells import with_policy_columns
+from crossed_rlvr.rewards.conventions import MARKER_PAIR
 
 ARM, CONTROL = "hash", "boxed"
 CONTRAST_MIN, LENIENT_MAX, GAP_MARGIN, SPREAD_MAX = 0.50, 0.05, 0.10, 0.25
@@ -57,7 +58,7 @@ def sft_criteria(cells: pd.DataFrame) -> pd.DataFrame:
             if np.isnan(dh) or np.isnan(db):
                 continue
             contrasts[seed] = dh - db
-            len_diff = max(abs(rate[(h, r, "acc.lenient")] - rate[(b, r, "acc.lenient")]) for r in ("hash", "boxed"))
+            len_diff = max(abs(rate[(h, r, "acc.lenient")] - rate[(b, r, "acc.lenient")]) for r in MARKER_PAIR)
 
             def gap(p: str, r: str, rate: dict = rate) -> float:
                 return rate[(p, r, "acc.lenient")] - rate[(p, r, "acc.strict")]

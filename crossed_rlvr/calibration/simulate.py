@@ -23,6 +23,7 @@ from scipy.stats import norm
 
 from crossed_rlvr.calibration import bounds as exact
 from crossed_rlvr.calibration.bounds import Stratum, bounds, cells, estimate, gain_range
+from crossed_rlvr.rewards.conventions import MARKER_PAIR
 
 # per state: strata (N_h, n_h, true ones of z^L, true ones of z^U); rare and common labels both, as in
 # App. A's strata (most responses of a stratum agree with its readers)
@@ -131,7 +132,7 @@ def analysis_truth() -> dict[str, tuple[float, float]]:
     strict = {f"{p}:{q}": sum(s[1] for s in st if s[0] == "strict=1") / sum(s[1] for s in st)
               for (p, q), st in ANALYSIS_POPULATION.items()}
     out = dict(h)
-    for q in ("hash", "boxed"):
+    for q in MARKER_PAIR:
         gain = gain_range([h[f"grpo-hash/s1:{q}"], h[f"grpo-hash/s2:{q}"]], h[f"initial:{q}"])
         d_e = (strict[f"grpo-hash/s1:{q}"] + strict[f"grpo-hash/s2:{q}"]) / 2 - strict[f"initial:{q}"]
         out[f"gain:{q}"], out[f"gap:{q}"] = gain, (d_e - gain[1], d_e - gain[0])

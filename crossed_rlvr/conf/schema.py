@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import MISSING
 
 from crossed_rlvr.limits import BIG, DECODING, SEED, Range
+from crossed_rlvr.rewards.conventions import MARKER_PAIR
 
 
 def num(default: Any, low: float, high: float, *, low_open: bool = False, why: str = "") -> Any:
@@ -242,7 +243,7 @@ class TrainItemsConf:
 @dataclass
 class ValidationConf:
     every: int = num(0, 0, 1_000_000, why="0: no validation during training")
-    requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    requests: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
     templates: list[str] = field(default_factory=lambda: ["original"])
     n_items: int | None = num(None, 1, BIG)
     split: str = "dev"
@@ -298,7 +299,7 @@ class EvalCommandConf:
     run_dir: str = MISSING
     study: str | None = None
     policies: list[PolicyConf] | None = None
-    requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    requests: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
     templates: list[str] = field(default_factory=lambda: ["original"])
     template_subset: int | None = num(300, 1, BIG)
     template_subset_seed: int = num(20260919, *SEED)
@@ -319,7 +320,7 @@ class BandConf:
 
 @dataclass
 class WarmstartConf:
-    requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    requests: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
     seed: int = num(0, *SEED)
     follow_rate: float = num(1.0, 0.0, 1.0, why="share of targets in the requested convention; 0: all in the other")
@@ -349,7 +350,7 @@ class InitialConf:
     build: str = "warmstart"       # warmstart | given
     train_items: int = num(4000, 1, BIG)
     follow_rate: float = num(0.5, 0.0, 1.0, why="share of targets in the requested convention; 0: all in the other")
-    requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    requests: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
     seed: int = num(0, *SEED)
     band: BandConf = field(default_factory=BandConf)  # stop the warm start in a request-following band
@@ -361,7 +362,7 @@ class InitialConf:
 class ArmsConf:
     kind: str = "grpo"             # grpo | sft | given (the final checkpoints of another study's arms)
     from_run: str | None = None    # kind=given: that study's run_dir (its train/<convention>/s<seed>/checkpoints)
-    conventions: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    conventions: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
     seeds: list[int] = nums(lambda: [83, 84], *SEED)
     parallel: int = num(2, 1, 64)
     train_items: int = num(4000, 1, BIG)
@@ -372,7 +373,7 @@ class ArmsConf:
 
 @dataclass
 class EvaluationConf:
-    requests: list[str] = field(default_factory=lambda: ["hash", "boxed"])
+    requests: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
     n_items: int | None = num(None, 1, BIG)
     template_subset: int | None = num(50, 1, BIG)

@@ -119,7 +119,9 @@ PARTNER: dict[str, str] = {"hash": "boxed", "boxed": "hash", "json": "xml", "xml
 
 # Matched arm pairs of the crossed design (§2.1, eq. 1): (arm H, arm B), crossed with H's and B's requests.
 # The answer-only pair is App. D.2's reward control: the interaction it gives, beside the marker pair's.
-CROSSED_PAIRS: tuple[tuple[str, str], ...] = (("hash", "boxed"), ("json", "xml"),
+# the paper's matched pair (paper 001 §2): the arm rewarded for ``#### <answer>`` and the one for ``\boxed{}``
+MARKER_PAIR: tuple[str, str] = ("hash", "boxed")
+CROSSED_PAIRS: tuple[tuple[str, str], ...] = (MARKER_PAIR, ("json", "xml"),
                                               ("answer_only_hash", "answer_only_boxed"))
 ARM_PARTNER: dict[str, str] = {**dict(CROSSED_PAIRS), **{b: a for a, b in CROSSED_PAIRS}}
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import atomic_write_jsonl, json_lines, sha256_file
+from crossed_rlvr.rewards.conventions import MARKER_PAIR
 
 NAMES = ("s1_easy", "s2_medium", "s3_hard")
 
@@ -81,12 +82,12 @@ def estimate_strata(items: list[dict[str, Any]], policy: str, gen: Any, k: int, 
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
     loaded = {policy: load_backend(policy, gen)}
     backend, tokenizer = loaded[policy]
-    jobs = [(j, it, s, ("hash", "boxed")[s % 2]) for j, it in enumerate(items) for s in range(k)]
+    jobs = [(j, it, s, MARKER_PAIR[s % 2]) for j, it in enumerate(items) for s in range(k)]
     texts: dict[tuple[int, int], str] = {}
     try:
         bs = int(gen.batch_size)
         with tqdm(total=len(jobs), desc="strata: initial policy samples", unit="resp", disable=not progress) as bar:
-            for request in ("hash", "boxed"):  # even samples under the hash request, odd under the boxed one
+            for request in MARKER_PAIR:  # even samples under the hash request, odd under the boxed one
                 todo = [(j, it, s) for j, it, s, req in jobs if req == request]
                 at = 0
                 for outs in generate(backend, tokenizer, todo, request, "original", system, int(gen.base_seed), bs,

@@ -23,6 +23,7 @@ from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
 from crossed_rlvr.conf.checks import RecipeError
 from crossed_rlvr.files import atomic_write_json, atomic_write_text
 from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.rewards.conventions import MARKER_PAIR
 from crossed_rlvr.train.translate import verl_overrides
 
 
@@ -108,7 +109,7 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
     items = build_items(OmegaConf.create(task))
     if v.get("n_items"):  # the first n items of the split, as crossed-eval takes them (TRL's validation)
         items = items[: int(v.n_items)]
-    cells = [(r, t) for r in v.get("requests", ["hash", "boxed"]) for t in v.get("templates", ["original"])]
+    cells = [(r, t) for r in v.get("requests", list(MARKER_PAIR)) for t in v.get("templates", ["original"])]
     return [
         {"row": k * len(items) + j, "item_id": it["item_id"], "request": request, "template": template,
          "prompt": user_content(it["question"], request, template), "reference": it["reference"],

@@ -13,7 +13,7 @@ from crossed_rlvr.analysis.report.tables import interval, markdown_table, signed
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
 from crossed_rlvr.layout import AnalysisLayout
 from crossed_rlvr.names import SUMMARIES, PolicyName
-from crossed_rlvr.rewards.conventions import CONVENTIONS
+from crossed_rlvr.rewards.conventions import CONVENTIONS, MARKER_PAIR
 
 TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2, "rephrased": 3, "one_shot": 4}
 REQUEST_ORDER = {"hash": 0, "boxed": 1, "json": 2, "xml": 3}
@@ -178,7 +178,7 @@ def math_tables(cells: pd.DataFrame, contrasts: pd.DataFrame, task: str, templat
     part = cells[(cells.task == task) & (cells.template == template)]
     con = contrasts[(contrasts.task == task) & (contrasts.template == template) & (contrasts.name == "gain")]
     wide = part.pivot_table(index=["policy", "request"], columns="measure", values="value", aggfunc="first")
-    requests = [r for r in ("hash", "boxed") if r in set(part.request)]
+    requests = [r for r in MARKER_PAIR if r in set(part.request)]
     rows15, rows16, rows17, rows_diag = [], [], [], []
     for policy in _policy_order(part):
         row = [policy]

@@ -15,6 +15,7 @@ from crossed_rlvr.analysis.report.document import (
     wording_view,
 )
 from crossed_rlvr.analysis.report.document import save_figure as save
+from crossed_rlvr.rewards.conventions import MARKER_PAIR
 
 
 def payload_by_seed(cells: pd.DataFrame, folder: Path) -> Path | None:
@@ -25,8 +26,8 @@ def payload_by_seed(cells: pd.DataFrame, folder: Path) -> Path | None:
 
     orig = cells[cells.template == "original"] if (cells.template == "original").any() else cells
     pay = orig[orig.measure == "payload"]
-    requests = [r for r in ("hash", "boxed") if r in set(pay.request)]
-    trained = pay[pay.training_convention.isin(["hash", "boxed"])]
+    requests = [r for r in MARKER_PAIR if r in set(pay.request)]
+    trained = pay[pay.training_convention.isin(list(MARKER_PAIR))]
     if requests and not trained.empty:
         # One slot per method and seed (final policies only): GRPO and SFT arms of one seed are not merged.
         trained = with_policy_columns(trained)

@@ -70,7 +70,8 @@ def generate(policy: str, path: str, tasks: dict[str, Any], samples: int, params
             for (tid, request, s, _ids, sha), g, sd in zip(chunk, gens, seeds):
                 out[request].append({
                     "item_id": tid, "task": task_name, "policy": policy, "training_convention": convention,
-                    "train_seed": train_seed, **policy_facts(policy, convention), "request": request, "template": "original", "sample_idx": s,
+                    "train_seed": train_seed, **policy_facts(policy, convention),
+                    "request": request, "template": "original", "sample_idx": s,
                     "gen_seed": sd, "prompt_sha256": sha, "response": g.text, "finish_reason": g.finish_reason,
                     "prompt_tokens": g.prompt_tokens, "response_tokens": g.response_tokens, "reference": tid})
             bar.update(len(chunk))

@@ -249,7 +249,8 @@ def make_record(p: Plan, cell: Cell, it: dict[str, Any], s: int, seed: int, sha:
     rec = {
         "item_id": str(it["item_id"]), "task": p.task, "policy": pol.name,
         "training_convention": pol.training_convention, "train_seed": pol.train_seed,
-        **policy_facts(pol.name, pol.training_convention), "request": cell.request, "template": cell.template, "sample_idx": s, "gen_seed": seed,
+        **policy_facts(pol.name, pol.training_convention),
+        "request": cell.request, "template": cell.template, "sample_idx": s, "gen_seed": seed,
         "prompt_sha256": sha, "response": out.text, "finish_reason": out.finish_reason,
         "prompt_tokens": out.prompt_tokens, "response_tokens": out.response_tokens,
         "reference": str(it["reference"]), "items_sha256": p.items_sha,
