@@ -107,24 +107,29 @@ def test_training_rewards_come_from_the_reward_programs(real):
             assert row[f"reward_{conv}.correct"] == reward(conv, rec["response"], rec["reference"])
 
 
-def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path):
+def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path, monkeypatch):
     """The CI-sized variant of the HumanEval run (docs/code-tasks.md: python -m crossed_rlvr.study.code_eval): the real model
     answers 3 HumanEval+ tasks under both code requests, 2 samples each; every response is a contract record, read
-    by the code readers and run in the sandbox, and the cells and D.3 contrasts are written."""
+    by the code readers and run in the sandbox, and the cells and D.3 contrasts are written, in a code study's run
+    folder, by the study's own code steps."""
+    import json
+
+    import crossed_rlvr.eval.generate.code as code_gen
     from crossed_rlvr.records import read_responses
     from crossed_rlvr.study.code_eval import run as code_eval
 
     run, _ = real
     out = tmp_path / "code"
-    table = code_eval({"initial": str(run / "models" / "initial")}, out, n_tasks=3, samples=2, max_new_tokens=96,
-                      temperature=0.8, seed=0, slots=2, batch_size=12, cache_dir=str(tmp_path / "oracle"),
-                      resamples=200)
-    files = sorted((out / "responses").glob("*.jsonl"))  # one per policy and code request, each with its settings
+    args = {"n_tasks": 3, "samples": 2, "max_new_tokens": 96, "temperature": 0.8, "seed": 0, "slots": 2,
+            "batch_size": 12, "cache_dir": str(tmp_path / "oracle"), "resamples": 200}
+    table = code_eval({"initial": str(run / "models" / "initial")}, out, **args)
+    files = sorted((out / "eval" / "responses").glob("*.jsonl"))  # one per policy and code request, each with its settings
     assert [f.name for f in files] == ["initial__begin_done__original.jsonl", "initial__fence__original.jsonl"]
     assert all(f.with_suffix(".meta.json").exists() for f in files)
     records = read_responses(files, prompt_names=True).records
     assert len(records) == 3 * 2 * 2 and {r["request"] for r in records} == {"fence", "begin_done"}
-    scores = pd.read_parquet(out / "scores.parquet")
+    assert {r["task"] for r in records} == {"humaneval_plus"}
+    scores = pd.read_parquet(out / "eval" / "scores.parquet")
     assert len(scores) == len(records)
     assert (scores["lenient.correct"] >= scores["strict.correct"]).all()  # lenient finds whatever strict finds
     assert set(scores["strict.status"]) <= {"none", "pass/pass", "pass/fail", "fail/fail", "fail/pass",
@@ -132,10 +137,12 @@ def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path
                                             "fail/memory", "pass/timeout", "pass/memory"}
     assert sorted(table["request"]) == ["begin_done", "fence"]
     assert table[["payload", "strict.pass@1", "lenient.pass@1", "strict.pass@2"]].stack().between(0, 1).all()
-    con = pd.read_csv(out / "contrasts.csv")
+    con = pd.read_csv(out / "analysis" / "contrasts.csv")
     assert set(con["name"]) == {"gamma"}  # one policy: no gains
-    assert "## Gaps, gains and coverage" in (out / "report.md").read_text()
-    # finished responses are reused: a second run generates nothing and gives the same cells
-    again = code_eval({"initial": "/nonexistent"}, out, n_tasks=3, samples=2, max_new_tokens=96, temperature=0.8,
-                      seed=0, slots=2, batch_size=12, cache_dir=str(tmp_path / "oracle"), resamples=200)
+    assert "## Gaps, gains and coverage" in (out / "analysis" / "report.md").read_text()
+    stamps = {s: json.loads((out / "stages" / f"{s}.json").read_text()) for s in ("eval", "score", "analyze")}
+    # finished stages are reused: a second run generates and runs nothing and gives the same cells
+    monkeypatch.setattr(code_gen, "generate", lambda *a, **k: pytest.fail("a finished evaluation was generated again"))
+    again = code_eval({"initial": str(run / "models" / "initial")}, out, **args)
     pd.testing.assert_frame_equal(table, again)
+    assert all(json.loads((out / "stages" / f"{s}.json").read_text()) == stamps[s] for s in stamps)

@@ -286,3 +286,21 @@ def test_the_training_digest_follows_what_trains_not_where_files_are():
              "+ray_kwargs.ray_init.runtime_env.env_vars.WANDB_RUN_ID='x2'"]
     assert training_digest(base) == training_digest(moved)
     assert training_digest(base) != training_digest([*base[:3], "actor_rollout_ref.actor.optim.lr=1e-05", base[4]])
+
+
+def test_a_launch_of_verls_older_trainer_is_bad_input_named_in_one_line(monkeypatch, capsys):
+    """``trainer.use_v1=False`` asks for a trainer the launch does not build: it exits 2 with one line naming the
+    setting, before Ray or verl start (the error contract's code for bad input)."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.train import verl_engine, verl_launch
+
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # the launch sets verl's plugin variables: not for others
+    monkeypatch.setattr(verl_engine, "validate_verl", lambda overrides: OmegaConf.create({"trainer": {"use_v1": False}}))
+    monkeypatch.setattr(verl_launch, "verl_budget", lambda *a: pytest.fail("went on after a bad setting"))
+    assert verl_launch.run(["trainer.use_v1=False"], weighted=False, rehearse=None, wait_limit=60, preflight=True) == 2
+    out = capsys.readouterr()
+    said = [line for line in (out.out + out.err).splitlines() if line]
+    assert any("trainer.use_v1=False: crossed-rlvr launches verl's v1 trainer only" in line for line in said)

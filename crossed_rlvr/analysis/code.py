@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crossed_rlvr.names import PolicyName
+from crossed_rlvr.names import PolicyName, pair_name
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 from crossed_rlvr.rewards.conventions import pair_label
 
@@ -88,7 +88,7 @@ def contrasts(scores: pd.DataFrame, samples: int, resamples: int = 10_000, rng_s
                - pass_at_k_items(base.loc[tasks, "strict"], base.loc[tasks, "n"], samples))
         lost, gained, p = coverage_change(base.loc[tasks, "strict"].to_numpy(), g.loc[tasks, "strict"].to_numpy())
         add("coverage", policy, request, np.asarray(cov, float), lost=lost, gained=gained, mcnemar_p=p)
-    for pair, (fence, begin_done) in code_pairs(per.index.get_level_values("policy").unique()).items():
+    for pair, (fence, begin_done) in code_pairs(scores).items():
         cells = {(pol, req): per.loc[(pol, req)] for pol in (fence, begin_done) for req in REQUESTS
                  if (pol, req) in per.index.droplevel("item_id")}
         if len(cells) < 4:
@@ -102,13 +102,22 @@ def contrasts(scores: pd.DataFrame, samples: int, resamples: int = 10_000, rng_s
     return pd.DataFrame(rows)
 
 
-def code_pairs(policies: Any) -> dict[str, tuple[str, str]]:
-    """The crossed pairs among ``policies``: {``grpo/s1``: (``grpo-fence/s1``, ``grpo-begin_done/s1``)}, matched on
-    method, seed and checkpoint."""
-    named = {p: PolicyName.parse(str(p)) for p in policies}
+def code_pairs(scores: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """The crossed pairs among the scores' policies: {``grpo/s1``: (``grpo-fence/s1``, ``grpo-begin_done/s1``)},
+    matched on method, seed and checkpoint as the records stored them (``method``, ``train_seed``,
+    ``checkpoint``, ``training_convention``); scores of records made before those were stored read them from the
+    policy's name."""
+    facts = ["training_convention", "train_seed", "method", "checkpoint"]
     slots: dict[tuple[str, int, str], dict[str, str]] = {}
-    for policy, name in named.items():
-        if name is not None and name.convention in REQUESTS:
-            slots.setdefault((name.method, name.seed, name.checkpoint), {})[name.convention] = str(policy)
-    return {PolicyName(method, "fence", seed, ckpt).pair: (convs["fence"], convs["begin_done"])
+    for row in scores.drop_duplicates("policy").to_dict("records"):
+        policy = str(row["policy"])
+        if all(k in row and pd.notna(row[k]) for k in facts):
+            method, conv, seed, ckpt = row["method"], row["training_convention"], int(row["train_seed"]), row["checkpoint"]
+        elif (name := PolicyName.parse(policy)) is not None:
+            method, conv, seed, ckpt = name.method, name.convention, name.seed, name.checkpoint
+        else:
+            continue
+        if conv in REQUESTS:
+            slots.setdefault((str(method), seed, str(ckpt)), {})[str(conv)] = policy
+    return {pair_name(method, seed, ckpt): (convs["fence"], convs["begin_done"])
             for (method, seed, ckpt), convs in sorted(slots.items()) if len(convs) == 2}

@@ -11,37 +11,57 @@ interaction of code-convention arms (``analysis/code.py``).
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.study.plan import Policy, plain
-from crossed_rlvr.study.steps import StudyState, register_steps
+from crossed_rlvr.study.steps import StepState, register_steps
 from crossed_rlvr.task_sources import CODE
 from crossed_rlvr.tasks.code import CodeDataset
 
 
-def code_task(study: StudyState) -> tuple[CodeDataset, dict[str, Any]]:
-    """The study's code dataset and its task config (``evaluation.n_items``: the first N tasks)."""
+def code_task(state: StepState) -> tuple[CodeDataset, dict[str, Any]]:
+    """The run's code dataset and its task config (``evaluation.n_items``: the first N tasks)."""
     from crossed_rlvr.tasks.code import task_dataset
 
-    task = plain(study.cfg.task)
-    if study.cfg.evaluation.n_items is not None:
-        task["n_items"] = int(study.cfg.evaluation.n_items)
+    task = plain(state.cfg.task)
+    if state.cfg.evaluation.n_items is not None:
+        task["n_items"] = int(state.cfg.evaluation.n_items)
     return task_dataset(task), task
 
 
 class CodeSteps:
-    """Programs generated under the code requests, run in the sandbox, analysed by pass@k and crossed interaction."""
+    """Programs generated under the code requests, run in the sandbox, analysed by pass@k and crossed interaction.
 
-    def evaluate(self, study: StudyState, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
+    ``slots``: sandbox runs at once (default: every core this process may use); ``oracle_cache``: where the
+    canonical solutions' expected outputs are kept (default: the user's cache)."""
+
+    def __init__(self, slots: int | None = None, oracle_cache: Path | None = None) -> None:
+        self.slots = slots
+        self.oracle_cache = oracle_cache
+        # each run's dataset, read (and its sha256 taken) once for its three steps
+        self._datasets: weakref.WeakKeyDictionary[Any, tuple[CodeDataset, dict[str, Any]]] = (
+            weakref.WeakKeyDictionary())
+
+    def dataset(self, state: StepState) -> tuple[CodeDataset, dict[str, Any]]:
+        if state not in self._datasets:
+            self._datasets[state] = code_task(state)
+        return self._datasets[state]
+
+    def evaluate(self, study: StepState, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
+        return self.generate(study, [initial, *sorted(arms, key=lambda p: p.name)])
+
+    def generate(self, state: StepState, policies: list[Policy]) -> dict[str, Any]:
+        """Every policy's programs under every code request, ``evaluation.samples`` each (the eval stage)."""
         from crossed_rlvr.eval.generate.code import generate_missing
         from crossed_rlvr.eval.generate.engines import GenParams
         from crossed_rlvr.machine import torch_threads
 
-        ds, task = code_task(study)
-        c, layout = study.cfg, study.layout.eval
-        policies = {p["name"]: p["path"] for p in study.configs.policies(initial, arms)}
-        weights = {name: study.stamps.hash(path) if Path(path).exists() else path for name, path in policies.items()}
+        ds, task = self.dataset(state)
+        c, layout = state.cfg, state.layout.eval
+        paths = {p.name: p.path for p in policies}
+        weights = {name: state.stamps.hash(path) if Path(path).exists() else path for name, path in paths.items()}
         requests = tuple(c.evaluation.requests)
         fp = {"task": task, "dataset_sha256": ds.sha256, "tasks": list(ds.tasks), "requests": list(requests),
               "samples": int(c.evaluation.samples), "eval": plain(c.eval), "weights": weights}
@@ -50,18 +70,18 @@ class CodeSteps:
             g = c.eval
             params = GenParams(float(g.temperature), float(g.top_p), int(g.max_new_tokens), int(g.context_limit))
             with torch_threads(c.evaluation.threads):
-                files = generate_missing(policies, layout, ds.tasks, int(c.evaluation.samples), params,
+                files = generate_missing(paths, layout, ds.tasks, int(c.evaluation.samples), params,
                                          int(g.base_seed), g, str(task["name"]), requests,
                                          settings={"dataset_sha256": ds.sha256}, weights=weights)
             return {"files": len(files), "dataset_sha256": ds.sha256}
 
-        return study.stage("eval", fp, [layout.responses], run_stage)
+        return state.stage("eval", fp, [layout.responses], run_stage)
 
-    def score(self, study: StudyState) -> dict[str, Any]:
+    def score(self, study: StepState) -> dict[str, Any]:
         from crossed_rlvr.eval.score.code import score_code
         from crossed_rlvr.records import read_responses
 
-        ds, _task = code_task(study)
+        ds, _task = self.dataset(study)
         layout = study.layout.eval
         fp = {"responses": study.stamps.hash(layout.responses), "dataset_sha256": ds.sha256}
 
@@ -69,19 +89,20 @@ class CodeSteps:
             files = sorted(layout.responses.glob("*.jsonl"))
             records = read_responses(files, prompt_names=True).records  # code requests are prompt names to the records
             layout.scores.unlink(missing_ok=True)
-            scores = score_code(records, ds, max(1, len(os.sched_getaffinity(0))), None)
+            slots = self.slots or max(1, len(os.sched_getaffinity(0)))
+            scores = score_code(records, ds, slots, self.oracle_cache)
             scores.to_parquet(layout.scores, index=False)
             return {"scores": str(layout.scores), "responses": len(scores)}
 
         return study.stage("score", fp, [layout.scores], run_stage)
 
-    def analyze(self, study: StudyState, arms: list[Policy]) -> dict[str, Any]:
+    def analyze(self, study: StepState, arms: list[Policy]) -> dict[str, Any]:
         import pandas as pd
 
         from crossed_rlvr.analysis.report.code import write_code_analysis
         from crossed_rlvr.analysis.report.folder import replace_folder
 
-        ds, _task = code_task(study)
+        ds, _task = self.dataset(study)
         a, scores, out = study.cfg.analysis, study.layout.eval.scores, study.layout.analysis
         fp = {"scores": study.stamps.hash(scores), "analysis": plain(a)}
 

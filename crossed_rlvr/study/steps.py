@@ -21,18 +21,25 @@ from crossed_rlvr.study.stamps import StageCache, Stamps
 from crossed_rlvr.task_sources import kind_of
 
 
-class StudyState(Protocol):
-    """What a step reads of the study: its config, folders, configs and arm plans, and the stage cache."""
+class StepState(Protocol):
+    """What every step reads of the run it belongs to: its config, folders and stage cache. A study is one; a
+    command that evaluates given policies without training any (``study/code_eval.py``) is another."""
 
     cfg: StudyConf
     layout: RunLayout
-    configs: StudyConfigs
-    plans: list[ArmPlan]
     stamps: Stamps
     stage: StageCache
     study_name: str
 
     def say(self, text: str) -> None: ...
+
+
+class StudyState(StepState, Protocol):
+    """What a step reads of a whole study besides: the commands' configs and the arm plans (the answer steps read
+    the arms' folders, verl's validation dumps and crossed-eval's config from them)."""
+
+    configs: StudyConfigs
+    plans: list[ArmPlan]
 
 
 class TaskSteps(Protocol):

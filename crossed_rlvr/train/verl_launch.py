@@ -407,6 +407,9 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
         if torch.cuda.is_available():  # on a GPU node the workers would really start: stop them at NCCL
             overrides.append(f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={__name__}.no_nccl")
     composed = validate_verl(overrides)  # verl's own validate_config, as main_ppo runs it
+    if not composed.trainer.use_v1:  # a setting this launch cannot run: one line and exit 2, before Ray starts
+        say("trainer.use_v1=False: crossed-rlvr launches verl's v1 trainer only (remove the override)")
+        return 2
     budget = verl_budget(composed, weighted)
     say(budget.describe())
     if preflight:
@@ -433,8 +436,6 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     from verl.trainer.main_ppo import run_ppo
     from verl.utils.device import auto_set_device
 
-    if not composed.trainer.use_v1:
-        raise SystemExit("trainer.use_v1=False: crossed-rlvr launches verl's v1 trainer only")
     auto_set_device(composed)
     from crossed_rlvr.train.verl_weighted import task_runner_class
 

@@ -18,8 +18,8 @@ from crossed_rlvr.rewards.code import CODE_CONVENTIONS, lenient_block, payload_p
 
 REQUESTS = tuple(CODE_CONVENTIONS)
 READERS = ("strict", "lenient")
-KEYS = ("item_id", "task", "policy", "training_convention", "train_seed", "request", "template", "sample_idx",
-        "finish_reason")
+KEYS = ("item_id", "task", "policy", "training_convention", "train_seed", "method", "checkpoint", "request", "template",
+        "sample_idx", "finish_reason")
 
 
 def score_code(records: list[dict[str, Any]], ds: Any, slots: int, cache_dir: Path | None) -> pd.DataFrame:
