@@ -19,6 +19,15 @@ from crossed_rlvr.machine import machine
 digest = config_sha256  # the stages' fingerprints: the project's one config hash
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (an arm's worker, torchrun's ranks, the
+    scoring workers): with the wall time, how busy a stage kept the machine's cores."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 class HashCache:
     """File hashes keyed by (path, size, mtime): a file is read again only when one of those changed, so a
     rerun of a study over 7B checkpoints does not re-read ~90 GB to find every stage unchanged."""
@@ -84,9 +93,10 @@ class Stamps:
         return stamp
 
     def write(self, stage: str, fingerprint: str, outputs: list[Path], seconds: float, info: dict[str, Any],
-              inputs: dict[str, Any]) -> None:
+              inputs: dict[str, Any], cpu: float | None = None) -> None:
         atomic_write_json(self.path(stage), {
             "stage": stage, "fingerprint": fingerprint, "inputs": inputs, "seconds": round(seconds, 1),
+            "cpu_seconds": None if cpu is None else round(cpu, 1),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "outputs_sha256": {str(o): self.hash(o, fresh=True) for o in outputs}, "info": info,
             "machine": machine(),  # float results of training and sampling are one machine's
@@ -119,11 +129,12 @@ class StageCache:
             self.say(f"{head}: redoing, replacing the earlier outputs (changed: {', '.join(changed)})")
         else:
             self.say(f"{head}: running")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), cpu_seconds()
         info = fn()
-        seconds = time.perf_counter() - start
-        self.stamps.write(name, fingerprint, outputs, seconds, info, inputs)
-        self.times[name] = {"seconds": round(seconds, 1), "reused": False, "changed": changed}
+        seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
+        self.stamps.write(name, fingerprint, outputs, seconds, info, inputs, cpu)
+        self.times[name] = {"seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1), "reused": False,
+                            "changed": changed}
         self.say(f"    {name} done in {seconds:.1f} s")
         return info
 

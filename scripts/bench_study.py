@@ -1,0 +1,252 @@
+"""Where a crossed study's time goes: each stage's wall and CPU seconds and tokens, and each step's throughput
+against what the machine's cores can compute at the model's own shapes.
+
+    .venv/bin/python scripts/bench_study.py --run runs/study            # a finished study's stages
+    .venv/bin/python scripts/bench_study.py --steps tiny                # the steps of the tiny study's model
+    .venv/bin/python scripts/bench_study.py --run runs/real --steps real-cpu --json out.json
+
+``--run``: the stage stamps' wall and CPU seconds (``cpu_seconds``: this process and its ended children, so the
+arms' workers count), the tokens each stage pushed through a model (warm start: the examples' tokens times the
+epochs run; arms: TRL's ``num_tokens``, prompts and completions, of every arm; evaluation: every response
+record's prompt and response tokens) and tokens per second, and the cores kept busy (CPU / wall seconds).
+
+``--steps``: one step of each kind, timed alone on a freshly built model of the preset's shapes (the tiny
+0.6M model, or SmolLM2-135M-Instruct for ``real-cpu``): the ceiling (the model's own matrix products, forward
+only and forward + backward, at 1 and 2 threads: tokens per second if the step did nothing else), a warm-start
+optimizer step (forward, backward and AdamW on one batch), a GRPO update (the same on a group of completions),
+GRPO's generation (``prompts_per_update`` x ``group_size`` samples through the evaluator's KV-cache loop) and
+an evaluation batch. A step far under its ceiling spends its time outside the matrix products: Python,
+kernel launches, small-tensor overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# each preset's shapes: its model, warm-start batch, GRPO prompts x group, response budget, evaluation batch and budget
+PRESETS = {
+    "tiny": {"model": "tiny", "sft_batch": 32, "grpo": (16, 8), "response": 96, "eval_batch": 50, "eval_new": 160},
+    "real-cpu": {"model": "smollm2", "sft_batch": 16, "grpo": (4, 8), "response": 48, "eval_batch": 50,
+                 "eval_new": 64},
+}
+
+
+# ---------------------------------------------------------------------------------------------- stages of a run
+def stage_rows(run: Path) -> list[dict[str, Any]]:
+    from crossed_rlvr.layout import RunLayout
+    from crossed_rlvr.study.stamps import Stamps
+
+    layout, stamps = RunLayout(run), Stamps(run)
+    tokens = {"initial": warm_tokens(layout), "arms": arm_tokens(layout), "eval": eval_tokens(layout)}
+    rows = []
+    for stage in ("initial", "arms", "eval", "score", "analyze"):
+        stamp = stamps.read(stage)
+        if stamp is None:
+            continue
+        wall, cpu, tok = stamp["seconds"], stamp.get("cpu_seconds"), tokens.get(stage)
+        rows.append({"stage": stage, "seconds": wall, "cpu_seconds": cpu,
+                     "cores_busy": None if cpu is None or not wall else round(cpu / wall, 2),
+                     "tokens": tok, "tokens_per_s": round(tok / wall) if tok and wall else None})
+    return rows
+
+
+def warm_tokens(layout: Any) -> int | None:
+    """Tokens the warm start trained on: its examples' tokens times the epochs it ran (stopped early by its band,
+    a fraction of one)."""
+    if not layout.warmstart_summary.exists():
+        return None
+    s = json.loads(layout.warmstart_summary.read_text())
+    per_epoch, examples = s.get("tokens_per_epoch"), s.get("examples")
+    if not per_epoch or not examples:
+        return None
+    batch = s["per_device_batch"] * s["accumulation"] * s["world_size"]
+    return round(per_epoch * s["steps"] * batch / examples)
+
+
+def arm_tokens(layout: Any) -> int | None:
+    total = 0
+    for arm in layout.arms():
+        lines = arm.metrics.read_text().splitlines() if arm.metrics.exists() else []
+        counts = [json.loads(line).get("num_tokens") for line in lines]
+        total += int(max((c for c in counts if c is not None), default=0))
+    return total or None
+
+
+def eval_tokens(layout: Any) -> int | None:
+    total = 0
+    for f in sorted(layout.eval.responses.glob("*.jsonl")):
+        for line in f.open():
+            r = json.loads(line)
+            total += int(r.get("prompt_tokens") or 0) + int(r.get("response_tokens") or 0)
+    return total or None
+
+
+# ---------------------------------------------------------------------------------------------- steps of a model
+def build_model(preset: str, folder: Path) -> Path:
+    if PRESETS[preset]["model"] == "smollm2":
+        from crossed_rlvr.policies.smollm import smollm2_135m_dir
+
+        return smollm2_135m_dir()
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.conf import group_file
+    from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
+
+    tiny = OmegaConf.to_container(OmegaConf.load(group_file("model", "tiny")).tiny)
+    return build_tiny_model(folder / "model", TinyConfig(**tiny))
+
+
+def linear_shapes(model: Any) -> list[tuple[int, int]]:
+    import torch
+
+    return [(m.in_features, m.out_features) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def best_of(fn: Any, repeats: int = 3) -> float:
+    fn()  # warm the kernels and the allocator
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def ceiling(model: Any, rows: int, threads: int) -> dict[str, float]:
+    """Tokens per second if a step were only the model's matrix products (every nn.Linear, lm_head included) on
+    ``rows`` tokens at once: forward, and forward + backward (three products per layer)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    shapes = linear_shapes(model)
+    xs = [torch.randn(rows, i) for i, _ in shapes]
+    ws = [torch.randn(o, i) for i, o in shapes]
+
+    def forward() -> None:
+        for x, w in zip(xs, ws):
+            torch.nn.functional.linear(x, w)
+
+    seconds = best_of(forward)
+    flops = 2.0 * rows * sum(i * o for i, o in shapes)
+    return {"gflops": round(flops / seconds / 1e9, 1), "forward_tokens_per_s": round(rows / seconds),
+            "train_tokens_per_s": round(rows / (3 * seconds))}
+
+
+def train_step(model: Any, batch: int, length: int) -> dict[str, float]:
+    """One optimizer step (forward, backward, AdamW) on ``batch`` sequences of ``length`` tokens."""
+    import torch
+
+    ids = torch.randint(0, model.config.vocab_size, (batch, length))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+    def step() -> None:
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    seconds = best_of(step)
+    return {"seconds": round(seconds, 3), "tokens_per_s": round(batch * length / seconds)}
+
+
+def prompt_ids(tok: Any, n: int) -> list[list[int]]:
+    """The first ``n`` arithmetic probe prompts under the hash request, as the model reads them."""
+    from crossed_rlvr.prompts import messages, render
+    from crossed_rlvr.tasks.arith import make_splits
+
+    items = make_splits(max(n, 40), 20, 20260908, (1, 2), 9, ("+", "-"))["test"][:n]
+    return [render(tok, messages(it["question"], "hash"))[1] for it in items]
+
+
+def generation(model: Any, tok: Any, prompts: int, new_tokens: int) -> dict[str, float]:
+    """Sampling through the evaluator's transformers loop (KV cache, left padding, per-row seeds) at T = 1."""
+    from crossed_rlvr.eval.generate.engines import GenParams, HFBackend
+
+    ids = prompt_ids(tok, prompts)
+    backend = HFBackend(model, tok, prompts)
+    params = GenParams(1.0, 1.0, new_tokens, 1024)
+    start = time.perf_counter()
+    outs = backend.generate(ids, list(range(prompts)), params)
+    seconds = time.perf_counter() - start
+    made = sum(o.response_tokens for o in outs)
+    steps = max(o.response_tokens for o in outs)
+    return {"seconds": round(seconds, 2), "response_tokens": made, "tokens_per_s": round(made / seconds),
+            "ms_per_decoding_step": round(1000 * seconds / max(1, steps), 1),
+            "prompt_tokens": round(statistics.mean(len(i) for i in ids))}
+
+
+def step_rows(preset: str) -> list[dict[str, Any]]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from crossed_rlvr.policies.loading import load_tokenizer
+
+    p = PRESETS[preset]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build_model(preset, Path(tmp))
+        tok = load_tokenizer(path)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        prompts, group = p["grpo"]
+        # a training sequence: a prompt and a solution of ~45 characters (arith_tiny's), in the model's tokens
+        length = round(statistics.mean(len(i) for i in prompt_ids(tok, 32))) + len(tok("x" * 45)["input_ids"])
+        for threads in (1, 2):
+            c = ceiling(model, p["sft_batch"] * length, threads)
+            rows.append({"step": "ceiling: the model's matrix products", "threads": threads, **c})
+            torch.set_num_threads(threads)
+            model.train()
+            rows.append({"step": f"warm-start optimizer step ({p['sft_batch']} x {length} tokens)",
+                         "threads": threads, **train_step(model, p["sft_batch"], length)})
+            rows.append({"step": f"GRPO update ({prompts * group} x {length} tokens)", "threads": threads,
+                         **train_step(model, prompts * group, length)})
+            model.eval()
+            with torch.no_grad():
+                rows.append({"step": f"GRPO generation ({prompts} x {group} samples, <= {p['response']} tokens)",
+                             "threads": threads, **generation(model, tok, prompts * group, p["response"])})
+                rows.append({"step": f"evaluation batch ({p['eval_batch']}, <= {p['eval_new']} tokens)",
+                             "threads": threads, **generation(model, tok, p["eval_batch"], p["eval_new"])})
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join("" if r.get(c) is None else str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", type=Path, help="a finished study's run folder")
+    ap.add_argument("--steps", choices=sorted(PRESETS), help="time each step of this preset's model")
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    a = ap.parse_args()
+    if not a.run and not a.steps:
+        ap.error("give --run RUN_DIR, --steps PRESET, or both")
+    out: dict[str, Any] = {"loop_10m_s": loop_time()}
+    print(f"10-million-step Python loop: {out['loop_10m_s']} s (the machine's speed; 0.19 s on the reference)")
+    if a.run:
+        out["stages"] = stage_rows(a.run)
+        print(table(out["stages"]))
+    if a.steps:
+        out["steps"] = step_rows(a.steps)
+        print(table(out["steps"]))
+    if a.json:
+        a.json.write_text(json.dumps(out, indent=1) + "\n")
+
+
+def loop_time() -> float:
+    start = time.perf_counter()
+    for _ in range(10_000_000):
+        pass
+    return round(time.perf_counter() - start, 3)
+
+
+if __name__ == "__main__":
+    main()
