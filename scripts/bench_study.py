@@ -14,8 +14,8 @@ record's prompt and response tokens) and tokens per second, and the cores kept b
 0.6M model, or SmolLM2-135M-Instruct for ``real-cpu``): the ceiling (the model's own matrix products, forward
 only and forward + backward, at 1 and 2 threads: tokens per second if the step did nothing else), a warm-start
 optimizer step (forward, backward and AdamW on one batch), a GRPO update (the same on a group of completions),
-GRPO's generation (``prompts_per_update`` x ``group_size`` samples through the evaluator's KV-cache loop) and
-an evaluation batch. A step far under its ceiling spends its time outside the matrix products: Python,
+GRPO's generation (``prompts_per_update`` x ``group_size`` samples through ``model.generate``, as TRL samples)
+and an evaluation batch (the evaluator's KV-cache loop with per-row seeds). A step far under its ceiling spends its time outside the matrix products: Python,
 kernel launches, small-tensor overhead.
 """
 
@@ -181,6 +181,26 @@ def generation(model: Any, tok: Any, prompts: int, new_tokens: int) -> dict[str,
             "prompt_tokens": round(statistics.mean(len(i) for i in ids))}
 
 
+def trl_generation(model: Any, tok: Any, prompts: int, group: int, new_tokens: int) -> dict[str, float]:
+    """GRPO's sampling as TRL does it: ``model.generate`` on every prompt's group at once (left padding, T = 1)."""
+    import torch
+
+    ids = [i for i in prompt_ids(tok, prompts) for _ in range(group)]
+    side, tok.padding_side = tok.padding_side, "left"
+    batch = tok.pad({"input_ids": ids}, return_tensors="pt")
+    tok.padding_side = side
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, max_new_tokens=new_tokens,
+                         pad_token_id=tok.pad_token_id)
+    seconds = time.perf_counter() - start
+    new = out[:, batch["input_ids"].shape[1]:]
+    made = int((new != tok.pad_token_id).sum())
+    return {"seconds": round(seconds, 2), "response_tokens": made, "tokens_per_s": round(made / seconds),
+            "ms_per_decoding_step": round(1000 * seconds / max(1, new.shape[1]), 1),
+            "prompt_tokens": round(statistics.mean(len(i) for i in ids))}
+
+
 def step_rows(preset: str) -> list[dict[str, Any]]:
     import torch
     from transformers import AutoModelForCausalLM
@@ -208,7 +228,7 @@ def step_rows(preset: str) -> list[dict[str, Any]]:
             model.eval()
             with torch.no_grad():
                 rows.append({"step": f"GRPO generation ({prompts} x {group} samples, <= {p['response']} tokens)",
-                             "threads": threads, **generation(model, tok, prompts * group, p["response"])})
+                             "threads": threads, **trl_generation(model, tok, prompts, group, p["response"])})
                 rows.append({"step": f"evaluation batch ({p['eval_batch']}, <= {p['eval_new']} tokens)",
                              "threads": threads, **generation(model, tok, p["eval_batch"], p["eval_new"])})
     return rows

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rich.console import Console
 
 from crossed_rlvr.analysis.report.code import report
 from crossed_rlvr.conf.schema import StudyConf
@@ -44,7 +45,7 @@ class CodeEvaluation:
     """The study's steps' view of a run (``steps.StepState``) without a study: a config and a run folder with its
     stage cache, no initial policy to build and no arms to train."""
 
-    def __init__(self, cfg: StudyConf, console: Any = None) -> None:
+    def __init__(self, cfg: StudyConf, console: Console | None = None) -> None:
         self.cfg = cfg
         self.layout = RunLayout(Path(cfg.run_dir))
         self.console = console
@@ -136,7 +137,7 @@ def code_eval_config(out: Path, n_tasks: int | None, samples: int, max_new_token
 def run(policies: dict[str, str], out: Path, n_tasks: int | None, samples: int, max_new_tokens: int,
         temperature: float, seed: int, slots: int, batch_size: int | None = None, dataset: str | None = None,
         cache_dir: str | None = None, resamples: int = 10_000, top_p: float = 0.95, engine: str = "cpu",
-        context_limit: int | None = None, console: Any = None) -> pd.DataFrame:
+        context_limit: int | None = None, console: Console | None = None) -> pd.DataFrame:
     """Every policy under both code requests, scored in the sandbox and analysed, in ``out``; returns the cells."""
     from crossed_rlvr.layout import AnalysisLayout
 
@@ -160,8 +161,6 @@ def task_name(ds: CodeDataset) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rich.console import Console
-
     from crossed_rlvr.limits import BIG, DECODING, SEED, Parser, add_number
 
     ap = Parser(prog="crossed_rlvr.study.code_eval", description=__doc__.splitlines()[0])
