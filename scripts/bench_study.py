@@ -31,7 +31,7 @@ from typing import Any
 
 # each preset's shapes: its model, warm-start batch, GRPO prompts x group, response budget, evaluation batch and budget
 PRESETS = {
-    "tiny": {"model": "tiny", "sft_batch": 32, "grpo": (16, 8), "response": 96, "eval_batch": 50, "eval_new": 160},
+    "tiny": {"model": "tiny", "sft_batch": 32, "grpo": (8, 8), "response": 96, "eval_batch": 50, "eval_new": 160},
     "real-cpu": {"model": "smollm2", "sft_batch": 16, "grpo": (4, 8), "response": 48, "eval_batch": 50,
                  "eval_new": 64},
 }
