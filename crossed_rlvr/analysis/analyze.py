@@ -240,7 +240,7 @@ def read_contrasts(path: str | Path) -> pd.DataFrame:
     its names (``names.contrast_parts``), so its readers read one shape."""
     table = pd.read_csv(path, keep_default_na=False, na_values=[""])
     if all(col in table for col in PART_COLUMNS):
-        return table.assign(**{col: table[col].fillna("").astype(str) for col in PART_COLUMNS})
+        return table.assign(**{col: table[col].astype(object).fillna("").astype(str) for col in PART_COLUMNS})
     parts = pd.DataFrame([contrast_parts(str(n), str(p), str(r))
                           for n, p, r in zip(table["name"], table["policy"], table["request"])],
                          index=table.index, columns=list(PART_COLUMNS))

@@ -202,8 +202,9 @@ def with_policy_columns(cells: pd.DataFrame) -> pd.DataFrame:
         parts = policy_table(cells)[["policy", "method", "checkpoint"]]
         cells = cells.drop(columns=[c for c in ("method", "checkpoint") if c in cells]).merge(parts, on="policy",
                                                                                                how="left")
-    return cells.assign(method=cells["method"].fillna("").astype(str),
-                        checkpoint=cells["checkpoint"].fillna("").astype(str))
+    # a column read back from CSV with every value empty is float NaN: text before it is filled
+    return cells.assign(method=cells["method"].astype(object).fillna("").astype(str),
+                        checkpoint=cells["checkpoint"].astype(object).fillna("").astype(str))
 
 
 def policy_table(df: pd.DataFrame) -> pd.DataFrame:
