@@ -112,7 +112,8 @@ def code_pairs(scores: pd.DataFrame) -> dict[str, tuple[str, str]]:
     for row in scores.drop_duplicates("policy").to_dict("records"):
         policy = str(row["policy"])
         if all(k in row and pd.notna(row[k]) for k in facts):
-            method, conv, seed, ckpt = row["method"], row["training_convention"], int(row["train_seed"]), row["checkpoint"]
+            method, conv, ckpt = row["method"], row["training_convention"], row["checkpoint"]
+            seed = int(row["train_seed"])
         elif (name := PolicyName.parse(policy)) is not None:
             method, conv, seed, ckpt = name.method, name.convention, name.seed, name.checkpoint
         else:

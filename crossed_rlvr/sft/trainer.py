@@ -179,7 +179,8 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
     trainer.accelerator.wait_for_everyone()
     trainer.save_model(str(tmp))  # collective under ZeRO-3 (the shards are gathered); written by rank 0
     summary = {"train_loss": float(result.training_loss), "examples": len(data), "dropped_overlong": data.dropped,
-               "tokens_per_epoch": sum(len(f["input_ids"]) for f in data.features), "steps": int(result.global_step), "seconds": round(time.perf_counter() - start, 1),
+               "tokens_per_epoch": sum(len(f["input_ids"]) for f in data.features), "steps": int(result.global_step),
+               "seconds": round(time.perf_counter() - start, 1),
                "world_size": world, "per_device_batch": per_device, "accumulation": accum, "bf16": bf16,
                "threads": torch.get_num_threads(),
                "losses": [round(x["loss"], 6) for x in trainer.state.log_history if "loss" in x],

@@ -92,9 +92,11 @@ def study_policies(run_dir: str | Path, step: int | None = None) -> dict[str, st
 
 def given_policy(name: str, path: str) -> Policy:
     """A policy named on the command line: the facts its name carries (``grpo-hash/s83``), else its own name."""
+    if name == INITIAL:
+        return Policy.initial(path)
     parsed = PolicyName.parse(name)
-    if name == INITIAL or parsed is None:
-        return Policy(name, path, INITIAL if name == INITIAL else name, None, INITIAL if name == INITIAL else name)
+    if parsed is None:
+        return Policy(name, path, name, None, name)
     return Policy(name, path, parsed.convention, parsed.seed, parsed.method)
 
 
@@ -124,7 +126,8 @@ def code_eval_config(out: Path, n_tasks: int | None, samples: int, max_new_token
     cfg.run_dir = str(out)
     cfg.task.path = None if dataset is None else str(Path(dataset).expanduser().resolve())
     ev, g = cfg.evaluation, cfg.eval
-    ev.requests, ev.templates, ev.samples, ev.n_items, ev.threads = list(CODE_CONVENTIONS), ["original"], samples, n_tasks, None
+    ev.requests, ev.templates, ev.samples = list(CODE_CONVENTIONS), ["original"], samples
+    ev.n_items, ev.threads = n_tasks, None
     g.temperature, g.top_p, g.max_new_tokens, g.base_seed = temperature, top_p, max_new_tokens, seed
     if batch_size is not None:
         g.batch_size = batch_size
@@ -139,8 +142,6 @@ def run(policies: dict[str, str], out: Path, n_tasks: int | None, samples: int, 
         cache_dir: str | None = None, resamples: int = 10_000, top_p: float = 0.95, engine: str = "cpu",
         context_limit: int | None = None, console: Console | None = None) -> pd.DataFrame:
     """Every policy under both code requests, scored in the sandbox and analysed, in ``out``; returns the cells."""
-    from crossed_rlvr.layout import AnalysisLayout
-
     cfg = code_eval_config(out, n_tasks, samples, max_new_tokens, temperature, seed, batch_size, dataset,
                            resamples, top_p, engine, context_limit)
     state = CodeEvaluation(cfg, console)
@@ -149,7 +150,7 @@ def run(policies: dict[str, str], out: Path, n_tasks: int | None, samples: int, 
     steps.generate(state, [given_policy(name, path) for name, path in policies.items()])
     steps.score(state)
     steps.analyze(state, [])
-    return pd.read_csv(AnalysisLayout(state.layout.analysis).cells)
+    return pd.read_csv(state.layout.analysis_files.cells)
 
 
 def task_name(ds: CodeDataset) -> str:
