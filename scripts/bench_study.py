@@ -31,9 +31,10 @@ from typing import Any
 
 # each preset's shapes: its model, warm-start batch, GRPO prompts x group, response budget, evaluation batch and budget
 PRESETS = {
-    "tiny": {"model": "tiny", "sft_batch": 32, "grpo": (8, 8), "response": 96, "eval_batch": 50, "eval_new": 160},
-    "real-cpu": {"model": "smollm2", "sft_batch": 16, "grpo": (4, 8), "response": 48, "eval_batch": 50,
-                 "eval_new": 64},
+    "tiny": {"model": "tiny", "sft_batch": 32, "grpo": (8, 8), "response": 96, "eval_batch": 50, "eval_new": 160,
+             "bf16": False},
+    "real-cpu": {"model": "smollm2", "sft_batch": 16, "grpo": (4, 8), "response": 64, "eval_batch": 50,
+                 "eval_new": 96, "bf16": True},
 }
 
 
@@ -118,15 +119,16 @@ def best_of(fn: Any, repeats: int = 3) -> float:
     return min(times)
 
 
-def ceiling(model: Any, rows: int, threads: int) -> dict[str, float]:
+def ceiling(model: Any, rows: int, threads: int, bf16: bool = False) -> dict[str, float]:
     """Tokens per second if a step were only the model's matrix products (every nn.Linear, lm_head included) on
-    ``rows`` tokens at once: forward, and forward + backward (three products per layer)."""
+    ``rows`` tokens at once: forward, and forward + backward (three products per layer); in bfloat16 or fp32."""
     import torch
 
     torch.set_num_threads(threads)
     shapes = linear_shapes(model)
-    xs = [torch.randn(rows, i) for i, _ in shapes]
-    ws = [torch.randn(o, i) for i, o in shapes]
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    xs = [torch.randn(rows, i, dtype=dtype) for i, _ in shapes]
+    ws = [torch.randn(o, i, dtype=dtype) for i, o in shapes]
 
     def forward() -> None:
         for x, w in zip(xs, ws):
@@ -138,15 +140,17 @@ def ceiling(model: Any, rows: int, threads: int) -> dict[str, float]:
             "train_tokens_per_s": round(rows / (3 * seconds))}
 
 
-def train_step(model: Any, batch: int, length: int) -> dict[str, float]:
-    """One optimizer step (forward, backward, AdamW) on ``batch`` sequences of ``length`` tokens."""
+def train_step(model: Any, batch: int, length: int, bf16: bool = False) -> dict[str, float]:
+    """One optimizer step (forward, backward, AdamW) on ``batch`` sequences of ``length`` tokens; ``bf16``: the
+    forward under bfloat16 autocast over fp32 weights, as the trainers run where the CPU computes bfloat16."""
     import torch
 
     ids = torch.randint(0, model.config.vocab_size, (batch, length))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
 
     def step() -> None:
-        loss = model(input_ids=ids, labels=ids).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -181,8 +185,10 @@ def generation(model: Any, tok: Any, prompts: int, new_tokens: int) -> dict[str,
             "prompt_tokens": round(statistics.mean(len(i) for i in ids))}
 
 
-def trl_generation(model: Any, tok: Any, prompts: int, group: int, new_tokens: int) -> dict[str, float]:
-    """GRPO's sampling as TRL does it: ``model.generate`` on every prompt's group at once (left padding, T = 1)."""
+def trl_generation(model: Any, tok: Any, prompts: int, group: int, new_tokens: int,
+                   bf16: bool = False) -> dict[str, float]:
+    """GRPO's sampling as TRL does it: ``model.generate`` on every prompt's group at once (left padding, T = 1);
+    ``bf16``: under bfloat16 autocast over the fp32 training weights (each cast once, autocast's cache)."""
     import torch
 
     ids = [i for i in prompt_ids(tok, prompts) for _ in range(group)]
@@ -191,8 +197,9 @@ def trl_generation(model: Any, tok: Any, prompts: int, group: int, new_tokens: i
     tok.padding_side = side
     torch.manual_seed(0)
     start = time.perf_counter()
-    out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, max_new_tokens=new_tokens,
-                         pad_token_id=tok.pad_token_id)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, max_new_tokens=new_tokens,
+                             pad_token_id=tok.pad_token_id)
     seconds = time.perf_counter() - start
     new = out[:, batch["input_ids"].shape[1]:]
     made = int((new != tok.pad_token_id).sum())
@@ -205,6 +212,7 @@ def step_rows(preset: str) -> list[dict[str, Any]]:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from crossed_rlvr.machine import native_bf16
     from crossed_rlvr.policies.loading import load_tokenizer
 
     p = PRESETS[preset]
@@ -216,21 +224,31 @@ def step_rows(preset: str) -> list[dict[str, Any]]:
         prompts, group = p["grpo"]
         # a training sequence: a prompt and a solution of ~45 characters (arith_tiny's), in the model's tokens
         length = round(statistics.mean(len(i) for i in prompt_ids(tok, 32))) + len(tok("x" * 45)["input_ids"])
+        # where the preset computes in bfloat16 (and the machine natively can), both ways are timed
+        kinds = [False, True] if p["bf16"] and native_bf16() else [False]
+        evaluated = {False: model}
+        if True in kinds:  # the evaluator loads the policy in bfloat16 (eval.dtype=auto)
+            evaluated[True] = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16).eval()
         for threads in (1, 2):
-            c = ceiling(model, p["sft_batch"] * length, threads)
-            rows.append({"step": "ceiling: the model's matrix products", "threads": threads, **c})
-            torch.set_num_threads(threads)
-            model.train()
-            rows.append({"step": f"warm-start optimizer step ({p['sft_batch']} x {length} tokens)",
-                         "threads": threads, **train_step(model, p["sft_batch"], length)})
-            rows.append({"step": f"GRPO update ({prompts * group} x {length} tokens)", "threads": threads,
-                         **train_step(model, prompts * group, length)})
-            model.eval()
-            with torch.no_grad():
-                rows.append({"step": f"GRPO generation ({prompts} x {group} samples, <= {p['response']} tokens)",
-                             "threads": threads, **trl_generation(model, tok, prompts, group, p["response"])})
-                rows.append({"step": f"evaluation batch ({p['eval_batch']}, <= {p['eval_new']} tokens)",
-                             "threads": threads, **generation(model, tok, p["eval_batch"], p["eval_new"])})
+            for bf16 in kinds:
+                c = ceiling(model, p["sft_batch"] * length, threads, bf16)
+                dtype = "bf16" if bf16 else "fp32"
+                rows.append({"step": "ceiling: the model's matrix products", "dtype": dtype, "threads": threads,
+                             **c})
+                torch.set_num_threads(threads)
+                model.train()
+                rows.append({"step": f"warm-start optimizer step ({p['sft_batch']} x {length} tokens)",
+                             "dtype": dtype, "threads": threads, **train_step(model, p["sft_batch"], length, bf16)})
+                rows.append({"step": f"GRPO update ({prompts * group} x {length} tokens)", "dtype": dtype,
+                             "threads": threads, **train_step(model, prompts * group, length, bf16)})
+                model.eval()
+                with torch.no_grad():
+                    rows.append({"step": f"GRPO generation ({prompts} x {group} samples, <= {p['response']} tokens)",
+                                 "dtype": dtype, "threads": threads,
+                                 **trl_generation(model, tok, prompts, group, p["response"], bf16)})
+                    rows.append({"step": f"evaluation batch ({p['eval_batch']}, <= {p['eval_new']} tokens)",
+                                 "dtype": dtype, "threads": threads,
+                                 **generation(evaluated[bf16], tok, p["eval_batch"], p["eval_new"])})
     return rows
 
 

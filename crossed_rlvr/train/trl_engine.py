@@ -95,7 +95,18 @@ def weighted_trainer(seen: list[list[str]]) -> type:
     from trl import GRPOTrainer
 
     class WeightedGRPOTrainer(GRPOTrainer):
-        """Scales each sample's advantage by its prompt's importance weight P_i/Q_i (App. D.1)."""
+        """Scales each sample's advantage by its prompt's importance weight P_i/Q_i (App. D.1); samples under
+        the autocast its loss is computed under."""
+
+        def _generate_single_turn(self, *args, **kwargs):
+            # TRL samples through model.generate outside autocast, in the fp32 master weights, while the loss
+            # runs in bfloat16 where engine.bf16 holds: sampling in the same precision halves the weights
+            # each decoding step reads (autocast casts each weight once per context); a no-op without bf16.
+            # vLLM keeps its own precision.
+            if self.use_vllm:
+                return super()._generate_single_turn(*args, **kwargs)
+            with self.accelerator.autocast():
+                return super()._generate_single_turn(*args, **kwargs)
 
         def _generate_and_score_completions(self, inputs):
             seen.append(sorted({str(x["item_id"]) + "#" + str(x["row"]) for x in inputs}))
