@@ -89,6 +89,10 @@ def test_the_warm_start_measures_request_following_by_sampling(real):
     assert warm["before"]["step"] == 0 and warm["after"]["step"] == 2
     assert all(0.0 <= c[r] <= 1.0 for c in warm["checks"] for r in ("hash", "boxed"))
     assert "## Warm start of the initial policy" in (run / "analysis" / "report.md").read_text()
+    # the checks sample in the precision the evaluation generates in (eval.dtype=auto on this machine)
+    from crossed_rlvr.machine import eval_dtype
+
+    assert warm["band"]["bf16"] is (eval_dtype("auto") == "bfloat16")
 
 
 def test_training_rewards_come_from_the_reward_programs(real):

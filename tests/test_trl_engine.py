@@ -33,3 +33,30 @@ def test_trl_arm_writes_checkpoints_and_metrics(tmp_path, lora):
     assert set(final.state_dict()) == set(start.state_dict())  # same architecture, no adapter weights left
     assert all(v.shape == start.state_dict()[k].shape and torch.isfinite(v).all() for k, v in final.state_dict().items())
     assert run_train(cfg)["skipped"] is True  # the same config is not trained twice
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_grpo_samples_under_the_autocast_its_loss_runs_under(monkeypatch, bf16):
+    """TRL samples through model.generate outside autocast; our trainer samples in the loss's precision (bfloat16
+    autocast where engine.bf16 holds), and in fp32 without it."""
+    from accelerate import Accelerator
+    from trl import GRPOTrainer
+
+    from crossed_rlvr.train.trl_engine import weighted_trainer
+
+    seen = []
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn",
+                        lambda self, *a, **k: seen.append((torch.is_autocast_enabled("cpu"),
+                                                           torch.get_autocast_dtype("cpu"))) or ([], None))
+    from accelerate.state import AcceleratorState
+
+    trainer = object.__new__(weighted_trainer([]))  # the override alone: no model is needed to see its context
+    trainer.use_vllm, trainer.accelerator = False, Accelerator(cpu=True, mixed_precision="bf16" if bf16 else "no")
+    try:
+        assert trainer._generate_single_turn([[1, 2]], None, None, 1) == ([], None)
+        assert seen[0] == (True, torch.bfloat16) if bf16 else seen[0][0] is False
+        trainer.use_vllm = True  # vLLM samples in its own precision: no autocast around it
+        trainer._generate_single_turn([[1, 2]], None, None, 1)
+        assert seen[-1][0] is False
+    finally:
+        AcceleratorState._reset_state(True)  # the process-wide state: later trainers set their own precision
