@@ -33,7 +33,7 @@ from typing import Any
 PRESETS = {
     "tiny": {"model": "tiny", "sft_batch": 32, "grpo": (8, 8), "response": 96, "eval_batch": 50, "eval_new": 160,
              "bf16": False},
-    "real-cpu": {"model": "smollm2", "sft_batch": 16, "grpo": (4, 8), "response": 64, "eval_batch": 50,
+    "real-cpu": {"model": "smollm2", "sft_batch": 16, "grpo": (3, 8), "response": 64, "eval_batch": 50,
                  "eval_new": 96, "bf16": True},
 }
 
