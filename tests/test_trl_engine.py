@@ -50,6 +50,7 @@ def test_grpo_samples_under_the_autocast_its_loss_runs_under(monkeypatch, bf16):
                                                            torch.get_autocast_dtype("cpu"))) or ([], None))
     from accelerate.state import AcceleratorState
 
+    AcceleratorState._reset_state(True)  # process-wide: an earlier trainer in this worker may have set another precision
     trainer = object.__new__(weighted_trainer([]))  # the override alone: no model is needed to see its context
     trainer.use_vllm, trainer.accelerator = False, Accelerator(cpu=True, mixed_precision="bf16" if bf16 else "no")
     try:
