@@ -40,6 +40,7 @@ def test_grpo_samples_under_the_autocast_its_loss_runs_under(monkeypatch, bf16):
     """TRL samples through model.generate outside autocast; our trainer samples in the loss's precision (bfloat16
     autocast where engine.bf16 holds), and in fp32 without it."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
     from trl import GRPOTrainer
 
     from crossed_rlvr.train.trl_engine import weighted_trainer
@@ -48,14 +49,15 @@ def test_grpo_samples_under_the_autocast_its_loss_runs_under(monkeypatch, bf16):
     monkeypatch.setattr(GRPOTrainer, "_generate_single_turn",
                         lambda self, *a, **k: seen.append((torch.is_autocast_enabled("cpu"),
                                                            torch.get_autocast_dtype("cpu"))) or ([], None))
-    from accelerate.state import AcceleratorState
-
     AcceleratorState._reset_state(True)  # process-wide: an earlier trainer in this worker may have set another precision
     trainer = object.__new__(weighted_trainer([]))  # the override alone: no model is needed to see its context
     trainer.use_vllm, trainer.accelerator = False, Accelerator(cpu=True, mixed_precision="bf16" if bf16 else "no")
     try:
         assert trainer._generate_single_turn([[1, 2]], None, None, 1) == ([], None)
-        assert seen[0] == (True, torch.bfloat16) if bf16 else seen[0][0] is False
+        if bf16:
+            assert seen[0] == (True, torch.bfloat16)
+        else:
+            assert seen[0][0] is False
         trainer.use_vllm = True  # vLLM samples in its own precision: no autocast around it
         trainer._generate_single_turn([[1, 2]], None, None, 1)
         assert seen[-1][0] is False

@@ -7,8 +7,8 @@ under each request at the evaluation's temperature (greedy decoding overstates r
 the rate at which it writes the requested payload is recorded; training stops at the first check where
 every request's rate lies inside ``[low, high]``. The samples use fixed per-item seeds, so every check
 draws from the same random numbers and a rerun stops at the same step. Where the evaluation generates in
-bfloat16 (``eval.dtype``), the checks sample under bfloat16 autocast over the training weights: the
-precision the policy is evaluated in, at a fraction of fp32's time on a CPU.
+bfloat16 (``eval.dtype``), the checks sample under bfloat16 autocast over the training weights, the
+precision the policy is evaluated in (and ~10% faster than fp32 on this CPU).
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ def payload_rates(model: Any, tokenizer: Any, items: list[dict[str, Any]], reque
     was_training = model.training
     model.eval()
     state = torch.random.get_rng_state()
-    try:
+    try:  # one autocast context for every request: each weight is cast once a check
         rates = {}
-        for request in requests:
-            ids = [render(tokenizer, messages(it["question"], request, "original", system))[1] for it in items]
-            seeds = [item_seed(base_seed, it, k, 0) for k, it in enumerate(items)]
-            with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
+            for request in requests:
+                ids = [render(tokenizer, messages(it["question"], request, "original", system))[1] for it in items]
+                seeds = [item_seed(base_seed, it, k, 0) for k, it in enumerate(items)]
                 outs = backend.generate(ids, seeds, params)
-            rates[request] = sum(detect(o.text).present(request) for o in outs) / max(1, len(outs))
+                rates[request] = sum(detect(o.text).present(request) for o in outs) / max(1, len(outs))
     finally:
         torch.random.set_rng_state(state)
         model.train(was_training)

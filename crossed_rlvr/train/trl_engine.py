@@ -9,6 +9,7 @@ response length, clip fraction, entropy) go to ``metrics.jsonl`` and to wandb.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -103,9 +104,7 @@ def weighted_trainer(seen: list[list[str]]) -> type:
             # runs in bfloat16 where engine.bf16 holds: sampling in the same precision halves the weights
             # each decoding step reads (autocast casts each weight once per context); a no-op without bf16.
             # vLLM keeps its own precision.
-            if self.use_vllm:
-                return super()._generate_single_turn(*args, **kwargs)
-            with self.accelerator.autocast():
+            with contextlib.nullcontext() if self.use_vllm else self.accelerator.autocast():
                 return super()._generate_single_turn(*args, **kwargs)
 
         def _generate_and_score_completions(self, inputs):
