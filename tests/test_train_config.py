@@ -44,10 +44,33 @@ def test_trl_and_verl_translations_agree():
                                                             r"\(GRPO compares responses within a group\)"),
     (["algorithm=reinforce_pp", "model=qwen2.5-7b-instruct"], r"reinforce_pp runs only with engine=verl"),
     (["template=para_c", "model=qwen2.5-7b-instruct"], r"template='para_c' is unknown"),
+    (["engine=verl", "recipe.top_p=0.95", "model=qwen2.5-7b-instruct"],
+     r"recipe.top_p=0.95 with engine=verl: vLLM's rollout log-probs are renormalised after the top-p cut"),
+    (["engine=verl", "seed=1073741824", "model=qwen2.5-7b-instruct"],
+     r"seed=1073741824 with engine=verl: its 4 vLLM engines are seeded seed x 4 \+ replica, past 4,294,967,295; "
+     r"use a seed of at most 1,073,741,823"),
 ])
 def test_bad_configs_fail_before_training(overrides, message):
     with pytest.raises(CrossedError, match=message):
         check_config(cfg_for(*overrides))
+
+
+def test_a_verl_arm_below_top_p_1_exits_2_and_a_trl_arm_keeps_its_top_p(tmp_path):
+    """A verl arm's importance ratios compare vLLM's renormalised top-p log-probs with the actor's full softmax
+    (App. D.1's rollout correction): refused in one line naming the field; TRL samples with any top_p."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cfg = cfg_for("recipe.top_p=0.95", "model=qwen2.5-7b-instruct")
+    check_config(cfg)
+    assert trl_args(cfg)["top_p"] == 0.95
+    out = subprocess.run([str(Path(sys.executable).parent / "crossed-train"), "engine=verl", "recipe.top_p=0.95",
+                          "model=qwen2.5-7b-instruct", "tracking=off", f"run_dir={tmp_path}/arm"],
+                         capture_output=True, text=True, cwd=tmp_path, check=False)
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[0].startswith("crossed-train: recipe.top_p=0.95 with engine=verl: ")
+    assert not (tmp_path / "arm" / "data").exists()  # nothing was prepared
 
 
 def test_unknown_convention_is_refused_by_name():

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from crossed_rlvr.errors import ConfigError, CrossedError
+from crossed_rlvr.limits import SEED
 from crossed_rlvr.task_sources import SOURCES, is_code, source_of
 
 
@@ -147,8 +148,8 @@ def check_config(cfg: Any, initial_built: bool = True) -> None:
         raise RecipeError(f"algorithm={cfg.algorithm.name!r} is unknown; expected grpo or reinforce_pp")
     if cfg.engine.name == "trl" and cfg.algorithm.name != "grpo":
         raise RecipeError("algorithm=reinforce_pp runs only with engine=verl")
-    if cfg.engine.name == "verl" and (r.get("lora") or {}).get("enabled", False):
-        raise RecipeError("recipe.lora.enabled=true runs only with engine=trl")
+    if cfg.engine.name == "verl":
+        _verl_arm(cfg)
     if cfg.template not in TEMPLATES:
         raise RecipeError(f"template={cfg.template!r} is unknown; expected one of {', '.join(TEMPLATES)}")
     if not initial_built:
@@ -158,6 +159,41 @@ def check_config(cfg: Any, initial_built: bool = True) -> None:
                           "build the initial policy first (crossed-sft mode=warmstart) or point model.path at it")
     if cfg.model.source == "hub" and not cfg.model.path:
         raise RecipeError(f"model={cfg.model.name}: no hub name in model.path")
+
+
+def rollout_replicas(engine: Any) -> int:
+    """The vLLM engines verl starts for one arm: each spans ``engine.rollout_tp`` GPUs of one node. verl's CPU
+    route runs one rollout replica over all its ranks (train/verl_cpu.py)."""
+    if str(engine.get("device", "cuda")) == "cpu":
+        return 1
+    nodes, gpus = int(engine.get("nnodes", 1) or 1), int(engine.get("n_gpus_per_node", 1) or 1)
+    return max(1, nodes * (gpus // int(engine.get("rollout_tp", 1) or 1)))
+
+
+def rollout_seed(seed: int, engine: Any) -> int:
+    """verl's ``rollout.seed`` for an arm seed. verl seeds replica r's vLLM engine with rollout.seed + r, so the
+    arm seed times the number of replicas gives every arm seed engine seeds of its own (seed x R .. seed x R
+    + R - 1), where the arm seed itself would give seeds 83 and 84 three engine seeds in common on four
+    replicas; the hash and boxed arms of one seed, laid out alike, keep the same ones (matched arms, paper 001
+    App. D.1)."""
+    return int(seed) * rollout_replicas(engine)
+
+
+def _verl_arm(cfg: Any) -> None:
+    """What only a verl arm refuses: LoRA, a rollout top-p below 1 (the rollout correction of App. D.1 compares
+    vLLM's log-probs, renormalised after the top-p cut, with the actor's full softmax: every importance ratio
+    would be biased below 1), and an arm seed whose engine seeds pass the largest seed numpy takes."""
+    r, e = cfg.recipe, cfg.engine
+    if (r.get("lora") or {}).get("enabled", False):
+        raise RecipeError("recipe.lora.enabled=true runs only with engine=trl")
+    if r.top_p < 1:  # a relation to the engine: the schema bounds top_p to (0, 1]
+        raise RecipeError(f"recipe.top_p={r.top_p} with engine=verl: vLLM's rollout log-probs are renormalised after "
+                          "the top-p cut and the actor's are not, so every importance ratio of the rollout correction "
+                          "is biased below 1; set recipe.top_p=1.0 (engine=trl samples with any top_p)")
+    replicas = rollout_replicas(e)
+    if rollout_seed(cfg.seed, e) + replicas - 1 > SEED[1]:
+        raise RecipeError(f"seed={cfg.seed} with engine=verl: its {replicas} vLLM engines are seeded seed x {replicas} "
+                          f"+ replica, past {SEED[1]:,}; use a seed of at most {(SEED[1] + 1) // replicas - 1:,}")
 
 
 def _code(cfg: Any) -> bool:

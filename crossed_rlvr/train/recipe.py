@@ -14,7 +14,7 @@ from typing import Any
 
 from crossed_rlvr.conf.checks import RecipeError
 from crossed_rlvr.files import atomic_write_jsonl
-from crossed_rlvr.prompts import user_content
+from crossed_rlvr.prompts import messages, user_content
 from crossed_rlvr.rewards.conventions import get_convention
 from crossed_rlvr.train.proposal import frozen_proposal
 
@@ -85,6 +85,7 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
         random.Random(int(cfg.data_seed)).shuffle(order)
         draws = [(order[k % len(order)], 1.0) for k in range(n_rows)]
     conv = get_convention(cfg.convention.name)
+    system = cfg.model.get("system")
     rows = []
     for step, (i, weight) in enumerate(draws):
         it = items[i]
@@ -92,9 +93,19 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
             "row": step, "item_id": it["item_id"], "question": it["question"],
             "prompt": user_content(it["question"], conv.request, cfg.template),
             "reference": str(it["reference"]), "convention": conv.name, "request": conv.request,
-            "stratum": it.get("stratum"), "is_weight": float(weight),
+            "template": cfg.template, "system": system, "stratum": it.get("stratum"), "is_weight": float(weight),
         })
     return rows
+
+
+def chat_prompt(row: dict[str, Any]) -> list[dict[str, str]]:
+    """The chat messages a training or validation row is sampled from: the evaluation's own (``prompts.messages``
+    with the model's system message), since the question, chat template and system message stay fixed and only
+    the request suffix changes (paper 001 App. B.3). A code row is the code evaluation's one user turn
+    (eval/generate/code.py), which takes no system message."""
+    if row.get("code_dataset"):
+        return [{"role": "user", "content": row["prompt"]}]
+    return messages(row["question"], row["request"], row["template"], row.get("system"))
 
 
 def code_training_rows(cfg: Any) -> list[dict[str, Any]]:

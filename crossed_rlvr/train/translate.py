@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from crossed_rlvr.conf.checks import rollout_seed
+
 
 def trl_args(cfg: Any, world: int = 1) -> dict[str, Any]:
     """GRPOConfig keyword arguments for one arm on ``world`` processes: each process generates and trains
@@ -43,14 +45,22 @@ def trl_args(cfg: Any, world: int = 1) -> dict[str, Any]:
 
 # Every seed in verl 0.9.1's ppo_trainer config (a test walks the composed config for keys named
 # *seed): the arm seed must reach all of them, or every arm shares verl's default 42.
+ROLLOUT_SEED_KEY = "actor_rollout_ref.rollout.seed"  # vLLM sampling of rollouts and validation
 VERL_SEED_KEYS: tuple[str, ...] = (
     "actor_rollout_ref.actor.fsdp_config.seed",      # model init / FSDP RNG
     "actor_rollout_ref.actor.data_loader_seed",      # mini-batch construction
     "actor_rollout_ref.ref.fsdp_config.seed",
-    "actor_rollout_ref.rollout.seed",                # vLLM sampling of rollouts and validation
+    ROLLOUT_SEED_KEY,
     "critic.fsdp.seed", "critic.data_loader_seed",   # unused by GRPO, set so no default survives
     "reward.reward_model.rollout.seed",
 )
+
+
+def verl_seeds(cfg: Any) -> list[str]:
+    """The arm seed in every verl seed; the rollout's as ``conf.checks.rollout_seed`` spreads it, since replica r's
+    vLLM engine is seeded rollout.seed + r and the arm seed itself would share engine seeds between arms."""
+    seed = int(cfg.seed)
+    return [f"{key}={rollout_seed(seed, cfg.engine) if key == ROLLOUT_SEED_KEY else seed}" for key in VERL_SEED_KEYS]
 
 
 def storage_units(engine: Any) -> int:
@@ -66,7 +76,8 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
     """Hydra overrides of verl's ppo_trainer config (verl 0.9.x key names).
 
     The launch hygiene lives here: verl's synchronous trainer mode (the importance-weighted trainer
-    replaces ``sync`` in its own process, train/verl_weighted.py), the arm seed in every seed, model-only
+    replaces ``sync`` in its own process, train/verl_weighted.py), the arm seed in every seed (the rollout's
+    spread over its vLLM engines, ``verl_seeds``), the rollout's log-probs for the importance correction, model-only
     checkpoints unless resumable ones are asked for (``recipe.save_every`` > 0 saves model, optimizer and
     data-loader state every N updates, and verl's ``resume_mode=auto`` continues an interrupted arm from the
     latest; ``engine.save_optimizer`` keeps optimizer state in the final one too), TransferQueue's storage
@@ -82,7 +93,6 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
     actor = "actor_rollout_ref.actor"
     rollout = "actor_rollout_ref.rollout"
     model_path = cfg.model.path
-    seed = int(cfg.seed)
     save_every = int(r.get("save_every") or 0)
     resumable = 0 < save_every < int(r.updates)
     contents = "[model,optimizer,extra]" if resumable or e.get("save_optimizer", False) else "[model]"
@@ -103,7 +113,7 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         f"data.max_response_length={int(r.max_response_tokens)}",
         "data.filter_overlong_prompts=True", "data.truncation=error", "data.shuffle=False",
         f"data.seed={int(cfg.data_seed)}",
-        *(f"{key}={seed}" for key in VERL_SEED_KEYS),
+        *verl_seeds(cfg),
         f"actor_rollout_ref.model.path={model_path}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={bool(e.get('gradient_checkpointing', True))}",
         # FSDP2 (fully_shard): the engine verl's CPU route runs too (FSDP1 builds cuda:N device strings)
@@ -132,6 +142,9 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
         f"{rollout}.log_prob_micro_batch_size_per_gpu={int(e.get('micro_batch_per_gpu', 1))}",
         f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={int(e.get('micro_batch_per_gpu', 1))}",
         "algorithm.rollout_correction.rollout_is=token",
+        # the correction needs the rollout's log-probs: True in verl's YAML but False in its RolloutConfig, and
+        # without them verl skips the correction silently
+        f"{rollout}.calculate_log_probs=True",
         f"algorithm.rollout_correction.rollout_is_threshold={float(e.get('rollout_is_threshold', 2.0))}",
         f"reward.custom_reward_function.path={reward_path}", "reward.custom_reward_function.name=compute_score",
         f"trainer.total_training_steps={int(r.updates)}", "trainer.total_epochs=1000",

@@ -24,6 +24,7 @@ from crossed_rlvr.conf.checks import RecipeError
 from crossed_rlvr.files import atomic_write_json, atomic_write_text
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.rewards.conventions import MARKER_PAIR
+from crossed_rlvr.train.recipe import chat_prompt
 from crossed_rlvr.train.translate import verl_overrides
 
 
@@ -35,12 +36,12 @@ def reward_entry_path() -> str:
 
 
 def verl_rows(rows: list[dict[str, Any]], data_source: str, per_request: bool = False) -> list[dict[str, Any]]:
-    """Rows in verl's layout; ``per_request`` (validation) names the request in ``data_source`` so that
-    verl's val-core metrics come per request."""
+    """Rows in verl's layout, each prompt the evaluation's chat messages (``recipe.chat_prompt``); ``per_request``
+    (validation) names the request in ``data_source`` so that verl's val-core metrics come per request."""
     return [
         {
             "data_source": f"{data_source}/{r['request']}" if per_request else data_source,
-            "prompt": [{"role": "user", "content": r["prompt"]}],
+            "prompt": chat_prompt(r),
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": str(r["reference"])},
             "extra_info": {"convention": r["convention"], "item_id": str(r["item_id"]), "index": int(r.get("row", k)),
@@ -94,7 +95,8 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
     """The task's dev items under every validation request and wording (crossed validation).
 
     Every row keeps the arm's convention (its score is the arm's training reward); the request is in
-    the prompt, which ``crossed-import verl`` reads back to file each response under its request."""
+    the prompt, which ``crossed-import verl`` reads back to file each response under its request. The prompt is
+    the evaluation's, system message included (``recipe.chat_prompt``)."""
     from omegaconf import OmegaConf
 
     from crossed_rlvr.prompts import user_content
@@ -110,10 +112,11 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
     if v.get("n_items"):  # the first n items of the split, as crossed-eval takes them (TRL's validation)
         items = items[: int(v.n_items)]
     cells = [(r, t) for r in v.get("requests", list(MARKER_PAIR)) for t in v.get("templates", ["original"])]
+    system = cfg.model.get("system")
     return [
         {"row": k * len(items) + j, "item_id": it["item_id"], "request": request, "template": template,
-         "prompt": user_content(it["question"], request, template), "reference": it["reference"],
-         "convention": cfg.convention.name}
+         "question": it["question"], "system": system, "prompt": user_content(it["question"], request, template),
+         "reference": it["reference"], "convention": cfg.convention.name}
         for k, (request, template) in enumerate(cells) for j, it in enumerate(items)
     ]
 
