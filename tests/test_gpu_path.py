@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.study.pipeline import ArmsNotTrained, Study
 from crossed_rlvr.study.plan import Policy
-from crossed_rlvr.train.translate import VERL_SEED_KEYS
+from crossed_rlvr.train.translate import ROLLOUT_SEED_KEY, VERL_SEED_KEYS
 from crossed_rlvr.train.verl_engine import SDPA, validate_verl
 from tests.gpu_fixtures import DEV, N_VAL, task_overrides
 from tests.helpers import arm_files, study_cfg
@@ -365,7 +365,8 @@ def test_arm_seed_reaches_every_seed_verl_has(paper_gsm8k):
 
     walk(composed)
     assert set(found) == {*VERL_SEED_KEYS, "data.seed"}  # the list verl 0.9.1 has; a new seed fails here
-    assert set(found.values()) == {85}
+    # the rollout's seed is spread over the arm's four vLLM engines (conf.checks.rollout_seed)
+    assert found.pop(ROLLOUT_SEED_KEY) == 85 * 4 and set(found.values()) == {85}
 
 
 def test_attention_falls_back_to_sdpa_without_flash_attn(paper_gsm8k, tmp_path):

