@@ -175,6 +175,12 @@ class ArmLayout:
         return self.advantages / f"step-{step}.pt"
 
     @property
+    def rollout_probe(self) -> Path:
+        """The vLLM rollout's log-probs of a fixed token sequence after each weight sync, one JSON line a sync
+        (``engine.dump_advantages`` on the CPU route: train/verl_vllm.py)."""
+        return self.root / "rollout_probe.jsonl"
+
+    @property
     def wandb_config(self) -> Path:
         """The arm's settings for its wandb run's config, added by our trainer inside verl (train/verl_weighted.py)."""
         return self.root / "wandb_config.json"

