@@ -136,19 +136,28 @@ def test_canary_verls_vllm_rollout_finds_vllms_cpu_build_and_takes_the_seeded_re
     assert out["extension"] == "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"
 
 
-def test_the_cpu_route_composes_verls_vllm_rollout_with_its_cpu_settings():
+def test_the_cpu_route_composes_verls_vllm_rollout_with_its_cpu_settings(tmp_path):
     """Every CPU-only setting of the vLLM rollout (train/verl_cpu.py) is a key verl's own config takes, and verl's
     RolloutConfig built from it holds it: no sleep mode, no freed cache, eager, float32, shared-memory buckets of
-    BUCKET_MB. A verl release that renames one fails here, not an hour into a run."""
+    the model's largest tensor. A verl release that renames one fails here, not an hour into a run."""
+    import torch
+    from safetensors.torch import save_file
     from verl.utils.config import omega_conf_to_dataclass
 
-    from crossed_rlvr.train.verl_cpu import BUCKET_MB, launch_overrides
+    from crossed_rlvr.train.verl_cpu import MIN_BUCKET_MB, bucket_mb, launch_overrides
     from crossed_rlvr.train.verl_engine import compose_verl
 
-    rollout = omega_conf_to_dataclass(compose_verl(launch_overrides(2)).actor_rollout_ref.rollout)
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    save_file({"embed": torch.zeros(5000, 5000, dtype=torch.bfloat16), "norm": torch.zeros(5000)},
+              str(wide / "model.safetensors"))
+    assert bucket_mb(str(wide)) == 97  # 5000 x 5000 in float32 (95.4 MiB, whatever it is stored in), rounded up
+    assert bucket_mb("Qwen/Qwen2.5-7B-Instruct") == MIN_BUCKET_MB  # a hub name: nothing read
+    rollout = omega_conf_to_dataclass(compose_verl(launch_overrides(2, str(wide))).actor_rollout_ref.rollout)
     assert rollout.name == "vllm" and rollout.tensor_model_parallel_size == 2
     assert (rollout.enable_sleep_mode, rollout.free_cache_engine, rollout.enforce_eager) == (False, False, True)
-    assert rollout.dtype == "float32" and rollout.checkpoint_engine.update_weights_bucket_megabytes == BUCKET_MB
+    assert rollout.dtype == "float32" and rollout.checkpoint_engine.update_weights_bucket_megabytes == bucket_mb(
+        str(wide))
     assert rollout.agent.num_workers == 1
 
 

@@ -25,9 +25,11 @@ import functools
 import importlib
 import importlib.metadata
 import inspect
+import math
 import os
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -68,10 +70,10 @@ OVERRIDES = [
 # otherwise. Sleep mode (freeing the KV cache and weights between rollouts) is a CUDA allocator feature that vLLM
 # refuses elsewhere (vllm/config/model.py), so the engine stays awake and keeps its cache; CUDA graphs do not exist
 # (eager); the engine computes in float32 as the actor does; weights cross from the actor in shared-memory buckets
-# (the platform reports no CUDA IPC), each tensor fitting one bucket: ``BUCKET_MB`` holds the largest tensor of any
-# model this route trains here. The KV cache's size comes from ``VLLM_CPU_KVCACHE_SPACE`` (GiB), set for the
-# rollout servers by ``PlatformCPU.rollout_env_vars``.
-BUCKET_MB = 64
+# (the platform reports no CUDA IPC), each tensor fitting one bucket (``bucket_mb``). The KV cache's size comes
+# from ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and the OpenMP threads' binding from ``VLLM_CPU_OMP_THREADS_BIND``, set
+# for the rollout servers by ``PlatformCPU.rollout_env_vars``.
+MIN_BUCKET_MB = 64
 KV_CACHE_GIB = 1
 VLLM_OVERRIDES = [
     "actor_rollout_ref.rollout.name=vllm",
@@ -79,18 +81,34 @@ VLLM_OVERRIDES = [
     "actor_rollout_ref.rollout.free_cache_engine=False",
     "actor_rollout_ref.rollout.enforce_eager=True",
     "actor_rollout_ref.rollout.dtype=float32",
-    f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={BUCKET_MB}",
 ]
 
 
-def launch_overrides(ranks: int) -> list[str]:
+def bucket_mb(model_path: str | None) -> int:
+    """Shared-memory bucket size for the weight sync: the largest tensor of the model folder in float32 (the actor's
+    precision here), at least ``MIN_BUCKET_MB``. verl sends a tensor larger than its bucket only by CUDA IPC
+    (``bucketed_weight_transfer.py`` asserts otherwise), so the bucket must hold the largest one, an embedding
+    table in most models (SmolLM2-135M's: 113 MB). A hub name or a folder without safetensors gets the minimum."""
+    from safetensors import safe_open
+
+    files = sorted(Path(model_path).glob("*.safetensors")) if model_path and Path(model_path).is_dir() else []
+    largest = 0
+    for file in files:
+        with safe_open(str(file), framework="pt") as fh:
+            for key in fh.keys():  # noqa: SIM118  (safetensors' handle is not iterable)
+                largest = max(largest, math.prod(fh.get_slice(key).get_shape()) * 4)
+    return max(MIN_BUCKET_MB, math.ceil(largest / 2**20) + 1)
+
+
+def launch_overrides(ranks: int, model_path: str | None = None) -> list[str]:
     """``OVERRIDES`` plus a local Ray with ``ranks`` logical GPUs (the workers get ``ENV`` from verl_launch), and
     one rollout replica over all of them (its tensor-parallel size is the ranks). Each completion is sampled with
     its own seed from (update, prompt, sample), counting a prompt's samples in its replica's server: verl's load
     balancer spreads one prompt's samples over the replicas as they are least loaded, so two replicas would
     repeat seeds and sample otherwise than one. With one server the samples are those of world size 1."""
     # no dashboard: nobody reads a CPU run's, and it starts ten Python processes of its own
-    return [*OVERRIDES, *VLLM_OVERRIDES, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
+    bucket = f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={bucket_mb(model_path)}"
+    return [*OVERRIDES, *VLLM_OVERRIDES, bucket, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={ranks}",
             "+ray_kwargs.ray_init.include_dashboard=False"]
 

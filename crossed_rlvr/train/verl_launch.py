@@ -396,7 +396,8 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     if cpu is not None:  # verl on this CPU (train/verl_cpu.py)
         from crossed_rlvr.train.verl_cpu import launch_overrides
 
-        overrides = [*overrides, *launch_overrides(cpu)]
+        given = dict(o.split("=", 1) for o in overrides if "=" in o and not o.startswith("+"))
+        overrides = [*overrides, *launch_overrides(cpu, given.get("actor_rollout_ref.model.path"))]
 
     if rehearse is not None:
         # N logical GPUs on a local Ray: verl places its workers as on a GPU node. No dashboard: nobody reads a
