@@ -3,7 +3,8 @@
 Both take prompts that are already chat-formatted token ids, one seed per prompt (base + item id,
 paper 001 App. C.1), temperature, top-p, a max-new-token budget and a context limit. A length
 check before generation refuses any prompt that would need input truncation; nothing is cut
-silently. Each generation records its finish reason (``stop`` or ``length``) and token counts.
+silently. Each generation records its finish reason (``stop`` or ``length``) and token counts. Both
+backends stop on one set of token ids (``stop_token_ids``) and never count the stop token.
 
 The transformers backend samples with its own loop instead of ``generate``: ``generate`` draws one
 random stream per batch, so a response would depend on its batch-mates. Here every row has its
@@ -56,15 +57,47 @@ class Backend(Protocol):
     ) -> list[Generation]: ...
 
 
-def stop_token_ids(tokenizer: Any, model: Any = None) -> set[int]:
-    ids = {tokenizer.eos_token_id}
-    im_end = tokenizer.get_vocab().get("<|im_end|>")
-    if im_end is not None:
-        ids.add(im_end)
-    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+# end-of-turn markers of common chat formats (ChatML/Qwen, Llama 3, Gemma, Phi-3): a chat policy ends its turn with
+# one, and a policy folder need not list it as an eos anywhere (a base model's tokenizer and config say endoftext)
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+
+
+class GenerationError(CrossedError, RuntimeError):
+    """An engine ended a request neither by a stop token nor by the length budget (a record allows only these)."""
+
+
+def stop_token_ids(tokenizer: Any, generation_config: Any = None) -> set[int]:
+    """The token ids that end a response, the same for every backend: the tokenizer's eos, the generation
+    config's eos (one id or a list), and the chat template's end-of-turn marker where the tokenizer has it."""
+    ids = {tokenizer.eos_token_id, *end_of_turn_ids(tokenizer)}
+    gen_eos = getattr(generation_config, "eos_token_id", None)
     if gen_eos is not None:
         ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-    return {i for i in ids if i is not None}
+    return {int(i) for i in ids if i is not None}
+
+
+def end_of_turn_ids(tokenizer: Any) -> list[int]:
+    """Ids of the END_OF_TURN markers the tokenizer has as tokens and its chat template writes (all of them that
+    it has when there is no template to read)."""
+    template = getattr(tokenizer, "chat_template", None)
+    text = " ".join(template.values()) if isinstance(template, dict) else template
+    vocab = tokenizer.get_vocab()
+    return [vocab[m] for m in END_OF_TURN if m in vocab and (not isinstance(text, str) or m in text)]
+
+
+def folder_generation_config(path: str) -> Any:
+    """A policy's generation config as transformers and vLLM read it: ``generation_config.json``, else the one
+    derived from ``config.json``, else None."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(path)
+    except OSError:  # no generation_config.json
+        pass
+    try:
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(path))
+    except (OSError, ValueError):  # no readable config.json either
+        return None
 
 
 class HFBackend:
@@ -72,7 +105,7 @@ class HFBackend:
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 16):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
-        self.stop_ids = stop_token_ids(tokenizer, model)
+        self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.stop_ids))
         )
@@ -184,20 +217,27 @@ class HFBackend:
 class VLLMBackend:
     """vLLM on a GPU: one SamplingParams per prompt carries the item seed; exact token ids are passed.
 
+    It stops on the token ids the transformers backend stops on (``stop_token_ids``), counts a response's tokens
+    without the stop token, and refuses a request that ended any other way than ``stop`` or ``length``.
+
     ``close`` shuts the engine down explicitly (the runner calls it before the next policy loads):
     leaving it to garbage collection keeps the first policy's weights and KV cache on the GPU."""
 
     def __init__(
         self, model_path: str, dtype: str = "bfloat16", context_limit: int = 4096, cpu_kvcache_gib: int = 1,
-        **engine_kwargs: Any
+        tokenizer: Any = None, **engine_kwargs: Any
     ):
         import os
 
         from crossed_rlvr.machine import cpu_build
+        from crossed_rlvr.policies.loading import load_tokenizer
 
         if cpu_build():  # vLLM's CPU build: its KV cache size, and the engine in this process (no spawn)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kvcache_gib)))
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # vLLM adds the tokenizer's and the generation config's eos itself, never a chat end-of-turn marker
+        tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_path)
+        self.stop_ids = stop_token_ids(tokenizer, folder_generation_config(model_path))
         from vllm import LLM  # imported only when this backend is chosen
 
         self.llm = LLM(model=model_path, dtype=dtype, max_model_len=context_limit, seed=0, **engine_kwargs)
@@ -213,19 +253,26 @@ class VLLMBackend:
                 top_p=params.top_p if params.temperature > 0 else 1.0,
                 max_tokens=params.max_new_tokens,
                 seed=int(s),
+                stop_token_ids=sorted(self.stop_ids),
             )
             for s in seeds
         ]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], sampling)
-        result = []
-        for ids, o in zip(prompt_ids, outs):
-            c = o.outputs[0]
-            result.append(
-                Generation(
-                    c.text, "length" if c.finish_reason == "length" else "stop", len(ids), len(c.token_ids)
-                )
+        return [self._generation(k, s, ids, o.outputs[0]) for k, (s, ids, o) in enumerate(zip(seeds, prompt_ids, outs))]
+
+    def _generation(self, k: int, seed: int, prompt: list[int], out: Any) -> Generation:
+        """One record's generation from vLLM's ``CompletionOutput``; its ``token_ids`` end with the stop token, which
+        the transformers backend never counts."""
+        reason = str(out.finish_reason)
+        if reason not in ("stop", "length"):  # abort, error, repetition: not a response the policy finished
+            raise GenerationError(
+                f"prompt {k} of the batch (item seed {seed}): vLLM ended the request with finish reason {reason!r}, "
+                "not stop or length; nothing is recorded for it (re-run to generate it)"
             )
-        return result
+        tokens = list(out.token_ids)
+        if reason == "stop" and tokens and tokens[-1] in self.stop_ids:
+            tokens = tokens[:-1]
+        return Generation(out.text, reason, len(prompt), len(tokens))
 
     def close(self) -> None:
         import contextlib
@@ -275,12 +322,13 @@ def load_backend(path: str, gen: Any) -> tuple[Any, Any]:
     if gen.backend == "vllm":
         from crossed_rlvr.policies.loading import load_tokenizer
 
-        backend = VLLMBackend(path, dtype=dtype, context_limit=int(gen.context_limit),
+        tokenizer = load_tokenizer(path)
+        backend = VLLMBackend(path, dtype=dtype, context_limit=int(gen.context_limit), tokenizer=tokenizer,
                               cpu_kvcache_gib=int(gen.get("cpu_kvcache_gib", 1)),
                               gpu_memory_utilization=gen.get("gpu_memory_utilization", 0.9),
                               tensor_parallel_size=gen.get("tensor_parallel_size", 1),
                               enforce_eager=bool(gen.get("enforce_eager", False)))
-        return backend, load_tokenizer(path)
+        return backend, tokenizer
     from crossed_rlvr.policies.loading import load_policy
 
     model, tokenizer = load_policy(path, dtype=dtype)
