@@ -1,5 +1,6 @@
 """The memory and disk plan of a verl arm: the 7B preset fits 4 x 80 GB, is refused on one 141 GB
-card with foreach AdamW and fits it with the fused step; a tiny model always fits."""
+card with foreach AdamW and fits it with the fused step; a tiny model always fits; host memory counts verl's
+processes beside the offloaded state."""
 
 from __future__ import annotations
 
@@ -125,18 +126,68 @@ def test_an_unverified_merge_removes_nothing(merged_tiny, tmp_path, capsys):
     assert len(list(actor.glob("optim_*"))) == 2
 
 
+def processes_gib(p) -> float:
+    """GiB of the plan's process lines (``<kind>: <count> x <MiB> MiB``)."""
+    return sum(v for k, v in p.host.items() if k.endswith(" MiB"))
+
+
 def test_host_memory_and_disk_of_the_7b_preset_are_planned():
     """Parameter and optimizer offload: 12 B per parameter pinned on the node, plus 4 B whole for the model load
-    on rank 0 or a checkpoint save (~92 GB + ~30 GB); a save holds two resumable checkpoints (~183 GB)."""
+    on rank 0 or a checkpoint save (~92 GB + ~30 GB), plus verl's processes; a save holds two resumable checkpoints
+    (~183 GB)."""
     p = check(preset())
     n = p.params
-    assert p.host_peak == pytest.approx(16 * n / GIB) and 113 < p.host_peak < 114
+    assert p.host_peak == pytest.approx(16 * n / GIB + processes_gib(p)) and 132 < p.host_peak < 134
     assert p.disk_peak == pytest.approx(2 * 12 * n / 1e9) and 182 < p.disk_peak < 184
     assert "host memory (per node)" in p.table() and "at the fullest" in p.table()
     two_nodes = check(preset("engine.nnodes=2", "engine.n_gpus_per_node=2"))
-    assert two_nodes.host_peak == pytest.approx((6 + 4) * n / GIB)  # the offloaded shards split over the nodes
+    # the offloaded shards split over the nodes
+    assert two_nodes.host_peak == pytest.approx((6 + 4) * n / GIB + processes_gib(two_nodes))
     kept = check(preset("engine.optimizer_offload=false"))
-    assert kept.host_peak == pytest.approx(8 * n / GIB)
+    assert kept.host_peak == pytest.approx(8 * n / GIB + processes_gib(kept))
+
+
+def test_one_h200_plans_each_kind_of_verl_process_in_host_memory():
+    """On the one-H200 node every process verl starts beside its GPU worker is a line: its count as verl runs the
+    arm times its measured resident memory (train/memory.py WORKER_MIB); the node's total is the real one."""
+    from crossed_rlvr.train.memory import WORKER_MIB
+
+    p = check(preset(*H200_NODE, "engine.fused_optimizer=true", "recipe.save_every=0"))
+    counts = {k.split(": ")[0]: int(k.split(": ")[1].split(" x ")[0]) for k in p.host if k.endswith(" MiB")}
+    assert counts == {"agent-loop workers": 8, "reward-loop workers": 8, "data-loader workers": 16,
+                      "TransferQueue storage units": 2, "TransferQueue controller": 1, "task runner": 1,
+                      "GPU workers' own imports": 1, "vLLM front ends": 1, "vLLM EngineCores": 1, "vLLM workers": 1,
+                      "Ray's daemons": 1, "shared libraries (once)": 1}
+    workers = sum(counts[k] * WORKER_MIB[k] for k in counts) * 2**20 / GIB
+    assert workers == pytest.approx(13.7, abs=0.05)
+    assert p.host_peak == pytest.approx(16 * p.params / GIB + workers) and 127.1 < p.host_peak < 127.3
+    table = p.table()
+    assert "    agent-loop workers: 8 x 473 MiB" in table and "    data-loader workers: 16 x 200 MiB" in table
+    assert "127.2 GiB fits the declared 128 GiB" in table
+    with pytest.raises(PlanError, match=r"verl's worker processes need 127.2 GiB on a node"):
+        check(preset(*H200_NODE, "engine.fused_optimizer=true", "recipe.save_every=0", "engine.host_memory_gib=126"))
+
+
+def test_the_planned_worker_counts_are_those_verls_composed_config_runs():
+    """The counts the plan assumes are read back from verl's own config composed with the arm's overrides: verl's
+    defaults on the GPU route, the CPU route's own (train/verl_cpu.py), the storage units the arm asks for."""
+    from crossed_rlvr.train import verl_cpu
+    from crossed_rlvr.train.memory import CPU_WORKERS, VERL_WORKERS, plan
+    from crossed_rlvr.train.translate import verl_overrides
+    from crossed_rlvr.train.verl_engine import compose_verl
+
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        cfg = compose(config_name="crossed_train", overrides=["tracking=off", "engine=verl", "recipe=paper",
+                                                                "model=qwen2.5-7b-instruct", *H200_NODE])
+    arm = verl_overrides(cfg, "t.parquet", "v.parquet", "r.py", "out")
+    for overrides, expected in ((arm, VERL_WORKERS), ([*arm, *verl_cpu.OVERRIDES], CPU_WORKERS)):
+        composed = compose_verl(overrides)
+        assert {"agent": composed.actor_rollout_ref.rollout.agent.num_workers, "reward": composed.reward.num_workers,
+                "dataloader": composed.data.dataloader_num_workers} == expected
+    units = compose_verl(arm).transfer_queue.backend.SimpleStorage.num_data_storage_units
+    assert f"TransferQueue storage units: {units} x 272 MiB" in plan(cfg).host
+    cpu = plan(preset(*H200_NODE, "engine.device=cpu")).host
+    assert "agent-loop workers: 1 x 473 MiB" in cpu and not any(k.startswith("data-loader") for k in cpu)
 
 
 def test_a_node_short_of_memory_or_disk_is_named_with_the_fix():
@@ -145,8 +196,9 @@ def test_a_node_short_of_memory_or_disk_is_named_with_the_fix():
     planned = {"host_peak_gib": 113.5, "disk_peak_gb": 182.8}
     assert node_problem(planned, 200.0, 500.0, 0.0, "/scratch") is None
     said = node_problem(planned, 100.0, 500.0, 0.0, "/scratch")
-    assert said.startswith("host memory: the offloaded state and the model load (or a checkpoint save) need 113.5 GiB "
-                           "on a node, and this node has 100.0 GiB available") and "engine.optimizer_offload=false" in said
+    assert said.startswith("host memory: the offloaded state, the model load (or a checkpoint save) and verl's worker "
+                           "processes need 113.5 GiB on a node, and this node has 100.0 GiB available")
+    assert "engine.optimizer_offload=false" in said
     said = node_problem(planned, 200.0, 120.0, 0.0, "/scratch")
     assert said.startswith("disk: the checkpoints need 182.8 GB more at their fullest (two at a save) and /scratch's "
                            "file system has 120.0 GB free") and "recipe.save_every=0" in said
@@ -185,7 +237,7 @@ def test_a_declared_node_is_planned_for_the_cheapest_fix_first():
     table = p.table()
     assert "  node: 1 x GPU of 139.8 GiB, 128 GiB host memory, 64 GB free disk" in table
     assert "fits the declared 128 GiB (checked again at launch)" in table and p.disk_peak < 64
-    with pytest.raises(PlanError, match=r"need 113.5 GiB on a node, and the declared node has 100.0 GiB "
+    with pytest.raises(PlanError, match=r"need 127.2 GiB on a node, and the declared node has 100.0 GiB "
                                         r"\(engine.host_memory_gib\)"):
         check(preset(*H200_NODE, "engine.fused_optimizer=true", "recipe.save_every=0", "engine.host_memory_gib=100"))
     assert "host memory not declared, free disk not declared" in check(preset()).table()
@@ -213,3 +265,37 @@ def test_the_launch_plans_again_on_the_gpus_it_reads_from_a_device_table():
     problem, _ = replan_problem(preset("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8"), [("NVIDIA H200", 139.8)])
     assert "fix: engine.fused_optimizer=true" in problem
     assert replan_problem(cfg, []) == (None, "no GPU read on this node: the plan is the prepared one")
+
+
+def test_the_gpu_smokes_report_reads_the_gpu_without_a_cuda_context(monkeypatch, tmp_path):
+    """The smoke's driver lives for the whole run: its GPU line comes from the device properties (train/memory.py
+    gpu_table) and nvidia-smi, never from a call that creates a CUDA context on the card the workers need."""
+    import types
+
+    import torch
+
+    from crossed_rlvr.study import smoke
+
+    def creates_a_context(name: str):
+        def call(*args, **kwargs):
+            raise AssertionError(f"torch.cuda.{name} asks for a CUDA context")
+        return call  # one function a name: torch's compiler keeps a rule per function object
+
+    for name in ("mem_get_info", "init", "_lazy_init", "set_device", "current_device", "synchronize",
+                 "memory_reserved", "memory_allocated", "empty_cache", "get_device_name"):
+        monkeypatch.setattr(torch.cuda, name, creates_a_context(name))
+    props = types.SimpleNamespace(name="NVIDIA H200", total_memory=int(139.8 * GIB))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    # the GPU extra's modules, stood in for: verl's import would build torch's compiler rules from the patched calls
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.24.0"))
+    monkeypatch.setitem(sys.modules, "verl", types.SimpleNamespace())
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\n[ "$3 $4" = "-i GPU-abc" ] && echo 120832\n')  # MiB free of the visible GPU
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc,GPU-def")
+    assert smoke.gpu_report() == f"NVIDIA H200, 140 GiB (118 free), torch {torch.__version__}, vllm 0.24.0"
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert smoke.gpu_report().startswith("NVIDIA H200, 140 GiB (? free), torch ")

@@ -176,9 +176,31 @@ def rehearsed(summary: dict[str, Any]) -> str:
             f"verl on Ray up to {', '.join(sorted(reached))} (slowest {seconds:.0f} s)")
 
 
+def free_gib(device: str | None = None) -> float | None:
+    """Free memory of one GPU from nvidia-smi, which asks the driver without a CUDA context (None: no answer).
+    ``device``: torch's device 0, the first of ``CUDA_VISIBLE_DEVICES`` (an index or a UUID, as nvidia-smi takes)."""
+    import os
+    import shutil
+    import subprocess
+
+    device = device or (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", device],
+                             capture_output=True, text=True, timeout=20, check=False)
+        return float(out.stdout.split()[0]) / 1024 if out.returncode == 0 else None  # MiB
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
 def gpu_report() -> str:
+    """The GPU the smoke runs on, read without a CUDA context (train/memory.py: gpu_table, and nvidia-smi): this
+    driver lives for the whole run, and a context would hold ~0.3-0.5 GiB of the card the training workers need."""
     import torch
 
+    from crossed_rlvr.train.memory import gpu_table
     from crossed_rlvr.train.verl_launch import gpu_problem
 
     if not torch.cuda.is_available():
@@ -186,9 +208,10 @@ def gpu_report() -> str:
     import verl  # noqa: F401  (the gpu extra)
     import vllm
 
-    free, total = torch.cuda.mem_get_info()
-    return (f"{torch.cuda.get_device_name(0)}, {total / 2**30:.0f} GiB ({free / 2**30:.0f} free), torch "
-            f"{torch.__version__}, vllm {vllm.__version__}")
+    name, total = gpu_table()[0]
+    free = free_gib()
+    return (f"{name}, {total:.0f} GiB ({'?' if free is None else f'{free:.0f}'} free), torch {torch.__version__}, "
+            f"vllm {vllm.__version__}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,12 @@ Read against verl 0.9.1 and torch 2.11 (the GPU lock's versions):
   between updates (4 B per parameter over the node's ranks), ``optimizer_offload`` its AdamW state (8 B);
   on top comes the largest transient, 4 B per parameter whole: rank 0 loads the Hugging Face model in fp32
   before sharding it, and a checkpoint save gathers the full fp32 state dict for the merged config. 92 GB
-  offloaded plus 30 GB for a 7B model, checked against ``/proc/meminfo`` when the launch starts.
+  offloaded plus 30 GB for a 7B model. Then every process verl starts beside the GPU workers, each importing torch
+  (``WORKER_MIB``, measured): its agent-loop, reward-loop and data-loader workers (8 of each unless the arm's
+  overrides say otherwise; the data loaders' twice while validation runs beside training's iterator), the
+  TransferQueue controller and storage units, the task runner, each GPU worker's own imports, vLLM's front end
+  and EngineCore per replica and its worker per GPU, and Ray's daemons. Checked against ``/proc/meminfo`` when
+  the launch starts.
 - **Disk.** A resumable checkpoint (``recipe.save_every`` > 0, or ``engine.save_optimizer``) holds fp32
   weights and AdamW state, 12 B per parameter; a model-only one 4 B. verl keeps the previous checkpoint
   until the new one is complete (``max_actor_ckpt_to_keep=1``), so a save needs twice that; the merged
@@ -37,6 +42,7 @@ available host memory and free disk.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,30 @@ from crossed_rlvr.errors import CrossedError
 
 GIB = 2**30
 OVERHEAD_GIB = 2.0
+
+# Resident memory of one process of each kind verl 0.9.1 starts beside its GPU workers, in MiB: the pages it holds
+# alone (USS: Private_Clean + Private_Dirty of /proc/<pid>/smaps_rollup), measured by scripts/measure_worker_memory.py
+# with each kind started as verl starts it on a local Ray (the tiny model; torch 2.13 CPU, Ray 2.60, TransferQueue
+# 0.1.11; vLLM's three processes from vLLM's CPU build 0.28.0 with a 16 MiB KV cache). RSS beside each, for scale:
+# agent-loop worker 473 (RSS 697), reward-loop worker 397 (613), data-loader worker 200 after a full garbage
+# collection in it (forked from the task runner, RSS 556 mostly shared with it), TransferQueue storage unit and
+# controller 272 (442), task runner 469 (689), a GPU worker's imports 449 (667), vLLM's front end 500 (739),
+# EngineCore 483 (725) and worker 531 (773), Ray's daemons with the dashboard 396 together (1431). The libraries
+# they share count once per node: 242, the largest RSS - USS. On a GPU node each process maps CUDA's libraries too
+# and the GPU worker and vLLM's hold a CUDA context: these figures are floors.
+WORKER_MIB: dict[str, float] = {
+    "agent-loop workers": 473, "reward-loop workers": 397, "data-loader workers": 200,
+    "TransferQueue storage units": 272, "TransferQueue controller": 272, "task runner": 469,
+    "GPU workers' own imports": 449, "vLLM front ends": 500, "vLLM EngineCores": 483, "vLLM workers": 531,
+    "Ray's daemons": 396, "shared libraries (once)": 242,
+}
+# verl 0.9.1's worker counts (trainer/config: rollout/rollout.yaml agent.num_workers, reward/reward.yaml
+# num_workers, data/legacy_data.yaml dataloader_num_workers), which train/translate.py leaves as they are, and the
+# CPU route's (train/verl_cpu.py OVERRIDES); tests/test_memory_plan.py reads both back from verl's composed config.
+VERL_WORKERS = {"agent": 8, "reward": 8, "dataloader": 8}
+CPU_WORKERS = {"agent": 1, "reward": 1, "dataloader": 0}
+
+
 class PlanError(CrossedError, ValueError):
     """The arm does not fit its GPUs (raised with the plan's arithmetic and the fixes)."""
 
@@ -229,6 +259,7 @@ def plan(cfg: Any, shape: Shape | None = None) -> Plan:
     if bool(e.get("optimizer_offload", True)):
         p.host["offloaded AdamW state (8 B, the node's shards)"] = 8 * n / nodes / GIB
     p.host["model load on rank 0, or a checkpoint save (fp32, 4 B)"] = 4 * n / GIB
+    p.host.update(host_processes(e))
     resumable = int(r.get("save_every") or 0) > 0 or bool(e.get("save_optimizer", False))
     one = p.checkpoint_gb = (12 if resumable else 4) * n / 1e9
     p.disk[f"checkpoint ({'weights + AdamW, 12 B' if resumable else 'weights, 4 B'} per parameter)"] = one
@@ -237,6 +268,33 @@ def plan(cfg: Any, shape: Shape | None = None) -> Plan:
     kept = 4 * n / 1e9 if resumable and not bool(r.get("keep_optimizer", False)) else one
     p.disk["kept after the merge" + (" (optimizer removed)" if kept < one else "")] = kept + 4 * n / 1e9
     return p
+
+
+def process_counts(e: Any) -> dict[str, int]:
+    """Processes of each kind on the busiest node (the head: the task runner and its data loaders are there) as
+    verl runs the arm: agent-loop and reward-loop workers are placed round-robin over the nodes, the storage units
+    too; the data loaders' workers twice while validation's run beside training's iterator (verl keeps that one);
+    a vLLM replica of ``engine.rollout_tp`` GPUs (all of them on the CPU route) has a front end and an EngineCore,
+    and a worker per GPU."""
+    from crossed_rlvr.train.translate import storage_units
+
+    nodes, per_node = max(1, int(e.get("nnodes") or 1)), int(e.get("n_gpus_per_node") or 1)
+    cpu = str(e.get("device", "cuda")) == "cpu"
+    workers = CPU_WORKERS if cpu else VERL_WORKERS
+    tp = per_node if cpu else int(e.get("rollout_tp") or 1)
+    replicas = max(1, per_node // tp)
+    return {"agent-loop workers": math.ceil(workers["agent"] / nodes),
+            "reward-loop workers": math.ceil(workers["reward"] / nodes), "data-loader workers": 2 * workers["dataloader"],
+            "TransferQueue storage units": math.ceil(storage_units(e) / nodes), "TransferQueue controller": 1,
+            "task runner": 1, "GPU workers' own imports": per_node, "vLLM front ends": replicas,
+            "vLLM EngineCores": replicas, "vLLM workers": per_node,
+            "Ray's daemons": 1, "shared libraries (once)": 1}
+
+
+def host_processes(e: Any) -> dict[str, float]:
+    """GiB of host memory of verl's processes, a line per kind: its count times its measured ``WORKER_MIB``."""
+    return {f"{kind}: {count} x {WORKER_MIB[kind]:g} MiB": count * WORKER_MIB[kind] * 2**20 / GIB
+            for kind, count in process_counts(e).items() if count > 0}
 
 
 def fixes(p: Plan, cfg: Any) -> list[str]:
@@ -293,9 +351,9 @@ def node_problem(planned: dict[str, Any], available_gib: float, free_gb: float, 
     if host > available_gib:
         has = (f"the declared node has {available_gib:.1f} GiB (engine.host_memory_gib)" if declared else
                f"this node has {available_gib:.1f} GiB available (/proc/meminfo MemAvailable)")
-        return (f"host memory: the offloaded state and the model load (or a checkpoint save) need {host:.1f} GiB on "
-                f"a node, and {has}; fix: engine.optimizer_offload=false if the GPUs hold the AdamW state "
-                "(memory_plan.txt), or a node with more memory")
+        return (f"host memory: the offloaded state, the model load (or a checkpoint save) and verl's worker "
+                f"processes need {host:.1f} GiB on a node, and {has}; fix: engine.optimizer_offload=false if the GPUs "
+                "hold the AdamW state (memory_plan.txt), or a node with more memory")
     need = float(planned.get("disk_peak_gb") or 0.0) - already_gb
     if need > free_gb:
         has = (f"the declared node has {free_gb:.1f} GB free (engine.disk_free_gb)" if declared else
