@@ -352,7 +352,10 @@ def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_wei
     assert [r["step"] for r in rows if "critic/rewards/mean" in r] == STEPS
     assert len(list((folder / "verl_metrics").glob("launch-*.jsonl"))) == 2  # the first launch's lines kept
     # the fp32 weights as each run saved them (the merge rounds to bf16): world size 2's two shards of each
-    # parameter (FSDP2 splits dim 0) joined, against world size 1's one (measured: at most 4.4e-7 apart)
+    # parameter (FSDP2 splits dim 0) joined, against world size 1's one. vLLM's rollout at tensor-parallel size 2
+    # sums its log-probs in another order than at 1 (~1e-6 apart, verl's rollout_probs_diff_max), which reach the
+    # update through the importance ratio, and AdamW's step scales a near-zero gradient's difference up: measured,
+    # one of 16,384 values of a layer 2.5e-6 apart, the rest within 1e-6 (4.4e-7 with a rollout in one process)
     actor = f"checkpoints/global_step_{UPDATES}/actor"
     halves = [torch.load(folder / actor / f"model_world_size_2_rank_{r}.pt", weights_only=False) for r in (0, 1)]
     want = torch.load(world_size_1 / actor / "model_world_size_1_rank_0.pt", weights_only=False)
@@ -360,7 +363,7 @@ def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_wei
     for key in want:
         got = torch.cat([h[key].to_local() for h in halves])
         assert got.dtype == torch.float32
-        torch.testing.assert_close(got, want[key].to_local(), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got, want[key].to_local(), rtol=1e-5, atol=1e-5)
     sampled = ("critic/rewards/mean", "response_length/mean")
     uninterrupted = {r["step"]: r for r in read_metrics(world_size_1) if "critic/rewards/mean" in r}
     assert sorted(uninterrupted) == STEPS
