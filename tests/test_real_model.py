@@ -150,3 +150,47 @@ def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path
     again = code_eval({"initial": str(run / "models" / "initial")}, out, **args)
     pd.testing.assert_frame_equal(table, again)
     assert all(json.loads((out / "stages" / f"{s}.json").read_text()) == stamps[s] for s in stamps)
+
+
+def test_crossed_audit_reports_the_crossed_interaction_of_checkpoints_given_by_folder(real, tmp_path):
+    """``crossed-audit``, as a user with their own checkpoints runs it: SmolLM2-135M-Instruct's converted folder as
+    the base and the study's two arms saved as plain Hugging Face folders outside any study layout, as the hash and
+    boxed policies. The report gives I_P with its paired-bootstrap interval; run again, nothing is generated."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from crossed_rlvr.policies.smollm import smollm2_135m_dir
+    from crossed_rlvr.study.code_eval import study_policies
+
+    run, _ = real
+    trained = study_policies(run)
+    folders = {}
+    for conv in ("hash", "boxed"):
+        folders[conv] = tmp_path / f"my-{conv}-checkpoint"
+        shutil.copytree(trained[f"grpo-{conv}/s83"], folders[conv])
+    out = tmp_path / "audit"
+    cmd = [str(Path(sys.executable).parent / "crossed-audit"), f"initial={smollm2_135m_dir()}",
+           f"hash={folders['hash']}", f"boxed={folders['boxed']}", "task=arith", "task.n_items=4",
+           "evaluation.templates=[original]", "eval.max_new_tokens=64", "analysis.resamples=200", f"run_dir={out}"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stdout.strip() == str(out / "analysis" / "report.md")
+    con = pd.read_csv(out / "analysis" / "contrasts.csv")
+    i_p = con[(con.name == "interaction") & (con.measure == "payload")]
+    assert list(i_p.policy) == ["given/s0"] and list(i_p.request) == ["hashxboxed"], i_p
+    assert i_p[["estimate", "ci_low", "ci_high"]].notna().all().all()
+    assert (i_p.ci_low <= i_p.estimate).all() and (i_p.estimate <= i_p.ci_high).all()
+    report = (out / "analysis" / "report.md").read_text()
+    assert "| given/s0 | hashxboxed |" in report or "hashxboxed · given" in report
+    responses = sorted((out / "eval" / "responses").glob("*.jsonl"))
+    assert [f.name for f in responses] == [
+        "given-boxed_s0__boxed__original.jsonl", "given-boxed_s0__hash__original.jsonl",
+        "given-hash_s0__boxed__original.jsonl", "given-hash_s0__hash__original.jsonl",
+        "initial__boxed__original.jsonl", "initial__hash__original.jsonl"]
+    before = {f: f.stat().st_mtime_ns for f in responses}
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "eval: reused" in second.stderr and "crossed-eval" not in second.stderr.replace("eval: reused", "")
+    assert {f: f.stat().st_mtime_ns for f in responses} == before

@@ -17,6 +17,7 @@ ABOUT = {
     "crossed-eval": "every policy x request x wording x item -> one response file per cell",
     "crossed-sft": "warm start of a tiny initial policy, or content-matched SFT marker arms",
     "crossed-study": "the whole crossed design: initial policy -> arms -> crossed evaluation -> scores -> report",
+    "crossed-audit": "your own checkpoints, crossed: each given by its training convention -> crossed report",
 }
 EXAMPLES = {
     "crossed-train": ["crossed-train convention=boxed seed=84",
@@ -29,6 +30,10 @@ EXAMPLES = {
                       "crossed-study experiment=smoke run_dir=/tmp/s",
                       "crossed-study -m 'arms.seeds=[83],[84]' experiment=smoke run_dir=runs/seeds",
                       "crossed-study experiment=qwen2.5-7b-gsm8k-crossed stages=prepare"],
+    "crossed-audit": ["crossed-audit initial=BASE hash=HASH_CKPT boxed=BOXED_CKPT task=gsm8k eval=vllm "
+                      "run_dir=runs/audit",
+                      "crossed-audit initial=BASE boxed=[SEED0_CKPT,SEED1_CKPT] task=math500   # one per seed",
+                      "   (hash, boxed, json, xml, answer_only: folders or hub names; initial: the base)"],
 }
 
 

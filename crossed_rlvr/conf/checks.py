@@ -342,12 +342,65 @@ def check_study(cfg: Any) -> None:
     # each arm's crossed-train config is checked where the study plans its arms (study/plan.py), once
 
 
+def check_audit(cfg: Any) -> None:
+    """``crossed-audit``: the base and at least one convention's policies, under known requests."""
+    from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
+
+    common(cfg)
+    if _code(cfg):  # the audit reads answers in the conventions below; a code task's policies write programs
+        raise ConfigError(f"task={cfg.task.name}: crossed-audit reads answers; a code task's policies are audited "
+                          "by python -m crossed_rlvr.study.code_eval --policy NAME=PATH")
+    needs_gpu(cfg, "crossed-audit generates with it")
+    check_distribute(cfg)
+    _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates", REQUESTS, TEMPLATES)
+    audit_checkpoints(cfg)
+
+
+def audit_checkpoints(cfg: Any) -> tuple[str, dict[str, list[str]]]:
+    """``crossed-audit``'s policies: (the base, each convention's checkpoints in seed order), each a local folder
+    made absolute or a hub name (``org/name``) as given. The base and one trained policy at least."""
+    from crossed_rlvr.rewards.conventions import CONVENTIONS
+
+    if not cfg.get("initial"):
+        raise ConfigError("initial=PATH is required: the base the trained policies are compared with")
+    base = _model_location(str(cfg.initial), "initial")
+    given = {conv: [_model_location(p, f"{conv}[{k}]") for k, p in enumerate(_checkpoints(cfg.get(conv), conv))]
+             for conv in CONVENTIONS}
+    if not any(given.values()):
+        raise ConfigError(f"name at least one trained policy by its convention: {'=PATH, '.join(CONVENTIONS)}=PATH")
+    return base, {conv: paths for conv, paths in given.items() if paths}
+
+
+def _checkpoints(value: Any, key: str) -> list[str]:
+    """A convention key's checkpoints: one path or hub name, or a list of them."""
+    from omegaconf import OmegaConf
+
+    if value is None:
+        return []
+    items = list(value) if OmegaConf.is_list(value) or isinstance(value, list | tuple) else [value]
+    if not items or not all(isinstance(x, str) and x.strip() for x in items):
+        raise ConfigError(f"{key}={value}: give a model folder or hub name, or a list of them ({key}=[P1,P2])")
+    return [str(x) for x in items]
+
+
+def _model_location(path: str, key: str) -> str:
+    """A local folder as an absolute path; a hub name (``org/name``, not a local path) as given."""
+    from pathlib import Path
+
+    local = Path(path).expanduser()
+    if local.is_dir():
+        return str(local.resolve())
+    if local.is_absolute() or path.startswith(".") or path.count("/") != 1:
+        raise ConfigError(f"{key}={path}: no such model folder (nor a hub name of the form org/name)")
+    return path
+
+
 CHECKS = {"crossed-train": check_train, "crossed-eval": check_eval, "crossed-sft": check_sft,
-          "crossed-study": check_study}
+          "crossed-study": check_study, "crossed-audit": check_audit}
 
 
 COMMAND_SCHEMA = {"crossed-train": "crossed_train", "crossed-eval": "crossed_eval", "crossed-sft": "crossed_sft",
-                  "crossed-study": "crossed_study"}
+                  "crossed-study": "crossed_study", "crossed-audit": "crossed_audit"}
 
 
 def check_command(command: str, cfg: Any) -> None:

@@ -84,7 +84,9 @@ class TaskConf:
 @dataclass
 class EvalConf:
     backend: str = "hf"            # hf | vllm
-    dtype: str = "float32"         # float32 | bfloat16 | float16 | auto (bfloat16 where computed natively)
+    # null: bfloat16 on a GPU, float32 on the CPU; float32 | bfloat16 | float16 | auto (bfloat16 where computed natively)
+    dtype: str | None = None
+    device: str = "auto"           # the transformers backend's: auto (a GPU torch sees, else the CPU) | cpu | cuda
     batch_size: int = num(16, 1, 65_536)
     temperature: float = field(default=0.6, metadata={"range": DECODING["temperature"]})
     top_p: float = field(default=0.95, metadata={"range": DECODING["top_p"]})
@@ -419,8 +421,29 @@ class StudyConf:
     distribute: DistributeConf = field(default_factory=DistributeConf)  # the eval stage's workers
 
 
+@dataclass
+class AuditConf:
+    """``crossed-audit``: policies given by their training convention, evaluated crossed (study/audit.py). Each
+    convention key takes one model folder or hub name, or a list of them (one per seed); ``initial`` the base."""
+
+    model: ModelConf = MISSING
+    task: TaskConf = MISSING
+    eval: EvalConf = MISSING
+    tracking: TrackingConf = MISSING
+    run_dir: str = "runs/audit"
+    initial: str | None = None
+    hash: Any = None               # a path or hub name, or a list of them (str | list[str]: OmegaConf has no unions)
+    boxed: Any = None
+    json: Any = None
+    xml: Any = None
+    answer_only: Any = None
+    evaluation: EvaluationConf = field(default_factory=EvaluationConf)
+    analysis: AnalysisConf = field(default_factory=AnalysisConf)
+    distribute: DistributeConf = field(default_factory=DistributeConf)
+
+
 SCHEMAS = {"crossed_train": TrainConf, "crossed_eval": EvalCommandConf, "crossed_sft": SFTCommandConf,
-           "crossed_study": StudyConf}
+           "crossed_study": StudyConf, "crossed_audit": AuditConf}
 
 
 def register() -> None:
