@@ -77,6 +77,29 @@ def test_verl_entry_refuses_row_without_convention():
         compute_score("gsm8k", "#### 18", "18", {})
 
 
+def test_verl_entry_takes_the_convention_from_reward_kwargs():
+    """verl passes ``reward.custom_reward_function.reward_kwargs`` as keyword arguments: rows written elsewhere
+    (verl's own GSM8K preprocessing) name no convention, so it is given there once."""
+    stock = {"split": "train", "index": 0, "answer": "9 + 9 = 18\n#### 18", "question": "q"}
+    assert compute_score("openai/gsm8k", "#### 18", "18", stock, convention="hash")["score"] == 1.0
+    assert compute_score("openai/gsm8k", "#### 18", "18", stock, convention="boxed")["score"] == 0.0
+    assert compute_score("d", "#### 18", "18", {"convention": "hash"}, convention="hash")["score"] == 1.0
+    with pytest.raises(ValueError, match=r"'boxed' but reward_kwargs\.convention='hash'"):  # never silently one of them
+        compute_score("d", "#### 18", "18", {"convention": "boxed"}, convention="hash")
+
+
+def test_verl_entry_refuses_unknown_conventions_and_keywords():
+    with pytest.raises(ValueError, match=r"unknown convention 'latex' \(reward_kwargs"):
+        compute_score("d", "#### 18", "18", {}, convention="latex")
+    with pytest.raises(ValueError, match=r"unknown convention 'latex' \(extra_info"):
+        compute_score("d", "#### 18", "18", {"convention": "latex"})
+    with pytest.raises(TypeError, match="convetion"):  # a misspelt reward_kwargs key is not dropped
+        compute_score("d", "#### 18", "18", {}, convetion="hash")
+    # the keywords verl's reward managers add themselves are accepted
+    assert compute_score("d", "#### 18", "18", {}, convention="hash", reward_router_address=None,
+                         reward_model_tokenizer=None)["score"] == 1.0
+
+
 def test_trl_reward_fixed_convention_and_messages():
     fn = make_trl_reward("boxed")
     assert fn.__name__ == "boxed_reward"

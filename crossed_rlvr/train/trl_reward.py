@@ -7,7 +7,7 @@ The programs are the shared ones in :mod:`crossed_rlvr.rewards.programs`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from crossed_rlvr.rewards.programs import get_program, reward
@@ -21,26 +21,32 @@ def completion_text(completion: Any) -> str:
     return "".join(m.get("content", "") for m in completion if m.get("role", "assistant") == "assistant")
 
 
-def make_trl_reward(convention: str | None = None) -> Callable[..., list[float]]:
-    """A TRL reward function for one convention, or one that reads the ``convention`` column."""
+def column(columns: Mapping[str, Any], name: str, why: str) -> Sequence[Any]:
+    """A dataset column TRL handed to the reward, or an error naming it and the columns that did arrive."""
+    values = columns.get(name)
+    if values is None:
+        present = ", ".join(sorted(k for k in columns if k not in ("prompts", "completions", "completion_ids")))
+        raise ValueError(f"TRL reward needs a {name!r} column in the training dataset ({why}); "
+                         f"the dataset's columns: {present or 'none'}")
+    return values
+
+
+def make_trl_reward(convention: str | None = None, reference_column: str = "reference") -> Callable[..., list[float]]:
+    """A TRL reward function for one convention, or one that reads the ``convention`` column (paper 001 App. D.1).
+
+    ``reference_column`` names the dataset column holding each row's final answer (``reference`` in the
+    project's own datasets; e.g. ``answer`` in a user's): the programs compare it as an exact string."""
     if convention is not None:
         get_program(convention)  # fail at construction on an unknown convention
 
-    def reward_fn(
-        prompts: Sequence[Any] | None = None,
-        completions: Sequence[Any] = (),
-        reference: Sequence[str] | None = None,
-        **kwargs: Any,
-    ) -> list[float]:
-        if reference is None:
-            raise ValueError("TRL reward needs a 'reference' column in the training dataset")
-        conventions = [convention] * len(completions) if convention else kwargs.get("convention")
-        if conventions is None:
-            raise ValueError("TRL reward needs a 'convention' column or a convention fixed at construction")
+    def reward_fn(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any) -> list[float]:
+        reference = [str(r) for r in column(kwargs, reference_column, "each row's final answer")]
+        conventions = ([convention] * len(completions) if convention
+                       else column(kwargs, "convention", "or a convention fixed at construction"))
         texts = [completion_text(y) for y in completions]
         if convention is not None and hasattr(program := get_program(convention), "score_many"):
-            return program.score_many(texts, [str(r) for r in reference])  # symbolic: compared side by side
-        return [reward(c, y, str(r)) for c, y, r in zip(conventions, texts, reference, strict=True)]
+            return program.score_many(texts, reference)  # symbolic: compared side by side
+        return [reward(c, y, r) for c, y, r in zip(conventions, texts, reference, strict=True)]
 
     reward_fn.__name__ = f"{convention or 'convention'}_reward"
     return reward_fn

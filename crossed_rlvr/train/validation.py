@@ -8,19 +8,28 @@ per-item seeds. So the responses at a step are, by construction, those of ``cros
 checkpoint of that step, written as ordinary response records of the policy ``<arm>@step<K>`` that
 ``crossed-score`` and ``crossed-analyze`` read like any other cell. Each step is scored in a separate
 process while training goes on and logged (``crossed_rlvr.train.validation_scores``).
+
+:class:`CrossedValidationCallback` is the standalone form for a user's own TRL script: plain arguments (held-out
+items, requests, tokenizer), greedy responses in memory, and per request the payload rate and strict accuracy
+logged through the trainer's own ``log`` (so to wandb, the console and ``state.log_history``).
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+from transformers import TrainerCallback
 
+from crossed_rlvr.eval.score.payload import detect
+from crossed_rlvr.eval.score.readers import STRICT, get_reader
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.names import checkpoint_name
+from crossed_rlvr.prompts import messages, user_content
 
 
 def validation_config(cfg: Any, step: int, checkpoint: Path) -> Any:
@@ -125,3 +134,125 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
             self.seconds += time.perf_counter() - start
 
     return CrossedValidation()
+
+
+# Log keys: Trainer integrations file ``eval_*`` under ``eval/`` (wandb: eval/crossed/<request>/payload).
+METRIC_PREFIX = "eval_crossed"
+
+
+def metric_name(request: str, measure: str) -> str:
+    return f"{METRIC_PREFIX}/{request}/{measure}"
+
+
+def item_pairs(items: Iterable[Sequence[str] | Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(question, reference) pairs from pairs or from mappings with ``question`` and ``reference`` keys."""
+    pairs = [(str(it["question"]), str(it["reference"])) if isinstance(it, Mapping) else (str(it[0]), str(it[1]))
+             for it in items]
+    if not pairs:
+        raise ValueError("crossed validation needs at least one held-out (question, reference) item")
+    return pairs
+
+
+def crossed_metrics(responses: Mapping[str, Sequence[str]], references: Sequence[str]) -> dict[str, float]:
+    """Per request r: the share of responses carrying r's payload (detector, paper 001 App. B.2) and the accuracy
+    of r's frozen strict reader (App. C.1), over the same items."""
+    out: dict[str, float] = {}
+    for request, texts in responses.items():
+        read = get_reader(STRICT[request])
+        out[metric_name(request, "payload")] = sum(detect(t).present(request) for t in texts) / len(texts)
+        out[metric_name(request, "strict")] = sum(
+            read(t, ref, request).correct for t, ref in zip(texts, references, strict=True)) / len(texts)
+    return out
+
+
+class CrossedValidationCallback(TrainerCallback):
+    """Crossed validation for any TRL ``GRPOTrainer`` (paper 001 §2.1-2.2 measured during training, as App. D.1's
+    arms are): before the first update, every ``every_n_steps`` updates and after the last, the policy answers each
+    held-out item under each request, greedy, and the trainer logs ``eval_crossed/<request>/payload`` and
+    ``eval_crossed/<request>/strict``. Prompts are the evaluation's: the question, then the request's suffix in
+    ``template``, in the tokenizer's chat template (with ``system`` when given, as in the training prompts).
+
+    ``attach(trainer)`` adds it to the trainer: its metrics go through ``trainer.log``, which a callback reaches
+    only through the trainer (in ``on_log`` the reporting callbacks, wandb's among them, have already run)."""
+
+    def __init__(self, items: Iterable[Sequence[str] | Mapping[str, Any]], requests: Sequence[str], tokenizer: Any,
+                 max_new_tokens: int = 256, every_n_steps: int = 50, *, template: str = "original",
+                 system: str | None = None, batch_size: int = 16) -> None:
+        if unknown := [r for r in requests if r not in STRICT]:
+            raise ValueError(f"unknown request(s) {unknown}; expected some of {', '.join(STRICT)}")
+        if every_n_steps < 1 or max_new_tokens < 1 or batch_size < 1:
+            raise ValueError("every_n_steps, max_new_tokens and batch_size must be at least 1")
+        self.items, self.requests, self.tokenizer = item_pairs(items), list(requests), tokenizer
+        self.max_new_tokens, self.every, self.batch_size = max_new_tokens, every_n_steps, batch_size
+        self.template, self.system = template, system
+        self.trainer: Any = None
+        self.history: list[dict[str, float]] = []  # one entry per validation: "step" and the logged metrics
+        self.done: set[int] = set()
+
+    def attach(self, trainer: Any) -> CrossedValidationCallback:
+        """Add this callback to ``trainer`` and log through it; returns the callback."""
+        self.trainer = trainer
+        trainer.add_callback(self)
+        return self
+
+    def prompt_ids(self, question: str, request: str) -> list[int]:
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            msgs = messages(question, request, self.template, self.system)
+            text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        else:  # a base model's tokenizer: the user turn as plain text
+            text = user_content(question, request, self.template)
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, model: Any, prompts: list[list[int]]) -> list[str]:
+        """Greedy responses, ``batch_size`` prompts at a time, left-padded."""
+        import torch
+        from transformers import GenerationConfig
+
+        tok = self.tokenizer
+        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        config = GenerationConfig(do_sample=False, max_new_tokens=self.max_new_tokens, pad_token_id=pad,
+                                  eos_token_id=model.generation_config.eos_token_id or tok.eos_token_id)
+        device, out = next(model.parameters()).device, []
+        for start in range(0, len(prompts), self.batch_size):
+            batch = prompts[start:start + self.batch_size]
+            width = max(len(p) for p in batch)
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch], device=device)
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
+            with torch.no_grad():
+                new = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)[:, width:]
+            out += tok.batch_decode(new, skip_special_tokens=True)
+        return out
+
+    def validate(self, model: Any) -> dict[str, float]:
+        """The crossed metrics of ``model`` now; the model's mode and the global generators are restored after."""
+        was_training, state = model.training, rng_state()
+        model.eval()
+        try:
+            responses = {r: self.generate(model, [self.prompt_ids(q, r) for q, _ in self.items])
+                         for r in self.requests}
+        finally:  # validating never changes what is trained
+            model.train(was_training)
+            restore_rng(state)
+        return crossed_metrics(responses, [ref for _, ref in self.items])
+
+    def run(self, model: Any, step: int, control: Any) -> None:
+        if step in self.done:
+            return
+        if self.trainer is None:
+            raise RuntimeError("CrossedValidationCallback logs through trainer.log: add it with "
+                               "callback.attach(trainer) rather than GRPOTrainer(callbacks=[...])")
+        self.done.add(step)
+        metrics = self.validate(model)
+        self.history.append({"step": step, **metrics})
+        should_log = control.should_log
+        self.trainer.log(dict(metrics))
+        # trainer.log clears should_log: the step's own record (loss, grad norm, learning rate) is still due
+        control.should_log = should_log
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.run(model, state.global_step, control)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every == 0 or state.global_step == state.max_steps:
+            self.run(model, state.global_step, control)

@@ -1,8 +1,10 @@
 """verl custom reward entry (``reward.custom_reward_function.path/name`` in verl 0.9.x).
 
-verl calls ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)``. The
-convention travels with each data row in ``extra_info["convention"]`` so one entry serves every
-arm; the program itself is the shared one in :mod:`crossed_rlvr.rewards.programs`.
+verl calls ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)`` and adds the keys of
+``reward.custom_reward_function.reward_kwargs`` as keyword arguments. The convention travels with each data
+row in ``extra_info["convention"]`` so one entry serves every arm; a parquet written elsewhere (verl's own
+GSM8K preprocessing, whose ``extra_info`` holds only split/index/answer/question) names it once, in
+``reward_kwargs.convention``. The program itself is the shared one in :mod:`crossed_rlvr.rewards.programs`.
 
 A code arm's rows (``extra_info["convention"]`` a code delimiter, ``extra_info["code_dataset"]`` the task
 file) are scored by running the program in the sandbox (:mod:`crossed_rlvr.train.code_reward`).
@@ -21,9 +23,45 @@ the import, never inside verl's reward loop.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from crossed_rlvr.rewards.programs import reward
+from crossed_rlvr.rewards.conventions import CONVENTIONS
+from crossed_rlvr.rewards.programs import REWARD_PROGRAMS, reward
+from crossed_rlvr.rewards.symbolic import SYMBOLIC_PROGRAMS
+
+# Keyword arguments verl 0.9.1's reward managers add on their own (with a reward model's router): accepted and
+# unused. Any other keyword came from reward_kwargs, and one we do not know is refused rather than ignored.
+VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+
+
+@cache
+def known_conventions() -> tuple[str, ...]:
+    """Every name a row or reward_kwargs may give: the answer conventions, their programs and the code delimiters."""
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
+
+    return tuple(sorted({*CONVENTIONS, *REWARD_PROGRAMS, *SYMBOLIC_PROGRAMS, *CODE_CONVENTIONS}))
+
+
+def row_convention(data_source: str | None, info: dict[str, Any], convention: str | None) -> str:
+    """The row's ``extra_info['convention']``, else ``reward_kwargs.convention``; refused when neither names
+    one, when they disagree, or when it is no convention (so a typo never trains on a silent zero reward)."""
+    own = info.get("convention")
+    if own and convention and str(own) != str(convention):
+        raise ValueError(f"verl reward row from data_source={data_source!r} says extra_info['convention']={own!r} "
+                         f"but reward_kwargs.convention={convention!r}: drop one of them")
+    chosen = own or convention
+    if not chosen:
+        raise ValueError(
+            f"verl reward row from data_source={data_source!r} has no extra_info['convention'] and no convention "
+            "was given: set reward.custom_reward_function.reward_kwargs.convention (e.g. hash) for a parquet "
+            "written elsewhere, or write the training parquet with crossed-rlvr so every row names its convention"
+        )
+    if str(chosen) not in known_conventions():
+        where = "extra_info['convention']" if own else "reward_kwargs.convention"
+        raise ValueError(f"unknown convention {chosen!r} ({where}, data_source={data_source!r}); "
+                         f"expected one of {', '.join(known_conventions())}")
+    return str(chosen)
 
 
 def compute_score(
@@ -31,24 +69,25 @@ def compute_score(
     solution_str: str,
     ground_truth: str,
     extra_info: dict[str, Any] | None = None,
-    **_: Any,
+    convention: str | None = None,
+    **kwargs: Any,
 ) -> dict[str, float | str]:
-    """Training reward of one rollout; the convention comes from the data row (paper 001 App. D.1)."""
-    convention = (extra_info or {}).get("convention")
-    if not convention:
-        raise ValueError(
-            f"verl reward row from data_source={data_source!r} has no extra_info['convention']; "
-            "write the training parquet with crossed-rlvr so every row names its convention"
-        )
+    """Training reward of one rollout under the row's convention, else ``reward_kwargs.convention``
+    (paper 001 App. D.1)."""
+    if unknown := sorted(set(kwargs) - VERL_KWARGS):
+        raise TypeError(f"compute_score got unknown keyword argument(s) {unknown} (from "
+                        "reward.custom_reward_function.reward_kwargs?); it takes only 'convention'")
+    info = dict(extra_info or {})
+    info["convention"] = conv = row_convention(data_source, info, convention)
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 
-    if convention in CODE_CONVENTIONS:
-        return code_score(data_source, solution_str, str(ground_truth), extra_info or {})
-    score = reward(str(convention), solution_str, str(ground_truth))
-    out = {"score": score, "acc": score, "is_weight": float((extra_info or {}).get("is_weight", 1.0))}
-    request = (extra_info or {}).get("request")
+    if conv in CODE_CONVENTIONS:
+        return {**code_score(data_source, solution_str, str(ground_truth), info)}
+    score = reward(conv, solution_str, str(ground_truth))
+    out: dict[str, float | str] = {"score": score, "acc": score, "is_weight": float(info.get("is_weight", 1.0))}
+    request = info.get("request")
     if not request:  # a training row: its item and stratum travel to the trainer (per-update stratum shares)
-        out.update({k: str(extra_info[k]) for k in ("item_id", "stratum") if (extra_info or {}).get(k) is not None})
+        out.update({k: str(info[k]) for k in ("item_id", "stratum") if info.get(k) is not None})
     else:
         from crossed_rlvr.eval.score.payload import detect
         from crossed_rlvr.eval.score.readers import STRICT, get_reader
