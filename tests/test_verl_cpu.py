@@ -156,9 +156,21 @@ def test_the_cpu_route_composes_verls_vllm_rollout_with_its_cpu_settings(tmp_pat
     rollout = omega_conf_to_dataclass(compose_verl(launch_overrides(2, str(wide))).actor_rollout_ref.rollout)
     assert rollout.name == "vllm" and rollout.tensor_model_parallel_size == 2
     assert (rollout.enable_sleep_mode, rollout.free_cache_engine, rollout.enforce_eager) == (False, False, True)
+    assert rollout.enable_chunked_prefill is False
     assert rollout.dtype == "float32" and rollout.checkpoint_engine.update_weights_bucket_megabytes == bucket_mb(
         str(wide))
     assert rollout.agent.num_workers == 1
+
+
+def test_canary_vllm_rewinds_a_seeded_generator_after_a_split_prompt():
+    """vLLM rewinds a seeded request's generator by its Philox offset after a prompt split over engine steps (chunked
+    prefill), which a CPU generator lacks: the CPU route turns chunked prefill off. When vLLM changes the rewind,
+    this fails: re-read it and decide whether chunked prefill can come back."""
+    from vllm.v1.worker import gpu_model_runner
+
+    from crossed_rlvr.train.verl_cpu import REWOUND_SEED
+
+    assert REWOUND_SEED in inspect.getsource(gpu_model_runner.GPUModelRunner._bookkeeping_sync)
 
 
 def test_the_rollout_servers_get_vllms_cpu_settings_from_the_platform():

@@ -70,7 +70,10 @@ OVERRIDES = [
 # otherwise. Sleep mode (freeing the KV cache and weights between rollouts) is a CUDA allocator feature that vLLM
 # refuses elsewhere (vllm/config/model.py), so the engine stays awake and keeps its cache; CUDA graphs do not exist
 # (eager); the engine computes in float32 as the actor does; weights cross from the actor in shared-memory buckets
-# (the platform reports no CUDA IPC), each tensor fitting one bucket (``bucket_mb``). The KV cache's size comes
+# (the platform reports no CUDA IPC), each tensor fitting one bucket (``bucket_mb``). No chunked prefill: after a
+# prompt split across engine steps vLLM rewinds the request's seeded generator by its Philox offset
+# (``_bookkeeping_sync`` in vllm/v1/worker/gpu_model_runner.py), which a CPU generator does not have ("CPU Generator
+# does not use offset"), and every completion here carries a seed (train/verl_vllm.py). The KV cache's size comes
 # from ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and the OpenMP threads' binding from ``VLLM_CPU_OMP_THREADS_BIND``, set
 # for the rollout servers by ``PlatformCPU.rollout_env_vars``.
 MIN_BUCKET_MB = 64
@@ -81,7 +84,10 @@ VLLM_OVERRIDES = [
     "actor_rollout_ref.rollout.free_cache_engine=False",
     "actor_rollout_ref.rollout.enforce_eager=True",
     "actor_rollout_ref.rollout.dtype=float32",
+    "actor_rollout_ref.rollout.enable_chunked_prefill=False",
 ]
+# the vLLM line that needs chunked prefill off beside per-request seeds on a CPU (a canary test reads it)
+REWOUND_SEED = "gen.set_offset(gen.get_offset() - 4)"
 
 
 def bucket_mb(model_path: str | None) -> int:
