@@ -1,6 +1,7 @@
 """Importers: lm-eval --log_samples and verl validation dumps -> response records -> scores."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -128,6 +129,74 @@ def test_lm_eval_0_4_0_json_array_and_folder_errors(tmp_path):
     with pytest.raises(ResponseFileError, match="no lm-eval samples files"):
         import_lm_eval(empty, policy="initial", request="hash", task="gsm8k")
     assert main(["lm-eval", str(empty), "-o", str(tmp_path / "o.jsonl"), "--policy", "initial"]) == 2
+
+
+def run_shipped_tasks(model: Path, out: Path, data: dict[str, Path]) -> dict:
+    """lm-eval (PyPI's, its Python API and ``hf`` model, as ``lm_eval --apply_chat_template --log_samples`` runs)
+    on every shipped task, pointed at local documents; samples land in ``out/<dataset>/``, one folder per dataset."""
+    from lm_eval import simple_evaluate
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.tasks import TaskManager
+
+    from crossed_rlvr.lm_eval_tasks import localize, parse_task_name
+
+    names = localize(out / "tasks", data)
+    tracker = EvaluationTracker(output_path=str(out / "lm_eval"))
+    results = simple_evaluate(model="hf", model_args=f"pretrained={model},dtype=float32", tasks=names,
+                              batch_size=24, device="cpu", limit=2, log_samples=True, evaluation_tracker=tracker,
+                              apply_chat_template=True, gen_kwargs="max_gen_toks=8",  # the tiny model's budget
+                              task_manager=TaskManager(include_path=str(out / "tasks"), include_defaults=False))
+    samples = results.pop("samples")
+    tracker.save_results_aggregated(results=results, samples=samples)  # also dates the samples files: first
+    for name in names:
+        tracker.save_results_samples(task_name=name, samples=samples[name])
+    for file in (out / "lm_eval").rglob("samples_*.jsonl"):
+        dataset = parse_task_name(file.stem.removeprefix("samples_").rsplit("_", 1)[0])[0]
+        (out / dataset).mkdir(exist_ok=True)
+        file.rename(out / dataset / file.name)
+    return results
+
+
+def test_real_lm_eval_run_of_the_shipped_tasks_is_imported_crossed(tiny, tmp_path):
+    """The shipped tasks of both datasets, requests and wordings, run by lm-eval on a tiny local model over
+    generated arithmetic items (the local tasks include the shipped YAMLs and change only where documents come
+    from, so their prompts, decoding and filters are what runs): each prompt is byte for byte the one crossed-eval
+    renders, and crossed-import reads each dataset's folder as one crossed set whose cells carry the request and
+    wording their task names say."""
+    from transformers import AutoTokenizer
+
+    from crossed_rlvr.eval.ingest.lm_eval import task_of_file
+    from crossed_rlvr.lm_eval_tasks import TEMPLATES, hub_row, parse_task_name, task_config
+    from crossed_rlvr.prompts import messages, render
+    from crossed_rlvr.tasks.arith import generate
+
+    items = generate({2: 2}, seed=7)
+    data = {}
+    for dataset in ("gsm8k", "math500"):
+        data[dataset] = tmp_path / f"{dataset}.jsonl"
+        data[dataset].write_text("".join(json.dumps(hub_row(it, dataset)) + "\n" for it in items))
+    results = run_shipped_tasks(tiny, tmp_path, data)
+    tok = AutoTokenizer.from_pretrained(tiny)
+    for dataset in ("gsm8k", "math500"):
+        out = tmp_path / f"{dataset}.responses.jsonl"
+        assert main(["lm-eval", str(tmp_path / dataset), "-o", str(out), "--policy", "initial", "--task", dataset]) == 0
+        records = read_responses([out]).records
+        cells = {(r["request"], r["template"]) for r in records}
+        assert cells == {(q, t) for q in ("hash", "boxed") for t in TEMPLATES}
+        assert len(records) == len(cells) * len(items) and {r["task"] for r in records} == {dataset}
+        for r in records:
+            item = items[int(r["item_id"])]
+            task = task_of_file(Path(r["source"].rsplit(":", 1)[0]))
+            assert parse_task_name(task) == (dataset, r["request"], r["template"])
+            assert r["prompt_sha256"] == render(tok, messages(item["question"], r["request"], r["template"]))[2]
+            assert r["reference"] == item["reference"]
+        for file in (tmp_path / dataset).glob("samples_*.jsonl"):
+            task = task_of_file(file)
+            lines = [json.loads(x) for x in file.read_text().splitlines()]
+            assert {x["filter"] for x in lines} == {"hash", "boxed"}  # the shipped filters ran
+            shipped = task_config(*parse_task_name(task))["generation_kwargs"]
+            assert all(x["arguments"]["gen_args_0"]["arg_1"] == {**shipped, "max_gen_toks": 8} for x in lines)
+            assert {"exact_match,hash", "exact_match,boxed"} <= set(results["results"][task])
 
 
 def verl_dir(tmp_path):
