@@ -24,10 +24,11 @@ def test_help_shows_the_one_command_example():
 
 @pytest.mark.parametrize(("args", "said"), [
     ((), "initial=PATH is required"),
-    (("initial=MODEL",), "name at least one trained policy by its convention: hash=PATH, boxed=PATH"),
     (("initial=MODEL", "boxed=/no/such/folder"), "boxed[0]=/no/such/folder: no such model folder"),
     (("initial=MODEL", "hash=[MODEL,/gone]"), "hash[1]=/gone: no such model folder"),
-    (("initial=MODEL", "hash=MODEL", "task=humaneval_plus"), "task=humaneval_plus: crossed-audit reads answers"),
+    (("initial=MODEL", "hash=MODEL", "task=humaneval_plus"),
+     "hash=" + "MODEL: task=humaneval_plus takes policies trained to fence, begin_done"),
+    (("initial=MODEL", "fence=MODEL"), "fence=MODEL: task=arith_tiny takes policies trained to hash, boxed"),
 ])
 def test_a_command_line_it_cannot_run_is_refused_in_one_line(tmp_path, args, said):
     model = tmp_path / "model"
@@ -35,5 +36,6 @@ def test_a_command_line_it_cannot_run_is_refused_in_one_line(tmp_path, args, sai
     proc = audit(tmp_path, *(a.replace("MODEL", str(model)) for a in args))
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
+    said = said.replace("MODEL", str(model))
     assert lines[-1].startswith("crossed-audit: ") and said in lines[-1], proc.stderr[-2000:]
     assert not (tmp_path / "run" / "eval").exists()  # refused before any work

@@ -194,3 +194,29 @@ def test_crossed_audit_reports_the_crossed_interaction_of_checkpoints_given_by_f
     assert second.returncode == 0, second.stderr[-3000:]
     assert "eval: reused" in second.stderr and "crossed-eval" not in second.stderr.replace("eval: reused", "")
     assert {f: f.stat().st_mtime_ns for f in responses} == before
+
+
+def test_crossed_audit_is_the_front_door_for_a_code_task_too(real, tmp_path):
+    """The same command with a code task: the policies are given by the code conventions (``fence``,
+    ``begin_done``), write programs under both code requests, and the code study's own steps run them in the
+    sandbox and analyse them (pass@k, γ) into the same folder shape."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from crossed_rlvr.study.code_eval import study_policies
+
+    run, _ = real
+    base = study_policies(run)["initial"]
+    out = tmp_path / "audit-code"
+    cmd = [str(Path(sys.executable).parent / "crossed-audit"), f"initial={base}", f"fence={base}",
+           "task=humaneval_plus", "evaluation.n_items=2", "eval.max_new_tokens=48", "analysis.resamples=100",
+           f"run_dir={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(f.name for f in (out / "eval" / "responses").glob("*.jsonl")) == [
+        "given-fence_s0__begin_done__original.jsonl", "given-fence_s0__fence__original.jsonl",
+        "initial__begin_done__original.jsonl", "initial__fence__original.jsonl"]
+    cells = pd.read_csv(out / "analysis" / "cells.csv")
+    assert sorted(set(cells["request"])) == ["begin_done", "fence"] and "strict.pass@1" in cells
+    assert "## Gaps, gains and coverage" in (out / "analysis" / "report.md").read_text()

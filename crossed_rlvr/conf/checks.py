@@ -347,27 +347,31 @@ def check_audit(cfg: Any) -> None:
     from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
     common(cfg)
-    if _code(cfg):  # the audit reads answers in the conventions below; a code task's policies write programs
-        raise ConfigError(f"task={cfg.task.name}: crossed-audit reads answers; a code task's policies are audited "
-                          "by python -m crossed_rlvr.study.code_eval --policy NAME=PATH")
     needs_gpu(cfg, "crossed-audit generates with it")
     check_distribute(cfg)
-    _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates", REQUESTS, TEMPLATES)
+    if not _code(cfg):  # a code task is asked under its own requests (study/audit.py)
+        _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates", REQUESTS, TEMPLATES)
     audit_checkpoints(cfg)
 
 
 def audit_checkpoints(cfg: Any) -> tuple[str, dict[str, list[str]]]:
     """``crossed-audit``'s policies: (the base, each convention's checkpoints in seed order), each a local folder
-    made absolute or a hub name (``org/name``) as given. The base and one trained policy at least."""
+    made absolute or a hub name (``org/name``) as given. The base alone is a valid audit (its own cells and
+    formatting gap); trained policies are given by the task's conventions: an answer task's (hash, boxed, ...) or
+    a code task's (fence, begin_done)."""
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
     from crossed_rlvr.rewards.conventions import CONVENTIONS
 
+    conventions, others = (CODE_CONVENTIONS, CONVENTIONS) if _code(cfg) else (CONVENTIONS, CODE_CONVENTIONS)
+    wrong = [conv for conv in others if cfg.get(conv) is not None]
+    if wrong:
+        raise ConfigError(f"{wrong[0]}={cfg.get(wrong[0])}: task={cfg.task.name} takes policies trained to "
+                          f"{', '.join(conventions)}")
     if not cfg.get("initial"):
         raise ConfigError("initial=PATH is required: the base the trained policies are compared with")
     base = _model_location(str(cfg.initial), "initial")
     given = {conv: [_model_location(p, f"{conv}[{k}]") for k, p in enumerate(_checkpoints(cfg.get(conv), conv))]
-             for conv in CONVENTIONS}
-    if not any(given.values()):
-        raise ConfigError(f"name at least one trained policy by its convention: {'=PATH, '.join(CONVENTIONS)}=PATH")
+             for conv in conventions}
     return base, {conv: paths for conv, paths in given.items() if paths}
 
 

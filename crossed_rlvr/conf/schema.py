@@ -437,6 +437,8 @@ class AuditConf:
     json: Any = None
     xml: Any = None
     answer_only: Any = None
+    fence: Any = None              # a code task's conventions (paper 001 App. D.3): programs in ```python blocks
+    begin_done: Any = None         # ... or between [BEGIN] and [DONE]
     evaluation: EvaluationConf = field(default_factory=EvaluationConf)
     analysis: AnalysisConf = field(default_factory=AnalysisConf)
     distribute: DistributeConf = field(default_factory=DistributeConf)

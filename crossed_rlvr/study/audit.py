@@ -4,7 +4,9 @@
     crossed-audit initial=BASE boxed=[SEED0_CKPT,SEED1_CKPT] task=math500
 
 Each policy is named by the convention its training rewarded (``hash``, ``boxed``, ``json``, ``xml``,
-``answer_only``; a list is one checkpoint per seed, seeds 0, 1, ... in its order) and ``initial`` is the base.
+``answer_only``; on a code task ``fence`` and ``begin_done``; a list is one checkpoint per seed, seeds 0, 1, ... in
+its order) and ``initial`` is the base. A code task's policies write programs, run in the sandbox and analysed by
+pass@k and γ (App. D.3: the code study's own steps).
 The study's last three stages run on them as they run on a study's arms: every policy under every request and
 wording (``eval/responses``), every response read by the fixed reader panel (``eval/scores.parquet``), then the
 cells, contrasts with paired-bootstrap intervals and the report (``analysis/``): the crossed interactions where both
@@ -24,11 +26,12 @@ from crossed_rlvr.conf.checks import audit_checkpoints
 from crossed_rlvr.conf.schema import AuditConf, StudyConf
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.names import policy_name
-from crossed_rlvr.study import answer_steps  # noqa: F401  (registers the answer tasks' steps)
+from crossed_rlvr.study import answer_steps, code_steps  # noqa: F401  (each registers its task kind's steps)
 from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import ArmPlan, Policy
 from crossed_rlvr.study.stamps import StageCache
 from crossed_rlvr.study.steps import steps_for
+from crossed_rlvr.task_sources import is_code
 
 STAGES = ("eval", "score", "analyze")
 METHOD = "given"  # the policies' method in their names (``given-boxed/s0``): trained elsewhere, by any method
@@ -52,6 +55,10 @@ def study_config(cfg: AuditConf) -> StudyConf:
     study.model.source = "local" if Path(study.model.path).is_dir() else "hub"
     study.initial.build = "given"
     study.arms.kind = "none"
+    if is_code(study.task):  # programs under the code requests, in the original wording (App. D.3)
+        from crossed_rlvr.rewards.code import CODE_CONVENTIONS
+
+        study.evaluation.requests, study.evaluation.templates = list(CODE_CONVENTIONS), ["original"]
     return study  # a DictConfig typed by the StudyConf schema
 
 
