@@ -69,19 +69,75 @@ def help_text(command: str, config_name: str) -> str:
     return "\n".join(lines)
 
 
-def job_run_dir(cfg: Any) -> None:
+def job_run_dir(cfg: Any) -> bool:
     """Under ``-m``, point ``run_dir`` at the job's own directory (sweep dir / job overrides), so the
-    jobs of a sweep never share (and refuse or overwrite) one run directory."""
+    jobs of a sweep never share (and refuse or overwrite) one run directory. True under ``-m``."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
     if hc.mode == RunMode.MULTIRUN:
         cfg.run_dir = hc.runtime.output_dir
+        return True
+    return False
 
 
-def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Callable[[], None]:
-    """``main()`` of a Hydra command: help, composition against the schema, checks, then ``run(cfg)``."""
+# a command's own checks beside conf/checks.py's, that need its layer (crossed-eval: the GPU eval.device names)
+COMMAND_CHECKS: dict[str, Callable[[Any], None]] = {}
+
+
+def refuse_or_pass(command: str, cfg: Any) -> None:
+    """Every check of the command's composed config; a refusal is one line on stderr and exit 2."""
+    from crossed_rlvr.conf.checks import check_command
+    from crossed_rlvr.errors import BAD_INPUT, CrossedError
+
+    try:
+        check_command(command, cfg)
+        if command in COMMAND_CHECKS:
+            COMMAND_CHECKS[command](cfg)
+    except CrossedError as err:
+        print(f"{command}: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(BAD_INPUT) from None
+
+
+class ChecksFirst:
+    """Hydra callback that checks a single run's config before Hydra's job makes its run directory and writes the
+    config copies (``hydra/``) and the job's log there: a refused config leaves no files behind. (Under ``-m``
+    each job checks its own config in its directory.) Every hook Hydra calls is defined: it warns on a missing one."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        import copy
+
+        from omegaconf import open_dict, read_write
+
+        task = copy.deepcopy(config)
+        with read_write(task), open_dict(task):
+            del task["hydra"]  # the job's config, as Hydra hands it to the job
+        refuse_or_pass(self.command, task)
+
+    def on_run_end(self, config: Any, **kwargs: Any) -> None: ...
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None: ...
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None: ...
+    def on_job_start(self, config: Any, **kwargs: Any) -> None: ...
+    def on_job_end(self, config: Any, **kwargs: Any) -> None: ...
+
+
+def with_checks_first(argv: list[str], command: str) -> list[str]:
+    """The command line plus the override that installs ``ChecksFirst`` (Hydra reads callbacks from its config only,
+    and the command's override list is the one way in that leaves the config files alone)."""
+    key = "+hydra.callbacks.crossed_checks_first"
+    return [*argv, f"{key}._target_={__name__}.ChecksFirst", f"{key}.command={command}"]
+
+
+def hydra_app(command: str, config_name: str, run: Callable[[Any], None],
+              check: Callable[[Any], None] | None = None) -> Callable[[], None]:
+    """``main()`` of a Hydra command: help, composition against the schema, checks, then ``run(cfg)``. ``check``:
+    the command's own check of its composed config, run with conf/checks.py's before any file is written."""
+    if check is not None:
+        COMMAND_CHECKS[command] = check
 
     def main() -> None:
         if any(a in ("--help", "-h") for a in sys.argv[1:]):
@@ -89,7 +145,7 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
             return
         import hydra
 
-        from crossed_rlvr.conf.checks import ConfigError, check_command
+        from crossed_rlvr.conf.checks import ConfigError
         from crossed_rlvr.conf.ranges import check_overrides
 
         try:  # the command line's numbers, before Hydra's own conversion can stop on them
@@ -103,12 +159,8 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
         @hydra.main(version_base="1.3", config_path=".", config_name=config_name)
         def _main(cfg: Any) -> None:
             started.append(True)
-            job_run_dir(cfg)
-            try:
-                check_command(command, cfg)
-            except ConfigError as err:
-                print(f"{command}: {err}", file=sys.stderr)
-                raise SystemExit(2) from None
+            if job_run_dir(cfg):  # a single run was checked by ChecksFirst, before Hydra wrote anything
+                refuse_or_pass(command, cfg)
             from crossed_rlvr.errors import BAD_INPUT, CrossedError
 
             try:
@@ -128,6 +180,8 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
         from crossed_rlvr.errors import BAD_INPUT
         from crossed_rlvr.interrupt import stops_cleanly
 
+        argv = sys.argv
+        sys.argv = with_checks_first(argv, command)
         try:
             stops_cleanly(command)(_main)()
         except SystemExit as stop:
@@ -137,6 +191,8 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None]) -> Cal
             if stop.code == 1 and not started:
                 raise SystemExit(BAD_INPUT) from None
             raise
+        finally:
+            sys.argv = argv
 
     return main
 
