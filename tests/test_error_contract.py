@@ -67,6 +67,8 @@ HYDRA = [
     ("crossed-study", ["experiment=smoke", "recipe.proposal.enabled=true",
                        "recipe.proposal.strata_file=/nonexistent/strata.jsonl", "stages=prepare"],
      "crossed-study: recipe.proposal.strata_file=/nonexistent/strata.jsonl: no such file"),
+    ("crossed-audit", ["initial=/nonexistent/model", "hash=/nonexistent/model"],
+     "crossed-audit: initial=/nonexistent/model: no such model folder"),
 ]
 
 
