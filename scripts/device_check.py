@@ -25,6 +25,10 @@ For a bare machine with torch and transformers (no verl, vLLM or Ray, no network
 4. The launch driver's GPU table (``crossed_rlvr.train.memory.gpu_table``) in a fresh process: it must leave no CUDA
    context behind (the driver lives for the whole run; a context costs ~0.3-0.5 GiB on every GPU). NVIDIA's
    ``nvidia-smi --query-compute-apps`` must not list that process (``launch_context``).
+5. The evaluation's transformers backend as ``eval.device=auto`` and an unset ``eval.dtype`` leave it
+   (``crossed_rlvr.eval.generate.engines.load_backend``): a tiny local policy (written with transformers and
+   tokenizers alone) loaded on the GPU in bfloat16, its weights checked there, and one batch generated. Without a
+   GPU the same step runs on the CPU in float32, so it cannot rot (``transformers_eval``).
 
 Writes ``device_check.json`` and ``device_check.md`` (a table) into ``--out``.
 """
@@ -273,6 +277,63 @@ def launch_context() -> dict[str, Any]:
     return {"gpus": table, "context_held": bool(mine), "apps": mine}
 
 
+class Settings(dict):
+    """``eval`` settings as ``load_backend`` reads them (``gen.key``, ``gen.get``), without OmegaConf (not on a bare
+    image)."""
+
+    def __getattr__(self, key: str) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+def tiny_policy(folder: Path) -> Path:
+    """A tiny Qwen2 policy folder from transformers and tokenizers alone (the project's ``policies/tiny.py`` imports
+    its config schema, hence OmegaConf): one token per byte, ChatML's end of turn as its eos."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    vocab = {t: i for i, t in enumerate(("<|endoftext|>", "<|im_start|>", "<|im_end|>"))}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    torch.manual_seed(0)
+    config = Qwen2Config(**{**SHAPES["tiny"], "vocab_size": len(vocab)}, eos_token_id=vocab["<|im_end|>"],
+                         pad_token_id=vocab["<|endoftext|>"])
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def transformers_eval(work: Path) -> dict[str, Any]:
+    """Step 5: load_backend with ``eval.device=auto`` and no ``eval.dtype``: the weights on the GPU in bfloat16 (the
+    CPU in float32 without one), then one batch of four generations, two of them from one item seed."""
+    from crossed_rlvr.eval.generate.engines import GenParams, load_backend
+
+    expected = ("cuda", "bfloat16") if cuda() else ("cpu", "float32")
+    path = tiny_policy(work / "policy")
+    start = time.perf_counter()
+    backend, tok = load_backend(str(path), Settings(backend="hf", device="auto", dtype=None, batch_size=4))
+    weights = next(backend.model.parameters())
+    placed = (weights.device.type, str(weights.dtype).removeprefix("torch."))
+    out: dict[str, Any] = {"device": placed[0], "dtype": placed[1], "load_s": round(time.perf_counter() - start, 1)}
+    if placed != expected:
+        return {**out, "error": f"weights on {placed[0]} in {placed[1]}; expected {expected[0]} in {expected[1]}"}
+    prompt = tok("12+7=")["input_ids"]
+    gens = backend.generate([prompt] * 4, [83, 84, 85, 83], GenParams(0.6, 0.95, 16, 256))
+    out.update(responses=len(gens), response_tokens=sum(g.response_tokens for g in gens),
+               finish_reasons=sorted({g.finish_reason for g in gens}), same_seed_same_text=gens[0].text == gens[3].text,
+               generate_s=round(time.perf_counter() - start - out["load_s"], 1))
+    if not all(g.response_tokens or g.finish_reason == "stop" for g in gens):
+        out["error"] = "a generation ended without a token or a stop"
+    return out
+
+
 def table(results: dict[str, Any]) -> str:
     rows = ["| shape | tokens | card GiB | parameters | after wrap | fwd+bwd peak | AdamW fused peak | AdamW foreach "
             "peak | plan: state / step copy / micro-batch / update peak |", "|---|---|---|---|---|---|---|---|---|"]
@@ -290,7 +351,8 @@ def table(results: dict[str, Any]) -> str:
                     f"{g(r['adamw_foreach_peak_gib'])} | {p['state_gib']} / {p['foreach_copy_gib']} / "
                     f"{p['micro_batch_gib']} / {p['update_peak_gib']} |")
     rows += ["", f"tiny model on {results['device']}: {json.dumps(results['tiny'])}",
-             f"launch driver's GPU table: {json.dumps(results.get('launch_context'))}"]
+             f"launch driver's GPU table: {json.dumps(results.get('launch_context'))}",
+             f"transformers backend (eval.device=auto): {json.dumps(results.get('transformers_eval'))}"]
     return "\n".join(rows) + "\n"
 
 
@@ -331,11 +393,17 @@ def main(argv: list[str] | None = None) -> int:
         results["launch_context"] = launch_context()
     except Exception as err:  # noqa: BLE001
         results["launch_context"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            results["transformers_eval"] = transformers_eval(Path(tmp))
+        except Exception as err:  # noqa: BLE001
+            traceback.print_exc()
+            results["transformers_eval"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
     (out / "device_check.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "device_check.md").write_text(table(results))
     print(table(results))
     context = results["launch_context"]
-    ok = "error" not in context and not context.get("context_held")
+    ok = "error" not in context and not context.get("context_held") and "error" not in results["transformers_eval"]
     return 0 if all("error" not in r for r in results["fsdp"]) and "error" not in results["tiny"] and ok else 1
 
 

@@ -24,7 +24,8 @@ def load_tokenizer(path: str | Path):
 
 
 def load_policy(path: str | Path, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
-    """(model, tokenizer) from a Hugging Face model directory or hub name, in eval mode."""
+    """(model, tokenizer) from a Hugging Face model directory or hub name, in eval mode, its weights in ``dtype`` on
+    ``device`` (``cpu`` or ``cuda``: the evaluation passes ``eval.device`` resolved, ``eval/generate/device.py``)."""
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -14,10 +14,18 @@ def _run(cfg: Any) -> None:
         print(name, json.dumps(s))
 
 
+def check_device(cfg: Any) -> None:
+    """``eval.device`` against this machine (or the Ray workers' GPUs), refused before Hydra writes any file."""
+    from crossed_rlvr.eval.generate.device import resolve_device
+    from crossed_rlvr.eval.generate.runner import gpu_workers
+
+    resolve_device(cfg.eval.get("device"), gpu_workers(cfg))
+
+
 def main() -> None:
     from crossed_rlvr.conf.app import hydra_app
 
-    hydra_app("crossed-eval", "crossed_eval", _run)()
+    hydra_app("crossed-eval", "crossed_eval", _run, check=check_device)()
 
 
 if __name__ == "__main__":

@@ -127,15 +127,15 @@ def run_code_eval(cfg: Any) -> dict[str, Any]:
     programs on that dataset's tests. Returns a summary per response file."""
     from omegaconf import OmegaConf
 
+    from crossed_rlvr.eval.generate.device import resolved
     from crossed_rlvr.eval.generate.engines import GenParams
     from crossed_rlvr.eval.generate.plan import PolicySpec, resolve_model_path
     from crossed_rlvr.files import atomic_write_json
-    from crossed_rlvr.machine import eval_dtype
     from crossed_rlvr.tasks.code import task_dataset
 
     layout = EvalLayout(Path(cfg.run_dir))
     ds = task_dataset(cfg.task)
-    gen = OmegaConf.merge(cfg.eval, {"dtype": eval_dtype(str(cfg.eval.dtype))})
+    gen = resolved(cfg.eval)
     specs = [PolicySpec(**p) for p in OmegaConf.to_container(cfg.policies, resolve=True)] if cfg.policies else [
         PolicySpec("initial", resolve_model_path(cfg.model))]
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))

@@ -1,4 +1,4 @@
-"""Generation backends behind one interface: transformers on CPU (batched), vLLM on GPU.
+"""Generation backends behind one interface: transformers (batched, on the CPU or a GPU: ``eval.device``), vLLM.
 
 Both take prompts that are already chat-formatted token ids, one seed per prompt (base + item id,
 paper 001 App. C.1), temperature, top-p, a max-new-token budget and a context limit. A length
@@ -105,6 +105,7 @@ class HFBackend:
 
     def __init__(self, model: Any, tokenizer: Any, batch_size: int = 16):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        self.device = getattr(model, "device", "cpu")  # inputs go where the weights are (eval.device)
         self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.stop_ids))
@@ -131,6 +132,8 @@ class HFBackend:
         for r, ids in enumerate(prompts):
             input_ids[r, width - len(ids) :] = torch.tensor(ids)
             mask[r, width - len(ids) :] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        # CPU generators on every device: an item seed draws the same uniforms on a GPU as on the CPU
         gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
         produced: list[list[int]] = [[] for _ in range(n)]
         stopped = [False] * n
@@ -151,6 +154,7 @@ class HFBackend:
                 logits = out.logits[:, -1, :].double()
                 # One uniform per active row per step: a row's random stream never depends on its batch-mates.
                 u = torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in active])
+                u = u.to(logits.device)
                 picks = self._sample(logits, u, params).tolist()
                 keep = []
                 for j, (r, tok) in enumerate(zip(active, picks)):
@@ -162,12 +166,12 @@ class HFBackend:
                 if not keep:
                     break
                 if len(keep) < len(active):
-                    sel = torch.tensor(keep)
+                    sel = torch.tensor(keep, device=self.device)
                     past.batch_select_indices(sel)
                     mask, positions = mask[sel], positions[sel]
                     active = [active[j] for j in keep]
-                cur_ids = torch.tensor([[produced[r][-1]] for r in active])
-                mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+                cur_ids = torch.tensor([[produced[r][-1]] for r in active], device=self.device)
+                mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long, device=self.device)], dim=1)
                 positions = positions[:, -1:] + 1
         return [
             Generation(
@@ -315,10 +319,12 @@ def release(loaded: dict[str, Any]) -> None:
 
 
 def load_backend(path: str, gen: Any) -> tuple[Any, Any]:
-    """The engine and tokenizer of one policy for the ``eval`` settings ``gen`` (vLLM or transformers)."""
-    from crossed_rlvr.machine import eval_dtype
+    """The engine and tokenizer of one policy for the ``eval`` settings ``gen`` (vLLM or transformers), with
+    ``eval.device`` and ``eval.dtype`` resolved on this machine (``eval/generate/device.py``)."""
+    from crossed_rlvr.eval.generate.device import resolve_device, resolve_dtype
 
-    dtype = eval_dtype(str(gen.dtype))
+    device = resolve_device(gen.get("device"))  # read here, without OmegaConf: a bare GPU image has torch alone
+    dtype = resolve_dtype(gen.get("dtype"), device)
     if gen.backend == "vllm":
         from crossed_rlvr.policies.loading import load_tokenizer
 
@@ -331,5 +337,5 @@ def load_backend(path: str, gen: Any) -> tuple[Any, Any]:
         return backend, tokenizer
     from crossed_rlvr.policies.loading import load_policy
 
-    model, tokenizer = load_policy(path, dtype=dtype)
+    model, tokenizer = load_policy(path, dtype=dtype, device=device)
     return HFBackend(model, tokenizer, batch_size=int(gen.batch_size)), tokenizer

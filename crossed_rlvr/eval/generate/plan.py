@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.errors import CrossedError
+from crossed_rlvr.eval.generate.device import hashed_settings
 from crossed_rlvr.eval.generate.engines import GenParams
 from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, config_sha256
 from crossed_rlvr.layout import EvalLayout
@@ -182,7 +183,7 @@ def plan(cfg: Any) -> Plan:
                 name = cell_name(pol.name, request, template)
                 meta = {"policy": pol.__dict__, "request": request, "template": template, "items_sha256": items_sha,
                         "n_items": len(cell_items), "samples": cfg.samples, "system": system,
-                        "generation": OmegaConf.to_container(gen, resolve=True)}
+                        "generation": hashed_settings(gen)}
                 meta["sha256"] = config_sha256(meta)
                 cells.append(Cell(name, pol, request, template, cell_items, meta, layout.response_file(name),
                                   layout.response_meta(name), layout.response_file(name, partial=True),

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.eval.generate.device import resolved
 from crossed_rlvr.eval.generate.engines import load_backend, release
 from crossed_rlvr.eval.generate.plan import (
     Plan,
@@ -33,10 +34,8 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
     ``distribute.workers`` > 0 spreads the cells (split into shards) over Ray workers, each with its own
     engine (``eval/generate/workers.py``); the files are the same as this process alone would write.
     ``on_event(kind, info)`` is told of worker starts and finished shards (tests, monitoring)."""
-    from omegaconf import open_dict
     from tqdm import tqdm
 
-    from crossed_rlvr.machine import eval_dtype
     from crossed_rlvr.task_sources import is_code
 
     if is_code(cfg.task):  # programs under the code requests, scored later by execution
@@ -44,9 +43,7 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
 
         return run_code_eval(cfg)
 
-    cfg = copy.deepcopy(cfg)
-    with open_dict(cfg):  # ``auto`` resolved once, here: the cells record it and every worker runs it
-        cfg.eval.dtype = eval_dtype(str(cfg.eval.dtype))
+    cfg = resolve_eval(cfg)
     p = plan(cfg)
     total = sum(c.size for c in p.cells)
     summary: dict[str, Any] = {}
@@ -76,6 +73,27 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
         atomic_write_json(EvalLayout(p.run_dir).manifest, manifest)
     EvalLayout(p.run_dir).summary.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+def resolve_eval(cfg: Any) -> Any:
+    """A copy of the config with ``eval.device`` and ``eval.dtype`` resolved once, here: the cells record them
+    and every worker runs them (a ``cuda`` nothing can run is refused before any file is written)."""
+    from omegaconf import open_dict
+
+    cfg = copy.deepcopy(cfg)
+    gen = resolved(cfg.eval, gpu_workers(cfg))
+    with open_dict(cfg):
+        cfg.eval.device, cfg.eval.dtype = gen.device, gen.dtype
+    return cfg
+
+
+def gpu_workers(cfg: Any) -> bool | None:
+    """None: generated in this process; else whether each Ray worker is given a GPU (they, not this driver, run
+    the engines)."""
+    dist = cfg.get("distribute")
+    if dist is None or int(dist.workers) <= 0:
+        return None
+    return float(dist.get("gpus_per_worker") or 0) > 0
 
 
 # What a trainer leaves beside the weights that is a record of the run, not the policy: its timings and its
