@@ -3,6 +3,7 @@ writes: crossed_rlvr/analysis/report/folder.py)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -16,25 +17,32 @@ from crossed_rlvr.layout import AnalysisLayout
 from crossed_rlvr.limits import Parser, add_number
 
 
+def parser() -> Parser:
+    """crossed-analyze's options, each with its help and (ArgumentDefaultsHelpFormatter) its default."""
+    p = Parser(prog="crossed-analyze", description="Crossed analysis of a scores table.",
+               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("scores", help="scores table (Parquet) from crossed-score")
+    p.add_argument("-o", "--out", required=True, default=argparse.SUPPRESS, help="output folder")  # no default shown
+    add_number(p, "--resamples", *RESAMPLES_RANGE, default=DEFAULT_RESAMPLES,
+               why="an interval needs at least 10 resamples", help="paired bootstrap resamples")
+    add_number(p, "--rng-seed", *SEED_RANGE, default=DEFAULT_RNG_SEED,
+               help="seed of the bootstrap's draws (the study's analysis.rng_seed)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="analyse a partial design (a policy missing a request, items or its partner arm) "
+                   "without its incomplete policies, instead of refusing it")
+    p.add_argument("--no-figures", action="store_true", help="write the report without its figures")
+    p.add_argument("--tracking", choices=["off", "offline", "online"], default="off",
+                   help="log to wandb (offline writes a local run folder to sync later)")
+    p.add_argument("--project", default="crossed-rlvr", help="wandb project")
+    p.add_argument("--entity", default=None, help="wandb entity (team); None: your default one")
+    p.add_argument("--group", default=None, help="wandb group, e.g. the study the scores come from")
+    return p
+
+
 @stops_cleanly("crossed-analyze")
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="crossed-analyze", description="Crossed analysis of a scores table.")
-    parser.add_argument("scores", help="scores table (Parquet) from crossed-score")
-    parser.add_argument("-o", "--out", required=True, help="output folder")
-    add_number(parser, "--resamples", *RESAMPLES_RANGE, default=DEFAULT_RESAMPLES,
-               why="an interval needs at least 10 resamples", help="paired bootstrap resamples")
-    add_number(parser, "--rng-seed", *SEED_RANGE, default=DEFAULT_RNG_SEED)
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output folder")
-    parser.add_argument("--allow-partial", action="store_true",
-                        help="analyse a partial design (a policy missing a request, items or its partner arm) "
-                        "without its incomplete policies, instead of refusing it")
-    parser.add_argument("--no-figures", action="store_true")
-    parser.add_argument("--tracking", choices=["off", "offline", "online"], default="off",
-                        help="log to wandb (offline writes a local run folder to sync later)")
-    parser.add_argument("--project", default="crossed-rlvr", help="wandb project")
-    parser.add_argument("--entity", default=None, help="wandb entity (team); default: yours")
-    parser.add_argument("--group", default=None, help="wandb group, e.g. the study the scores come from")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         if code_scores(Path(args.scores)):
             analyze_code(Path(args.scores), Path(args.out), args.resamples, args.rng_seed, args.overwrite)

@@ -27,6 +27,9 @@ from crossed_rlvr.rescore.omega import VARIANTS
 from crossed_rlvr.rescore.share import RESAMPLES, Outputs, comparisons, pooled, pooling_rules, spread
 
 LETTERS = "ABCDEFGHIJ"
+# the subcommand that parses its own arguments, named in the main --help so it can be found
+CODE_SUBCOMMAND = ("subcommand: crossed-rescore code --dataset DATASET --samples SAMPLES scores EvalPlus samples by "
+                   "execution in the sandbox (crossed-rescore code --help)")
 
 
 def item_files(inputs: list[str]) -> list[str]:
@@ -211,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return code_main(argv[1:])
 
-    parser = Parser(prog="crossed-rescore", description=__doc__.splitlines()[0])
+    parser = Parser(prog="crossed-rescore", description=__doc__.splitlines()[0], epilog=CODE_SUBCOMMAND)
     parser.add_argument("inputs", nargs="+", help="response files or folders")
     parser.add_argument("--pair", action="append", required=True, help="BASE=RL policy names")
     parser.add_argument("--harness", default=",".join(REGISTRY), help=f"extractors (default all: {', '.join(REGISTRY)})")
@@ -221,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--omega", default="omega", choices=list(VARIANTS),
                         help="the fixed extractor's variant (App. B): strict, omega (default), permissive, maximal")
     parser.add_argument("--no-audit", action="store_true", help="skip the reader audit of the extractors")
-    parser.add_argument("-o", "--out", required=True)
+    parser.add_argument("-o", "--out", required=True, help="output folder (report.md, comparisons.csv, figures)")
     args = parser.parse_args(argv)
     try:
         pairs = [tuple(p.split("=", 1)) for p in args.pair]

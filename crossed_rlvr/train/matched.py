@@ -83,14 +83,21 @@ def check_and_record(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     return verdict
 
 
-@stops_cleanly("crossed-match")
-def main(argv: list[str] | None = None) -> int:
+def parser() -> Any:
+    """crossed-match's arguments, each with its help (ArgumentDefaultsHelpFormatter shows any default)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="crossed-match", description="Check that two training runs are matched arms.")
-    parser.add_argument("run_a")
-    parser.add_argument("run_b")
-    args = parser.parse_args(argv)
+    p = argparse.ArgumentParser(prog="crossed-match", description="Check that two training runs are matched arms; "
+                                "the verdict is written to both as matched_check.json. Exit 0: matched, 1: not.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("run_a", help="one arm's run directory (crossed-train's run_dir, holding its resolved config)")
+    p.add_argument("run_b", help="the other arm's run directory, trained under the other convention")
+    return p
+
+
+@stops_cleanly("crossed-match")
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     verdict = check_and_record(args.run_a, args.run_b)
     if verdict["matched"]:
         print(f"matched: {verdict['intervention']['a']} vs {verdict['intervention']['b']}, {verdict['rows']} rows")
