@@ -105,9 +105,21 @@ def both(policy):
     vllm = VLLMBackend(str(policy), dtype="float32", context_limit=GREEDY.context_limit, enforce_eager=True)
     try:
         got = vllm.generate([ids], [7], GREEDY)[0]
+        # more prompt tokens than one engine step takes (no shared prefix), each request with its item seed: with chunked prefill a
+        # prompt is split over steps and vLLM rewinds the request's generator by a Philox offset that a CPU
+        # generator does not have ("CPU Generator does not use offset"); the CPU build runs without it
+        SPLIT.extend(vllm.generate([[ids[k], *[ids[0]] * 199] for k in range(40)], list(range(40)),
+                                   GenParams(temperature=1.0, top_p=1.0, max_new_tokens=2, context_limit=256)))
     finally:
         vllm.close()
     return want, got, hf, vllm
+
+
+SPLIT: list = []
+
+
+def test_seeded_requests_beyond_one_engine_steps_tokens_run_on_the_cpu_build(both):
+    assert len(SPLIT) == 40 and all(g.prompt_tokens == 200 and g.finish_reason in ("stop", "length") for g in SPLIT)
 
 
 def test_the_policy_folder_names_no_end_of_turn_eos(policy):

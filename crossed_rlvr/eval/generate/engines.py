@@ -239,6 +239,9 @@ class VLLMBackend:
         if cpu_build():  # vLLM's CPU build: its KV cache size, and the engine in this process (no spawn)
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(cpu_kvcache_gib)))
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            # no chunked prefill: after a prompt split over engine steps vLLM rewinds the request's seeded generator
+            # by a Philox offset, which a CPU generator lacks (every request here carries its item's seed)
+            engine_kwargs.setdefault("enable_chunked_prefill", False)
         # vLLM adds the tokenizer's and the generation config's eos itself, never a chat end-of-turn marker
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_path)
         self.stop_ids = stop_token_ids(tokenizer, folder_generation_config(model_path))
