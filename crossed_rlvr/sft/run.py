@@ -90,8 +90,8 @@ def band_callbacks(cfg: Any, base: str | Path) -> list[Any]:
         return []
     from omegaconf import OmegaConf
 
+    from crossed_rlvr.eval.generate.device import resolved
     from crossed_rlvr.eval.generate.engines import GenParams
-    from crossed_rlvr.machine import eval_dtype
     from crossed_rlvr.policies.loading import load_tokenizer
     from crossed_rlvr.sft.band import band_callback
     from crossed_rlvr.tasks.build import build_items
@@ -102,7 +102,7 @@ def band_callbacks(cfg: Any, base: str | Path) -> list[Any]:
         raise ConfigError(f"warmstart.band needs dev items; task={cfg.task.name} has none")
     ev = cfg.eval  # sampled as the evaluation samples: greedy decoding overstates request-following
     params = GenParams(float(ev.temperature), float(ev.top_p), int(ev.max_new_tokens), int(ev.context_limit))
-    bf16 = eval_dtype(str(ev.get("dtype", "float32"))) == "bfloat16"  # sampled in the evaluation's precision
+    bf16 = resolved(ev).dtype == "bfloat16"  # sampled in the evaluation's precision (unset: bf16 on a GPU)
     return [band_callback(band, items, load_tokenizer(base), list(cfg.warmstart.requests), params,
                           int(ev.base_seed), int(ev.batch_size), cfg.model.get("system"), bf16)]
 

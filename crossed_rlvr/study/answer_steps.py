@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study import arms as arm_jobs
-from crossed_rlvr.study.plan import Policy, plain
+from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain
 from crossed_rlvr.study.sections import study_sections
 from crossed_rlvr.study.steps import StudyState, register_steps
 from crossed_rlvr.task_sources import ANSWER
@@ -27,6 +27,7 @@ class AnswerSteps:
         weights = {p["name"]: study.stamps.hash(p["path"]) if Path(p["path"]).exists() else p["path"]
                    for p in eval_cfg.policies}
         spec = {k: v for k, v in untracked(plain(eval_cfg)).items() if k != "policies"}
+        spec["eval"] = eval_fingerprint(eval_cfg.eval)  # what ran: an unset device or dtype as resolved
         if study.cfg.evaluation.threads is not None:  # sums in another order: other samples
             spec["threads"] = int(study.cfg.evaluation.threads)
         fp = {"eval": spec, "weights": weights,

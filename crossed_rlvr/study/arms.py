@@ -18,7 +18,7 @@ from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.names import pair_name
 from crossed_rlvr.study.configs import StudyConfigs
-from crossed_rlvr.study.plan import ArmPlan, plain
+from crossed_rlvr.study.plan import ArmPlan, eval_fingerprint
 from crossed_rlvr.study.stamps import Stamps, digest
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
 
@@ -144,7 +144,7 @@ def frozen_strata(configs: StudyConfigs, ipath: str, weights: str, prepare: bool
         return None
     out = configs.layout.strata
     meta_path = configs.layout.strata_meta
-    meta = {"policy": weights, "items": digest([it["item_id"] for it in items]), "eval": plain(c.eval),
+    meta = {"policy": weights, "items": digest([it["item_id"] for it in items]), "eval": eval_fingerprint(c.eval),
             "samples": int(prop.estimate_samples)}
     if out.exists() and meta_path.exists() and json.loads(meta_path.read_text()) == meta:
         return {"file": str(out.resolve()), "sha256": file_sha256(out)}

@@ -15,7 +15,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.study.plan import Policy, plain
+from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain
 from crossed_rlvr.study.steps import StepState, register_steps
 from crossed_rlvr.task_sources import CODE
 from crossed_rlvr.tasks.code import CodeDataset
@@ -64,7 +64,7 @@ class CodeSteps:
         weights = {name: state.stamps.hash(path) if Path(path).exists() else path for name, path in paths.items()}
         requests = tuple(c.evaluation.requests)
         fp = {"task": task, "dataset_sha256": ds.sha256, "tasks": list(ds.tasks), "requests": list(requests),
-              "samples": int(c.evaluation.samples), "eval": plain(c.eval), "weights": weights}
+              "samples": int(c.evaluation.samples), "eval": eval_fingerprint(c.eval), "weights": weights}
 
         def run_stage() -> dict[str, Any]:
             g = c.eval

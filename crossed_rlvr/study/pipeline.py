@@ -31,7 +31,7 @@ from crossed_rlvr.study import answer_steps, code_steps  # noqa: F401  (each reg
 from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study import prepare as dress
 from crossed_rlvr.study.configs import StudyConfigs
-from crossed_rlvr.study.plan import Policy, plain, policies_of
+from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain, policies_of
 from crossed_rlvr.study.stamps import StageCache, digest
 from crossed_rlvr.study.steps import steps_for
 from crossed_rlvr.tracking import untracked
@@ -113,7 +113,7 @@ class Study:
             warm["base"] = str(resolve_model_path(c.model))
         if int(c.initial.band.every) > 0:  # measured under the evaluation's sampling (sft/band.py)
             warm["band"] = plain(c.initial.band)
-            fp["band_sampling"] = plain(c.eval)
+            fp["band_sampling"] = eval_fingerprint(c.eval)
 
         def build() -> dict[str, Any]:
             import shutil

@@ -30,6 +30,15 @@ def plain(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
+def eval_fingerprint(gen: Any) -> dict[str, Any]:
+    """The ``eval`` settings as a stage's fingerprint holds them: device and dtype resolved as the evaluation
+    resolves them, the device left out where it is the CPU every earlier stage ran on (eval/generate/device.py), so
+    a default left unset matches what a finished stage recorded."""
+    from crossed_rlvr.eval.generate.device import hashed_settings, resolved
+
+    return hashed_settings(resolved(gen))
+
+
 @dataclass(frozen=True)
 class Policy:
     """One set of weights the study evaluates: the initial policy or a trained arm's final policy."""
