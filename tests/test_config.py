@@ -79,7 +79,9 @@ BAD = [
 
 
 @pytest.mark.parametrize(("config", "override", "first"), BAD)
-def test_bad_overrides_fail_at_composition_or_check(config, override, first):
+def test_bad_overrides_fail_at_composition_or_check(config, override, first, monkeypatch):
+    # as on a machine without a GPU or vLLM's CPU build (this environment holds the CPU build, which runs eval=vllm)
+    monkeypatch.setattr("crossed_rlvr.machine.cpu_build", lambda: False)
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         try:
             cfg = compose(config_name=config, overrides=[override])
