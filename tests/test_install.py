@@ -80,6 +80,10 @@ def test_cpu_lock_satisfies_pyproject_and_is_what_make_test_installed():
         assert req.specifier.contains(pins[name].split("+")[0], prereleases=True), f"lock {name}=={pins[name]}, {req}"
     assert pins["torch"] == "2.13.0+cpu" and pins["deepspeed"] == "0.19.8"
     if sys.version_info[:2] == (3, 11):
-        installed = {canonicalize_name(d.metadata["Name"]): d.version for d in md.distributions()}
+        # the first distribution of a name on sys.path, the one an import uses: once setuptools is imported its
+        # vendored copies (setuptools/_vendor/*.dist-info, packaging, zipp, ...) follow site-packages on the path
+        installed: dict[str, str] = {}
+        for d in md.distributions():
+            installed.setdefault(canonicalize_name(d.metadata["Name"]), d.version)
         differ = {k: (v, installed.get(k)) for k, v in pins.items() if installed.get(k) != v}
         assert differ == {}, f"this environment is not the lock (pinned, installed): {differ}"
