@@ -356,6 +356,15 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(rows) + "\n"
 
 
+
+def step(fn: Any, *args: Any) -> dict[str, Any]:
+    """One check's result, or its error: one check's failure is a result, and the other checks still run."""
+    try:
+        return fn(*args)
+    except Exception as err:  # noqa: BLE001
+        traceback.print_exc()
+        return {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=["gpu", "tiny"], default="gpu",
@@ -384,21 +393,10 @@ def main(argv: list[str] | None = None) -> int:
             results["fsdp"].append({"shape": shape, "error": f"{type(err).__name__}: {str(err)[:200]}"})
         print(json.dumps(results["fsdp"][-1]), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            results["tiny"] = tiny_grpo_and_eval(Path(tmp))
-        except Exception as err:  # noqa: BLE001
-            traceback.print_exc()
-            results["tiny"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
-    try:
-        results["launch_context"] = launch_context()
-    except Exception as err:  # noqa: BLE001
-        results["launch_context"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+        results["tiny"] = step(tiny_grpo_and_eval, Path(tmp))
+    results["launch_context"] = step(launch_context)
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            results["transformers_eval"] = transformers_eval(Path(tmp))
-        except Exception as err:  # noqa: BLE001
-            traceback.print_exc()
-            results["transformers_eval"] = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+        results["transformers_eval"] = step(transformers_eval, Path(tmp))
     (out / "device_check.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "device_check.md").write_text(table(results))
     print(table(results))
