@@ -44,14 +44,14 @@ def given_policies(cfg: AuditConf) -> tuple[Policy, list[Policy]]:
                                   for conv, paths in given.items() for seed, path in enumerate(paths)]
 
 
-def study_config(cfg: AuditConf) -> StudyConf:
+def study_config(cfg: AuditConf, initial: Policy) -> StudyConf:
     """The study config the answer steps read: the audit's sections, the base as the model, and no arms of a
     study's own (``arms.kind=none``: nothing to train, no arm folders or training validation to read)."""
     study = OmegaConf.structured(StudyConf)
     for key in ("model", "task", "eval", "tracking", "evaluation", "analysis", "distribute"):
         study[key] = getattr(cfg, key)
     study.run_dir = str(cfg.run_dir)
-    study.model.path = given_policies(cfg)[0].path
+    study.model.path = initial.path
     study.model.source = "local" if Path(study.model.path).is_dir() else "hub"
     study.initial.build = "given"
     study.arms.kind = "none"
@@ -67,7 +67,8 @@ class Audit:
     cache, the commands' configs; no initial policy to build, no arms to plan."""
 
     def __init__(self, cfg: AuditConf, console: Console | None = None) -> None:
-        self.cfg = study_config(cfg)
+        self.initial, self.arms = given_policies(cfg)
+        self.cfg = study_config(cfg, self.initial)
         self.layout = RunLayout(Path(cfg.run_dir))
         self.console = console
         self.stage = StageCache(self.layout.root, STAGES, self.say)
@@ -75,7 +76,6 @@ class Audit:
         self.study_name = str(self.cfg.tracking.group or self.layout.root.resolve().name)
         self.configs = StudyConfigs(self.cfg, self.layout, self.study_name, self.say)
         self.plans: list[ArmPlan] = []
-        self.initial, self.arms = given_policies(cfg)
 
     def say(self, text: str) -> None:
         if self.console is not None:

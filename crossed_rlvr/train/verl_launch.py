@@ -147,13 +147,18 @@ def cpu_env() -> dict[str, str]:
     return {"VERL_USE_EXTERNAL_MODULES": CPU_PLUGINS, "VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}
 
 
+def given_keys(overrides: list[str]) -> dict[str, str]:
+    """The plain ``key=value`` overrides of a launch (appends, ``+key=...``, left out), by key."""
+    return dict(o.split("=", 1) for o in overrides if "=" in o and not o.startswith("+"))
+
+
 def metrics_file(overrides: list[str]) -> str | None:
     """Where verl's file logger writes this launch's metrics: ``<run_dir>/verl_metrics/launch-<UTC time>.jsonl``
     beside the arm's checkpoints. One file a launch, because verl's logger truncates its file when it opens it:
     a resumed arm would lose the updates before the resume. None without the ``file`` logger."""
     from pathlib import Path
 
-    given = dict(o.split("=", 1) for o in overrides if "=" in o and not o.startswith("+"))
+    given = given_keys(overrides)
     if "file" not in given.get("trainer.logger", "") or "trainer.default_local_dir" not in given:
         return None
     folder = Path(given["trainer.default_local_dir"]).parent / "verl_metrics"
@@ -396,8 +401,7 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     if cpu is not None:  # verl on this CPU (train/verl_cpu.py)
         from crossed_rlvr.train.verl_cpu import launch_overrides
 
-        given = dict(o.split("=", 1) for o in overrides if "=" in o and not o.startswith("+"))
-        overrides = [*overrides, *launch_overrides(cpu, given.get("actor_rollout_ref.model.path"))]
+        overrides = [*overrides, *launch_overrides(cpu, given_keys(overrides).get("actor_rollout_ref.model.path"))]
 
     if rehearse is not None:
         # N logical GPUs on a local Ray: verl places its workers as on a GPU node. No dashboard: nobody reads a

@@ -7,7 +7,8 @@ gives every request the same seed instead, so a prompt's samples come out identi
 0. Here each request's sampling parameters carry ``sample_seed(rollout seed, update, prompt, k)``, where ``k``
 counts the prompt's completions at this update in this server: the set of a prompt's samples is then a function
 of the weights and the prompt alone (vLLM's per-request seeds are batch-independent in float32), which is what
-lets the CPU route check a kill and relaunch and world size 2 against 1 exactly. Nothing else of verl's server or
+lets the CPU route check a killed and relaunched arm against the same arm uninterrupted (at one world size: vLLM at
+tensor-parallel 1 and 2 sums in another order, and a near-tie can be sampled otherwise). Nothing else of verl's server or
 replica changes; the CPU platform (train/verl_cpu.py) registers this replica under verl's own rollout name
 ``vllm``, so GPU nodes, which never load that platform, run verl's replica unchanged.
 """
