@@ -308,10 +308,12 @@ def arm_copy(run: Path, folder: Path, tracking: str, **changes):
 
 @pytest.fixture(scope="module")
 def world_size_1(verl_study, tmp_path_factory):
-    """The study's hash arm again, uninterrupted, on one rank instead of two (its final step saved and merged)."""
+    """The study's hash arm again on one rank instead of two, for its first update only (saved and merged): the
+    proposal's draws and the data order are prefix-consistent in the number of updates (proposal.py, recipe.py), so
+    the first update sees the same prompts as the study's arm of two."""
     run, _, _ = verl_study
     folder = tmp_path_factory.mktemp("ws1") / "arm"
-    arm_copy(run, folder, "off", **{"engine.n_gpus_per_node": 1, "recipe.save_every": 0})
+    arm_copy(run, folder, "off", **{"engine.n_gpus_per_node": 1, "recipe.save_every": 0, "recipe.updates": 1})
     with (folder / "launch.log").open("w") as log:
         subprocess.run(["bash", str(folder / "launch_single_node.sh")], stdout=log, stderr=subprocess.STDOUT,
                        timeout=900, check=True)
