@@ -6,16 +6,26 @@
   its data, metrics, checkpoints and validation.
 - :class:`EvalLayout`: one crossed evaluation (``crossed-eval run_dir=...``, or a study's ``eval/``): its frozen
   items, manifest, response files and scores.
+- :class:`ScoresFiles`, :class:`AnalysisLayout`: a scores table and the files beside it; an analysis folder.
+- :class:`CalibrationLayout`, :class:`RescoreLayout`: a human calibration's folder (or a Stage 1 pack);
+  ``crossed-rescore``'s output folder.
+- :class:`WorkerFiles`, :class:`WarmCacheLayout`, :class:`SandboxLayout`: a stage run in worker processes (its
+  spec and result), the warm-start cache that studies share, the code sandbox's scratch folder.
 
-Every other module asks these for a path instead of joining strings under a run directory.
+Every other module asks these for a path instead of joining strings under a folder the project writes; the
+names other tools give their files (Hugging Face, verl, lm-eval, EvalPlus) are spelled where those tools are
+used (tests/test_layout.py holds the rule and its short list of such names).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 SFT_SUMMARY = "sft_summary.json"  # inside a policy trained by SFT: its figures, and the sign that it is finished
+ARM_STAMP = "crossed_rlvr_arm.json"  # inside a GRPO arm's merged final policy: which arm trained it, and with what
+TRACKING_LEDGER = Path("wandb") / "crossed-runs.jsonl"  # under any command's run_dir: the wandb runs it started
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,11 @@ class ArmLayout:
         """verl's validation dumps imported as response records (every step in one file)."""
         return self.validation_eval.responses / "verl.jsonl"
 
+    @property
+    def verl_validation_sources(self) -> Path:
+        """The hashes of the dumps ``verl_validation_records`` was imported from (reimported when they change)."""
+        return self.verl_validation_records.with_suffix(".sources.json")
+
     def validation_checkpoint(self, step: int) -> Path:
         """The policy saved at update ``step`` to be validated (TRL)."""
         return self.validation / "checkpoints" / f"step-{int(step)}"
@@ -156,6 +171,29 @@ class ArmLayout:
     @property
     def memory_plan_json(self) -> Path:
         return self.root / "memory_plan.json"
+
+    @property
+    def matched_check(self) -> Path:
+        """``crossed-match``'s verdict on this arm and its partner (written into both arms)."""
+        return self.root / "matched_check.json"
+
+    @property
+    def rehearsal_log(self) -> Path:
+        """The console of a launch rehearsal (``stages=rehearse``)."""
+        return self.root / "rehearsal.log"
+
+    @property
+    def verl_metrics(self) -> Path:
+        """verl's file logger's metrics, one ``launch-<UTC time>-<pid>.jsonl`` per launch."""
+        return self.root / "verl_metrics"
+
+    def verl_launch_metrics(self, stamp: str) -> Path:
+        """One launch's metrics (``stamp``: its UTC start time and process id)."""
+        return self.verl_metrics / f"launch-{stamp}.jsonl"
+
+    def verl_launches_metrics(self) -> list[Path]:
+        """Every launch's metrics file, oldest first."""
+        return sorted(self.verl_metrics.glob("launch-*.jsonl"))
 
     @property
     def launch_single_node(self) -> Path:
@@ -244,6 +282,12 @@ class EvalLayout:
         """A cell's shards while several workers generate it."""
         return self.partial / f"{cell}.shards"
 
+    @staticmethod
+    def shard_name(item: int, sample: int) -> str:
+        """A finished shard's file in a cell's shards folder, named by its first item and sample index (so that
+        name order is generation order)."""
+        return f"{int(item):07d}-{int(sample):05d}.jsonl"
+
     @property
     def scores(self) -> Path:
         return self.root / "scores.parquet"
@@ -273,6 +317,14 @@ class ScoresFiles:
     @property
     def partial_manifest(self) -> Path:
         return self.partial / "manifest.json"
+
+    def shard(self, k: int) -> Path:
+        """The ``k``-th shard of scored rows, written whole."""
+        return self.partial / f"shard-{int(k):05d}.parquet"
+
+    def shards(self) -> list[Path]:
+        """The shards written so far."""
+        return sorted(self.partial.glob("shard-*.parquet"))
 
 
 @dataclass(frozen=True)
@@ -344,6 +396,15 @@ class RunLayout:
         """The stage stamps (``<stage>.json``)."""
         return self.root / "stages"
 
+    def stage_stamp(self, stage: str) -> Path:
+        """What a finished stage ran with and made (study/stamps.py)."""
+        return self.stages / f"{stage}.json"
+
+    @property
+    def file_hashes(self) -> Path:
+        """The stamps' cache of file hashes (size and modification time -> sha256)."""
+        return self.stages / "file_hashes.json"
+
     @property
     def models(self) -> Path:
         return self.root / "models"
@@ -374,6 +435,11 @@ class RunLayout:
     def train_rows(self) -> Path:
         """A hub task's training split, frozen by content on first use."""
         return self.data / "train_rows.jsonl"
+
+    @staticmethod
+    def origin_of(rows: Path) -> Path:
+        """The task settings a frozen file of training rows was drawn with, beside it."""
+        return rows.with_suffix(".origin.json")
 
     @property
     def strata(self) -> Path:
@@ -429,3 +495,207 @@ class RunLayout:
     def report(self) -> Path:
         return self.analysis_files.report
 
+
+@dataclass(frozen=True)
+class CalibrationLayout:
+    """A human calibration's folder (``crossed-calibrate sample -o``), or a Stage 1 pack of it (``pack -o``): the
+    frozen sample and its header, the declared roles, the labels, and the analysis."""
+
+    root: Path
+
+    @property
+    def head(self) -> Path:
+        """The frozen sample's header: seed, the scores file and the sha256 of the scores and the sample."""
+        return self.root / "calibration.json"
+
+    @property
+    def sample(self) -> Path:
+        return self.root / "sample.jsonl"
+
+    @property
+    def roles(self) -> Path:
+        """The declared annotators and adjudicators with each person's secret link."""
+        return self.root / "roles.json"
+
+    @property
+    def labels(self) -> Path:
+        return self.root / "labels.sqlite"
+
+    @property
+    def analysis(self) -> AnalysisLayout:
+        """``crossed-calibrate analyze``'s tables and report, unless ``-o`` names another folder."""
+        return AnalysisLayout(self.root / "analysis")
+
+
+@dataclass(frozen=True)
+class RescoreLayout:
+    """``crossed-rescore``'s output folder (``-o``): comparisons, pooling rules, figures, report, pooled share and
+    the reader audit."""
+
+    root: Path
+
+    @property
+    def comparisons(self) -> Path:
+        return self.root / "comparisons.csv"
+
+    @property
+    def pooling_rules(self) -> Path:
+        return self.root / "pooling_rules.csv"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report.md"
+
+    @property
+    def pooled(self) -> Path:
+        return self.root / "pooled.json"
+
+    @property
+    def where_omega(self) -> Path:
+        """Fig. 3: where the fixed extractor found the answer (linked from the report by its name)."""
+        return self.root / "where_omega.png"
+
+    @property
+    def spread(self) -> Path:
+        """Fig. 5: the reported gains across harness extractors (linked from the report by its name)."""
+        return self.root / "spread.png"
+
+    @property
+    def reader_audit(self) -> Path:
+        return self.root / "reader_audit.csv"
+
+    @property
+    def reader_audit_examples(self) -> Path:
+        return self.root / "reader_audit_examples.jsonl"
+
+
+@dataclass(frozen=True)
+class WorkerFiles:
+    """A stage run in worker processes (``python -m``/``torchrun``): the spec the study writes, and the result its
+    rank 0 writes beside it (``<spec stem>.result.json``)."""
+
+    spec: Path
+
+    @property
+    def result(self) -> Path:
+        return self.spec.with_suffix(".result.json")
+
+    def one(self, name: str) -> WorkerFiles:
+        """The files of one policy's own worker when several train side by side (``<spec stem>.<policy>.json``)."""
+        return WorkerFiles(self.spec.with_name(f"{self.spec.stem}.{name.replace('/', '_')}.json"))
+
+
+@dataclass(frozen=True)
+class WarmCacheEntry:
+    """One warm-started initial policy in the cache: the policy folder and the initial stage's info."""
+
+    root: Path
+
+    @property
+    def model(self) -> Path:
+        return self.root / "model"
+
+    @property
+    def info(self) -> Path:
+        """Written last: an entry without it was cut short."""
+        return self.root / "info.json"
+
+
+@dataclass(frozen=True)
+class WarmCacheLayout:
+    """The warm-start cache that studies share (``initial.cache_dir``): one entry per initial-stage fingerprint."""
+
+    root: Path
+
+    def entry(self, key: str) -> WarmCacheEntry:
+        return WarmCacheEntry(self.root / key)
+
+    def lock(self, key: str) -> Path:
+        """Held while an entry is built or copied."""
+        return self.root / f"{key}.lock"
+
+    def partial(self, key: str, pid: int) -> WarmCacheEntry:
+        """An entry being written by process ``pid``, renamed into place once whole."""
+        return WarmCacheEntry(self.root / f".{key}.partial-{int(pid)}")
+
+
+@dataclass(frozen=True)
+class SandboxLayout:
+    """The code sandbox's scratch folder on the host; ``SandboxLayout(Path("/"))`` is the same names as one run sees
+    them from inside (its job's folder at ``/job``, the shared inputs at ``/shared``, the harness at
+    ``/harness.py``)."""
+
+    root: Path
+
+    @property
+    def harness(self) -> Path:
+        return self.root / "harness.py"
+
+    @property
+    def shared(self) -> Path:
+        """Read-only inputs every run sees (a task's inputs, which all its samples share)."""
+        return self.root / "shared"
+
+    @property
+    def job(self) -> Path:
+        """One run's job folder, as that run sees it."""
+        return self.root / "job"
+
+    @property
+    def site(self) -> Path:
+        """numpy for the samples (sandbox/site.py)."""
+        return self.root / "site"
+
+    @property
+    def seccomp_filter(self) -> Path:
+        """The compiled seccomp filter every run is started with (sandbox/seccomp.py)."""
+        return self.root / "seccomp.bpf"
+
+    @staticmethod
+    def job_file(job_folder: Path) -> Path:
+        """The job (code, inputs, limits) inside a job folder."""
+        return job_folder / "job.json"
+
+    @staticmethod
+    def uid_lock(folder: Path, uid: int) -> Path:
+        """The lock a sandbox holds on a slot's uid, in the machine's shared temporary folder."""
+        return folder / f"crossed-sandbox-uid-{int(uid)}.lock"
+
+
+@dataclass(frozen=True)
+class UserCache:
+    """The project's cache on this machine (``$XDG_CACHE_HOME/crossed-rlvr``, else ``~/.cache/crossed-rlvr``):
+    what is computed once per machine and reused by every run."""
+
+    root: Path
+
+    @classmethod
+    def default(cls) -> UserCache:
+        return cls(Path(os.environ.get("XDG_CACHE_HOME", cls.home_caches())) / "crossed-rlvr")
+
+    @classmethod
+    def in_home(cls) -> UserCache:
+        """The cache under the home folder, whatever ``XDG_CACHE_HOME`` says (the converted SmolLM2's default)."""
+        return cls(cls.home_caches() / "crossed-rlvr")
+
+    @staticmethod
+    def home_caches() -> Path:
+        return Path.home() / ".cache"
+
+    @property
+    def smollm2(self) -> Path:
+        """SmolLM2-135M-Instruct converted once from its GGUF file (policies/smollm.py)."""
+        return self.root / "smollm2-135m-instruct"
+
+    @property
+    def code_oracle(self) -> Path:
+        """The canonical solutions' expected outputs, one folder per code dataset (eval/score/execution.py)."""
+        return self.root / "code-oracle"
+
+    def code_tiny(self, split: str, n_test: int, n_train: int, seed: int) -> Path:
+        """One split of the generated code task, named by its parameters (tasks/code.py)."""
+        return self.root / "code-tiny" / f"{split}-{int(n_test)}-{int(n_train)}-{int(seed)}.jsonl"
+
+    def sandbox_site(self, numpy: str, python: str) -> Path:
+        """The sandbox's numpy for the system interpreter (sandbox/site.py)."""
+        return self.root / f"sandbox-site-numpy-{numpy}-py{python}"

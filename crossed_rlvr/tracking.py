@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.files import config_sha256
+from crossed_rlvr.layout import TRACKING_LEDGER
 
 # Settings that change how a run is watched or where it runs, not what it produces: never part of a stage's
 # fingerprint or a training run's config hash (the same files either way).
@@ -41,7 +42,7 @@ def group_of(tracking: Any, study: str | None = None) -> str | None:
     return (tracking.get("group") if tracking is not None else None) or study
 
 
-LEDGER = Path("wandb") / "crossed-runs.jsonl"
+LEDGER = TRACKING_LEDGER  # under the run_dir: the runs started there, so that a resumed run keeps its id
 
 
 def settings_sha(config: dict[str, Any] | None) -> str:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from crossed_rlvr.calibration.bounds import Stratum, bounds, cells, estimate, gain_range
 from crossed_rlvr.calibration.sample import reader_column
+from crossed_rlvr.layout import AnalysisLayout
 
 ENDPOINTS = ("zL", "zU", "unresolved", "agreement", "fidelity")  # the declared binary endpoints (App. A)
 ALPHA = 0.05
@@ -211,7 +212,8 @@ def report_section(t: dict[str, pd.DataFrame]) -> str:
 
 
 def write_outputs(out: Path, t: dict[str, pd.DataFrame]) -> Path:
+    files = AnalysisLayout(out)
     out.mkdir(parents=True, exist_ok=True)
-    t["calibration"].to_csv(out / "calibration.csv", index=False, float_format="%.10g")
-    (out / "report.md").write_text(report_section(t))
-    return out / "report.md"
+    t["calibration"].to_csv(files.table("calibration"), index=False, float_format="%.10g")
+    files.report.write_text(report_section(t))
+    return files.report

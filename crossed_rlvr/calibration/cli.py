@@ -23,7 +23,7 @@ from crossed_rlvr.calibration.sample import (
     write_calibration,
 )
 from crossed_rlvr.interrupt import stops_cleanly
-from crossed_rlvr.layout import EvalLayout
+from crossed_rlvr.layout import CalibrationLayout, EvalLayout
 from crossed_rlvr.limits import Parser, add_number
 
 
@@ -154,7 +154,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     store, head, rows = _store(folder, check_scores=not args.scores)
     if args.scores and sha256_file(Path(args.scores)) != head["scores_sha256"]:
         raise CalibrationError(f"{args.scores}: not the scores file this sample was drawn from "
-                               f"({folder}/calibration.json records {head['scores_sha256'][:12]}...)")
+                               f"({CalibrationLayout(folder).head} records {head['scores_sha256'][:12]}...)")
     final = store.final()
     pair = store.annotators()[:2]
     s1, s2 = store.labels(stage="stage1"), store.labels(stage="stage2")
@@ -171,7 +171,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         row["fidelity"] = min(row["fidelity_A"], row["fidelity_B"])
     obs = observation_table(rows, final, agreement)
     tables = analyze_calibration(obs, pd.read_parquet(args.scores or scores_file(folder, head)))
-    report = write_outputs(Path(args.out or folder / "analysis"), tables)
+    report = write_outputs(Path(args.out) if args.out else CalibrationLayout(folder).analysis.root, tables)
     print(report)
     return 0
 

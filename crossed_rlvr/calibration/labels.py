@@ -22,6 +22,7 @@ from typing import Any
 
 from crossed_rlvr.calibration.sample import CalibrationError
 from crossed_rlvr.files import json_lines
+from crossed_rlvr.layout import CalibrationLayout
 
 STATUS = ("clear", "no_answer", "ambiguous", "conflict")
 CORRECTNESS = ("correct", "incorrect", "unresolved")
@@ -81,7 +82,7 @@ class LabelStore:
     pack: dict[str, Any] | None = None  # a Stage 1 pack's record (calibration/pack.py): Stage 1 only
 
     def __init__(self, folder: Path, sample: list[dict[str, Any]], seed: int) -> None:
-        self.path = folder / "labels.sqlite"
+        self.path = CalibrationLayout(folder).labels
         self.sample = {r["sample_id"]: r for r in sample}
         self.seed = seed
         if not self.path.exists():  # created private: labels name people (SQLite gives its -wal/-shm the same mode)

@@ -18,6 +18,7 @@ from typing import Any
 
 from crossed_rlvr.calibration.sample import CalibrationError, load_calibration
 from crossed_rlvr.files import sha256_file
+from crossed_rlvr.layout import CalibrationLayout
 
 STAGE1_FIELDS = ("sample_id", "question", "response")  # what Stage 1's page shows (server.item_view)
 
@@ -30,7 +31,7 @@ def _private_write(path: Path, text: str) -> None:
 
 def make_pack(folder: Path, out: Path, annotator: str) -> Path:
     """Write the Stage 1 pack of ``annotator`` into the new folder ``out``."""
-    from crossed_rlvr.calibration.roles import ROLES, load_roles
+    from crossed_rlvr.calibration.roles import load_roles
 
     head, rows = load_calibration(folder, check_scores=False)
     roles = load_roles(folder)
@@ -44,14 +45,15 @@ def make_pack(folder: Path, out: Path, annotator: str) -> Path:
         raise FileExistsError(f"{out} exists; a pack is written into a new folder")
     out.mkdir(parents=True)
     os.chmod(out, 0o700)
+    files = CalibrationLayout(out)  # a pack is a calibration folder of its own
     sample = "".join(json.dumps({k: r[k] for k in STAGE1_FIELDS} | {"candidates": {}}) + "\n" for r in rows)
-    _private_write(out / "sample.jsonl", sample)
+    _private_write(files.sample, sample)
     pack_head: dict[str, Any] = {k: head[k] for k in ("seed",) if k in head}
-    pack_head.update(sample_sha256=sha256_file(out / "sample.jsonl"), scores=None, scores_sha256=None,
+    pack_head.update(sample_sha256=sha256_file(files.sample), scores=None, scores_sha256=None,
                      pack={"stage": "stage1", "annotator": annotator, "from_sample_sha256": head["sample_sha256"]})
-    _private_write(out / "calibration.json", json.dumps(pack_head, indent=2) + "\n")
+    _private_write(files.head, json.dumps(pack_head, indent=2) + "\n")
     token = roles.token_of(annotator)
-    _private_write(out / ROLES, json.dumps({"annotators": list(roles.annotators), "adjudicators": [],
+    _private_write(files.roles, json.dumps({"annotators": list(roles.annotators), "adjudicators": [],
                                             "tokens": {token: annotator}}, indent=2) + "\n")
     return out
 

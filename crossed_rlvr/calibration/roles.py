@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crossed_rlvr.calibration.sample import CalibrationError
-
-ROLES = "roles.json"
+from crossed_rlvr.layout import CalibrationLayout
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class Roles:
 
 
 def load_roles(folder: Path) -> Roles | None:
-    path = Path(folder) / ROLES
+    path = CalibrationLayout(Path(folder)).roles
     if not path.exists():
         return None
     mode = path.stat().st_mode & 0o777
@@ -62,12 +61,12 @@ def declare_roles(folder: Path, annotators: list[str], adjudicators: list[str]) 
     current = load_roles(folder)
     if current is not None:
         if (list(current.annotators), list(current.adjudicators)) != (annotators, adjudicators):
-            raise CalibrationError(f"{Path(folder) / ROLES}: roles are already declared (annotators "
+            raise CalibrationError(f"{CalibrationLayout(Path(folder)).roles}: roles are already declared (annotators "
                                    f"{', '.join(current.annotators)}; adjudicators {', '.join(current.adjudicators)}) "
                                    "and never change")
         return current
     roles = Roles(tuple(annotators), tuple(adjudicators), {secrets.token_urlsafe(18): n for n in names})
-    path = Path(folder) / ROLES
+    path = CalibrationLayout(Path(folder)).roles
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"annotators": annotators, "adjudicators": adjudicators, "tokens": roles.tokens},
                               indent=1) + "\n")

@@ -22,6 +22,7 @@ import pandas as pd
 
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, json_lines, sha256_file
+from crossed_rlvr.layout import CalibrationLayout
 
 GSM8K_READERS = ("strict", "fallback", "mv")
 MATH_READERS = ("strict", "mv")
@@ -123,16 +124,17 @@ def build_sample(scores_path: Path, responses: dict[tuple, dict[str, Any]], ques
 def write_calibration(out: Path, scores_path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
     """Freeze the sample: ``sample.jsonl`` and ``calibration.json`` (hashes of the scores and the sample)."""
     out.mkdir(parents=True, exist_ok=True)
-    if (out / "calibration.json").exists():
-        raise CalibrationError(f"{out}/calibration.json exists: a frozen sample is never redrawn; use a new folder")
-    atomic_write_jsonl(out / "sample.jsonl", rows)
-    os.chmod(out / "sample.jsonl", 0o600)  # responses and references of a study not yet published
+    files = CalibrationLayout(out)
+    if files.head.exists():
+        raise CalibrationError(f"{files.head} exists: a frozen sample is never redrawn; use a new folder")
+    atomic_write_jsonl(files.sample, rows)
+    os.chmod(files.sample, 0o600)  # responses and references of a study not yet published
     # the scores path relative to the calibration folder: the folder can move (to an annotator's laptop)
     # with or without the scores, and every command finds them from wherever it runs
-    atomic_write_json(out / "calibration.json", {
+    atomic_write_json(files.head, {
         **meta, "scores": os.path.relpath(Path(scores_path).resolve(), out.resolve()),
         "scores_sha256": sha256_file(scores_path),
-        "sample_sha256": sha256_file(out / "sample.jsonl"), "n_sample": len(rows),
+        "sample_sha256": sha256_file(files.sample), "n_sample": len(rows),
     })
     return out
 
@@ -146,11 +148,10 @@ def scores_file(folder: Path, head: dict[str, Any]) -> Path:
 
 def load_calibration(folder: Path, check_scores: bool = True) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The frozen header and sample; refuses a sample or scores file whose hash changed."""
-    head_path = folder / "calibration.json"
+    head_path, sample_path = CalibrationLayout(folder).head, CalibrationLayout(folder).sample
     if not head_path.exists():
-        raise CalibrationError(f"{folder}: no calibration.json (run crossed-calibrate sample first)")
+        raise CalibrationError(f"{folder}: no {head_path.name} (run crossed-calibrate sample first)")
     head = json.loads(head_path.read_text())
-    sample_path = folder / "sample.jsonl"
     if sha256_file(sample_path) != head["sample_sha256"]:
         raise CalibrationError(f"{sample_path}: changed since it was frozen (sha256 differs from {head_path})")
     if head.get("pack"):  # a Stage 1 pack (calibration/pack.py) carries no scores, references or candidates

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-DEFAULT_CACHE = Path(os.environ.get("CROSSED_RLVR_CACHE", Path.home() / ".cache" / "crossed-rlvr"))
+from crossed_rlvr.layout import UserCache
+
+DEFAULT_CACHE = Path(os.environ.get("CROSSED_RLVR_CACHE", UserCache.in_home().root))
 
 
 def gguf_path() -> Path:
@@ -32,7 +34,7 @@ def gguf_path() -> Path:
 
 def smollm2_135m_dir(cache: str | Path | None = None) -> Path:
     """A Hugging Face directory of SmolLM2-135M-Instruct, converted from the GGUF file once."""
-    out = Path(cache or DEFAULT_CACHE) / "smollm2-135m-instruct"
+    out = UserCache(Path(cache or DEFAULT_CACHE)).smollm2
     if (out / "config.json").exists() and any(out.glob("*.safetensors")):
         return out
     import torch

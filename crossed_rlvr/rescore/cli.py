@@ -20,7 +20,7 @@ import pandas as pd
 
 from crossed_rlvr.analysis.report.tables import markdown_table
 from crossed_rlvr.interrupt import stops_cleanly
-from crossed_rlvr.layout import EvalLayout
+from crossed_rlvr.layout import EvalLayout, RescoreLayout
 from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.rescore.harness import REGISTRY
 from crossed_rlvr.rescore.omega import VARIANTS
@@ -157,8 +157,9 @@ def spread_figure(table: pd.DataFrame, path: Path) -> None:
 
 def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataFrame) -> Path:
     """The rescore folder: comparisons and pooling rules (CSV), report.md with its figures, pooled.json."""
+    files = RescoreLayout(out)
     out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "comparisons.csv", index=False, float_format="%.10g")
+    table.to_csv(files.comparisons, index=False, float_format="%.10g")
     cols = ["pair", "benchmark", "prompt", "harness", "g_rep", "g_rep_low", "g_fix", "D", "share", "read_omega_base",
             "read_omega_rl", "admitted"] + (["same_input"] if "same_input" in table else [])
     loo = ", ".join(f"leave one {col} out {result.get(f'leave_one_{col}_out_min', float('nan')):.3f}–"
@@ -173,7 +174,7 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
              markdown_table(cols, [[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r]
                                    for r in table[cols].itertuples(index=False)])]
     rules = pooling_rules(table)
-    rules.to_csv(out / "pooling_rules.csv", index=False, float_format="%.10g")
+    rules.to_csv(files.pooling_rules, index=False, float_format="%.10g")
     lines += ["", "## Which comparisons enter the ratio (App. D, Table 9)", "",
               markdown_table(["rule", "comparisons", "Σ g_rep", "Σ D", "share"],
                              [[r.rule, r.comparisons, f"{r.sum_g_rep:.1f}", f"{r.sum_D:.1f}", f"{r.share:.3f}"]
@@ -181,7 +182,7 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
     lines += ["", "## Spread of reported gains across harness extractors (Fig. 5)", "",
               markdown_table(["pair", "benchmark", "prompt", "spread (points)"],
                              [[r.pair, r.benchmark, r.prompt, f"{r.spread:.2f}"] for r in spreads.itertuples()]),
-              "", "![where omega found the answer](where_omega.png)", ""]
+              "", f"![where omega found the answer]({files.where_omega.name})", ""]
     where = table[table["same_input"]] if "same_input" in table else table
     where = where.drop_duplicates(["pair", "benchmark", "prompt", "kind"])
     different = table.attrs.get("different_inputs") or {}
@@ -196,12 +197,12 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
     lines[2:2] = [f"Of the outputs in which ω reads an answer, {100 * box['base']:.1f}% of the base models' contain a "
                   f"`\\boxed{{}}`, against {100 * box['rl']:.1f}% of the RL models' (Fig. 3; every comparison's "
                   "outputs once).", ""]
-    where_figure(where, out / "where_omega.png")
-    spread_figure(table, out / "spread.png")
-    lines.append("![reported gains across extractors](spread.png)")
-    (out / "report.md").write_text("\n".join(lines))
-    (out / "pooled.json").write_text(json.dumps(result, indent=2) + "\n")
-    return out / "report.md"
+    where_figure(where, files.where_omega)
+    spread_figure(table, files.spread)
+    lines.append(f"![reported gains across extractors]({files.spread.name})")
+    files.report.write_text("\n".join(lines))
+    files.pooled.write_text(json.dumps(result, indent=2) + "\n")
+    return files.report
 
 
 @stops_cleanly("crossed-rescore")
@@ -260,12 +261,12 @@ def main(argv: list[str] | None = None) -> int:
         from crossed_rlvr.analysis.report.audit import audit_section
 
         rates, examples = audit_runs(runs, args.harness.split(","))
-        rates.to_csv(Path(args.out) / "reader_audit.csv", index=False, float_format="%.10g")
-        examples.to_json(Path(args.out) / "reader_audit_examples.jsonl", orient="records", lines=True,
-                         force_ascii=False)
+        files = RescoreLayout(Path(args.out))
+        rates.to_csv(files.reader_audit, index=False, float_format="%.10g")
+        examples.to_json(files.reader_audit_examples, orient="records", lines=True, force_ascii=False)
         with report.open("a", encoding="utf-8") as fh:
             fh.write("\n## Reader audit\n\nEvery pair of extractors (omega included), per model, benchmark and "
-                     "prompt: `reader_audit.csv`, examples in `reader_audit_examples.jsonl`.\n\n"
+                     f"prompt: `{files.reader_audit.name}`, examples in `{files.reader_audit_examples.name}`.\n\n"
                      + audit_section(rates, examples) + "\n")
     print(report)
     return 0

@@ -1,7 +1,7 @@
 """Run untrusted code in a fresh process isolated by the operating system, never in a Python process of ours.
 
 Every run is ``keyctl session - choom -n 1000 -- [setpriv to the slot's uid] prlimit ... bwrap ... /usr/bin/python3
--I -S /harness.py FD``:
+-I -S /harness.py FD /job/job.json``:
 
 - **a fresh, empty session keyring** (keyutils) and **an OOM score of 1000** (util-linux's ``choom``): the sample
   inherits none of the scorer's keys, and the kernel's OOM killer takes it before the trainer.
@@ -52,10 +52,12 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.errors import CrossedError
-from crossed_rlvr.sandbox import seccomp, site
+from crossed_rlvr.layout import SandboxLayout
+from crossed_rlvr.sandbox import harness, seccomp, site
 from crossed_rlvr.sandbox.results import Results, Run
 
-HARNESS = Path(__file__).with_name("harness.py")
+HARNESS = Path(harness.__file__)  # copied into the sandbox's folder: the one file of ours a run sees
+INSIDE = SandboxLayout(Path("/"))  # the sandbox's folder as a run sees it
 PYTHON = "/usr/bin/python3"
 UID_BASE = 60001  # the slots' host uids: UID_BASE, UID_BASE + 1, ... (no account needs to exist)
 STDERR_CAP = 16_384
@@ -136,21 +138,22 @@ class Sandbox:
         # sandbox lives as long as its training)
         self._remove_base = weakref.finalize(self, shutil.rmtree, str(self._base), True)
         os.chmod(self._base, 0o711)  # the slots' uids may enter the job folders, not list them
-        shutil.copyfile(HARNESS, self._base / "harness.py")
-        os.chmod(self._base / "harness.py", 0o644)
-        self._shared = self._base / "shared"
+        self._layout = SandboxLayout(self._base)
+        shutil.copyfile(HARNESS, self._layout.harness)
+        os.chmod(self._layout.harness, 0o644)
+        self._shared = self._layout.shared
         self._shared.mkdir(mode=0o755)
         os.chmod(self._shared, 0o755)
         self._shared_names: dict[str, str] = {}
         self._checked = False
         self._lock = threading.Lock()
         try:
-            self._filter = self._base / "seccomp.bpf"
+            self._filter = self._layout.seccomp_filter
             seccomp.write(self._filter)
         except seccomp.UnknownMachine as err:
             self.close()
             raise SandboxUnavailable(f"the code sandbox cannot start here: {err}") from None
-        self._site = self._base / "site"  # numpy for samples (sandbox/site.py), linked in: the slots' uids may
+        self._site = self._layout.site  # numpy for samples (sandbox/site.py), linked in: the slots' uids may
         if site.installed(given := site.site_dir()):  # not enter the home folder it is installed under
             shutil.copytree(given, self._site, copy_function=_link_or_copy)
         self._hidden = python_package_folders()
@@ -179,7 +182,7 @@ class Sandbox:
                 path.write_text(text, encoding="utf-8")
                 os.chmod(path, 0o644)
                 self._shared_names[key] = name
-            return f"/shared/{self._shared_names[key]}"
+            return str(INSIDE.shared / self._shared_names[key])
 
     # ------------------------------------------------------------ commands
     def command(self, job_dir: Path, uid: int | None, limits: Limits, results_fd: int = 3,
@@ -209,13 +212,14 @@ class Sandbox:
         # /dev/shm of its own (tmpfs pages belong to no process: uncapped, the OOM killer would pick the scorer)
         cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.shm_mb * mb), "--tmpfs", "/dev/shm",
                 "--remount-ro", "/dev", "--size", str(limits.tmp_mb * mb), "--tmpfs", "/tmp",
-                "--ro-bind", str(job_dir), "/job", "--ro-bind", str(self._shared), "/shared",
-                "--ro-bind", str(self._base / "harness.py"), "/harness.py"]
+                "--ro-bind", str(job_dir), str(INSIDE.job), "--ro-bind", str(self._shared), str(INSIDE.shared),
+                "--ro-bind", str(self._layout.harness), str(INSIDE.harness)]
         if self._site.is_dir():
             cmd += ["--ro-bind", str(self._site), "/site"]
         if seccomp_fd is not None:
             cmd += ["--seccomp", str(seccomp_fd)]
-        cmd += ["--remount-ro", "/", "--chdir", "/tmp", PYTHON, "-I", "-S", "/harness.py", str(results_fd)]
+        cmd += ["--remount-ro", "/", "--chdir", "/tmp", PYTHON, "-I", "-S", str(INSIDE.harness), str(results_fd),
+                str(SandboxLayout.job_file(INSIDE.job))]
         return cmd
 
     @contextmanager
@@ -245,8 +249,9 @@ class Sandbox:
         """The job's own folder (readable by the slots' uids), removed after its run."""
         job_dir = Path(tempfile.mkdtemp(dir=self._base))
         os.chmod(job_dir, 0o755)
-        (job_dir / "job.json").write_text(json.dumps(job), encoding="utf-8")
-        os.chmod(job_dir / "job.json", 0o644)
+        job_file = SandboxLayout.job_file(job_dir)
+        job_file.write_text(json.dumps(job), encoding="utf-8")
+        os.chmod(job_file, 0o644)
         try:
             yield job_dir
         finally:
@@ -431,7 +436,7 @@ def claim_uids(n: int, base: int, fds: list[int]) -> list[int]:
         except KeyError:
             pass
         try:  # never through a link another user left in the shared temporary folder
-            fd = os.open(LOCKS / f"crossed-sandbox-uid-{uid}.lock", os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+            fd = os.open(SandboxLayout.uid_lock(LOCKS, uid), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         except OSError:
             continue
         try:

@@ -7,8 +7,9 @@ Standard library only, and no project import: the sandbox runs Debian's system `
 an unprivileged uid can read), which sees nothing of the project's environment. The scoring process imports
 :func:`encode` and :func:`decode` from here, so both ends speak one codec.
 
-Job (``/job/job.json``): ``code``, ``entry_point``, ``inputs`` (encoded argument lists; or ``inputs_file``, a
-read-only file that holds them), ``time_limits`` (seconds, one per input). Results, one JSON object per line:
+Job (the file the second argument names, ``/job/job.json`` as the sandbox mounts it): ``code``, ``entry_point``,
+``inputs`` (encoded argument lists; or ``inputs_file``, a read-only file that holds them), ``time_limits``
+(seconds, one per input). Results, one JSON object per line:
 ``{"ready": 1}`` before the sample's code runs (its absence means the sandbox itself failed), ``{"defined": 1}``
 once it is defined (the scorer's clock of the first input starts there), then per input ``{"i": k, "out": ...,
 "s": seconds}`` or ``{"i": k, "error": kind}`` with kind ``define`` (the code did not define the entry point),
@@ -35,7 +36,7 @@ import signal
 import sys
 import time
 
-RESULTS_FD = 3  # the default; the sandbox passes the pipe's number as the first argument
+RESULTS_FD = 3  # the default; the sandbox passes the pipe's number as the first argument, the job file as the second
 SITE = "/site"  # the read-only folder of the packages a sample may import (numpy), where one was installed
 
 
@@ -168,7 +169,7 @@ def main() -> None:
     def say(obj) -> None:
         out.write(json.dumps(obj) + "\n")
 
-    with open("/job/job.json", encoding="utf-8") as fh:
+    with open(sys.argv[2], encoding="utf-8") as fh:  # the job file, as the sandbox mounts it
         job = json.load(fh)
     if "inputs_file" in job:  # shared by every sample of the task (Sandbox.shared)
         with open(job["inputs_file"], encoding="utf-8") as fh:

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from crossed_rlvr.layout import UserCache
+
 NUMPY = "2.3.5"  # a wheel for CPython 3.11-3.13 on x86_64 and aarch64 (Debian 12 and 13's system pythons)
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -34,8 +36,7 @@ def site_dir() -> Path:
     """Where the sandbox's numpy is (or is to be) installed."""
     if given := os.environ.get("CROSSED_SANDBOX_SITE"):
         return Path(given)
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return cache / "crossed-rlvr" / f"sandbox-site-numpy-{NUMPY}-py{system_python_version()}"
+    return UserCache.default().sandbox_site(NUMPY, system_python_version())
 
 
 def installed(folder: Path) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.layout import WorkerFiles
 from crossed_rlvr.ranks import launch, rank
 
 
@@ -30,7 +31,7 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
     if parallel <= 1:
         spec_file.write_text(json.dumps(spec, indent=2) + "\n")
         subprocess.run(command(spec_file, nproc), check=True)
-        return json.loads(spec_file.with_suffix(".result.json").read_text())
+        return json.loads(WorkerFiles(spec_file).result.read_text())
     if nproc > 1:
         raise ValueError("sft.parallel_arms > 1 runs one process per arm: set sft.nproc_per_node=1")
     import os
@@ -47,7 +48,7 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
     for start in range(0, len(names), parallel):
         running = []
         for slot, name in enumerate(names[start:start + parallel]):
-            one = spec_file.with_name(f"{spec_file.stem}.{name.replace('/', '_')}.json")
+            one = WorkerFiles(spec_file).one(name).spec
             one.write_text(json.dumps({**spec, "only": name}, indent=2) + "\n")
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(slot)}
             running.append((name, one, subprocess.Popen(command(one, 1), env=env)))
@@ -55,7 +56,7 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
         if failed:
             raise RuntimeError(f"SFT arm(s) {', '.join(failed)} failed (see their output above)")
         for _name, one, _ in running:
-            results.update(json.loads(one.with_suffix(".result.json").read_text()))
+            results.update(json.loads(WorkerFiles(one).result.read_text()))
     return results
 
 
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank() == 0:
         shown = {k: ({x: y for x, y in v.items() if x != "config"} if isinstance(v, dict) else v)
                  for k, v in result.items()}
-        spec_file.with_suffix(".result.json").write_text(json.dumps(shown, indent=2) + "\n")
+        WorkerFiles(spec_file).result.write_text(json.dumps(shown, indent=2) + "\n")
     return 0
 
 

@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from crossed_rlvr.conf.schema import StudyConf
+from crossed_rlvr.layout import RunLayout
 
 
 class NeedsGPU(SystemExit):
     pass
+
+
+def layout_of(cfg: StudyConf) -> RunLayout:
+    return RunLayout(Path(cfg.run_dir))
 
 
 def check_device(cfg: StudyConf) -> None:
@@ -75,12 +81,12 @@ def _run(cfg: StudyConf) -> None:
     try:
         if cfg.stages == "prepare":
             summary = Study(cfg, console).prepare()
-            console.print(f"prepared (nothing trained or generated): {cfg.run_dir}/prepare_summary.json")
+            console.print(f"prepared (nothing trained or generated): {layout_of(cfg).prepare_summary}")
             print(json.dumps(summary))
             return
         if cfg.stages == "rehearse":
             summary = Study(cfg, console).rehearse()
-            console.print(f"rehearsed (nothing trained): {cfg.run_dir}/rehearsal.json")
+            console.print(f"rehearsed (nothing trained): {layout_of(cfg).rehearsal}")
             print(json.dumps(summary))
             return
         summary = Study(cfg, console).run_all()

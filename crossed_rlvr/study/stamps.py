@@ -60,11 +60,12 @@ class HashCache:
 
 class Stamps:
     def __init__(self, run_dir: Path) -> None:
-        self.dir = RunLayout(run_dir).stages
+        self.layout = RunLayout(run_dir)
+        self.dir = self.layout.stages
         # Hashes of stage outputs taken this invocation: the next stage's inputs are the same files,
         # and a later stage never writes an earlier one's outputs, so each tree is read once.
         self.hashes: dict[str, str] = {}
-        self.files = HashCache(self.dir / "file_hashes.json")
+        self.files = HashCache(self.layout.file_hashes)
 
     def hash(self, path: str | Path, fresh: bool = False) -> str:
         key = str(path)
@@ -74,7 +75,7 @@ class Stamps:
         return self.hashes[key]
 
     def path(self, stage: str) -> Path:
-        return self.dir / f"{stage}.json"
+        return self.layout.stage_stamp(stage)
 
     def read(self, stage: str) -> dict[str, Any] | None:
         p = self.path(stage)

@@ -19,27 +19,30 @@ from typing import Any
 
 from filelock import FileLock
 
+from crossed_rlvr.layout import WarmCacheLayout
+
 
 def fetch_or_build(cache: Path, key: str, dest: Path, build: Callable[[], dict[str, Any]],
                    say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """The policy for ``key`` at ``dest``: copied from ``cache/key`` when there, else built by ``build`` (which
     writes ``dest`` and returns the stage's info) and stored. The info says which it was (``from_cache``)."""
     cache.mkdir(parents=True, exist_ok=True)
-    entry = cache / key
-    with FileLock(str(cache / f"{key}.lock")):
-        if (entry / "info.json").is_file() and (entry / "model").is_dir():
+    layout = WarmCacheLayout(cache)
+    entry = layout.entry(key)
+    with FileLock(str(layout.lock(key))):
+        if entry.info.is_file() and entry.model.is_dir():
             shutil.rmtree(dest, ignore_errors=True)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(entry / "model", dest)
-            info = json.loads((entry / "info.json").read_text())
-            say(f"    initial policy copied from the warm-start cache ({entry})")
-            return {**info, "path": str(dest), "from_cache": str(entry)}
+            shutil.copytree(entry.model, dest)
+            info = json.loads(entry.info.read_text())
+            say(f"    initial policy copied from the warm-start cache ({entry.root})")
+            return {**info, "path": str(dest), "from_cache": str(entry.root)}
         info = build()
-        partial = cache / f".{key}.partial-{os.getpid()}"
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(dest, partial / "model")
-        (partial / "info.json").write_text(json.dumps(info, indent=2) + "\n")
-        shutil.rmtree(entry, ignore_errors=True)  # an entry without its info.json: a publish cut short
-        os.replace(partial, entry)
-        say(f"    initial policy stored in the warm-start cache ({entry})")
+        partial = layout.partial(key, os.getpid())
+        shutil.rmtree(partial.root, ignore_errors=True)
+        shutil.copytree(dest, partial.model)
+        partial.info.write_text(json.dumps(info, indent=2) + "\n")
+        shutil.rmtree(entry.root, ignore_errors=True)  # an entry without its info: a publish cut short
+        os.replace(partial.root, entry.root)
+        say(f"    initial policy stored in the warm-start cache ({entry.root})")
         return {**info, "from_cache": None}

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.errors import CrossedError
+from crossed_rlvr.layout import UserCache
 
 DATA = Path(__file__).with_name("data")
 HUMANEVAL_PLUS = DATA / "HumanEvalPlus-v0.1.10.jsonl.gz"
@@ -318,13 +319,10 @@ def generated_split(n_test: int, n_train: int, seed: int) -> dict[str, list[dict
 def generated_file(task_cfg: Any, split: str) -> Path:
     """The generated code task's file of one split (``test`` or ``train``), written once under the user's cache
     (``~/.cache/crossed-rlvr/code-tiny``) by its parameters; its sha256 then names it like any dataset file."""
-    import os
-
     n_test, n_train, seed = (int(task_cfg[k]) for k in ("n_test", "n_train", "seed"))
-    root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "crossed-rlvr" / "code-tiny"
-    path = root / f"{split}-{n_test}-{n_train}-{seed}.jsonl"
+    path = UserCache.default().code_tiny(split, n_test, n_train, seed)
     if not path.exists():
-        root.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_code_dataset(path, generated_split(n_test, n_train, seed)[split])
     return path
 

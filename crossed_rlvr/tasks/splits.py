@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.files import atomic_write_text, sha256_file
+from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.tasks.items import ItemFileError
 from crossed_rlvr.tasks.loaders import (
     gsm8k_item,
@@ -119,7 +120,7 @@ def freeze_train_rows(task: Any, path: Path) -> dict[str, Any]:
     its sha256: reused as it stands on later runs, so the rows stay frozen even if the hub's copy changes."""
     origin = {"source": task.source, "test": task.get("path") or "hub", "train": task.get("train_path") or "hub",
               "dev_items": int(task.get("dev_items", 200) or 0), "dev_seed": int(task.get("dev_seed", 20260919))}
-    meta = path.with_suffix(".origin.json")
+    meta = RunLayout.origin_of(path)
     if path.exists() and meta.exists() and json.loads(meta.read_text()) != origin:
         was = json.loads(meta.read_text())
         changed = ", ".join(f"{k}: {was.get(k)!r} -> {v!r}" for k, v in origin.items() if was.get(k) != v)

@@ -25,9 +25,10 @@ import sys
 from pathlib import Path
 
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.layout import ARM_STAMP
 
 STATE = ("optim_world_size_*", "extra_state_world_size_*")
-STAMP = "crossed_rlvr_arm.json"
+STAMP = ARM_STAMP
 
 
 class MergeError(RuntimeError):

@@ -79,7 +79,7 @@ def check_and_record(run_a: str | Path, run_b: str | Path) -> dict[str, Any]:
     verdict = compare_arms(run_a, run_b)
     text = json.dumps(verdict, indent=2, default=str) + "\n"
     for run in (run_a, run_b):
-        (Path(run) / "matched_check.json").write_text(text)
+        ArmLayout(Path(run)).matched_check.write_text(text)
     return verdict
 
 

@@ -36,7 +36,7 @@ def rehearse_arm(arm_dir: Path, gpus: int, timeout: float = 600.0, wait_limit: f
     script = ArmLayout(Path(arm_dir)).launch_single_node
     if not script.exists():
         raise RehearsalError(f"{script}: no launch script (run stages=prepare with engine=verl first)")
-    log = Path(arm_dir) / "rehearsal.log"
+    log = ArmLayout(Path(arm_dir)).rehearsal_log
     # verl_launch hides the GPUs from verl's actors, so the rehearsal never trains, on a GPU node too
     tag = f"{os.getpid()}-{time.monotonic_ns()}"  # marks every process of this rehearsal, daemons included
     # (the pid first: tagged(prefix=f"{pid}-") finds what any rehearsal of this process left)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.interrupt import stops_cleanly
+from crossed_rlvr.layout import WorkerFiles
 from crossed_rlvr.ranks import launch, rank
 
 
@@ -19,7 +20,7 @@ def run_arm(cfg: dict[str, Any], spec_file: Path, nproc: int) -> dict[str, Any]:
     spec_file.parent.mkdir(parents=True, exist_ok=True)
     spec_file.write_text(json.dumps(cfg, indent=2) + "\n")
     subprocess.run(launch("crossed_rlvr.train.worker", str(spec_file), nproc=nproc), check=True)
-    return json.loads(spec_file.with_suffix(".result.json").read_text())
+    return json.loads(WorkerFiles(spec_file).result.read_text())
 
 
 @stops_cleanly("crossed-train", quiet=True)
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     spec_file = Path((argv or sys.argv[1:])[0])
     summary = run_train(OmegaConf.create(json.loads(spec_file.read_text())), checked=True)  # a study's checked plan
     if rank() == 0:
-        spec_file.with_suffix(".result.json").write_text(json.dumps(summary, indent=2) + "\n")
+        WorkerFiles(spec_file).result.write_text(json.dumps(summary, indent=2) + "\n")
     return 0
 
 

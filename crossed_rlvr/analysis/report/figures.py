@@ -15,10 +15,11 @@ from crossed_rlvr.analysis.report.document import (
     wording_view,
 )
 from crossed_rlvr.analysis.report.document import save_figure as save
+from crossed_rlvr.layout import AnalysisLayout
 from crossed_rlvr.rewards.conventions import MARKER_PAIR
 
 
-def payload_by_seed(cells: pd.DataFrame, folder: Path) -> Path | None:
+def payload_by_seed(cells: pd.DataFrame, files: AnalysisLayout) -> Path | None:
     """Fig. 1a: requested-payload presence per method and seed against the initial policy."""
     import matplotlib.pyplot as plt
 
@@ -52,11 +53,11 @@ def payload_by_seed(cells: pd.DataFrame, folder: Path) -> Path | None:
         axes[0][0].set_ylabel("requested-payload presence (%)")
         axes[0][-1].legend(loc="lower right", fontsize=8)
         fig.suptitle("Requested-payload presence per seed against the initial policy (cf. Fig. 1a)")
-        return save(fig, folder / "fig1a_payload_by_seed.png")
+        return save(fig, files.figure("fig1a_payload_by_seed"))
     return None
 
 
-def interactions(contrasts: pd.DataFrame, folder: Path) -> Path | None:
+def interactions(contrasts: pd.DataFrame, files: AnalysisLayout) -> Path | None:
     """Fig. 2a: strict vs Math-Verify crossed interactions per seed."""
     import matplotlib.pyplot as plt
 
@@ -77,11 +78,11 @@ def interactions(contrasts: pd.DataFrame, folder: Path) -> Path | None:
         ax.set_ylabel("interaction (pp), 95% CI")
         ax.set_title("Strict vs Math-Verify crossed interactions per seed (cf. Fig. 2a)")
         ax.legend(fontsize=8)
-        return save(fig, folder / "fig2a_interactions.png")
+        return save(fig, files.figure("fig2a_interactions"))
     return None
 
 
-def preference(contrasts: pd.DataFrame, folder: Path) -> Path | None:
+def preference(contrasts: pd.DataFrame, files: AnalysisLayout) -> Path | None:
     """Fig. 2b: the prompted convention preference D per policy, with paired intervals."""
     import matplotlib.pyplot as plt
 
@@ -96,11 +97,11 @@ def preference(contrasts: pd.DataFrame, folder: Path) -> Path | None:
         ax.set_xticks(range(len(order)), order, rotation=30, ha="right", fontsize=8)
         ax.set_ylabel("100 D = strict(hash req.) − strict(boxed req.)")
         ax.set_title("Prompted convention preference D per policy (cf. Fig. 2b)")
-        return save(fig, folder / "fig2b_preference.png")
+        return save(fig, files.figure("fig2b_preference"))
     return None
 
 
-def gains_by_reader(contrasts: pd.DataFrame, folder: Path) -> Path | None:
+def gains_by_reader(contrasts: pd.DataFrame, files: AnalysisLayout) -> Path | None:
     """Fig. 3b / 4: gains by reader and request, on the same saved responses."""
     import matplotlib.pyplot as plt
 
@@ -124,11 +125,11 @@ def gains_by_reader(contrasts: pd.DataFrame, folder: Path) -> Path | None:
         axes[0][0].set_ylabel("gain over the initial policy (pp), 95% CI")
         axes[0][-1].legend(fontsize=8)
         fig.suptitle("Gains depend on the request and the reader (cf. Fig. 3b, 4)")
-        return save(fig, folder / "fig3b_gains_by_reader.png")
+        return save(fig, files.figure("fig3b_gains_by_reader"))
     return None
 
 
-def templates(contrasts: pd.DataFrame, folder: Path) -> Path | None:
+def templates(contrasts: pd.DataFrame, files: AnalysisLayout) -> Path | None:
     """Fig. 1b: the boxed arms' change of hash payload per wording template."""
     import matplotlib.pyplot as plt
 
@@ -145,16 +146,16 @@ def templates(contrasts: pd.DataFrame, folder: Path) -> Path | None:
         ax.set_ylabel("ΔP_{B,h}: boxed-trained − initial hash payload (pp)")
         ax.set_title("Change per wording template (cf. Fig. 1b)")
         ax.legend(fontsize=7)
-        return save(fig, folder / "fig1b_templates.png")
+        return save(fig, files.figure("fig1b_templates"))
     return None
 
 
-def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, folder: Path) -> list[Path]:
-    """Every figure the input has data for, in the report's order."""
+def write_figures(cells: pd.DataFrame, contrasts: pd.DataFrame, files: AnalysisLayout) -> list[Path]:
+    """Every figure the input has data for, in the report's order, into the analysis folder's figures."""
     import matplotlib
 
     matplotlib.use("Agg")
-    folder.mkdir(parents=True, exist_ok=True)
-    made = [payload_by_seed(cells, folder), interactions(contrasts, folder), preference(contrasts, folder),
-            gains_by_reader(contrasts, folder), templates(contrasts, folder)]
+    files.figures.mkdir(parents=True, exist_ok=True)
+    made = [payload_by_seed(cells, files), interactions(contrasts, files), preference(contrasts, files),
+            gains_by_reader(contrasts, files), templates(contrasts, files)]
     return [p for p in made if p is not None]

@@ -40,7 +40,7 @@ def write_tables(a: Analysis, folder: Path) -> None:
 def write_document(a: Analysis, folder: Path, figures: bool) -> None:
     """report.md (with its figures): the paper's tables, then over training, the reader audit, contents."""
     files = AnalysisLayout(folder)
-    figs = write_figures(a.cells, a.contrasts, files.figures) if figures else []
+    figs = write_figures(a.cells, a.contrasts, files) if figures else []
     criteria = sft_criteria(a.cells)
     if not criteria.empty:
         criteria.to_csv(files.table("sft_criteria"), index=False)

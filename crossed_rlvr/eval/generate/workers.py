@@ -31,6 +31,7 @@ from crossed_rlvr.eval.generate.plan import (
     unfinished,
 )
 from crossed_rlvr.files import atomic_write_jsonl
+from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.limits import Parser, add_number
 
 
@@ -79,7 +80,7 @@ class Shard:
     @property
     def file_name(self) -> str:
         k, _it, s = self.todo[0]
-        return f"{k:07d}-{s:05d}.jsonl"
+        return EvalLayout.shard_name(k, s)
 
 
 def shards_of(cell: Cell, todo: list, size: int) -> list[Shard]:

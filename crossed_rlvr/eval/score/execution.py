@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from crossed_rlvr.errors import CrossedError
+from crossed_rlvr.layout import UserCache
 from crossed_rlvr.sandbox.bwrap import Limits, Run, Sandbox, SandboxUnavailable, last_line
 from crossed_rlvr.sandbox.harness import decode, encode
 from crossed_rlvr.tasks.code import CodeDataset, CodeTask, subset
@@ -59,7 +60,7 @@ class OracleError(CrossedError, RuntimeError):
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "crossed-rlvr" / "code-oracle"
+    return UserCache.default().code_oracle
 
 
 # ---------------------------------------------------------------- matching (EvalPlus's rules)

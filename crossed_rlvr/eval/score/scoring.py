@@ -98,13 +98,13 @@ def manifest_path(output: Path) -> Path:
     return ScoresFiles(output).manifest
 
 
-def _score_shards(records: list[dict[str, Any]], shards: list[range], partial: Path, workers: int | None,
+def _score_shards(records: list[dict[str, Any]], shards: list[range], files: ScoresFiles, workers: int | None,
                   progress: bool, stop_after_shards: int | None) -> bool:
-    """Score the shards not yet in ``partial`` (a shard is written whole, so an interrupted run resumes at the next
-    one); False when stopped after ``stop_after_shards``."""
+    """Score the shards not yet in ``files.partial`` (a shard is written whole, so an interrupted run resumes at the
+    next one); False when stopped after ``stop_after_shards``."""
     from tqdm import tqdm
 
-    todo = [k for k in range(len(shards)) if not (partial / f"shard-{k:05d}.parquet").exists()]
+    todo = [k for k in range(len(shards)) if not files.shard(k).exists()]
     sch = schema()
     done_rows = sum(len(shards[k]) for k in range(len(shards)) if k not in todo)
     with tqdm(total=len(records), initial=done_rows, desc="crossed-score", unit="resp", disable=not progress) as bar:
@@ -125,10 +125,10 @@ def _score_shards(records: list[dict[str, Any]], shards: list[range], partial: P
                       **{d: r.get(d) for d in DECODING_FIELDS}, **{p: r.get(p) for p in PARTS}, **row}
                      for r, row in zip(shard, rows, strict=True)], schema=sch
                 )
-                _atomic_write_table(table, partial / f"shard-{k:05d}.parquet")
+                _atomic_write_table(table, files.shard(k))
         except OSError:
-            if not any(partial.glob("shard-*.parquet")):  # nothing to resume from: no empty scratch folder left
-                shutil.rmtree(partial, ignore_errors=True)
+            if not files.shards():  # nothing to resume from: no empty scratch folder left
+                shutil.rmtree(files.partial, ignore_errors=True)
             raise
         finally:
             if scorer is not None:
@@ -177,10 +177,10 @@ def score_files(
     atomic_write_json(pmanifest, manifest)
 
     shards = [range(i, min(i + shard_size, len(records))) for i in range(0, len(records), shard_size)]
-    if not _score_shards(records, shards, partial, workers, progress, stop_after_shards):
+    if not _score_shards(records, shards, ScoresFiles(output), workers, progress, stop_after_shards):
         return output  # stopped early (a test of resumption)
     sch = schema()
-    tables = [pq.read_table(partial / f"shard-{k:05d}.parquet") for k in range(len(shards))]
+    tables = [pq.read_table(ScoresFiles(output).shard(k)) for k in range(len(shards))]
     full = pa.concat_tables(tables) if tables else sch.empty_table()
     output.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write_table(full, output)
