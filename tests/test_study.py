@@ -119,8 +119,12 @@ def test_smoke_study_learns(smoke):
                    for conv in ("hash", "boxed")]
         assert weights[0] != weights[1]
     rows = pd.read_csv(run / "analysis" / "over_training.csv")
-    later = rows[(rows.step > 0) & (rows.contrast == "I_P")]
-    assert (later["estimate"].abs() > 1e-9).any(), later
+    # I_P read as its interval: after the last update the seed mean's interval starts above +25 pp. Measured here
+    # (one and two torch threads alike) at +75 [+58.3, +91.7] on the 6 validation items, with seed 84's arms still
+    # together (0 [-50, +50]) and seed 83's apart (+150 [+116.7, +183.3]): one seed that learns clears the floor with
+    # 33 pp to spare, two arm pairs that barely moved do not
+    last = rows[(rows.step == 3) & (rows.contrast == "I_P") & (rows.seed == "mean")]
+    assert last["ci_low"].item() > 25, last
 
 
 def test_study_logs_one_wandb_run_per_arm_and_stage(smoke):

@@ -136,12 +136,21 @@ def test_the_paper_design_trains_on_two_ranks_and_the_study_reports_its_crossed_
     assert weights[0] != weights[1]
     over = pd.read_csv(run / "analysis" / "over_training.csv")
     assert sorted(set(over["step"])) == [0, *STEPS]
-    assert (over.loc[(over.step > 0) & (over.contrast == "I_P"), "estimate"].abs() > 1e-9).any()
+    # I_P read as its interval: after the last update it starts above +50 pp on the 6 validation items. This module's
+    # arms are the paper preset's seed 83 for its first two updates, measured at +133.3 [+100, +167.1] after update 2
+    # (the full preset's run gave the same, and its seed 84 [+133.3, +200] there): 50 pp to spare for another CPU's
+    # kernels, and far above an arm pair that did not move apart
+    last = over[(over.step == UPDATES) & (over.contrast == "I_P") & (over.seed == "mean")]
+    assert last["ci_low"].item() > 50, last
     report = (run / "analysis" / "report.md").read_text()
     assert f"| grpo/s{SEED} | hashxboxed |" in report and "## Crossed interactions over training" in report
     con = pd.read_csv(run / "analysis" / "contrasts.csv")
     inter = con[(con.name == "interaction") & (con.measure == "payload")]
     assert len(inter) and inter[["ci_low", "ci_high"]].notna().all().all()
+    # the report's I_P on the 16 evaluation items, measured at +181.25 [+162.5, +193.75] (the full preset, two seeds of
+    # three updates: +168.75 [+150, +184.4]): a lower bound above +100 pp keeps 50 pp to spare
+    headline = inter[(inter.template == "original") & (inter.policy == "grpo/mean")]
+    assert headline["ci_low"].item() > 100, headline
 
 
 def actor_logprobs(model_dir: Path, state: dict | None = None) -> torch.Tensor:
