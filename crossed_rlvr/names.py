@@ -13,7 +13,9 @@ the arms trained from it, one per convention and seed).
   differ only in their convention, named ``<method>/s<seed>`` (``grpo/s83``), or ``<method>/mean`` for the
   mean over seeds, with the checkpoint after ``@``.
 
-Only this module parses or formats these names; everything else holds a :class:`PolicyName` or asks it.
+Only this module parses or formats these names; everything else holds a :class:`PolicyName` or asks it. A
+policy's facts (method, convention, seed, checkpoint) travel with it (``policies.policy.Policy``): a name is read
+for them only where something was written before they were stored (:func:`legacy_policy_parts`).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class PolicyName:
 
     def at_step(self, step: int) -> PolicyName:
         """The checkpoint this arm wrote at update ``step``."""
-        return replace(self, checkpoint=f"step{int(step)}", sep="@")
+        return replace(self, checkpoint=step_checkpoint(step), sep="@")
 
     @property
     def is_study_name(self) -> bool:
@@ -90,8 +92,11 @@ def policy_name(method: str, convention: str, seed: int, step: int | None = None
     return str(name if step is None else name.at_step(step))
 
 
-def policy_parts(policy: str, convention: str) -> tuple[str, str]:
-    """(method, checkpoint) of a policy of the given training convention.
+def legacy_policy_parts(policy: str, convention: str) -> tuple[str, str]:
+    """(method, checkpoint) of a policy of the given training convention, read from its name: only for what was
+    written before a policy's method and checkpoint were stored beside its name (response records and scores
+    tables, stage stamps, crossed-eval configs and crossed-import's flags without a method). Everything made since
+    carries a ``policies.policy.Policy``, whose facts are stored, never read from the name.
 
     ``grpo-hash/s83`` -> (grpo, ""), ``grpo-hash/s83@step50`` -> (grpo, step50); the older
     ``grpo-hash/s83-step50`` reads the same way, as does an arm joined with ``_`` (``grpo_hash/s83``). Any
@@ -103,13 +108,6 @@ def policy_parts(policy: str, convention: str) -> tuple[str, str]:
     if named is None:
         return _method_of(policy, convention), policy
     return named.method, named.checkpoint
-
-
-def policy_facts(policy: str, convention: str) -> dict[str, str]:
-    """What a response record stores beside its policy's name, written where the record is made: the method
-    (``grpo``, ``sft``, ``initial``) and the checkpoint (empty for an arm's final policy)."""
-    method, checkpoint = policy_parts(policy, convention)
-    return {"method": method, "checkpoint": checkpoint}
 
 
 def _method_of(policy: str, convention: str) -> str:
@@ -209,6 +207,11 @@ def contrast_parts(name: str, policy: str, request: str) -> dict[str, str]:
             "arm_b": arms[1]}
 
 
+def step_checkpoint(step: int) -> str:
+    """The checkpoint part of an arm's checkpoint of update ``step``: ``step10``."""
+    return f"step{int(step)}"
+
+
 def checkpoint_name(arm: str, step: int) -> str:
     """The name of the checkpoint an arm (any arm name, e.g. crossed-train's ``arm``) wrote at update ``step``."""
-    return f"{arm}@step{int(step)}"
+    return f"{arm}@{step_checkpoint(step)}"

@@ -49,7 +49,8 @@ FIELDS: dict[str, tuple[type, ...]] = {
 }
 # optional fields: the decoding of each response (crossed-eval writes them; imports may not know them)
 OPTIONAL: dict[str, tuple[type, ...]] = {"temperature": (int, float), "top_p": (int, float), "max_new_tokens": (int,)}
-# optional fields: the policy's parts, stored beside its name where the record is made (names.policy_facts);
+# optional fields: the policy's method and checkpoint, stored beside its name where the record is made
+# (policies.policy.Policy.facts);
 # records written before they were stored get them when analysed (analysis/cells.py: policy_table)
 PARTS: dict[str, tuple[type, ...]] = {"method": (str,), "checkpoint": (str,)}
 

@@ -325,9 +325,10 @@ def test_a_contrasts_table_of_the_older_shape_reads_with_its_parts(result, tmp_p
 def test_records_of_the_older_shape_give_the_same_policy_table():
     """Scores made from records written before the policy's parts were stored (no method, checkpoint columns):
     the policy table reads the parts from the names, the same as the stored ones."""
-    from crossed_rlvr.names import policy_facts
+    from crossed_rlvr.names import legacy_policy_parts
 
-    rows = [{"policy": p, "training_convention": c, "train_seed": s, **policy_facts(p, c)}
+    rows = [{"policy": p, "training_convention": c, "train_seed": s,
+             **dict(zip(("method", "checkpoint"), legacy_policy_parts(p, c), strict=True))}
             for p, c, s in (("initial", "initial", None), ("grpo-hash/s1", "hash", 1), ("grpo-boxed/s1@step30", "boxed", 1),
                             ("sft_boxed/s2", "boxed", 2))]
     stored = policy_table(pd.DataFrame(rows))

@@ -260,11 +260,12 @@ def test_bad_input_is_refused_with_its_first_line(tmp_path, capsys, case, comman
 def test_suffixless_rows_of_two_requests_stay_apart(tmp_path):
     """A dump of our val.parquet whose prompts carry no suffix: data_source keeps each row's request, so the
     boxed rows never fold into the hash cell as extra samples."""
+    from crossed_rlvr.eval.ingest.common import given_policy
     from crossed_rlvr.eval.ingest.verl import import_verl_dump
 
     rows = [_verl_row("crossed_rlvr/gsm8k/hash"), _verl_row("crossed_rlvr/gsm8k/boxed")]
     (tmp_path / "5.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    records = import_verl_dump(tmp_path / "5.jsonl", policy="initial", training_convention="initial")
+    records = import_verl_dump(tmp_path / "5.jsonl", policy=given_policy("initial", "initial"))
     assert [(r["request"], r["sample_idx"]) for r in records] == [("hash", 0), ("boxed", 0)]
     assert records[0]["item_id"] == records[1]["item_id"]  # one item under two requests
 

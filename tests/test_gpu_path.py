@@ -445,6 +445,7 @@ def test_vllm_engines_are_shut_down_between_policies(local, tmp_path, monkeypatc
 def test_verl_validation_dump_imports_into_crossed_cells(paper_gsm8k, local, tmp_path):
     """A dump in verl 0.9.1's format (``input``, ``output``, ``gts``, ``score``, ``step``) of the arm's
     validation under both requests imports into hash and boxed cells whose items pair, and scores."""
+    from crossed_rlvr.eval.ingest.common import given_policy
     from crossed_rlvr.eval.ingest.verl import import_verl_dump
     from crossed_rlvr.eval.score.scoring import score_files
     from crossed_rlvr.policies.loading import load_tokenizer
@@ -461,7 +462,7 @@ def test_verl_validation_dump_imports_into_crossed_cells(paper_gsm8k, local, tmp
     dump = tmp_path / "validation" / "100.jsonl"
     dump.parent.mkdir()
     dump.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    records = import_verl_dump(dump, policy="grpo-hash/s83", training_convention="hash", train_seed=83)
+    records = import_verl_dump(dump, policy=given_policy("grpo-hash/s83", "hash", 83))
     cells = {r: {x["item_id"] for x in records if x["request"] == r} for r in ("hash", "boxed")}
     assert len(cells["hash"]) == len(cells["boxed"]) == N_VAL and cells["hash"] == cells["boxed"]
     out = tmp_path / "resp"

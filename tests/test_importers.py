@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from crossed_rlvr.eval.ingest.cli import main
-from crossed_rlvr.eval.ingest.common import reference_from_target
+from crossed_rlvr.eval.ingest.common import given_policy, reference_from_target
 from crossed_rlvr.eval.ingest.lm_eval import import_lm_eval
 from crossed_rlvr.eval.ingest.verl import import_verl_dump, import_verl_steps
 from crossed_rlvr.eval.score.scoring import score_files
@@ -32,7 +32,7 @@ def lm_eval_file(tmp_path, name="samples_gsm8k_2026-01-01T00-00-00.jsonl", repea
 
 
 def test_lm_eval_import(tmp_path):
-    records = import_lm_eval(lm_eval_file(tmp_path), policy="initial", request="hash")
+    records = import_lm_eval(lm_eval_file(tmp_path), policy=given_policy("initial"), request="hash")
     assert len(records) == 4  # 2 docs x 2 repeats; the second filter's lines are not read again
     assert {r["task"] for r in records} == {"gsm8k"}
     assert [r["reference"] for r in records] == ["18", "18", "1234", "1234"]
@@ -58,7 +58,7 @@ def test_each_source_has_one_reader_behind_the_command_and_refuses_the_others_op
 def test_lm_eval_older_argument_layout(tmp_path):
     path = tmp_path / "samples_x.jsonl"
     path.write_text(json.dumps({"doc_id": 3, "target": "7", "arguments": [["prompt", {}]], "resps": [["#### 7"]]}) + "\n")
-    (rec,) = import_lm_eval(path, policy="grpo-hash/s1", training_convention="hash", train_seed=1, task="arith",
+    (rec,) = import_lm_eval(path, policy=given_policy("grpo-hash/s1", "hash", 1), task="arith",
                             request="hash")
     assert rec["item_id"] == "3" and rec["reference"] == "7" and rec["policy"] == "grpo-hash/s1"
 
@@ -69,7 +69,7 @@ def test_lm_eval_bad_line_is_named(tmp_path):
                     + json.dumps({"doc_id": 2, "target": "7", "resps": [["a"]]}) + "\n")
     with pytest.raises(ResponseFileError, match=r"samples_x\.jsonl:2: missing field 'arguments'|"
                                                  r"samples_x\.jsonl:2: field 'arguments'"):
-        import_lm_eval(path, policy="initial", request="hash")
+        import_lm_eval(path, policy=given_policy("initial"), request="hash")
 
 
 def crossed_lm_eval_folder(tmp_path, task_names=("gsm8k_hash", "gsm8k_boxed")):
@@ -90,13 +90,13 @@ def test_lm_eval_folder_keeps_the_crossing(tmp_path):
     folder = crossed_lm_eval_folder(tmp_path)
     # The file names give two task names for one policy's two requests: refused, never split silently.
     with pytest.raises(ResponseFileError, match=r"different task names .*boxed: gsm8k_boxed; hash: gsm8k_hash.*--task"):
-        import_lm_eval(folder, policy="grpo-hash/s83")
-    records = import_lm_eval(folder, policy="grpo-hash/s83", task="gsm8k")
+        import_lm_eval(folder, policy=given_policy("grpo-hash/s83"))
+    records = import_lm_eval(folder, policy=given_policy("grpo-hash/s83"), task="gsm8k")
     assert {(r["request"], r["item_id"]) for r in records} == {(q, str(d)) for q in ("hash", "boxed") for d in range(3)}
     # convention and seed come from the documented policy name
     assert {(r["training_convention"], r["train_seed"], r["task"]) for r in records} == {("hash", 83, "gsm8k")}
     with pytest.raises(ResponseFileError, match="prompt asks for 'boxed' but --request says 'hash'"):
-        import_lm_eval(folder, policy="initial", task="gsm8k", request="hash")
+        import_lm_eval(folder, policy=given_policy("initial"), task="gsm8k", request="hash")
 
 
 def test_policy_identity_is_read_from_the_name_and_checked():
@@ -119,15 +119,15 @@ def test_lm_eval_0_4_0_json_array_and_folder_errors(tmp_path):
     old.write_text(json.dumps([{"doc_id": 0, "target": "#### 5", "arguments": [["q", {}]], "resps": [["#### 5"]]},
                                {"doc_id": 1, "target": "#### 6", "arguments": [["q", {}]], "resps": [["#### 7"]]}],
                               indent=2))
-    records = import_lm_eval(old, policy="initial", request="hash", task="gsm8k")
+    records = import_lm_eval(old, policy=given_policy("initial"), request="hash", task="gsm8k")
     assert [r["reference"] for r in records] == ["5", "6"]
     with pytest.raises(ResponseFileError, match="task cannot be read from this file name; pass --task"):
-        import_lm_eval(old, policy="initial", request="hash")
-    assert len(import_lm_eval(tmp_path, policy="initial", request="hash", task="gsm8k")) == 2  # the folder
+        import_lm_eval(old, policy=given_policy("initial"), request="hash")
+    assert len(import_lm_eval(tmp_path, policy=given_policy("initial"), request="hash", task="gsm8k")) == 2  # the folder
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(ResponseFileError, match="no lm-eval samples files"):
-        import_lm_eval(empty, policy="initial", request="hash", task="gsm8k")
+        import_lm_eval(empty, policy=given_policy("initial"), request="hash", task="gsm8k")
     assert main(["lm-eval", str(empty), "-o", str(tmp_path / "o.jsonl"), "--policy", "initial"]) == 2
 
 
@@ -211,13 +211,13 @@ def verl_dir(tmp_path):
 
 def test_verl_import_and_score(tmp_path):
     folder = verl_dir(tmp_path)
-    records = import_verl_dump(folder / "100.jsonl", policy="grpo-boxed/s1", training_convention="boxed", train_seed=1,
+    records = import_verl_dump(folder / "100.jsonl", policy=given_policy("grpo-boxed/s1", "boxed", 1),
                                request="boxed")
     assert [r["sample_idx"] for r in records] == [0, 0, 0, 1, 1, 1]
     assert records[0]["item_id"] == records[3]["item_id"] != records[1]["item_id"]
     assert records[0]["verl_step"] == 100
     assert (records[0]["method"], records[0]["checkpoint"]) == ("grpo", "")
-    steps = import_verl_steps(folder, policy="grpo-boxed/s1", training_convention="boxed", train_seed=1,
+    steps = import_verl_steps(folder, policy=given_policy("grpo-boxed/s1", "boxed", 1),
                               request="boxed", template="original", task="gsm8k")
     assert {(r["policy"], r["checkpoint"]) for r in steps} >= {("grpo-boxed/s1@step100", "step100")}
     # Through the CLI (last step by default), then re-scored with the full panel.
@@ -256,7 +256,7 @@ def test_verl_dump_without_ground_truth(tmp_path):
     path = tmp_path / "3.jsonl"
     path.write_text(json.dumps({"input": "q", "output": "a", "score": 0.0, "step": 3}) + "\n")
     with pytest.raises(ResponseFileError, match=r"3\.jsonl:1: missing field 'gts'"):
-        import_verl_dump(path, policy="initial", training_convention="initial")
+        import_verl_dump(path, policy=given_policy("initial", "initial"))
 
 
 def test_reference_from_target():
@@ -274,7 +274,7 @@ def test_imported_set_without_a_crossed_pair_says_what_is_missing(tmp_path, caps
     for policy in ("initial", "grpo-hash/s83"):
         out = tmp_path / "resp" / f"{policy.replace('/', '_')}.jsonl"
         out.parent.mkdir(exist_ok=True)
-        write_responses(out, import_lm_eval(folder, policy=policy, task="gsm8k"))
+        write_responses(out, import_lm_eval(folder, policy=given_policy(policy), task="gsm8k"))
         files.append(out)
     scores = score_files(files, tmp_path / "s.parquet", workers=0, progress=False)
     analyze(scores, tmp_path / "a", n_resamples=50, figures=False)
@@ -309,7 +309,7 @@ def test_bad_lm_eval_rows_are_refused_with_file_line_and_field(tmp_path, rows, f
     path = tmp_path / "samples_gsm8k.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ResponseFileError) as info:
-        import_lm_eval(path, policy="initial")
+        import_lm_eval(path, policy=given_policy("initial"))
     assert first in str(info.value), str(info.value)
 
 
@@ -324,7 +324,7 @@ def test_lm_eval_variants_pair_only_the_same_question(tmp_path):
     (folder / "samples_gsm8k_hash.jsonl").write_text("".join(json.dumps(r) + "\n" for r in hash_rows))
     (folder / "samples_gsm8k_boxed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in boxed_rows))
     with pytest.raises(ResponseFileError, match=r"doc_id 0 holds another question than under request"):
-        import_lm_eval(folder, policy="initial", task="gsm8k")
+        import_lm_eval(folder, policy=given_policy("initial"), task="gsm8k")
 
 
 VERL_BAD = [
@@ -342,7 +342,7 @@ def test_bad_verl_rows_are_refused_with_file_line_and_field(tmp_path, text, firs
     path = tmp_path / "5.jsonl"
     path.write_text(text)
     with pytest.raises(ResponseFileError) as info:
-        import_verl_dump(path, policy="initial", training_convention="initial", request="hash")
+        import_verl_dump(path, policy=given_policy("initial", "initial"), request="hash")
     assert first in str(info.value), str(info.value)
 
 
@@ -350,11 +350,24 @@ def test_non_utf8_bytes_and_missing_inputs_are_errors_not_tracebacks(tmp_path, c
     path = tmp_path / "5.jsonl"
     path.write_bytes(b'{"input": "q", "output": "\xff\xfe", "gts": "5"}\n')
     with pytest.raises(ResponseFileError, match=r"5\.jsonl:1: not UTF-8 text"):
-        import_verl_dump(path, policy="initial", training_convention="initial", request="hash")
+        import_verl_dump(path, policy=given_policy("initial", "initial"), request="hash")
     lm = tmp_path / "samples_gsm8k.jsonl"
     lm.write_bytes(b'{"doc_id": 0, "target": "\xff"}\n')
     with pytest.raises(ResponseFileError, match=r"samples_gsm8k\.jsonl:1: not UTF-8 text"):
-        import_lm_eval(lm, policy="initial")
+        import_lm_eval(lm, policy=given_policy("initial"))
     assert main(["verl", str(tmp_path / "nope"), "-o", str(tmp_path / "o.jsonl"), "--policy", "initial",
                  "--task", "gsm8k"]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_an_imported_policy_named_outside_the_scheme_carries_the_method_given(tmp_path):
+    """crossed-import makes the policy once from its flags: a name of the user's own with ``--method`` stores that
+    method on every record and every step's checkpoint, never one read back from the name."""
+    folder = verl_dir(tmp_path)
+    out = tmp_path / "mine.jsonl"
+    assert main(["verl", str(folder), "-o", str(out), "--policy", "my boxed run", "--training-convention", "boxed",
+                 "--train-seed", "4", "--method", "ppo", "--request", "boxed", "--task", "gsm8k",
+                 "--all-steps"]) == 0
+    records = read_responses([out]).records
+    assert {(r["policy"], r["method"], r["checkpoint"], r["train_seed"]) for r in records} == {
+        ("my boxed run@step0", "ppo", "step0", 4), ("my boxed run@step100", "ppo", "step100", 4)}

@@ -28,7 +28,7 @@ from crossed_rlvr.eval.score.readers import (
     SYMBOLIC_STRICT,
 )
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
-from crossed_rlvr.names import policy_parts
+from crossed_rlvr.names import legacy_policy_parts
 from crossed_rlvr.tasks.items import item_order
 
 CELL_KEYS = ["task", "template", "policy", "request"]
@@ -214,7 +214,7 @@ def policy_table(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["training_convention", "train_seed", *(["method", "checkpoint"] if stored else [])]
     pol = df.groupby("policy", sort=True)[cols].first().reset_index()
     if not stored:  # records written before their policy's parts were stored: read from the name
-        parts = [policy_parts(p, c) for p, c in zip(pol["policy"], pol["training_convention"])]
+        parts = [legacy_policy_parts(p, c) for p, c in zip(pol["policy"], pol["training_convention"])]
         pol["method"] = [m for m, _ in parts]
         pol["checkpoint"] = [c for _, c in parts]
     pol["checkpoint"] = pol["checkpoint"].fillna("").astype(str)

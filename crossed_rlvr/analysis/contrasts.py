@@ -100,7 +100,7 @@ def arms_by_seed(policies: pd.DataFrame) -> dict[tuple[str, str, int], dict[str,
     """{(method, checkpoint, seed): {convention: policy}} for trained policies.
 
     A policy is its own arm: checkpoints of one arm (``grpo-hash/s83@step50``, see
-    :func:`crossed_rlvr.names.policy_parts`) get their own slot, and two policies that would
+    :func:`crossed_rlvr.names.legacy_policy_parts`) get their own slot, and two policies that would
     share a slot are refused with both names, never silently replaced."""
     out: dict[tuple[str, str, int], dict[str, str]] = defaultdict(dict)
     for row in policies.itertuples():

@@ -290,6 +290,11 @@ class PolicyConf:
     path: str = MISSING
     training_convention: str = "initial"
     train_seed: int | None = num(None, *SEED)
+    # what trained it (grpo, sft, or any method of a policy trained elsewhere) and, for an arm's checkpoint, which
+    # (step<K>): stored with its responses, never read from its name (null: read from a name written before these
+    # were given, names.legacy_policy_parts)
+    method: str | None = None
+    checkpoint: str | None = None
 
 
 @dataclass

@@ -24,14 +24,14 @@ class AnswerSteps:
     # ------------------------------------------------------------------ 3. crossed evaluation
     def evaluate(self, study: StudyState, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
         eval_cfg = study.configs.evaluation(initial, arms)
-        weights = {p["name"]: study.stamps.hash(p["path"]) if Path(p["path"]).exists() else p["path"]
-                   for p in eval_cfg.policies}
+        policies = [p.hashed(study.stamps.hash) for p in study.configs.policies(initial, arms)]
         spec = {k: v for k, v in untracked(plain(eval_cfg)).items() if k != "policies"}
         spec["eval"] = eval_fingerprint(eval_cfg.eval)  # what ran: an unset device or dtype as resolved
         if study.cfg.evaluation.threads is not None:  # sums in another order: other samples
             spec["threads"] = int(study.cfg.evaluation.threads)
-        fp = {"eval": spec, "weights": weights,
-              "policies": [{k: v for k, v in p.items() if k != "path"} for p in plain(eval_cfg.policies)]}
+        # each policy by its weights, not its folder: the same weights moved elsewhere are the same policy
+        fp = {"eval": spec, "weights": {p.name: p.weights for p in policies},
+              "policies": [p.identity() for p in policies]}
 
         def run() -> dict[str, Any]:
             from crossed_rlvr.eval.generate.runner import run_eval
@@ -95,6 +95,7 @@ class AnswerSteps:
         scores, vscores, out = study.layout.eval.scores, study.layout.eval.validation_scores, study.layout.analysis
         # a GRPO arm's metrics beside its checkpoints (another study's, for arms.kind=given); SFT arms log none
         metrics = {name: arm.metrics for name, arm in self.arm_folders(study, arms).items() if arm.metrics.exists()}
+        conventions = {p.name: p.convention for p in (*(plan.policy for plan in study.plans), *arms)}
         fp = {"scores": study.stamps.hash(scores), "analysis": plain(a),
               "metrics": {k: study.stamps.hash(v) for k, v in metrics.items()}}
         summary = study.layout.warmstart_summary  # the warm start's figures, when built here
@@ -107,7 +108,7 @@ class AnswerSteps:
 
         def sections(folder: Path) -> list[str]:
             """The study's own report sections, written with the analysis (one report, one contents)."""
-            return study_sections(folder, a, vscores if vscores.exists() else None, metrics, warm)
+            return study_sections(folder, a, vscores if vscores.exists() else None, metrics, warm, conventions)
 
         def run() -> dict[str, Any]:
             from crossed_rlvr.analysis.report.folder import analyze

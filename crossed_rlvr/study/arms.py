@@ -185,8 +185,7 @@ def import_verl_validation(plan: ArmPlan, stamps: Stamps, task: str, say: Callab
     if out.exists() and stamp.exists() and json.loads(stamp.read_text()) == sources:
         return
     name = policy.name
-    records = import_verl_steps(dumps, policy=name, training_convention=policy.convention, train_seed=policy.seed,
-                                task=task)
+    records = import_verl_steps(dumps, policy=policy, task=task)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_jsonl(out, records)
     atomic_write_json(stamp, sources)

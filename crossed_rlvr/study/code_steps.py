@@ -60,19 +60,19 @@ class CodeSteps:
 
         ds, task = self.dataset(state)
         c, layout = state.cfg, state.layout.eval
-        paths = {p.name: p.path for p in policies}
-        weights = {name: state.stamps.hash(path) if Path(path).exists() else path for name, path in paths.items()}
+        policies = [p.hashed(state.stamps.hash) for p in policies]
         requests = tuple(c.evaluation.requests)
         fp = {"task": task, "dataset_sha256": ds.sha256, "tasks": list(ds.tasks), "requests": list(requests),
-              "samples": int(c.evaluation.samples), "eval": eval_fingerprint(c.eval), "weights": weights}
+              "samples": int(c.evaluation.samples), "eval": eval_fingerprint(c.eval),
+              "weights": {p.name: p.weights for p in policies}}
 
         def run_stage() -> dict[str, Any]:
             g = c.eval
             params = GenParams(float(g.temperature), float(g.top_p), int(g.max_new_tokens), int(g.context_limit))
             with torch_threads(c.evaluation.threads):
-                files = generate_missing(paths, layout, ds.tasks, int(c.evaluation.samples), params,
+                files = generate_missing(policies, layout, ds.tasks, int(c.evaluation.samples), params,
                                          int(g.base_seed), g, str(task["name"]), requests,
-                                         settings={"dataset_sha256": ds.sha256}, weights=weights)
+                                         settings={"dataset_sha256": ds.sha256})
             return {"files": len(files), "dataset_sha256": ds.sha256}
 
         return state.stage("eval", fp, [layout.responses], run_stage)

@@ -91,9 +91,9 @@ class StudyConfigs:
                 for conv, seed in arm_pairs(self.cfg)]
 
     @staticmethod
-    def policies(initial: Policy, arms: list[Policy]) -> list[dict[str, Any]]:
-        """The initial policy, then every arm's final policy in name order, as crossed-eval lists them."""
-        return [initial.eval_entry()] + [p.eval_entry() for p in sorted(arms, key=lambda p: p.name)]
+    def policies(initial: Policy, arms: list[Policy]) -> list[Policy]:
+        """The initial policy, then every arm's final policy in name order: the evaluation's order."""
+        return [initial, *sorted(arms, key=lambda p: p.name)]
 
     def evaluation(self, initial: Policy, arms: list[Policy]) -> DictConfig:
         """crossed-eval's config: every policy under every request and wording, into ``<run>/eval``."""
@@ -104,7 +104,8 @@ class StudyConfigs:
         return OmegaConf.create(typed("crossed_eval", {
             "model": plain(c.model), "task": task, "eval": plain(c.eval), "tracking": plain(c.tracking),
             "study": self.study_name,
-            "run_dir": str(self.layout.eval.root), "policies": self.policies(initial, arms),
+            "run_dir": str(self.layout.eval.root),
+            "policies": [p.entry() for p in self.policies(initial, arms)],  # crossed-eval reads them back whole
             "requests": list(ev.requests), "templates": list(ev.templates), "template_subset": ev.template_subset,
             "template_subset_seed": int(ev.template_subset_seed), "samples": int(ev.samples), "overwrite": True,
             "distribute": plain(c.distribute),

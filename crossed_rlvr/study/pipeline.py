@@ -74,32 +74,35 @@ class Study:
         return summary
 
     def prepare(self) -> dict[str, Any]:
-        return dress.prepare(self.configs, str(self.initial_path()))
+        return dress.prepare(self.configs, self.initial_path())
 
     def rehearse(self) -> dict[str, Any]:
-        return dress.rehearse(self.configs, str(self.initial_path()))
+        return dress.rehearse(self.configs, self.initial_path())
 
     def strata(self, ipath: str, weights: str) -> dict[str, Any] | None:
         return arm_jobs.frozen_strata(self.configs, ipath, weights)
 
     # ------------------------------------------------------------------ 1. initial policy
-    def initial_path(self) -> Path | str:
+    def initial_path(self) -> str:
+        """Where the initial policy's weights are: the folder it is built in, or the given model's folder or hub
+        name (one string, whichever it is)."""
         if self.cfg.initial.build == "warmstart":
-            return self.layout.initial
+            return str(self.layout.initial)
         from crossed_rlvr.eval.generate.plan import resolve_model_path
 
         return resolve_model_path(self.cfg.model)
 
     def initial(self) -> Policy:
-        return Policy.initial(self._initial()["path"])
+        """The initial policy, its weights hashed (what the arms started from)."""
+        return Policy.initial(self._initial()["path"]).hashed(self.stamps.hash)
 
     def _initial(self) -> dict[str, Any]:
         c = self.cfg
         path = self.initial_path()
         if c.initial.build == "given":
-            fp = {"model": plain(c.model), "path": str(path)}
-            outputs = [Path(path)] if Path(str(path)).exists() else []
-            return self.stage("initial", fp, outputs, lambda: {"path": str(path), "built": False})
+            fp = {"model": plain(c.model), "path": path}
+            outputs = [Path(path)] if Path(path).exists() else []
+            return self.stage("initial", fp, outputs, lambda: {"path": path, "built": False})
         if c.initial.build != "warmstart":
             raise ConfigError(f"initial.build must be warmstart or given, not {c.initial.build!r}")
         # where a built policy is kept for other studies does not change it: not part of the fingerprint
@@ -124,7 +127,7 @@ class Study:
             with torch_threads(c.initial.threads):
                 result = warmstart(OmegaConf.create(self.configs.warmstart(Path(path), warm)))
             shutil.rmtree(self.layout.fresh, ignore_errors=True)
-            return {"path": str(path), "built": True, **{k: v for k, v in result.items() if k != "config"}}
+            return {"path": path, "built": True, **{k: v for k, v in result.items() if k != "config"}}
 
         if cache := c.initial.cache_dir:
             from crossed_rlvr.study.warm_cache import fetch_or_build
@@ -140,14 +143,14 @@ class Study:
     def arms(self, initial: Policy) -> list[Policy]:
         """Every arm's final policy: trained here (GRPO or SFT), or another study's (``arms.kind=given``)."""
         c = self.cfg
-        weights = self.stamps.hash(initial.path) if Path(initial.path).exists() else initial.path
+        initial = initial.hashed(self.stamps.hash)  # the arms' configs name the weights they start from
         if c.arms.kind == "sft":
-            return policies_of(self._sft_arms(initial.path, weights))
+            return policies_of(self._sft_arms(initial.path, initial.weights))
         if c.arms.kind == "given":
             return policies_of(self._given_arms())
         if c.arms.kind != "grpo":
             raise ConfigError(f"arms.kind must be grpo, sft or given, not {c.arms.kind!r}")
-        return policies_of(self._grpo_arms(initial.path, weights))
+        return policies_of(self._grpo_arms(initial.path, initial.weights))
 
     def _grpo_arms(self, ipath: str, weights: str) -> dict[str, Any]:
         c = self.cfg
@@ -173,13 +176,13 @@ class Study:
         return self.stage("arms", fp, final, train)
 
     def _given_arms(self) -> dict[str, Any]:
-        arms = self.configs.given_arms()
-        missing = [a.path for a in arms if not Path(a.path).is_dir()]
+        missing = [a.path for a in self.configs.given_arms() if not Path(a.path).is_dir()]
         if missing:
             raise ArmsNotTrained(f"arms.kind=given: no checkpoint at {', '.join(missing)} (arms.from_run="
                              f"{self.cfg.arms.from_run}, recipe.updates={int(self.cfg.recipe.updates)}); train them "
                              "with that study first, or set arms.seeds/arms.conventions to the arms it has")
-        fp = {a.name: self.stamps.hash(a.path) for a in arms}
+        arms = [a.hashed(self.stamps.hash) for a in self.configs.given_arms()]  # each a local folder
+        fp = {a.name: a.weights for a in arms}
         return self.stage("arms", fp, [Path(a.path) for a in arms],
                           lambda: {"arms": {a.name: a.record() for a in arms}})
 

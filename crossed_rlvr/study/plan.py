@@ -1,6 +1,7 @@
 """What the study's stages hand each other (docs/architecture.md "Typed hand-offs"): a :class:`Policy` (the
-initial model or an arm's final weights, with the facts the crossed design needs) and an :class:`ArmPlan` (one
-GRPO arm: its policy, folder and crossed-train config), made once from the study config by :func:`plan_arms`.
+initial model or an arm's final weights, with the facts the crossed design needs: ``policies/policy.py``, the one
+policy of the study, crossed-eval, the importers and the analysis) and an :class:`ArmPlan` (one GRPO arm: its
+policy, folder and crossed-train config), made once from the study config by :func:`plan_arms`.
 
 Paper 001 §2: the arms of one seed differ only in their convention, so each plan is the study config projected
 into one crossed-train config, checked once, where the plan is made (types, declared ranges, the relations
@@ -13,7 +14,6 @@ with :meth:`Policy.from_record`; nothing rebuilds a policy from a folder name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from crossed_rlvr.conf.schema import StudyConf
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import ArmLayout, RunLayout
-from crossed_rlvr.names import INITIAL, PolicyName, policy_name
+from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
 
 
@@ -37,46 +37,6 @@ def eval_fingerprint(gen: Any) -> dict[str, Any]:
     from crossed_rlvr.eval.generate.device import hashed_settings, resolved
 
     return hashed_settings(resolved(gen))
-
-
-@dataclass(frozen=True)
-class Policy:
-    """One set of weights the study evaluates: the initial policy or a trained arm's final policy."""
-
-    name: str
-    path: str
-    convention: str  # its training convention; ``initial`` for the initial policy
-    seed: int | None  # its training seed; None for the initial policy
-    method: str  # ``initial``, ``grpo`` or ``sft``
-
-    @classmethod
-    def initial(cls, path: str | Path) -> Policy:
-        return cls(INITIAL, str(path), INITIAL, None, INITIAL)
-
-    @classmethod
-    def trained(cls, method: str, convention: str, seed: int, path: str | Path) -> Policy:
-        return cls(policy_name(method, convention, int(seed)), str(path), convention, int(seed), method)
-
-    def record(self) -> dict[str, Any]:
-        """What the arms stage's stamp keeps of it (beside the arm's training figures)."""
-        return {"path": self.path, "convention": self.convention, "seed": self.seed, "method": self.method}
-
-    @classmethod
-    def from_record(cls, name: str, record: dict[str, Any]) -> Policy:
-        """A policy read back from a stamp. Stamps written before the method was stored carry the arm's name only:
-        its method is read from that name (the one place a stamp's name is parsed)."""
-        method = record.get("method")
-        if method is None:
-            parsed = PolicyName.parse(name)
-            method = parsed.method if parsed is not None else name
-        seed = record.get("seed")
-        return cls(name, str(record["path"]), str(record["convention"]), None if seed is None else int(seed),
-                   str(method))
-
-    def eval_entry(self) -> dict[str, Any]:
-        """The policy as crossed-eval's config lists it."""
-        return {"name": self.name, "path": self.path, "training_convention": self.convention,
-                "train_seed": self.seed}
 
 
 def policies_of(stage_info: dict[str, Any]) -> list[Policy]:

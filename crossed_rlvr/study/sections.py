@@ -14,15 +14,16 @@ from crossed_rlvr.layout import AnalysisLayout
 
 
 def study_sections(folder: Path, analysis: AnalysisConf, validation_scores: Path | None, metrics: dict[str, Path],
-                   warmstart: Path | None) -> list[str]:
-    """The sections (their tables and figures written into ``folder``, the analysis folder being written)."""
+                   warmstart: Path | None, conventions: dict[str, str]) -> list[str]:
+    """The sections (their tables and figures written into ``folder``, the analysis folder being written);
+    ``conventions``: the training convention of each arm whose ``metrics`` are given, by its policy's name."""
     from crossed_rlvr.analysis.report.document import initial_section, training_section
 
     out = []
     if validation_scores is not None and (over := over_training(validation_scores, folder, analysis)) is not None:
         out.append(over)
     if metrics:
-        out.append(training_section(folder, {k: _read_metrics(v) for k, v in metrics.items()}))
+        out.append(training_section(folder, {k: _read_metrics(v) for k, v in metrics.items()}, conventions))
     if warmstart is not None:
         out.append(initial_section(json.loads(warmstart.read_text())))
     return out

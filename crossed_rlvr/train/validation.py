@@ -28,7 +28,7 @@ from transformers import TrainerCallback
 from crossed_rlvr.eval.score.payload import detect
 from crossed_rlvr.eval.score.readers import STRICT, get_reader
 from crossed_rlvr.layout import ArmLayout
-from crossed_rlvr.names import checkpoint_name
+from crossed_rlvr.names import checkpoint_name, step_checkpoint
 from crossed_rlvr.prompts import messages, user_content
 
 
@@ -42,8 +42,10 @@ def validation_config(cfg: Any, step: int, checkpoint: Path) -> Any:
         "model": OmegaConf.to_container(cfg.model, resolve=True), "task": task,
         "eval": OmegaConf.to_container(cfg.eval, resolve=True), "tracking": {"mode": "off"},
         "run_dir": str(ArmLayout(Path(cfg.run_dir)).validation),
+        # a GRPO arm's checkpoint: its facts given, never read back from its name
         "policies": [{"name": checkpoint_name(str(cfg.arm), step), "path": str(checkpoint),
-                      "training_convention": cfg.convention.name, "train_seed": int(cfg.seed)}],
+                      "training_convention": cfg.convention.name, "train_seed": int(cfg.seed), "method": "grpo",
+                      "checkpoint": step_checkpoint(step)}],
         "requests": list(v.requests), "templates": list(v.templates), "template_subset": None,
         "template_subset_seed": 0, "samples": 1, "overwrite": False,
     })

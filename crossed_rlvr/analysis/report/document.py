@@ -12,7 +12,7 @@ from crossed_rlvr.analysis.report.headline import collapse_columns, collapsed_no
 from crossed_rlvr.analysis.report.tables import interval, markdown_table, signed
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
 from crossed_rlvr.layout import AnalysisLayout
-from crossed_rlvr.names import SUMMARIES, PolicyName
+from crossed_rlvr.names import SUMMARIES
 from crossed_rlvr.rewards.conventions import CONVENTIONS, MARKER_PAIR
 
 TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2, "rephrased": 3, "one_shot": 4}
@@ -26,12 +26,6 @@ def requests_in_order(values) -> list[str]:
 def _ci(row: pd.Series, digits: int = 2) -> str:
     """A contrast row's estimate and interval; ``digits``: decimals of the endpoints (headline.precision)."""
     return interval(row["estimate"], row.get("ci_low", np.nan), row.get("ci_high", np.nan), 2, digits)
-
-
-def _convention_of(arm: str) -> str:
-    """The convention of a study's GRPO arm, named by names.py (``grpo-hash/s83``); empty for another name."""
-    named = PolicyName.parse(arm)
-    return named.convention if named is not None else ""
 
 
 def is_summary(contrasts: pd.DataFrame) -> pd.Series:
@@ -559,10 +553,10 @@ def save_figure(fig, path: Path) -> Path:
     return path
 
 
-def training_section(out: Path, metrics: dict[str, list[dict]]) -> str:
+def training_section(out: Path, metrics: dict[str, list[dict]], conventions: dict[str, str]) -> str:
     """Training curves of the arms (rewarded convention's reward and requested-payload rate per update): the
     figure, written into ``out/figures``, and the report section that shows it with a table of first/last-update
-    means."""
+    means. ``conventions``: each arm's training convention, by name (its policy's, never read from the name)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -572,7 +566,7 @@ def training_section(out: Path, metrics: dict[str, list[dict]]) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharex=True)
     rows = []
     for name, steps in sorted(metrics.items()):
-        conv = _convention_of(name)
+        conv = conventions.get(name, "")
         reward = np.array([m.get(f"rewards/{conv}_reward/mean", np.nan) for m in steps], dtype=float)
         payload = np.array([m.get("rewards/requested_payload/mean", np.nan) for m in steps], dtype=float)
         x = np.arange(1, len(steps) + 1)
@@ -593,10 +587,10 @@ def training_section(out: Path, metrics: dict[str, list[dict]]) -> str:
     return "\n\n## Training of the arms\n\n" + markdown_table(
         ["arm", "updates", "reward first", "reward last", "change", "payload first", "payload last"], rows) + (
         f"\n\nMeans over the {k_note}; rollouts at the recipe's temperature.\n\n"
-        f"![training curves](figures/{fig_path.name})\n") + per_update_table(metrics)
+        f"![training curves](figures/{fig_path.name})\n") + per_update_table(metrics, conventions)
 
 
-def per_update_table(metrics: dict[str, list[dict]], most: int = 40) -> str:
+def per_update_table(metrics: dict[str, list[dict]], conventions: dict[str, str], most: int = 40) -> str:
     """Each arm's training reward and requested-payload rate at every update (studies of at most ``most``
     updates: longer ones are read from the figure and ``metrics.jsonl``)."""
     names = sorted(metrics)
@@ -607,7 +601,7 @@ def per_update_table(metrics: dict[str, list[dict]], most: int = 40) -> str:
     for k in range(updates):
         row = [str(k + 1)]
         for name in names:
-            conv = _convention_of(name)
+            conv = conventions.get(name, "")
             m = metrics[name][k] if k < len(metrics[name]) else {}
             r, d = m.get(f"rewards/{conv}_reward/mean"), m.get("rewards/requested_payload/mean")
             row.append("n/a" if r is None else f"{r:.3f}")

@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.layout import EvalLayout
-from crossed_rlvr.names import PolicyName, policy_facts
+from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
 
 REQUESTS = tuple(CODE_CONVENTIONS)  # fence, begin_done
@@ -32,17 +31,7 @@ def gen_seed(task_id: str, request: str, sample: int, base: int) -> int:
     return int(hashlib.sha256(f"{base}/{task_id}/{request}/{sample}".encode()).hexdigest()[:8], 16)
 
 
-def identity(policy: str) -> tuple[str, int | None]:
-    """(training convention, seed) of ``initial`` or ``<method>-<convention>/s<seed>[@step<K>]``."""
-    name = PolicyName.parse(policy)
-    if policy == "initial":
-        return "initial", None
-    if name is not None and (not name.checkpoint or name.step is not None):
-        return name.convention, name.seed
-    raise CrossedError(f"policy name {policy!r}: expected initial or <method>-<convention>/s<seed>")
-
-
-def generate(policy: str, path: str, tasks: dict[str, Any], samples: int, params: Any, seed: int,
+def generate(policy: Policy, tasks: dict[str, Any], samples: int, params: Any, seed: int,
              gen: Any, task_name: str = "humaneval_plus", requests: tuple[str, ...] = REQUESTS
              ) -> dict[str, list[dict[str, Any]]]:
     """One policy's records per request. ``gen``: the ``eval`` settings (conf/eval/*.yaml) that choose the engine
@@ -52,8 +41,7 @@ def generate(policy: str, path: str, tasks: dict[str, Any], samples: int, params
     from crossed_rlvr.eval.generate.engines import load_backend, release
     from crossed_rlvr.prompts import render
 
-    convention, train_seed = identity(policy)
-    backend, tok = load_backend(path, gen)
+    backend, tok = load_backend(policy.path, gen)
     jobs = []
     for tid, task in tasks.items():
         for request in requests:
@@ -62,20 +50,19 @@ def generate(policy: str, path: str, tasks: dict[str, Any], samples: int, params
             jobs += [(tid, request, s, ids, sha) for s in range(samples)]
     out: dict[str, list[dict[str, Any]]] = {r: [] for r in requests}
     step = max(1, int(gen.batch_size))
-    with tqdm(total=len(jobs), desc=f"code eval: {policy}", unit="resp") as bar:
+    with tqdm(total=len(jobs), desc=f"code eval: {policy.name}", unit="resp") as bar:
         for start in range(0, len(jobs), step):
             chunk = jobs[start:start + step]
             seeds = [gen_seed(tid, req, s, seed) for tid, req, s, _, _ in chunk]
             gens = backend.generate([ids for *_, ids, _ in chunk], seeds, params)
             for (tid, request, s, _ids, sha), g, sd in zip(chunk, gens, seeds):
                 out[request].append({
-                    "item_id": tid, "task": task_name, "policy": policy, "training_convention": convention,
-                    "train_seed": train_seed, **policy_facts(policy, convention),
-                    "request": request, "template": "original", "sample_idx": s,
+                    "item_id": tid, "task": task_name, **policy.facts(), "request": request, "template": "original",
+                    "sample_idx": s,
                     "gen_seed": sd, "prompt_sha256": sha, "response": g.text, "finish_reason": g.finish_reason,
                     "prompt_tokens": g.prompt_tokens, "response_tokens": g.response_tokens, "reference": tid})
             bar.update(len(chunk))
-    release({policy: (backend, tok)})
+    release({policy.name: (backend, tok)})
     return out
 
 
@@ -86,30 +73,31 @@ def response_files(layout: EvalLayout, policy: str, requests: tuple[str, ...] = 
     return {r: layout.response_file(cell_name(policy, r, "original")) for r in requests}
 
 
-def generate_missing(policies: dict[str, str], layout: EvalLayout, tasks: dict[str, Any], samples: int, params: Any,
+def generate_missing(policies: list[Policy], layout: EvalLayout, tasks: dict[str, Any], samples: int, params: Any,
                      seed: int, gen: Any, task_name: str, requests: tuple[str, ...] = REQUESTS,
-                     settings: dict[str, Any] | None = None, weights: dict[str, str] | None = None) -> list[Path]:
+                     settings: dict[str, Any] | None = None) -> list[Path]:
     """Every policy's response files, generating those not on disk or made with other settings (each file's
     ``.meta.json`` holds the sha256 of what made it: policy name, request, tasks, samples, decoding, seed,
-    ``settings`` and the policy's ``weights`` hash where given, not its path: the same weights moved elsewhere
-    are the same policy); returns them all. An interrupted run keeps the files it finished."""
+    ``settings`` and the policy's ``weights`` hash where it was taken, not its path: the same weights moved
+    elsewhere are the same policy); returns them all. An interrupted run keeps the files it finished."""
     from crossed_rlvr.eval.generate.plan import cell_name
     from crossed_rlvr.files import atomic_write_json, config_sha256
     from crossed_rlvr.records import write_responses
 
     files = []
-    for name, path in policies.items():
+    for policy in policies:
+        name = policy.name
         targets = response_files(layout, name, requests)
         metas = {r: {"policy": name, "request": r, "task": task_name, "tasks": list(tasks),
                      "samples": int(samples), "seed": int(seed), "params": dict(vars(params)),
-                     "weights": (weights or {}).get(name), **(settings or {})} for r in requests}
+                     "weights": policy.weights or None, **(settings or {})} for r in requests}
         for meta in metas.values():
             meta["sha256"] = config_sha256(meta)
         missing = tuple(r for r in requests if not _made_with(targets[r], layout.response_meta(
             cell_name(name, r, "original")), metas[r]["sha256"]))
         if missing:
             layout.responses.mkdir(parents=True, exist_ok=True)
-            for request, records in generate(name, path, tasks, samples, params, seed, gen, task_name, missing).items():
+            for request, records in generate(policy, tasks, samples, params, seed, gen, task_name, missing).items():
                 targets[request].unlink(missing_ok=True)
                 write_responses(targets[request], records)
                 atomic_write_json(layout.response_meta(cell_name(name, request, "original")), metas[request])
@@ -125,24 +113,21 @@ def run_code_eval(cfg: Any) -> dict[str, Any]:
     """``crossed-eval`` on a code task (``task.source=evalplus``): every policy under every code request, into
     ``run_dir/responses``; ``run.json`` names the dataset file and its sha256, so ``crossed-score`` runs the
     programs on that dataset's tests. Returns a summary per response file."""
-    from omegaconf import OmegaConf
-
     from crossed_rlvr.eval.generate.device import resolved
     from crossed_rlvr.eval.generate.engines import GenParams
-    from crossed_rlvr.eval.generate.plan import PolicySpec, resolve_model_path
+    from crossed_rlvr.eval.generate.plan import config_policies
     from crossed_rlvr.files import atomic_write_json
     from crossed_rlvr.tasks.code import task_dataset
 
     layout = EvalLayout(Path(cfg.run_dir))
     ds = task_dataset(cfg.task)
     gen = resolved(cfg.eval)
-    specs = [PolicySpec(**p) for p in OmegaConf.to_container(cfg.policies, resolve=True)] if cfg.policies else [
-        PolicySpec("initial", resolve_model_path(cfg.model))]
+    policies = config_policies(cfg)  # read once, here
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
     layout.root.mkdir(parents=True, exist_ok=True)
     atomic_write_json(layout.manifest, {"task": str(cfg.task.name), "code_dataset": str(Path(ds.path).resolve()),
                                         "dataset_sha256": ds.sha256, "tasks": list(ds.tasks)})
-    files = generate_missing({s.name: s.path for s in specs}, layout, ds.tasks, int(cfg.samples), params,
+    files = generate_missing(policies, layout, ds.tasks, int(cfg.samples), params,
                              int(gen.base_seed), gen, str(cfg.task.name), tuple(cfg.requests),
                              settings={"dataset_sha256": ds.sha256})
     summary = {f.stem: {"records": sum(1 for _ in f.open())} for f in files}

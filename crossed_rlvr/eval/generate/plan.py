@@ -29,7 +29,7 @@ from crossed_rlvr.eval.generate.device import hashed_settings
 from crossed_rlvr.eval.generate.engines import GenParams
 from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, config_sha256
 from crossed_rlvr.layout import EvalLayout
-from crossed_rlvr.names import policy_facts
+from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.task_sources import freezes_train_rows
 from crossed_rlvr.tasks.build import build_items
@@ -38,14 +38,6 @@ from crossed_rlvr.tasks.items import ItemFileError, read_items, write_items
 
 class RunError(CrossedError, ValueError):
     pass
-
-
-@dataclass
-class PolicySpec:
-    name: str
-    path: str
-    training_convention: str = "initial"
-    train_seed: int | None = None
 
 
 def slug(name: str) -> str:
@@ -67,6 +59,18 @@ def resolve_model_path(model_cfg: Any) -> str:
     if model_cfg.source == "local" and not Path(model_cfg.path).exists():
         raise RunError(f"model {model_cfg.name}: {model_cfg.path} does not exist")
     return str(model_cfg.path)
+
+
+def config_policies(cfg: Any) -> list[Policy]:
+    """The policies a crossed-eval config lists, read into :class:`Policy` once, where the command starts (every
+    fact as the entry gives it); none listed: ``model`` as the initial policy."""
+    from omegaconf import OmegaConf
+
+    if not cfg.policies:
+        return [Policy.initial(resolve_model_path(cfg.model))]
+    entries = OmegaConf.to_container(cfg.policies, resolve=True)
+    assert isinstance(entries, list)  # the schema's list of PolicyConf
+    return [Policy.from_entry(entry) for entry in entries]
 
 
 def recorded_path(path: str, run_dir: Path) -> str:
@@ -133,7 +137,7 @@ class Cell:
     """One policy x request x wording of the crossed design, with its files."""
 
     name: str
-    pol: PolicySpec
+    pol: Policy
     request: str
     template: str
     items: list[dict[str, Any]]
@@ -164,16 +168,13 @@ class Plan:
 
 def plan(cfg: Any) -> Plan:
     """The cells of the design (policies x requests x wordings), the item set frozen on first use."""
-    from omegaconf import OmegaConf
-
     run_dir = Path(cfg.run_dir)
     layout = EvalLayout(run_dir)
     layout.partial.mkdir(parents=True, exist_ok=True)
     items, items_sha, items_path = frozen_items(run_dir, cfg.task)
     gen = cfg.eval
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
-    policies = [PolicySpec(**p) for p in OmegaConf.to_container(cfg.policies, resolve=True)] if cfg.policies else [
-        PolicySpec("initial", resolve_model_path(cfg.model))]
+    policies = config_policies(cfg)
     system = cfg.model.get("system")
     cells = []
     for pol in policies:
@@ -181,7 +182,8 @@ def plan(cfg: Any) -> Plan:
             for template in cfg.templates:
                 cell_items = template_items(items, template, cfg.template_subset, cfg.template_subset_seed)
                 name = cell_name(pol.name, request, template)
-                meta = {"policy": pol.__dict__, "request": request, "template": template, "items_sha256": items_sha,
+                meta = {"policy": pol.cell_settings(), "request": request, "template": template,
+                        "items_sha256": items_sha,
                         "n_items": len(cell_items), "samples": cfg.samples, "system": system,
                         "generation": hashed_settings(gen)}
                 meta["sha256"] = config_sha256(meta)
@@ -248,9 +250,7 @@ def make_record(p: Plan, cell: Cell, it: dict[str, Any], s: int, seed: int, sha:
     """One response record (docs/formats.md), the same whichever process generated it."""
     pol = cell.pol
     rec = {
-        "item_id": str(it["item_id"]), "task": p.task, "policy": pol.name,
-        "training_convention": pol.training_convention, "train_seed": pol.train_seed,
-        **policy_facts(pol.name, pol.training_convention),
+        "item_id": str(it["item_id"]), "task": p.task, **pol.facts(),  # the policy's facts as given, never parsed
         "request": cell.request, "template": cell.template, "sample_idx": s, "gen_seed": seed,
         "prompt_sha256": sha, "response": out.text, "finish_reason": out.finish_reason,
         "prompt_tokens": out.prompt_tokens, "response_tokens": out.response_tokens,

@@ -9,6 +9,7 @@ import copy
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from crossed_rlvr.eval.generate.plan import (
 )
 from crossed_rlvr.files import atomic_write_json, tree_sha256
 from crossed_rlvr.layout import SFT_SUMMARY, ArmLayout, EvalLayout
+from crossed_rlvr.policies.policy import Policy
 
 
 def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str, Any]:
@@ -101,20 +103,32 @@ def gpu_workers(cfg: Any) -> bool | None:
 RUN_RECORDS = (SFT_SUMMARY, "training_args.bin")
 
 
-def policy_hashes(p: Plan) -> dict[str, dict[str, str]]:
-    """Each policy's weights as evaluated: the recorded path and the sha256 of its folder (every file), for
-    the report's protocol card; a hub name that is not a local folder is recorded as it is."""
+def policy_hashes(p: Plan) -> dict[str, dict[str, Any]]:
+    """Each policy as evaluated: the recorded path and the sha256 of its folder (every file), for the report's
+    protocol card (a hub name that is not a local folder is recorded as it is), then its facts
+    (``Policy.entry``), so :func:`recorded_policies` reads it back whole."""
 
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for pol in {c.pol.name: c.pol for c in p.cells}.values():
         here = Path(pol.path)
+        facts = {k: v for k, v in pol.entry().items() if k not in ("name", "path")}
         out[pol.name] = {"path": recorded_path(pol.path, p.run_dir),
                          "weights_sha256": tree_sha256(here, skip=RUN_RECORDS) if here.exists()
-                         else "not a local folder"}
+                         else "not a local folder", **facts}
         arm = ArmLayout.holding(here)  # a trained arm's checkpoint: the arm's config, for the protocol card
         if arm is not None:
             out[pol.name]["run_config"] = str(arm.resolved_config.resolve())
     return out
+
+
+def recorded_policies(run_dir: str | Path) -> dict[str, Policy]:
+    """The policies an evaluation's ``run.json`` records, by name, each with the weights hash it was evaluated with
+    (its path as recorded: relative to the run directory for a local folder). Entries written before a policy's
+    facts were recorded there are left out: their records carry the facts."""
+    manifest = EvalLayout(Path(run_dir)).manifest
+    recorded = json.loads(manifest.read_text()).get("policies", {}) if manifest.exists() else {}
+    return {name: replace(Policy.from_entry(entry, name), weights=str(entry.get("weights_sha256") or ""))
+            for name, entry in recorded.items() if "training_convention" in entry}
 
 
 def run_serial(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any) -> None:

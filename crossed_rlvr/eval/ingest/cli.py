@@ -16,9 +16,10 @@
 Neither source records finish reasons or token counts: imported records say ``finish_reason``
 "unknown" (the report prints "n/a" for their truncation) and token counts of -1 (unknown).
 
-A policy's training convention and seed come from its name when it has the documented form
-``<method>-<convention>/s<seed>`` (``grpo-hash/s83``, ``sft-boxed/s84``) or is ``initial``; a flag that
-contradicts the name, or a name that says neither, is refused rather than guessed.
+The imported policy is made once, here, from the flags: its training convention and seed come from its name
+when it has the documented form ``<method>-<convention>/s<seed>`` (``grpo-hash/s83``, ``sft-boxed/s84``) or is
+``initial``; a flag that contradicts the name, or a name that says neither, is refused rather than guessed.
+``--method`` gives its method for a name of another form (else the name's, as above); every record stores it.
 
 The sources are :mod:`crossed_rlvr.eval.ingest.lm_eval` and :mod:`crossed_rlvr.eval.ingest.verl`; what they
 share is in :mod:`crossed_rlvr.eval.ingest.common`.
@@ -30,6 +31,7 @@ import sys
 from pathlib import Path
 
 from crossed_rlvr.eval.ingest import lm_eval, verl
+from crossed_rlvr.eval.ingest.common import given_policy
 from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.records import ResponseFileError, write_responses
@@ -49,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--training-convention", default=None,
                         help="initial or a convention; read from a policy name like grpo-hash/s83 when omitted")
     add_number(parser, "--train-seed", 0, 2**32 - 1, default=None)
+    parser.add_argument("--method", default=None,
+                        help="what trained the policy (grpo, sft, ...); read from a policy name like grpo-hash/s83 "
+                             "when omitted")
     parser.add_argument("--request", default=None,
                         help="the request of responses whose prompt carries no known request suffix (default: read "
                              "from each prompt); lm-eval also takes another prompt's name (plain, gsm8k-cot, ...), "
@@ -66,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"crossed-import: {out} exists; refusing to overwrite it", file=sys.stderr)
         return 2
     try:
-        records = SOURCES[args.kind](args.input, policy=args.policy, training_convention=args.training_convention,
-                                     train_seed=args.train_seed, request=args.request, template=args.template,
+        policy = given_policy(args.policy, args.training_convention, args.train_seed, args.method)
+        records = SOURCES[args.kind](args.input, policy=policy, request=args.request, template=args.template,
                                      task=args.task, step=args.step, all_steps=args.all_steps)
     except ResponseFileError as err:
         print(f"crossed-import: {err}", file=sys.stderr)

@@ -1,5 +1,6 @@
-"""What every importer shares: the policy's identity from its name, the request suffix found in a prompt, the
-reference answer of a target, and the lines of a JSON Lines file (paper 000 §2: outputs made elsewhere)."""
+"""What every importer shares: the policy of the imported outputs (made once from the command's flags), the request
+suffix found in a prompt, the reference answer of a target, and the lines of a JSON Lines file (paper 000 §2:
+outputs made elsewhere)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.files import Source, json_lines
-from crossed_rlvr.names import PolicyName, policy_facts
+from crossed_rlvr.names import PolicyName
+from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.records import ResponseFileError
 
 _GSM8K_TARGET = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
@@ -27,10 +29,13 @@ def reference_from_target(target: Any) -> str:
     return m.group(1).replace(",", "").strip() if m else text
 
 
-def policy_fields(policy: str, training_convention: str, train_seed: int | None) -> dict[str, Any]:
-    """The policy's fields of an imported record: its name, convention and seed, and its parts."""
-    return {"policy": policy, "training_convention": training_convention, "train_seed": train_seed,
-            **policy_facts(policy, training_convention)}
+def given_policy(name: str, training_convention: str | None = None, train_seed: int | None = None,
+                 method: str | None = None) -> Policy:
+    """The policy whose outputs are imported, made once where the command starts: its convention and seed as
+    :func:`policy_identity` settles them, its method as given (``--method``; else read from a name of the
+    study's form, as crossed-import has always done). Outputs made elsewhere have no local weights: no path."""
+    convention, seed = policy_identity(name, training_convention, train_seed)
+    return Policy.given(name, "", convention, seed, method)
 
 
 def policy_identity(policy: str, training_convention: str | None = None,

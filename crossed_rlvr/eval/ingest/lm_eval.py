@@ -18,14 +18,13 @@ from typing import Any
 
 from crossed_rlvr.eval.ingest.common import (
     lines,
-    policy_fields,
-    policy_identity,
     reference_from_target,
     request_of,
     sha256_text,
     strip_request,
 )
 from crossed_rlvr.files import Source
+from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.records import ResponseFileError, check_record
 
 
@@ -80,8 +79,7 @@ def _lm_eval_prompt(sample: dict[str, Any], where: Source) -> str:
 
 
 def import_lm_eval(
-    path: str | Path, policy: str, training_convention: str | None = None, train_seed: int | None = None,
-    request: str | None = None, template: str = "original", task: str | None = None,
+    path: str | Path, policy: Policy, request: str | None = None, template: str = "original", task: str | None = None,
 ) -> list[dict[str, Any]]:
     """Response records from an lm-eval ``--log_samples`` file or folder (every samples file in it).
 
@@ -89,7 +87,6 @@ def import_lm_eval(
     documents keep their ``doc_id`` as item id, so a task's hash and boxed variants pair item by item.
     Without ``task``, each file's task comes from its name, and one policy whose requests fall under
     different task names is refused: the crossing would be lost (pass ``--task``)."""
-    convention, seed = policy_identity(policy, training_convention, train_seed)
     records: list[dict[str, Any]] = []
     tasks_by_request: dict[str, set[str]] = defaultdict(set)
     questions: dict[tuple[str, str], tuple[str, str, Source]] = {}
@@ -137,7 +134,7 @@ def import_lm_eval(
                                         f"{first[1]!r} at {first[2]}: the variants' documents are not in the same order")
             for k, text in enumerate(resps[0]):
                 rec = {
-                    "item_id": str(sample["doc_id"]), "task": file_task, **policy_fields(policy, convention, seed),
+                    "item_id": str(sample["doc_id"]), "task": file_task, **policy.facts(),
                     "request": req, "template": tmpl, "sample_idx": k, "gen_seed": None,
                     "prompt_sha256": sha256_text(prompt), "response": str(text), "finish_reason": "unknown",
                     "prompt_tokens": -1, "response_tokens": -1, "reference": reference_from_target(sample["target"]),
@@ -149,15 +146,14 @@ def import_lm_eval(
     names = set().union(*tasks_by_request.values()) if tasks_by_request else set()
     if task is None and len(names) > 1:
         shown = "; ".join(f"{r}: {', '.join(sorted(t))}" for r, t in sorted(tasks_by_request.items()))
-        raise ResponseFileError(f"{path}: policy {policy!r} has its requests under different task names ({shown}); "
+        raise ResponseFileError(f"{path}: policy {policy.name!r} has its requests under different task names ({shown}); "
                                 "the crossed analysis pairs requests within one task, so pass --task NAME")
     return records
 
 
-def ingest(src: str | Path, *, policy: str, training_convention: str | None, train_seed: int | None,
-           request: str | None, template: str, task: str | None, step: int | None = None,
-           all_steps: bool = False) -> list[dict[str, Any]]:
+def ingest(src: str | Path, *, policy: Policy, request: str | None, template: str, task: str | None,
+           step: int | None = None, all_steps: bool = False) -> list[dict[str, Any]]:
     """``crossed-import lm-eval``: a samples file or folder (``--step``/``--all-steps`` are verl's)."""
     if step is not None or all_steps:
         raise ResponseFileError("--step and --all-steps are for verl validation dumps; lm-eval samples have no steps")
-    return import_lm_eval(src, policy, training_convention, train_seed, request, template, task)
+    return import_lm_eval(src, policy, request, template, task)

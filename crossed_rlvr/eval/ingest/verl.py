@@ -16,21 +16,18 @@ from typing import Any
 from crossed_rlvr.eval.ingest.common import (
     find_request,
     lines,
-    policy_fields,
-    policy_identity,
     reference_from_target,
     request_of,
     sha256_text,
     strip_request,
 )
 from crossed_rlvr.files import Source
-from crossed_rlvr.names import checkpoint_name
+from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.records import ResponseFileError, check_record
 
 
 def import_verl_dump(
-    path: str | Path, policy: str, training_convention: str, train_seed: int | None = None,
-    request: str | None = None, template: str = "original", task: str = "gsm8k",
+    path: str | Path, policy: Policy, request: str | None = None, template: str = "original", task: str = "gsm8k",
 ) -> list[dict[str, Any]]:
     """Response records from one verl validation dump ``{step}.jsonl``.
 
@@ -75,7 +72,7 @@ def import_verl_dump(
         item = sha256_text(strip_request(prompt, found))[:16]
         key = (item, req, tmpl)
         rec = {
-            "item_id": item, "task": task, **policy_fields(policy, training_convention, train_seed),
+            "item_id": item, "task": task, **policy.facts(),
             "request": req, "template": tmpl, "sample_idx": 0, "gen_seed": None,
             "prompt_sha256": sha, "response": str(row["output"]), "finish_reason": "unknown",
             "prompt_tokens": -1, "response_tokens": -1, "reference": reference_from_target(row["gts"]),
@@ -106,13 +103,13 @@ def verl_steps(folder: Path) -> list[tuple[int, Path]]:
     return steps
 
 
-def import_verl_steps(folder: str | Path, policy: str, **kw: Any) -> list[dict[str, Any]]:
+def import_verl_steps(folder: str | Path, policy: Policy, **kw: Any) -> list[dict[str, Any]]:
     """Every step of a verl ``validation_data_dir`` (``val_before_train``, every ``test_freq`` and the end),
     each step's responses as the policy ``<policy>@step<K>``: the checkpoints of one arm, which the
     analysis pairs with the other arm's same steps (crossed validation during training)."""
     records = []
     for step, path in verl_steps(Path(folder)):
-        records += import_verl_dump(path, policy=checkpoint_name(policy, step), **kw)
+        records += import_verl_dump(path, policy=policy.at_step(step), **kw)
     return records
 
 
@@ -135,20 +132,17 @@ def verl_task(src: Path) -> str:
                             f"give --task (one of {', '.join(tasks)})")
 
 
-def ingest(src: str | Path, *, policy: str, training_convention: str | None, train_seed: int | None,
-           request: str | None, template: str, task: str | None, step: int | None = None,
-           all_steps: bool = False) -> list[dict[str, Any]]:
+def ingest(src: str | Path, *, policy: Policy, request: str | None, template: str, task: str | None,
+           step: int | None = None, all_steps: bool = False) -> list[dict[str, Any]]:
     """``crossed-import verl``: one dump, a folder's last (or ``step``'s) dump, or every step (``all_steps``)."""
     src = Path(src)
-    convention, seed = policy_identity(policy, training_convention, train_seed)
-    kw = {"policy": policy, "training_convention": convention, "train_seed": seed, "request": request,
-          "template": template, "task": task or verl_task(src)}
+    task = task or verl_task(src)
     if all_steps:
-        return import_verl_steps(src, **kw)
+        return import_verl_steps(src, policy, request=request, template=template, task=task)
     if src.is_dir():
         steps = verl_steps(src)
         chosen = dict(steps).get(step) if step is not None else steps[-1][1]
         if chosen is None:
             raise ResponseFileError(f"{src}: no {step}.jsonl")
         src = chosen
-    return import_verl_dump(src, **kw)
+    return import_verl_dump(src, policy, request, template, task)
