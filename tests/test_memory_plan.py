@@ -171,15 +171,18 @@ def test_one_h200_plans_each_kind_of_verl_process_in_host_memory():
 def test_the_planned_worker_counts_are_those_verls_composed_config_runs():
     """The counts the plan assumes are read back from verl's own config composed with the arm's overrides: verl's
     defaults on the GPU route, the CPU route's own (train/verl_cpu.py), the storage units the arm asks for."""
+    from pathlib import Path
+
+    from crossed_rlvr.layout import ArmLayout
     from crossed_rlvr.train import verl_cpu
     from crossed_rlvr.train.memory import CPU_WORKERS, VERL_WORKERS, plan
-    from crossed_rlvr.train.translate import verl_overrides
+    from crossed_rlvr.train.translate import VerlArm, verl_overrides
     from crossed_rlvr.train.verl_engine import compose_verl
 
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_train", overrides=["tracking=off", "engine=verl", "recipe=paper",
                                                                 "model=qwen2.5-7b-instruct", *H200_NODE])
-    arm = verl_overrides(cfg, "t.parquet", "v.parquet", "r.py", "out")
+    arm = verl_overrides(VerlArm.of(cfg, ArmLayout(Path("out")), "r.py"))
     for overrides, expected in ((arm, VERL_WORKERS), ([*arm, *verl_cpu.OVERRIDES], CPU_WORKERS)):
         composed = compose_verl(overrides)
         assert {"agent": composed.actor_rollout_ref.rollout.agent.num_workers, "reward": composed.reward.num_workers,

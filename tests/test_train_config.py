@@ -1,6 +1,7 @@
 """GRPO recipe: config checks, one recipe translated to TRL and verl, proposal weights, matched arms."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -8,11 +9,19 @@ from hydra import compose, initialize_config_module
 
 from crossed_rlvr.conf.checks import RecipeError, check_config
 from crossed_rlvr.errors import CrossedError
+from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.train.matched import check_and_record
 from crossed_rlvr.train.proposal import frozen_proposal
 from crossed_rlvr.train.recipe import training_rows, write_rows
 from crossed_rlvr.train.run import resolved
-from crossed_rlvr.train.translate import shared_knobs_trl, shared_knobs_verl, trl_args, verl_overrides
+from crossed_rlvr.train.translate import (
+    VerlArm,
+    shared_knobs_trl,
+    shared_knobs_verl,
+    trl_args,
+    verl_overrides,
+)
+from crossed_rlvr.train.verl_engine import compose_verl
 
 
 def cfg_for(*overrides):
@@ -20,21 +29,54 @@ def cfg_for(*overrides):
         return compose(config_name="crossed_train", overrides=["tracking=off", *overrides])
 
 
+def verl_arm(cfg, folder="out"):
+    """The arm's verl settings with its folder at ``folder`` and a stand-in reward entry."""
+    return VerlArm.of(cfg, ArmLayout(Path(folder)), "r.py")
+
+
 def test_trl_and_verl_translations_agree():
     for recipe in ("paper", "tiny"):
         cfg = cfg_for(f"recipe={recipe}", "model=qwen2.5-7b-instruct")
         trl = shared_knobs_trl(trl_args(cfg))
-        verl = shared_knobs_verl(verl_overrides(cfg, "t.parquet", "v.parquet", "r.py", "out"))
+        verl = shared_knobs_verl(compose_verl(verl_overrides(verl_arm(cfg))))  # as verl reads them
         assert trl == verl
     cfg = cfg_for("recipe=paper", "model=qwen2.5-7b-instruct")
     args = trl_args(cfg)
     assert args["loss_type"] == "grpo" and args["beta"] == 0.0 and args["scale_rewards"] == "group"
     assert args["per_device_train_batch_size"] * args["gradient_accumulation_steps"] == 256
     assert (args["learning_rate"], args["epsilon"], args["num_generations"], args["max_steps"]) == (1e-6, 0.2, 8, 100)
-    o = dict(x.split("=", 1) for x in verl_overrides(cfg, "t", "v", "r.py", "out"))
-    assert o["reward.custom_reward_function.path"] == "r.py"  # the 0.9.x key, not the ignored top-level one
-    assert o["actor_rollout_ref.actor.loss_agg_mode"] == "seq-mean-token-mean"
-    assert o["algorithm.rollout_correction.rollout_is_threshold"] == "2.0"
+    composed = compose_verl(verl_overrides(verl_arm(cfg)))
+    assert composed.reward.custom_reward_function.path == "r.py"  # the 0.9.x key, not the ignored top-level one
+    assert composed.actor_rollout_ref.actor.loss_agg_mode == "seq-mean-token-mean"
+    assert composed.algorithm.rollout_correction.rollout_is_threshold == 2.0
+
+
+def test_the_arms_paths_reach_verl_from_its_layout():
+    """verl's data, checkpoints and validation dumps are the arm folder's, as ArmLayout spells them: verl's own
+    tracker file and step folders then sit where the layout looks for them (ArmLayout.verl_latest, verl_shards)."""
+    arm = ArmLayout(Path("/runs/study/train/hash/s83"))
+    composed = compose_verl(verl_overrides(VerlArm.of(cfg_for("engine=verl"), arm, "/pkg/verl_reward.py")))
+    assert composed.data.train_files == str(arm.verl_train_data) and composed.data.val_files == str(arm.verl_val_data)
+    assert composed.trainer.default_local_dir == str(arm.checkpoints)
+    assert composed.trainer.validation_data_dir == str(arm.validation)
+    assert arm.verl_latest.parent == arm.checkpoints and arm.verl_shards(3).parent.parent == arm.checkpoints
+
+
+def test_verls_overrides_are_written_by_one_function_within_the_length_rule():
+    """The overrides are built from the typed arm in one function (its blocks in helpers), under the 80-line rule
+    with no exemption (tests/test_layout.py); the settings are read from the config once, in VerlArm.of."""
+    import ast
+    import inspect
+
+    from crossed_rlvr.train import translate
+
+    lengths = {node.name: node.end_lineno - node.lineno + 1
+               for node in ast.walk(ast.parse(inspect.getsource(translate)))
+               if isinstance(node, ast.FunctionDef)}
+    assert lengths["verl_overrides"] <= 80 and max(lengths.values()) <= 80
+    assert list(inspect.signature(verl_overrides).parameters) == ["arm"]
+    cfg = cfg_for("recipe=paper", "model=qwen2.5-7b-instruct", "engine=verl")
+    assert verl_overrides(verl_arm(cfg)) == verl_overrides(verl_arm(cfg))  # a pure function of the typed arm
 
 
 @pytest.mark.parametrize(("overrides", "message"), [

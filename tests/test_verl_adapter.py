@@ -220,16 +220,19 @@ def test_a_training_rows_reward_names_its_item_and_stratum_and_a_validation_rows
 
 def test_the_step_a_relaunch_resumed_from_goes_once_newer_steps_replace_it(tmp_path):
     """verl deletes only the steps its own process saved; the one a relaunch resumed from would stay for good."""
+    from crossed_rlvr.layout import ArmLayout
     from crossed_rlvr.train.verl_weighted import stale_resume_step
 
-    (tmp_path / "global_step_50").mkdir()
-    assert stale_resume_step(str(tmp_path), 50, 0, 1) is None  # nothing newer saved yet
-    assert stale_resume_step(str(tmp_path), 50, 1, 1) == str(tmp_path / "global_step_50")
-    assert stale_resume_step(str(tmp_path), 50, 1, 2) is None  # two kept: the resumed step is still one of them
-    assert stale_resume_step(str(tmp_path), 50, 2, 2) == str(tmp_path / "global_step_50")
-    assert stale_resume_step(str(tmp_path), 50, 5, None) is None  # max_actor_ckpt_to_keep unset: keep every step
-    assert stale_resume_step(str(tmp_path), None, 5, 1) is None  # trained from scratch
-    assert stale_resume_step(str(tmp_path), 40, 1, 1) is None  # not on disk
+    arm = ArmLayout(tmp_path)
+    step = arm.verl_shards(50).parent  # verl's folder of step 50 (global_step_50), as the layout spells it
+    step.mkdir(parents=True)
+    assert stale_resume_step(arm, 50, 0, 1) is None  # nothing newer saved yet
+    assert stale_resume_step(arm, 50, 1, 1) == step == tmp_path / "checkpoints" / "global_step_50"
+    assert stale_resume_step(arm, 50, 1, 2) is None  # two kept: the resumed step is still one of them
+    assert stale_resume_step(arm, 50, 2, 2) == step
+    assert stale_resume_step(arm, 50, 5, None) is None  # max_actor_ckpt_to_keep unset: keep every step
+    assert stale_resume_step(arm, None, 5, 1) is None  # trained from scratch
+    assert stale_resume_step(arm, 40, 1, 1) is None  # not on disk
 
 
 def test_a_relaunch_at_another_world_size_is_refused_naming_the_saved_one(tmp_path):
@@ -237,25 +240,27 @@ def test_a_relaunch_at_another_world_size_is_refused_naming_the_saved_one(tmp_pa
     would crash after the workers start. The preflight says so, with the supported ways on."""
     from omegaconf import OmegaConf
 
-    from crossed_rlvr.train.verl_launch import resumed_step_gb, world_size_problem
+    from crossed_rlvr.layout import ArmLayout
+    from crossed_rlvr.train.verl_launch import launched_arm, resumed_step_gb, world_size_problem
 
-    root = tmp_path / "checkpoints"
-    actor = root / "global_step_1" / "actor"
+    arm = ArmLayout(tmp_path)
+    actor = arm.verl_shards(1)
     actor.mkdir(parents=True)
     for r in (0, 1):
         (actor / f"model_world_size_2_rank_{r}.pt").write_bytes(b"x" * 1000)
-    (root / "global_step_0").mkdir()
-    (root / "global_step_0" / "stale.pt").write_bytes(b"x" * 5000)  # an older step left on disk
-    composed = OmegaConf.create({"trainer": {"resume_mode": "auto", "default_local_dir": str(root), "nnodes": 1,
-                                             "n_gpus_per_node": 1}})
-    assert world_size_problem(composed) is None  # no tracker file: verl trains from scratch
-    (root / "latest_checkpointed_iteration.txt").write_text("1")
-    said = world_size_problem(composed)
+    arm.verl_shards(0).mkdir(parents=True)
+    (arm.verl_shards(0) / "stale.pt").write_bytes(b"x" * 5000)  # an older step left on disk
+    composed = OmegaConf.create({"trainer": {"resume_mode": "auto", "default_local_dir": str(arm.checkpoints),
+                                             "nnodes": 1, "n_gpus_per_node": 1}})
+    assert launched_arm(composed) == arm
+    assert world_size_problem(arm, composed) is None  # no tracker file: verl trains from scratch
+    arm.verl_latest.write_text("1")
+    said = world_size_problem(arm, composed)
     assert said.startswith(f"{actor} was saved by 2 ranks (model_world_size_2_rank_*.pt) and this launch runs 1 ")
     assert "engine.n_gpus_per_node=2" in said and "verl.model_merger merge" in said and "model.path=DIR" in said
     composed.trainer.n_gpus_per_node = 2
-    assert world_size_problem(composed) is None
-    assert resumed_step_gb(root) == 2000 / 1e9  # the step resumed from, not the stale one beside it
+    assert world_size_problem(arm, composed) is None
+    assert resumed_step_gb(arm) == 2000 / 1e9  # the step resumed from, not the stale one beside it
 
 
 def test_verl_validates_the_items_trl_validates(tmp_path):

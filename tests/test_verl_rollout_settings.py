@@ -8,7 +8,8 @@ from typing import Any
 import pandas as pd
 from hydra import compose, initialize_config_module
 
-from crossed_rlvr.train.translate import verl_overrides
+from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.train.translate import VerlArm, verl_overrides
 from crossed_rlvr.train.verl_engine import compose_verl
 
 # the 7B preset prepared once with tests/test_gpu_path.py and tests/test_launch.py (tests/gpu_fixtures.py)
@@ -23,12 +24,17 @@ def cfg_for(*overrides: str) -> Any:
         return compose(config_name="crossed_train", overrides=["tracking=off", "engine=verl", *overrides])
 
 
+def arm_overrides(cfg: Any) -> list[str]:
+    """verl's overrides of the arm ``cfg`` with its folder at ``out`` and a stand-in reward entry."""
+    return verl_overrides(VerlArm.of(cfg, ArmLayout(Path("out")), "r.py"))
+
+
 def test_the_rollout_returns_the_log_probs_the_importance_correction_needs():
     """verl skips the rollout correction silently without the rollout's log-probs; its YAML asks for them and its
     RolloutConfig does not, so the overrides say so whatever default the composition starts from."""
     from verl.utils.config import omega_conf_to_dataclass
 
-    overrides = verl_overrides(cfg_for("model=qwen2.5-7b-instruct"), "t.parquet", "v.parquet", "r.py", "out")
+    overrides = arm_overrides(cfg_for("model=qwen2.5-7b-instruct"))
     composed = compose_verl([f"{ROLLOUT}.calculate_log_probs=False", *overrides])  # the dataclass's default
     assert composed.algorithm.rollout_correction.rollout_is == "token"
     assert composed.actor_rollout_ref.rollout.calculate_log_probs is True
@@ -61,8 +67,7 @@ def test_one_replica_keeps_the_arm_seed():
     """One replica (the CPU route's, or one GPU) spreads nothing: the rollout is seeded with the arm seed."""
     for layout in (["engine.device=cpu", "engine.n_gpus_per_node=2"], ["engine.n_gpus_per_node=2",
                                                                          "engine.rollout_tp=2"]):
-        o = dict(x.split("=", 1) for x in verl_overrides(cfg_for("seed=85", *layout), "t", "v", "r.py", "out"))
-        assert o[f"{ROLLOUT}.seed"] == "85"
+        assert compose_verl(arm_overrides(cfg_for("seed=85", *layout))).actor_rollout_ref.rollout.seed == 85
 
 
 class Recorder:

@@ -161,13 +161,16 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None],
             started.append(True)
             if job_run_dir(cfg):  # a single run was checked by ChecksFirst, before Hydra wrote anything
                 refuse_or_pass(command, cfg)
-            from crossed_rlvr.errors import BAD_INPUT, CrossedError
+            from crossed_rlvr.errors import BAD_INPUT, RUN_FAILED, CrossedError, RunFailure
 
             try:
                 run(cfg)
             except CrossedError as err:  # inside Hydra's job: its handler would print a traceback
                 print(f"{command}: {err}", file=sys.stderr, flush=True)
                 raise SystemExit(BAD_INPUT) from None
+            except RunFailure as err:  # a run that failed as its message says (arms not matched): one line
+                print(f"{command}: {err}", file=sys.stderr, flush=True)
+                raise SystemExit(RUN_FAILED) from None
             except OSError as err:  # the same
                 if err.filename is None:
                     raise

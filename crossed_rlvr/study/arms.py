@@ -13,12 +13,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from crossed_rlvr.conf.schema import StudyConf
-from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.conf.schema import EvalConf, ProposalConf, StudyConf
+from crossed_rlvr.errors import RunFailure
+from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.names import pair_name
-from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import ArmPlan, eval_fingerprint
+from crossed_rlvr.study.route import ArmRoute
 from crossed_rlvr.study.stamps import Stamps, digest
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
 
@@ -35,25 +36,21 @@ Job = tuple[ArmPlan, dict[str, Any]]  # an arm's plan and its crossed-train conf
 
 
 def train_arms(cfg: StudyConf, jobs: list[Job]) -> dict[str, dict[str, Any]]:
-    """Train every arm (configs checked when the arms were planned); with ``arms.parallel`` > 1, in worker processes
-    of one CPU thread each
-    (a tiny model's small matrices gain little from threads, so two single-thread arms at once
+    """Train every arm (configs checked when the arms were planned) along the route its plan carries
+    (study/route.py): in a process of its own each, in this process, or ``arms.parallel`` worker processes of one
+    CPU thread each (a tiny model's small matrices gain little from threads, so two single-thread arms at once
     finish in about the time of one two-thread arm)."""
     from tqdm import tqdm
 
-    parallel = max(1, int(cfg.arms.parallel))
     updates = int(cfg.recipe.updates)
-    nproc = int(cfg.engine.nproc_per_node or 1)
     bar = tqdm(total=updates * len(jobs), desc="GRPO updates (all arms)", unit="update")
-    import torch
-
-    # each arm across nproc processes (torchrun); on a GPU, one arm at a time in a process of its own too,
-    # so that the evaluation's vLLM later starts on memory that training no longer holds
-    if cfg.engine.name == "trl" and (nproc > 1 or (parallel == 1 and torch.cuda.is_available())):
+    route = jobs[0][0].route if jobs else ArmRoute.IN_STUDY  # one study config: every arm's plan has the same
+    if route is ArmRoute.OWN_PROCESS:
         from crossed_rlvr.train.worker import run_arm
 
+        nproc = int(cfg.engine.nproc_per_node or 1)
         return _one_by_one(jobs, bar, updates, lambda plan, arm: run_arm(arm, plan.layout.worker_spec, nproc))
-    if parallel == 1:
+    if route is ArmRoute.IN_STUDY:
         from crossed_rlvr.train.run import run_train
 
         def in_process(plan: ArmPlan, arm: dict[str, Any]) -> dict[str, Any]:
@@ -61,7 +58,7 @@ def train_arms(cfg: StudyConf, jobs: list[Job]) -> dict[str, dict[str, Any]]:
                 return run_train(OmegaConf.create(arm), checked=True)
 
         return _one_by_one(jobs, bar, updates, in_process)
-    return _in_workers(jobs, bar, updates, parallel)
+    return _in_workers(jobs, bar, updates, max(1, int(cfg.arms.parallel)))
 
 
 def _one_by_one(jobs: list[Job], bar: Any, updates: int,
@@ -97,9 +94,14 @@ def _in_workers(jobs: list[Job], bar: Any, updates: int, parallel: int) -> dict[
     return {plan.name: results[plan.name] for plan, _arm in jobs}
 
 
+class ArmsNotMatched(RunFailure):
+    """Two arms of one seed differ in more than their convention: the study stops (exit 1, one line)."""
+
+
 def check_matched(plans: list[ArmPlan]) -> dict[str, dict[str, bool]]:
     """Every seed's arms differ only in the convention (prompt suffix and reward program), data order included;
-    a pair that does not stops the study. Verdicts by pair (``grpo/s83``), then by the other arm's name."""
+    a pair that does not stops the study (:class:`ArmsNotMatched`). Verdicts by pair (``grpo/s83``), then by the
+    other arm's name."""
     from crossed_rlvr.train.matched import check_and_record
 
     verdicts: dict[str, dict[str, bool]] = {}
@@ -113,59 +115,63 @@ def check_matched(plans: list[ArmPlan]) -> dict[str, dict[str, bool]]:
             verdicts.setdefault(pair_name(first.policy.method, seed), {})[f"{first.name} vs {other.name}"] = (
                 verdict["matched"])
             if not verdict["matched"]:
-                # a failure of the run, not bad input: one line, exit 1
-                raise SystemExit(f"crossed-study: arms {first.name} and {other.name} are not matched: "
-                                 f"{verdict['config_differences'] or verdict['data_differences']}")
+                raise ArmsNotMatched(f"arms {first.name} and {other.name} are not matched: "
+                                     f"{verdict['config_differences'] or verdict['data_differences']}")
     return verdicts
 
 
-def frozen_strata(configs: StudyConfigs, ipath: str, weights: str, prepare: bool = False) -> dict[str, Any] | None:
-    """The frozen difficulty strata of the training items when the proposal is on (App. D.1): the user's file
-    (``recipe.proposal.strata_file``), none when the task's items carry strata (unless ``recipe.proposal.estimate``),
-    else estimated with the initial
-    policy (train/strata.py) into ``<run>/data/strata.jsonl``, reused while the policy, items and sampling
-    settings are unchanged."""
+def frozen_strata(proposal: ProposalConf, items: Callable[[], list[dict[str, Any]]], sampling: EvalConf,
+                  system: str | None, run: RunLayout, initial: tuple[str, str], say: Callable[[str], None],
+                  prepare: bool = False) -> dict[str, Any] | None:
+    """The frozen difficulty strata of the GRPO arms' training ``items`` (made only when needed) when the proposal
+    is on (App. D.1): the user's file (``recipe.proposal.strata_file``), none when the items carry strata (unless
+    ``recipe.proposal.estimate``), else estimated with the ``initial`` policy (its path and weights hash) under the
+    evaluation's ``sampling`` (train/strata.py) into ``run.strata``, reused while the policy, items and sampling
+    settings are unchanged (``run.strata_meta``). ``prepare``: the dress rehearsal, which estimates on a GPU only."""
     from crossed_rlvr.conf.checks import RecipeError
     from crossed_rlvr.files import sha256_file as file_sha256
-    from crossed_rlvr.tasks.training import train_items
     from crossed_rlvr.train.strata import StrataError, estimate_strata
 
-    c = configs.cfg
-    prop = c.recipe.proposal
-    if c.arms.kind != "grpo" or not prop.enabled:
+    if not proposal.enabled:
         return None
-    if prop.strata_file:
-        path = Path(str(prop.strata_file)).resolve()
+    if proposal.strata_file:
+        path = Path(str(proposal.strata_file)).resolve()
         if not path.exists():
-            raise RecipeError(f"recipe.proposal.strata_file={prop.strata_file}: no such file")
+            raise RecipeError(f"recipe.proposal.strata_file={proposal.strata_file}: no such file")
         return {"file": str(path), "sha256": file_sha256(path)}
-    items = train_items(OmegaConf.create(configs.train_task()), int(c.arms.train_items), GRPO_ITEM_SEED)
-    if items and all(it.get("stratum") is not None for it in items) and not prop.estimate:
+    rows = items()
+    if rows and all(it.get("stratum") is not None for it in rows) and not proposal.estimate:
         return None
-    out = configs.layout.strata
-    meta_path = configs.layout.strata_meta
-    meta = {"policy": weights, "items": digest([it["item_id"] for it in items]), "eval": eval_fingerprint(c.eval),
-            "samples": int(prop.estimate_samples)}
+    out, meta_path, (ipath, weights) = run.strata, run.strata_meta, initial
+    meta = {"policy": weights, "items": digest([it["item_id"] for it in rows]), "eval": eval_fingerprint(sampling),
+            "samples": int(proposal.estimate_samples)}
     if out.exists() and meta_path.exists() and json.loads(meta_path.read_text()) == meta:
         return {"file": str(out.resolve()), "sha256": file_sha256(out)}
-    if prepare and c.eval.backend == "vllm":
+    if prepare and sampling.backend == "vllm":
         import torch
 
         if not torch.cuda.is_available():
             raise RecipeError(
                 "recipe.proposal.enabled=true: the training items have no difficulty strata, and estimating "
-                f"them needs the initial policy on a GPU (eval={c.eval.backend}). For stages=prepare or "
+                f"them needs the initial policy on a GPU (eval={sampling.backend}). For stages=prepare or "
                 "stages=rehearse here, give recipe.proposal.strata_file=PATH (JSON Lines: item_id, stratum); "
                 "on the GPU node the study estimates them before the arms train.")
-    configs.say(f"    estimating difficulty strata of {len(items)} training items with the initial policy "
-                f"({int(prop.estimate_samples)} samples each, App. D.1)")
+    say(f"    estimating difficulty strata of {len(rows)} training items with the initial policy "
+        f"({int(proposal.estimate_samples)} samples each, App. D.1)")
     try:
-        info = estimate_strata(items, ipath, c.eval, int(prop.estimate_samples), out, c.model.system)
+        info = estimate_strata(rows, ipath, sampling, int(proposal.estimate_samples), out, system)
     except StrataError as err:
         raise RecipeError(str(err)) from None
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-    configs.say(f"    strata: {info['counts']} -> {out}")
+    say(f"    strata: {info['counts']} -> {out}")
     return {"file": str(out.resolve()), "sha256": info["sha256"]}
+
+
+def grpo_items(task: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """The GRPO arms' training items of the task as the arms see it (the items every arm's stream is drawn from)."""
+    from crossed_rlvr.tasks.training import train_items
+
+    return train_items(OmegaConf.create(task), int(n), GRPO_ITEM_SEED)
 
 
 def import_verl_validation(plan: ArmPlan, stamps: Stamps, task: str, say: Callable[[str], None]) -> None:
@@ -179,8 +185,7 @@ def import_verl_validation(plan: ArmPlan, stamps: Stamps, task: str, say: Callab
     steps = sorted(dumps.glob("*.jsonl")) if dumps.is_dir() else []
     if not [p for p in steps if p.stem.isdigit()]:
         return
-    out = arm.verl_validation_records
-    stamp = out.with_suffix(".sources.json")
+    out, stamp = arm.verl_validation_records, arm.verl_validation_sources
     sources = {p.name: stamps.hash(p) for p in steps if p.stem.isdigit()}
     if out.exists() and stamp.exists() and json.loads(stamp.read_text()) == sources:
         return

@@ -80,7 +80,10 @@ class Study:
         return dress.rehearse(self.configs, self.initial_path())
 
     def strata(self, ipath: str, weights: str) -> dict[str, Any] | None:
-        return arm_jobs.frozen_strata(self.configs, ipath, weights)
+        c = self.cfg
+        return arm_jobs.frozen_strata(c.recipe.proposal, lambda: arm_jobs.grpo_items(
+            self.configs.train_task(), c.arms.train_items), c.eval, c.model.system, self.layout, (ipath, weights),
+            self.say)
 
     # ------------------------------------------------------------------ 1. initial policy
     def initial_path(self) -> str:

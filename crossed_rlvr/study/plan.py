@@ -22,6 +22,7 @@ from crossed_rlvr.conf.schema import StudyConf
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.policies.policy import Policy
+from crossed_rlvr.study.route import ArmRoute, arm_route
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
 
 
@@ -51,6 +52,7 @@ class ArmPlan:
     policy: Policy
     layout: ArmLayout
     base: dict[str, Any]  # the crossed-train config before the initial policy, rows and strata are bound
+    route: ArmRoute  # where it trains (study/route.py), decided when it is planned
 
     @property
     def name(self) -> str:
@@ -99,6 +101,7 @@ def plan_arms(cfg: StudyConf, layout: RunLayout, study_name: str) -> list[ArmPla
     from crossed_rlvr.conf.checks import RecipeError, check_config
 
     plans = []
+    route = arm_route(cfg)  # the machine read once, here
     for conv, seed in arm_pairs(cfg):
         arm = layout.arm(conv, seed)
         policy = Policy.trained("grpo", conv, seed, arm.checkpoint(int(cfg.recipe.updates)))
@@ -115,5 +118,5 @@ def plan_arms(cfg: StudyConf, layout: RunLayout, study_name: str) -> list[ArmPla
             check_config(OmegaConf.create(base), initial_built=False)
         except RecipeError as err:
             raise ConfigError(str(err)) from None
-        plans.append(ArmPlan(policy, arm, base))
+        plans.append(ArmPlan(policy, arm, base, route))
     return plans

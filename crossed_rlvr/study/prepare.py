@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from crossed_rlvr.study.arms import frozen_strata
+from crossed_rlvr.study.arms import frozen_strata, grpo_items
 from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import Policy, plain
 from crossed_rlvr.tasks.training import SFT_ITEM_SEED
@@ -71,7 +71,8 @@ def _grpo_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
 
     c = configs.cfg
     out: dict[str, Any] = {}
-    strata = frozen_strata(configs, ipath, NOT_HASHED, prepare=True)
+    strata = frozen_strata(c.recipe.proposal, lambda: grpo_items(configs.train_task(), c.arms.train_items), c.eval,
+                           c.model.system, configs.layout, (ipath, NOT_HASHED), configs.say, prepare=True)
     task = configs.train_task()
     for plan in configs.plans:
         cfg = plan.config(ipath, NOT_HASHED, task, strata)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.errors import CrossedError
-from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.layout import ArmLayout, RunLayout
 
 if TYPE_CHECKING:
     from crossed_rlvr.study.pipeline import Study
@@ -50,7 +50,8 @@ def smoke_config(model: str, data: str, run_dir: str, overrides: list[str], pres
         raise SmokeDataMissing(f"{data_dir} has no {' or '.join(missing)}.jsonl/.parquet (GSM8K rows with "
                                "question and answer)")
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
-        strata = data_dir / "strata.jsonl"  # the proposal's strata, when the data folder has them
+        # the proposal's strata, when the data folder has them: named as a study names its own (RunLayout.strata)
+        strata = data_dir / RunLayout(data_dir).strata.name
         extra = [f"recipe.proposal.strata_file={strata.resolve()}"] if strata.exists() else []
         return compose(config_name="crossed_study", overrides=[
             f"experiment={preset}", f"model.path={Path(model).resolve()}", f"task.path={files['test'].resolve()}",
@@ -153,8 +154,9 @@ def resume_arm(name: str, run_dir: Path, updates: int, weighted: bool, limit_s: 
     text = arm.resume_log("second").read_text(errors="replace")
     if second.returncode != 0:
         raise RuntimeError(f"{name}: the relaunch failed (exit {second.returncode}); see {arm.resume_log('second')}")
-    if "Resuming from" not in text or "global_step_1" not in text:
-        raise RuntimeError(f"{name}: the relaunch did not resume from global_step_1 (no 'Resuming from ...global_step_1' "
+    step_one = arm.verl_shards(1).parent.name  # verl's folder of update 1, as verl names it in its log
+    if "Resuming from" not in text or step_one not in text:
+        raise RuntimeError(f"{name}: the relaunch did not resume from {step_one} (no 'Resuming from ...{step_one}' "
                            f"in {arm.resume_log('second')})")
     if weighted and "crossed/is_weight_mean" not in text:
         raise RuntimeError(f"{name}: the relaunch logged no importance weights (crossed/is_weight_mean)")
@@ -165,7 +167,7 @@ def resume_arm(name: str, run_dir: Path, updates: int, weighted: bool, limit_s: 
     if third.returncode != 0 or "this arm has finished" not in third.stdout:
         raise RuntimeError(f"{name}: a relaunch of the finished arm did not stop at once (exit {third.returncode}); "
                            f"see {arm.resume_log('third')}")
-    return (f"{name} killed after its first update, resumed from global_step_1, finished; "
+    return (f"{name} killed after its first update, resumed from {step_one}, finished; "
             + ("importance weights logged; " if weighted else "") + "a relaunch did nothing")
 
 
@@ -230,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
 
     study = Study(smoke_config(args.model, args.data, args.run_dir, args.overrides, args.preset))
     state: dict[str, Any] = {}
-    steps = [("rehearse", lambda: rehearsed(study.rehearse()))]
+    steps: list[tuple[str, Callable[[], str]]] = [("rehearse", lambda: rehearsed(study.rehearse()))]
     if not args.dry_run:
         steps = [("gpu", gpu_report), *steps,
                  ("initial", lambda: state.setdefault("initial", study.initial()).path),
@@ -240,11 +242,18 @@ def main(argv: list[str] | None = None) -> int:
                  ("eval", lambda: f"{study.evaluate(state['initial'], state['arms'])['cells']} cells"),
                  ("score", lambda: study.score()["scores"]),
                  ("analyze", lambda: study.analyze(state["arms"])["report"])]
+    return run_steps(steps)
+
+
+def run_steps(steps: list[tuple[str, Callable[[], str]]]) -> int:
+    """One PASS or FAIL line per step, in order; the first failure ends the smoke with 1. A step's failure is any
+    error it raises (a check's RuntimeError, a stage's CrossedError, the arms' ArmsNotMatched), said with its
+    traceback on stderr; an interrupt or an exit is no step's failure and ends the smoke as it is."""
     for name, step in steps:
         start = time.perf_counter()
         try:
             detail = step()
-        except BaseException as err:  # noqa: BLE001  (SystemExit from a stage is a failure too)
+        except Exception as err:  # noqa: BLE001  (every error of a step is its FAIL line)
             print(f"FAIL {name} ({time.perf_counter() - start:.0f} s): {type(err).__name__}: {err}", flush=True)
             traceback.print_exc(file=sys.stderr)
             return 1

@@ -1,15 +1,20 @@
 """One recipe, two engines: the TRL GRPOConfig arguments and the verl overrides (paper 001 App. D.1).
 
-Both translations are written from the same recipe fields, and ``shared_knobs`` reads each back
-into common names so a test can check that they agree (a silent engine default, such as TRL's
-``dapo`` loss instead of sequence-mean/token-mean aggregation, would show up there).
+Both translations are written from the same recipe fields: TRL's as keyword arguments, verl's through
+:class:`VerlArm` (the arm's folder and settings, typed once) and :func:`verl_overrides`, the one writer of its
+override strings. ``shared_knobs_trl`` and ``shared_knobs_verl`` read TRL's arguments and verl's composed config
+into common names so a test can check that they agree (a silent engine default, such as TRL's ``dapo`` loss
+instead of sequence-mean/token-mean aggregation, would show up there).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from crossed_rlvr.conf.checks import rollout_seed
+from crossed_rlvr.conf.schema import TrainConf
+from crossed_rlvr.layout import ArmLayout
 
 
 def trl_args(cfg: Any, world: int = 1) -> dict[str, Any]:
@@ -18,7 +23,7 @@ def trl_args(cfg: Any, world: int = 1) -> dict[str, Any]:
     the recipe's batch of completions, so an update is the same on any number of ranks."""
     r, e = cfg.recipe, cfg.engine
     batch = int(r.prompts_per_update) * int(r.group_size)
-    micro = int(e.get("micro_batch") or r.group_size)
+    micro = int(e.micro_batch or r.group_size)
     if batch % (micro * world):
         raise ValueError(f"the batch of {batch} completions (recipe.prompts_per_update={r.prompts_per_update} x "
                          f"recipe.group_size={r.group_size}) does not split into engine.micro_batch={micro} x "
@@ -39,7 +44,7 @@ def trl_args(cfg: Any, world: int = 1) -> dict[str, Any]:
         "max_completion_length": int(r.max_response_tokens),
         "max_steps": int(r.updates), "seed": int(cfg.seed), "data_seed": int(cfg.data_seed),
         "shuffle_dataset": False,  # the stream is drawn offline, identically for both arms
-        "use_vllm": bool(e.get("use_vllm", False)),
+        "use_vllm": bool(e.use_vllm),
     }
 
 
@@ -54,13 +59,7 @@ VERL_SEED_KEYS: tuple[str, ...] = (
     "critic.fsdp.seed", "critic.data_loader_seed",   # unused by GRPO, set so no default survives
     "reward.reward_model.rollout.seed",
 )
-
-
-def verl_seeds(cfg: Any) -> list[str]:
-    """The arm seed in every verl seed; the rollout's as ``conf.checks.rollout_seed`` spreads it, since replica r's
-    vLLM engine is seeded rollout.seed + r and the arm seed itself would share engine seeds between arms."""
-    seed = int(cfg.seed)
-    return [f"{key}={rollout_seed(seed, cfg.engine) if key == ROLLOUT_SEED_KEY else seed}" for key in VERL_SEED_KEYS]
+ACTOR, ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
 
 
 def storage_units(engine: Any) -> int:
@@ -69,11 +68,103 @@ def storage_units(engine: Any) -> int:
     for nothing: a single-GPU node would need 13 CPUs instead of 7 (train/budget.py)."""
     from crossed_rlvr.train.budget import UNITS_PER_NODE
 
-    return int(engine.get("tq_storage_units") or UNITS_PER_NODE * int(engine.get("nnodes", 1) or 1))
+    return int(engine.tq_storage_units or UNITS_PER_NODE * int(engine.nnodes))
 
 
-def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, out_dir: str) -> list[str]:
-    """Hydra overrides of verl's ppo_trainer config (verl 0.9.x key names).
+@dataclass(frozen=True)
+class VerlArm:
+    """One GRPO arm as verl runs it: where its files are (its folder's :class:`ArmLayout`, resolved: the data, the
+    checkpoints and validation dumps, whose names verl's own files sit under) and every setting verl's
+    ``ppo_trainer`` is given, read once from the arm's checked config (:meth:`of`). :func:`verl_overrides` writes
+    it as verl's Hydra overrides where the launch scripts are written (train/verl_engine.py); nothing reads an
+    override back: the launch reads verl's composed config (train/verl_launch.py)."""
+
+    layout: ArmLayout
+    reward_path: str        # the reward entry verl loads (train/verl_reward.py)
+    model_path: str
+    name: str               # the arm's name: verl's experiment name
+    project: str
+    tracked: bool           # wandb on: verl logs there too
+    seed: int
+    data_seed: int
+    rollout_seed: int       # the arm seed spread over the rollout's vLLM engines (conf.checks.rollout_seed)
+    adv_estimator: str
+    norm_adv_by_std: bool
+    kl_reward: bool
+    kl_loss: bool
+    prompts_per_update: int
+    group_size: int
+    max_context_tokens: int
+    max_response_tokens: int
+    lr: float
+    weight_decay: float
+    betas: tuple[float, float]
+    grad_clip: float
+    policy_epochs: int
+    clip_ratio: float
+    loss_agg: str
+    entropy_coeff: float
+    temperature: float
+    top_p: float
+    val_temperature: float  # crossed validation's sampling: greedy (App. D.1) unless validation.greedy=false
+    val_top_p: float
+    val_every: int          # updates between validations (the last update: only before training and at the end)
+    updates: int
+    save_every: int         # a resumable checkpoint every N updates (0, or N >= updates: only the final one)
+    save_optimizer: bool
+    micro_batch_per_gpu: int
+    gradient_checkpointing: bool
+    param_offload: bool
+    optimizer_offload: bool
+    fused_optimizer: bool
+    rollout_tp: int
+    gpu_memory_utilization: float
+    rollout_is_threshold: float
+    nnodes: int
+    n_gpus_per_node: int
+    storage_units: int
+
+    @classmethod
+    def of(cls, cfg: TrainConf, layout: ArmLayout, reward_path: str) -> VerlArm:
+        """The arm's verl settings from its crossed-train config (read here and nowhere else)."""
+        r, e = cfg.recipe, cfg.engine
+        greedy = cfg.validation.greedy  # App. D.1: "validation is greedy"
+        return cls(
+            layout=layout, reward_path=reward_path, model_path=str(cfg.model.path), name=str(cfg.arm),
+            project=str(cfg.tracking.project), tracked=cfg.tracking.mode not in ("off", False, None),
+            seed=int(cfg.seed), data_seed=int(cfg.data_seed), rollout_seed=rollout_seed(int(cfg.seed), e),
+            adv_estimator={"grpo": "grpo", "reinforce_pp": "reinforce_plus_plus"}[cfg.algorithm.name],
+            norm_adv_by_std=bool(r.norm_adv_by_std), kl_reward=bool(r.kl_reward), kl_loss=bool(r.kl_loss),
+            prompts_per_update=int(r.prompts_per_update), group_size=int(r.group_size),
+            max_context_tokens=int(r.max_context_tokens), max_response_tokens=int(r.max_response_tokens),
+            lr=float(r.lr), weight_decay=float(r.weight_decay), betas=(float(r.betas[0]), float(r.betas[1])),
+            grad_clip=float(r.grad_clip), policy_epochs=int(r.policy_epochs), clip_ratio=float(r.clip_ratio),
+            loss_agg=str(r.loss_agg), entropy_coeff=float(r.entropy_coeff), temperature=float(r.temperature),
+            top_p=float(r.top_p), val_temperature=0.0 if greedy else float(cfg.eval.temperature),
+            val_top_p=1.0 if greedy else float(cfg.eval.top_p),
+            val_every=int(cfg.validation.every or 0) or int(r.updates), updates=int(r.updates),
+            save_every=int(r.save_every or 0), save_optimizer=bool(e.save_optimizer),
+            micro_batch_per_gpu=int(e.micro_batch_per_gpu), gradient_checkpointing=bool(e.gradient_checkpointing),
+            param_offload=bool(e.param_offload), optimizer_offload=bool(e.optimizer_offload),
+            fused_optimizer=bool(e.fused_optimizer), rollout_tp=int(e.rollout_tp),
+            gpu_memory_utilization=float(e.gpu_memory_utilization), rollout_is_threshold=float(e.rollout_is_threshold),
+            nnodes=int(e.nnodes), n_gpus_per_node=int(e.n_gpus_per_node), storage_units=storage_units(e))
+
+    @property
+    def resumable(self) -> bool:
+        """Resumable checkpoints before the last update (``recipe.save_every``)."""
+        return 0 < self.save_every < self.updates
+
+
+def verl_seeds(arm: VerlArm) -> list[str]:
+    """The arm seed in every verl seed; the rollout's as ``conf.checks.rollout_seed`` spreads it, since replica r's
+    vLLM engine is seeded rollout.seed + r and the arm seed itself would share engine seeds between arms."""
+    return [f"{key}={arm.rollout_seed if key == ROLLOUT_SEED_KEY else arm.seed}" for key in VERL_SEED_KEYS]
+
+
+def verl_overrides(arm: VerlArm) -> list[str]:
+    """Hydra overrides of verl's ppo_trainer config (verl 0.9.x key names), in a fixed order (an arm's launch
+    scripts and ``verl_overrides.txt`` hold them as written here).
 
     The launch hygiene lives here: verl's synchronous trainer mode (the importance-weighted trainer
     replaces ``sync`` in its own process, train/verl_weighted.py), the arm seed in every seed (the rollout's
@@ -87,78 +178,87 @@ def verl_overrides(cfg: Any, train_file: str, val_file: str, reward_path: str, o
     ``eval.temperature`` and ``eval.top_p``; one sample per prompt), dumped to ``validation_data_dir`` for
     ``crossed-import verl --all-steps``.
     """
-    r, e = cfg.recipe, cfg.engine
-    batch_prompts = int(r.prompts_per_update)
-    adv = {"grpo": "grpo", "reinforce_pp": "reinforce_plus_plus"}[cfg.algorithm.name]
-    actor = "actor_rollout_ref.actor"
-    rollout = "actor_rollout_ref.rollout"
-    model_path = cfg.model.path
-    save_every = int(r.get("save_every") or 0)
-    resumable = 0 < save_every < int(r.updates)
-    contents = "[model,optimizer,extra]" if resumable or e.get("save_optimizer", False) else "[model]"
-    v = cfg.get("validation") or {}
-    val_every = int(v.get("every") or 0) or int(r.updates)
-    ev = cfg.get("eval") or {}
-    if v.get("greedy", True) or not ev:  # App. D.1: "validation is greedy"
-        ev = {"temperature": 0.0, "top_p": 1.0}
-    tracked = cfg.tracking.mode not in ("off", False, None)
     return [
         "trainer.v1.trainer_mode=sync",
-        f"algorithm.adv_estimator={adv}",
-        f"algorithm.norm_adv_by_std_in_grpo={bool(r.norm_adv_by_std)}",
-        f"algorithm.use_kl_in_reward={bool(r.kl_reward)}",
-        f"data.train_files={train_file}", f"data.val_files={val_file}",
-        f"data.train_batch_size={batch_prompts}",
-        f"data.max_prompt_length={int(r.max_context_tokens) - int(r.max_response_tokens)}",
-        f"data.max_response_length={int(r.max_response_tokens)}",
+        f"algorithm.adv_estimator={arm.adv_estimator}",
+        f"algorithm.norm_adv_by_std_in_grpo={arm.norm_adv_by_std}",
+        f"algorithm.use_kl_in_reward={arm.kl_reward}",
+        *_data(arm), *verl_seeds(arm),
+        f"actor_rollout_ref.model.path={arm.model_path}",
+        f"actor_rollout_ref.model.enable_gradient_checkpointing={arm.gradient_checkpointing}",
+        *_actor(arm), *_rollout(arm),
+        f"reward.custom_reward_function.path={arm.reward_path}", "reward.custom_reward_function.name=compute_score",
+        *_trainer(arm),
+    ]
+
+
+def _data(arm: VerlArm) -> list[str]:
+    return [
+        f"data.train_files={arm.layout.verl_train_data}", f"data.val_files={arm.layout.verl_val_data}",
+        f"data.train_batch_size={arm.prompts_per_update}",
+        f"data.max_prompt_length={arm.max_context_tokens - arm.max_response_tokens}",
+        f"data.max_response_length={arm.max_response_tokens}",
         "data.filter_overlong_prompts=True", "data.truncation=error", "data.shuffle=False",
-        f"data.seed={int(cfg.data_seed)}",
-        *verl_seeds(cfg),
-        f"actor_rollout_ref.model.path={model_path}",
-        f"actor_rollout_ref.model.enable_gradient_checkpointing={bool(e.get('gradient_checkpointing', True))}",
+        f"data.seed={arm.data_seed}",
+    ]
+
+
+def _actor(arm: VerlArm) -> list[str]:
+    contents = "[model,optimizer,extra]" if arm.resumable or arm.save_optimizer else "[model]"
+    return [
         # FSDP2 (fully_shard): the engine verl's CPU route runs too (FSDP1 builds cuda:N device strings)
-        f"{actor}.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
-        f"{actor}.optim.lr={float(r.lr)}", f"{actor}.optim.weight_decay={float(r.weight_decay)}",
-        f"{actor}.optim.betas=[{float(r.betas[0])},{float(r.betas[1])}]",
-        f"{actor}.optim.clip_grad={float(r.grad_clip)}", f"{actor}.optim.lr_warmup_steps=0",
-        f"{actor}.ppo_mini_batch_size={batch_prompts}", f"{actor}.ppo_epochs={int(r.policy_epochs)}",
-        f"{actor}.ppo_micro_batch_size_per_gpu={int(e.get('micro_batch_per_gpu', 1))}",
-        f"{actor}.clip_ratio={float(r.clip_ratio)}", f"{actor}.clip_ratio_low={float(r.clip_ratio)}",
-        f"{actor}.clip_ratio_high={float(r.clip_ratio)}",
-        f"{actor}.loss_agg_mode={r.loss_agg}",
-        f"{actor}.use_kl_loss={bool(r.kl_loss)}", f"{actor}.entropy_coeff={float(r.entropy_coeff)}",
-        f"{actor}.fsdp_config.param_offload={bool(e.get('param_offload', True))}",
-        f"{actor}.fsdp_config.optimizer_offload={bool(e.get('optimizer_offload', True))}",
-        f"{actor}.checkpoint.save_contents={contents}",
-        *([f"{actor}.optim.override_optimizer_config={{fused:true}}"] if e.get("fused_optimizer", False) else []),
-        f"{rollout}.name=vllm", f"{rollout}.n={int(r.group_size)}",
-        f"{rollout}.temperature={float(r.temperature)}", f"{rollout}.top_p={float(r.top_p)}",
-        f"{rollout}.response_length={int(r.max_response_tokens)}",
-        f"{rollout}.tensor_model_parallel_size={int(e.get('rollout_tp', 1))}",
-        f"{rollout}.gpu_memory_utilization={float(e.get('gpu_memory_utilization', 0.6))}",
-        f"{rollout}.val_kwargs.do_sample={float(ev['temperature']) > 0}",
-        f"{rollout}.val_kwargs.temperature={float(ev['temperature'])}",
-        f"{rollout}.val_kwargs.top_p={float(ev['top_p'])}", f"{rollout}.val_kwargs.n=1",
-        f"{rollout}.log_prob_micro_batch_size_per_gpu={int(e.get('micro_batch_per_gpu', 1))}",
-        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={int(e.get('micro_batch_per_gpu', 1))}",
+        f"{ACTOR}.strategy=fsdp2", "actor_rollout_ref.ref.strategy=fsdp2",
+        f"{ACTOR}.optim.lr={arm.lr}", f"{ACTOR}.optim.weight_decay={arm.weight_decay}",
+        f"{ACTOR}.optim.betas=[{arm.betas[0]},{arm.betas[1]}]",
+        f"{ACTOR}.optim.clip_grad={arm.grad_clip}", f"{ACTOR}.optim.lr_warmup_steps=0",
+        f"{ACTOR}.ppo_mini_batch_size={arm.prompts_per_update}", f"{ACTOR}.ppo_epochs={arm.policy_epochs}",
+        f"{ACTOR}.ppo_micro_batch_size_per_gpu={arm.micro_batch_per_gpu}",
+        f"{ACTOR}.clip_ratio={arm.clip_ratio}", f"{ACTOR}.clip_ratio_low={arm.clip_ratio}",
+        f"{ACTOR}.clip_ratio_high={arm.clip_ratio}",
+        f"{ACTOR}.loss_agg_mode={arm.loss_agg}",
+        f"{ACTOR}.use_kl_loss={arm.kl_loss}", f"{ACTOR}.entropy_coeff={arm.entropy_coeff}",
+        f"{ACTOR}.fsdp_config.param_offload={arm.param_offload}",
+        f"{ACTOR}.fsdp_config.optimizer_offload={arm.optimizer_offload}",
+        f"{ACTOR}.checkpoint.save_contents={contents}",
+        *([f"{ACTOR}.optim.override_optimizer_config={{fused:true}}"] if arm.fused_optimizer else []),
+    ]
+
+
+def _rollout(arm: VerlArm) -> list[str]:
+    return [
+        f"{ROLLOUT}.name=vllm", f"{ROLLOUT}.n={arm.group_size}",
+        f"{ROLLOUT}.temperature={arm.temperature}", f"{ROLLOUT}.top_p={arm.top_p}",
+        f"{ROLLOUT}.response_length={arm.max_response_tokens}",
+        f"{ROLLOUT}.tensor_model_parallel_size={arm.rollout_tp}",
+        f"{ROLLOUT}.gpu_memory_utilization={arm.gpu_memory_utilization}",
+        f"{ROLLOUT}.val_kwargs.do_sample={arm.val_temperature > 0}",
+        f"{ROLLOUT}.val_kwargs.temperature={arm.val_temperature}",
+        f"{ROLLOUT}.val_kwargs.top_p={arm.val_top_p}", f"{ROLLOUT}.val_kwargs.n=1",
+        f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu={arm.micro_batch_per_gpu}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={arm.micro_batch_per_gpu}",
         "algorithm.rollout_correction.rollout_is=token",
         # the correction needs the rollout's log-probs: True in verl's YAML but False in its RolloutConfig, and
         # without them verl skips the correction silently
-        f"{rollout}.calculate_log_probs=True",
-        f"algorithm.rollout_correction.rollout_is_threshold={float(e.get('rollout_is_threshold', 2.0))}",
-        f"reward.custom_reward_function.path={reward_path}", "reward.custom_reward_function.name=compute_score",
-        f"trainer.total_training_steps={int(r.updates)}", "trainer.total_epochs=1000",
-        f"trainer.nnodes={int(e.get('nnodes', 1))}", f"trainer.n_gpus_per_node={int(e.get('n_gpus_per_node', 1))}",
-        f"trainer.project_name={cfg.tracking.project}", f"trainer.experiment_name={cfg.arm}",
-        f"trainer.default_local_dir={out_dir}/checkpoints", f"trainer.validation_data_dir={out_dir}/validation",
+        f"{ROLLOUT}.calculate_log_probs=True",
+        f"algorithm.rollout_correction.rollout_is_threshold={arm.rollout_is_threshold}",
+    ]
+
+
+def _trainer(arm: VerlArm) -> list[str]:
+    return [
+        f"trainer.total_training_steps={arm.updates}", "trainer.total_epochs=1000",
+        f"trainer.nnodes={arm.nnodes}", f"trainer.n_gpus_per_node={arm.n_gpus_per_node}",
+        f"trainer.project_name={arm.project}", f"trainer.experiment_name={arm.name}",
+        # verl's checkpoints (its own files: ArmLayout.verl_latest, verl_shards) and validation dumps in the arm
+        f"trainer.default_local_dir={arm.layout.checkpoints}", f"trainer.validation_data_dir={arm.layout.validation}",
         # the final step is always saved (and merged into a HF directory by the launch script); with
         # recipe.save_every, every N updates too, and a relaunch resumes from the latest (verl keeps one)
-        f"trainer.save_freq={save_every if resumable else int(r.updates)}", "trainer.max_actor_ckpt_to_keep=1",
+        f"trainer.save_freq={arm.save_every if arm.resumable else arm.updates}", "trainer.max_actor_ckpt_to_keep=1",
         "trainer.resume_mode=auto",
-        f"transfer_queue.backend.SimpleStorage.num_data_storage_units={storage_units(e)}",
-        "trainer.val_before_train=True", f"trainer.test_freq={val_every}",
+        f"transfer_queue.backend.SimpleStorage.num_data_storage_units={arm.storage_units}",
+        "trainer.val_before_train=True", f"trainer.test_freq={arm.val_every}",
         # file: every update's metrics as JSON lines under <run_dir>/verl_metrics/, one file a launch (verl_launch)
-        f"trainer.logger={'[console,wandb,file]' if tracked else '[console,file]'}",
+        f"trainer.logger={'[console,wandb,file]' if arm.tracked else '[console,file]'}",
     ]
 
 
@@ -176,19 +276,17 @@ def shared_knobs_trl(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def shared_knobs_verl(overrides: list[str]) -> dict[str, Any]:
-    o = dict(x.split("=", 1) for x in overrides)
-    a, ro = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
-    betas = [float(b) for b in o[f"{a}.optim.betas"].strip("[]").split(",")]
+def shared_knobs_verl(composed: Any) -> dict[str, Any]:
+    """The knobs ``shared_knobs_trl`` reads, from verl's own config composed with an arm's overrides (what verl
+    runs, read by key: no override is parsed here)."""
+    a, ro, alg = composed.actor_rollout_ref.actor, composed.actor_rollout_ref.rollout, composed.algorithm
     return {
-        "lr": float(o[f"{a}.optim.lr"]), "clip": (float(o[f"{a}.clip_ratio_low"]), float(o[f"{a}.clip_ratio_high"])),
-        "group_size": int(o[f"{ro}.n"]),
-        "batch_completions": int(o["data.train_batch_size"]) * int(o[f"{ro}.n"]),
-        "temperature": float(o[f"{ro}.temperature"]), "top_p": float(o[f"{ro}.top_p"]),
-        "response_len": int(o[f"{ro}.response_length"]),
-        "kl_off": o[f"{a}.use_kl_loss"] == "False" and o["algorithm.use_kl_in_reward"] == "False",
-        "aggregation": o[f"{a}.loss_agg_mode"], "std_norm": o["algorithm.norm_adv_by_std_in_grpo"] == "True",
-        "weight_decay": float(o[f"{a}.optim.weight_decay"]), "grad_clip": float(o[f"{a}.optim.clip_grad"]),
-        "betas": tuple(betas), "entropy": float(o[f"{a}.entropy_coeff"]),
-        "updates": int(o["trainer.total_training_steps"]),
+        "lr": float(a.optim.lr), "clip": (float(a.clip_ratio_low), float(a.clip_ratio_high)),
+        "group_size": int(ro.n), "batch_completions": int(composed.data.train_batch_size) * int(ro.n),
+        "temperature": float(ro.temperature), "top_p": float(ro.top_p), "response_len": int(ro.response_length),
+        "kl_off": a.use_kl_loss is False and alg.use_kl_in_reward is False,
+        "aggregation": str(a.loss_agg_mode), "std_norm": alg.norm_adv_by_std_in_grpo is True,
+        "weight_decay": float(a.optim.weight_decay), "grad_clip": float(a.optim.clip_grad),
+        "betas": tuple(float(b) for b in a.optim.betas), "entropy": float(a.entropy_coeff),
+        "updates": int(composed.trainer.total_training_steps),
     }

@@ -25,7 +25,7 @@ from crossed_rlvr.files import atomic_write_json, atomic_write_text
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.rewards.conventions import MARKER_PAIR
 from crossed_rlvr.train.recipe import chat_prompt
-from crossed_rlvr.train.translate import verl_overrides
+from crossed_rlvr.train.translate import VerlArm, verl_overrides
 
 
 def reward_entry_path() -> str:
@@ -296,8 +296,7 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
     val_rows = validation_rows(cfg)
     write_parquet(verl_rows(val_rows, source, per_request=True), val_file)
     env = launch_env(cfg)
-    overrides = verl_overrides(cfg, str(train_file.resolve()), str(val_file.resolve()), reward_entry_path(),
-                               str(run_dir.resolve())) + env_overrides(env)
+    overrides = verl_overrides(VerlArm.of(cfg, ArmLayout(run_dir.resolve()), reward_entry_path())) + env_overrides(env)
     composed = validate_verl(overrides)  # verl's own config and checks must accept every key
     validate_verl(overrides + SDPA)  # and so must the SDPA fallback the launch may add
     arm.verl_overrides.write_text("\n".join(overrides) + "\n")

@@ -17,9 +17,12 @@ does, runs verl's ``validate_config``, and then:
 
 Every launch makes verl load ``crossed_rlvr.train.verl_compat`` in each of its processes (the TRL fix every verl
 0.9.1 launch needs); ``--cpu N`` trains on this CPU instead of GPUs, through verl's plugin seams
-(``crossed_rlvr.train.verl_cpu``: N gloo ranks, FSDP2, verl's vLLM rollout on vLLM's CPU build). Each launch's per-update metrics go
-to ``<run_dir>/verl_metrics/launch-<time>.jsonl`` (``read_metrics`` merges them), and the preflight refuses a
-latest checkpoint whose optimizer state is gone (``unresumable``) before Ray starts.
+(``crossed_rlvr.train.verl_cpu``: N gloo ranks, FSDP2, verl's vLLM rollout on vLLM's CPU build). The arm a launch
+trains is read from verl's composed config, as verl will run it (``launched_arm``: the arm whose checkpoints folder
+is ``trainer.default_local_dir``), never by splitting an override; its files are the layout's (ArmLayout: verl's
+tracker file and step folders, the memory plan, the metrics). Each launch's per-update metrics go to a file of its
+own in the arm's ``verl_metrics`` folder (``read_metrics`` merges them), and the preflight refuses a latest
+checkpoint whose optimizer state is gone (``unresumable``) before Ray starts.
 
 ``--rehearse N`` is the launch rehearsal on a machine without GPUs: Ray is started locally with the
 preset's CPUs and N logical GPUs, verl starts for real (TransferQueue, resource pools, placement groups,
@@ -147,33 +150,36 @@ def cpu_env() -> dict[str, str]:
     return {"VERL_USE_EXTERNAL_MODULES": CPU_PLUGINS, "VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}
 
 
-def given_keys(overrides: list[str]) -> dict[str, str]:
-    """The plain ``key=value`` overrides of a launch (appends, ``+key=...``, left out), by key."""
-    return dict(o.split("=", 1) for o in overrides if "=" in o and not o.startswith("+"))
-
-
-def metrics_file(overrides: list[str]) -> str | None:
-    """Where verl's file logger writes this launch's metrics: ``<run_dir>/verl_metrics/launch-<UTC time>.jsonl``
-    beside the arm's checkpoints. One file a launch, because verl's logger truncates its file when it opens it:
-    a resumed arm would lose the updates before the resume. None without the ``file`` logger."""
-    from pathlib import Path
-
-    given = given_keys(overrides)
-    if "file" not in given.get("trainer.logger", "") or "trainer.default_local_dir" not in given:
+def launched_arm(composed: Any) -> ArmLayout | None:
+    """The prepared arm this launch trains: the arm whose checkpoints folder is verl's ``trainer.default_local_dir``
+    in the composed config (train/translate.py writes it so), read as verl will run it; None for a launch by hand
+    into a folder that is no arm's (verl's default, or a folder of the user's own)."""
+    where = composed.trainer.get("default_local_dir")
+    if not where:
         return None
-    folder = Path(given["trainer.default_local_dir"]).parent / "verl_metrics"
-    folder.mkdir(parents=True, exist_ok=True)
-    return str(folder / f"launch-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}.jsonl")
+    folder = Path(str(where))
+    arm = ArmLayout(folder.parent)
+    return arm if arm.checkpoints == folder else None
+
+
+def metrics_file(arm: ArmLayout | None, composed: Any) -> str | None:
+    """Where verl's file logger writes this launch's metrics: one file a launch in the arm's ``verl_metrics`` folder
+    (ArmLayout.verl_launch_metrics), because verl's logger truncates its file when it opens it: a resumed arm would
+    lose the updates before the resume. None without the ``file`` logger or a prepared arm."""
+    if arm is None or "file" not in list(composed.trainer.logger):
+        return None
+    path = arm.verl_launch_metrics(f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return str(path)
 
 
 def read_metrics(run_dir: Any) -> list[dict[str, Any]]:
     """Every update's metrics of an arm over all its launches, one row per step (a later launch's value of a
     metric wins)."""
     import json
-    from pathlib import Path
 
     rows: dict[int, dict[str, Any]] = {}
-    for path in sorted((Path(run_dir) / "verl_metrics").glob("launch-*.jsonl")):
+    for path in ArmLayout(Path(run_dir)).verl_launches_metrics():
         for line in path.read_text().splitlines():
             if line.strip():
                 entry = json.loads(line)  # a resumed launch logs its first validation under the step it resumed
@@ -181,33 +187,26 @@ def read_metrics(run_dir: Any) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def resumed_actor(trainer: Any) -> tuple[Path, str, Path] | None:
-    """(checkpoint folder, step, the step's actor folder) that verl's ``resume_mode=auto`` will load, else None."""
-    if trainer.get("resume_mode") != "auto" or not trainer.get("default_local_dir"):
+def resumed_actor(arm: ArmLayout | None, trainer: Any) -> tuple[int, Path] | None:
+    """(step, the step's actor folder) that verl's ``resume_mode=auto`` will load from the arm, else None."""
+    if arm is None or trainer.get("resume_mode") != "auto" or not arm.verl_latest.is_file():
         return None
-    root = Path(str(trainer.default_local_dir))
-    marker = root / "latest_checkpointed_iteration.txt"
-    if not marker.is_file():
-        return None
-    step = marker.read_text().strip()
-    return root, step, root / f"global_step_{step}" / "actor"
+    step = int(arm.verl_latest.read_text().strip())
+    return step, arm.verl_shards(step)
 
 
-def unresumable(composed: Any) -> str | None:
+def unresumable(arm: ArmLayout | None, composed: Any) -> str | None:
     """Why verl's ``resume_mode=auto`` would crash on this arm's latest checkpoint, else None: a step whose
     optimizer state was removed after its merge (train/checkpoints.py) cannot be resumed, and verl would load
     it and raise FileNotFoundError minutes into the launch."""
-
-    from crossed_rlvr.layout import ArmLayout
-
     loads = list(composed.actor_rollout_ref.actor.checkpoint.get("load_contents") or [])
-    latest = resumed_actor(composed.trainer)
-    if latest is None or "optimizer" not in loads:
+    latest = resumed_actor(arm, composed.trainer)
+    if arm is None or latest is None or "optimizer" not in loads:
         return None  # a model-only checkpoint (save_contents=[model]) is resumed from its weights alone
-    root, step, actor = latest
+    step, actor = latest
     if actor.is_dir() and not any(actor.glob("optim_world_size_*")):
         return (f"{actor} has no optimizer state (removed once its merge was verified): verl cannot resume from "
-                f"step {step}. Its merged model is {ArmLayout(root.parent).checkpoint(int(step))}; move {root} away to "
+                f"step {step}. Its merged model is {arm.checkpoint(step)}; move {arm.checkpoints} away to "
                 "train the arm again")
     return None
 
@@ -219,15 +218,15 @@ def saved_world_size(actor: Path) -> int | None:
     return max(sizes) if sizes else None
 
 
-def world_size_problem(composed: Any) -> str | None:
+def world_size_problem(arm: ArmLayout | None, composed: Any) -> str | None:
     """Why verl's ``resume_mode=auto`` would crash on this arm's latest checkpoint at this launch's world size, else
     None. verl's FSDP checkpoint manager loads ``model_world_size_{W}_rank_{R}.pt`` for its own W and R, so a step
     saved on 4 GPUs and relaunched on 8 dies after the workers (and vLLM) have started; refused here before Ray."""
     trainer = composed.trainer
-    latest = resumed_actor(trainer)
+    latest = resumed_actor(arm, trainer)
     if latest is None:
         return None
-    actor = latest[2]
+    actor = latest[1]
     saved = saved_world_size(actor)
     ranks = int(trainer.nnodes) * int(trainer.n_gpus_per_node)
     if saved is None or saved == ranks:
@@ -239,7 +238,7 @@ def world_size_problem(composed: Any) -> str | None:
             "new arm from it (model.path=DIR)")
 
 
-def node_short(composed: Any, gpus: list[tuple[str, float]] | None = None) -> str | None:
+def node_short(arm: ArmLayout | None, gpus: list[tuple[str, float]] | None = None) -> str | None:
     """The prepared plan (``memory_plan.json`` beside the checkpoints) against this node: the arm planned again
     on the GPUs torch reads here (``gpus``: memory.gpu_table() unless given), then its available memory and the
     free space of the checkpoints' file system (train/memory.py: replan_problem, node_problem)."""
@@ -248,12 +247,9 @@ def node_short(composed: Any, gpus: list[tuple[str, float]] | None = None) -> st
 
     from crossed_rlvr.train.memory import gpu_table, node_problem, replan_problem
 
-    where = str(composed.trainer.get("default_local_dir") or "")
-    root = Path(where)
-    arm = ArmLayout(root.parent)  # verl's default_local_dir is the arm's checkpoints folder
-    plan_file = arm.memory_plan_json
-    if not where or not plan_file.is_file():
+    if arm is None or not arm.memory_plan_json.is_file():
         return None  # launched by hand, without a prepared plan
+    plan_file, root = arm.memory_plan_json, arm.checkpoints
     resolved = arm.resolved_config  # the arm's crossed-train config, as prepared
     if resolved.is_file():
         from omegaconf import OmegaConf
@@ -265,17 +261,18 @@ def node_short(composed: Any, gpus: list[tuple[str, float]] | None = None) -> st
             return problem
     planned = json.loads(plan_file.read_text())
     existing = next(p for p in (root, *root.parents) if p.exists())
-    already = resumed_step_gb(root)
+    already = resumed_step_gb(arm)
     return node_problem(planned, available_memory_gib(), shutil.disk_usage(existing).free / 1e9, already, str(existing))
 
 
-def resumed_step_gb(root: Path) -> float:
+def resumed_step_gb(arm: ArmLayout) -> float:
     """GB of the step this launch resumes from: one of the two checkpoints the plan allows at a save (it is removed
     once the first new step replaces it, train/verl_weighted.py). Any other step on disk stays there and is already
     out of the free space; counting it as one of the two would let a launch pass that runs out of disk."""
-    marker = root / "latest_checkpointed_iteration.txt"
-    step = root / f"global_step_{marker.read_text().strip()}" if marker.is_file() else None
-    if step is None or not step.is_dir():
+    if not arm.verl_latest.is_file():
+        return 0.0
+    step = arm.verl_shards(int(arm.verl_latest.read_text().strip())).parent
+    if not step.is_dir():
         return 0.0
     return sum(f.stat().st_size for f in step.rglob("*") if f.is_file()) / 1e9
 
@@ -383,10 +380,29 @@ def cuda_point(err: BaseException) -> str | None:
     return f"{where[-1] if where else 'driver'}: {line[:200]}"
 
 
+def preflight_problem(composed: Any, arm: ArmLayout | None, budget: Budget, rehearse: int | None,
+                      cpu: int | None) -> str | None:
+    """What stops this launch before Ray starts, else None: on a GPU node its GPUs, credentials, cache and compiler;
+    the folder Ray's sockets go under; Ray's CPUs and GPUs against verl's budget; then the arm's latest checkpoint
+    (resumable at this world size) and, on a GPU node, its prepared memory plan against the node."""
+    from crossed_rlvr.train.preflight import socket_path_problem
+
+    if rehearse is None and cpu is None and (problem := gpu_problem() or launch_problem(composed)) is not None:
+        return problem
+    if os.environ.get("RAY_ADDRESS", "local") == "local" and (problem := socket_path_problem()) is not None:
+        return problem  # verl starts Ray here, under this machine's temporary folder
+    try:
+        check_nodes(budget, offered(composed, rehearse))
+    except BudgetError as err:
+        return str(err)
+    if rehearse is None and (problem := unresumable(arm, composed) or world_size_problem(arm, composed)):
+        return problem
+    return node_short(arm) if rehearse is None and cpu is None else None
+
+
 def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: float, preflight: bool,
         cpu: int | None = None) -> int:
-    from crossed_rlvr.train.preflight import socket_path_problem
-    from crossed_rlvr.train.verl_engine import env_overrides, validate_verl  # neither imports verl
+    from crossed_rlvr.train.verl_engine import compose_verl, env_overrides, validate_verl  # none imports verl
 
     # A wandb-core service of the process that started this launch (a study logging its own stages) is named by
     # WANDB_SERVICE, which Ray's workers would inherit: verl's wandb.init would join that service, where a killed
@@ -395,13 +411,12 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     # verl reads these when first imported: set before anything imports verl (Ray's workers get them too)
     plugins = cpu_env() if cpu is not None else {"VERL_USE_EXTERNAL_MODULES": PLUGINS}
     os.environ.update(plugins)
-    if (path := metrics_file(overrides)) is not None:
-        plugins = {**plugins, "VERL_FILE_LOGGER_PATH": path}  # read by verl's file logger in its task runner
     overrides = [*overrides, *env_overrides(plugins)]
-    if cpu is not None:  # verl on this CPU (train/verl_cpu.py)
+    if cpu is not None:  # verl on this CPU (train/verl_cpu.py), for the model verl's config names
         from crossed_rlvr.train.verl_cpu import launch_overrides
 
-        overrides = [*overrides, *launch_overrides(cpu, given_keys(overrides).get("actor_rollout_ref.model.path"))]
+        model = compose_verl(overrides).actor_rollout_ref.model.path
+        overrides = [*overrides, *launch_overrides(cpu, str(model))]
 
     if rehearse is not None:
         # N logical GPUs on a local Ray: verl places its workers as on a GPU node. No dashboard: nobody reads a
@@ -415,24 +430,16 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     if not composed.trainer.use_v1:  # a setting this launch cannot run: one line and exit 2, before Ray starts
         say("trainer.use_v1=False: crossed-rlvr launches verl's v1 trainer only (remove the override)")
         return 2
+    arm = launched_arm(composed)  # the arm's own files: its checkpoints, memory plan, metrics
+    if (path := metrics_file(arm, composed)) is not None:  # read by verl's file logger in its task runner
+        from omegaconf import OmegaConf
+
+        OmegaConf.update(composed, "ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH", path,
+                         force_add=True)
     budget = verl_budget(composed, weighted)
     say(budget.describe())
     if preflight:
-        if rehearse is None and cpu is None and (problem := gpu_problem() or launch_problem(composed)) is not None:
-            say(f"PREFLIGHT FAILED: {problem}")
-            return 2
-        if os.environ.get("RAY_ADDRESS", "local") == "local" and (problem := socket_path_problem()) is not None:
-            say(f"PREFLIGHT FAILED: {problem}")  # verl starts Ray here, under this machine's temporary folder
-            return 2
-        try:
-            check_nodes(budget, offered(composed, rehearse))
-        except BudgetError as err:
-            say(f"PREFLIGHT FAILED: {err}")
-            return 2
-        if rehearse is None and (problem := unresumable(composed) or world_size_problem(composed)) is not None:
-            say(f"PREFLIGHT FAILED: {problem}")
-            return 2
-        if rehearse is None and cpu is None and (problem := node_short(composed)) is not None:
+        if (problem := preflight_problem(composed, arm, budget, rehearse, cpu)) is not None:
             say(f"PREFLIGHT FAILED: {problem}")
             return 2
         say("preflight passed: Ray's CPUs and GPUs cover verl's budget")

@@ -22,9 +22,12 @@ to the wandb run verl opens (``add_arm_settings``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
+
+from crossed_rlvr.layout import ArmLayout
 
 TRAINER_NAME = "crossed_is_sync"  # its own registry entry, for lookups; it runs as verl's "sync" mode
 BASE_NAME = "crossed_sync"  # the unweighted trainer (verl's, plus the resumed-from step's removal)
@@ -84,9 +87,6 @@ PROBE_ENV = "CROSSED_ROLLOUT_PROBE"
 def dump_advantages(arm_dir: str, step: int, extra_fields: Any, before: torch.Tensor, after: torch.Tensor,
                     weights: torch.Tensor) -> None:
     import os
-    from pathlib import Path
-
-    from crossed_rlvr.layout import ArmLayout
 
     rows = lambda t: [r.detach().cpu().clone() for r in (t.unbind() if t.is_nested else list(t))]  # noqa: E731
     path = ArmLayout(Path(arm_dir)).advantages_at(step)
@@ -118,17 +118,15 @@ def add_arm_settings() -> None:
             wandb.run.config.update(json.load(fh), allow_val_change=True)
 
 
-def stale_resume_step(root: str, resumed_from: int | None, saves: int, keep: int | None) -> str | None:
-    """The folder of the step a launch resumed from, once verl's own saves in this launch reach ``keep``
+def stale_resume_step(arm: ArmLayout, resumed_from: int | None, saves: int, keep: int | None) -> Path | None:
+    """The arm's folder of the step a launch resumed from, once verl's own saves in this launch reach ``keep``
     (``trainer.max_actor_ckpt_to_keep``), else None. verl deletes only what the running process saved (its list of
     saved paths starts empty in every process), so without this the resumed-from step stays on disk for good: a 7B
     step is ~91 GB. verl never needs it again once a newer step is complete. ``keep`` None keeps every step."""
-    import os
-
     if not resumed_from or not keep or keep < 1 or saves < keep:
         return None
-    folder = os.path.join(root, f"global_step_{resumed_from}")
-    return folder if os.path.isdir(folder) else None
+    folder = arm.verl_shards(resumed_from).parent  # the step's folder: its actor's shards and verl's extra state
+    return folder if folder.is_dir() else None
 
 
 def _register() -> type:
@@ -161,12 +159,13 @@ def _register() -> type:
             super()._save_checkpoint()  # the step's files, then verl's tracker file
             self._saves += 1
             trainer = self.config.trainer
-            stale = stale_resume_step(str(trainer.default_local_dir), self._resumed_from, self._saves,
-                                      trainer.get("max_actor_ckpt_to_keep"))
+            # verl's checkpoints folder is the arm's (train/translate.py writes trainer.default_local_dir so)
+            arm = ArmLayout(Path(str(trainer.default_local_dir)).parent)
+            stale = stale_resume_step(arm, self._resumed_from, self._saves, trainer.get("max_actor_ckpt_to_keep"))
             if stale is not None:
                 shutil.rmtree(stale, ignore_errors=True)
-                print(f"crossed-rlvr: removed {stale}, the step this launch resumed from (global_step_"
-                      f"{self.global_steps} is saved)", flush=True)
+                print(f"crossed-rlvr: removed {stale}, the step this launch resumed from "
+                      f"({arm.verl_shards(int(self.global_steps)).parent.name} is saved)", flush=True)
                 self._resumed_from = None
 
     @register_trainer(TRAINER_NAME)
