@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from crossed_rlvr.errors import BAD_INPUT, CrossedError
+from crossed_rlvr.faults import MachineFault
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,6 +56,11 @@ def stops_cleanly(command: str, quiet: bool = False) -> Callable[[F], F]:
                     raise
                 print(f"{command}: {err}", file=sys.stderr, flush=True)
                 raise SystemExit(BAD_INPUT) from None
+            except MachineFault as err:  # a fault of the machine (faults.py): one line, exit 1
+                if quiet:
+                    raise
+                print(f"{command}: {err}", file=sys.stderr, flush=True)
+                raise SystemExit(1) from None
             except KeyboardInterrupt:
                 if not quiet:
                     print(f"{command}: interrupted; {RESUME.get(command, 'run the same command again')}.",

@@ -26,6 +26,7 @@ from pathlib import Path
 SFT_SUMMARY = "sft_summary.json"  # inside a policy trained by SFT: its figures, and the sign that it is finished
 ARM_STAMP = "crossed_rlvr_arm.json"  # inside a GRPO arm's merged final policy: which arm trained it, and with what
 TRACKING_LEDGER = Path("wandb") / "crossed-runs.jsonl"  # under any command's run_dir: the wandb runs it started
+FOLDER_LOCK = ".crossed-rlvr.lock"  # in every folder a command writes: its writer (folder_lock.py)
 
 
 @dataclass(frozen=True)

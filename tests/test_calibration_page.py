@@ -124,6 +124,7 @@ def stage2(page, rows, annotator, shots) -> int:
     return done
 
 
+@pytest.mark.long
 def test_two_annotators_in_a_real_browser(twelve, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -197,6 +198,7 @@ def test_two_annotators_in_a_real_browser(twelve, tmp_path):
             shutil.copy(shots / name, Path(target) / f"calibration_{name}")
 
 
+@pytest.mark.long
 def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
     """Declared roles: each person's link carries their token; the page shows their name, which
     cannot be edited, and the labels land under it whatever is typed; a third name's page reads nothing."""
@@ -228,8 +230,11 @@ def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
             page.wait_for_selector("#sid")
             assert stage1(page, rows, "A", None, stop_after=2) == 2
             # undo before the lock: Back re-opens the last item labelled, with its label, and saving changes it
+            shown = page.inner_text("#sid")
             page.click("#back")
-            page.wait_for_selector("#sid")
+            # the page fetches the item before and its saved label: wait for both, not for the item it still shows
+            page.wait_for_function("s => document.getElementById('sid') && document.getElementById('sid').innerText "
+                                   "!= s && document.getElementById('span').value !== ''", arg=shown)
             sid = page.inner_text("#sid")
             assert page.eval_on_selector("#span", "x => x.value") == rows[sid]["response"][-6:]
             page.fill("#span", "changed")

@@ -100,6 +100,19 @@ def refuse_or_pass(command: str, cfg: Any) -> None:
         raise SystemExit(BAD_INPUT) from None
 
 
+def hold_or_refuse(command: str, cfg: Any) -> None:
+    """The run folder held for the command's whole run (crossed_rlvr/folder_lock.py), after its config passed and
+    before anything is written there: a second run into a held folder is one line and exit 2."""
+    from crossed_rlvr.errors import BAD_INPUT, CrossedError
+    from crossed_rlvr.folder_lock import hold
+
+    try:
+        hold(str(cfg.run_dir), command)
+    except CrossedError as err:
+        print(f"{command}: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(BAD_INPUT) from None
+
+
 class ChecksFirst:
     """Hydra callback that checks a single run's config before Hydra's job makes its run directory and writes the
     config copies (``hydra/``) and the job's log there: a refused config leaves no files behind. (Under ``-m``
@@ -117,6 +130,7 @@ class ChecksFirst:
         with read_write(task), open_dict(task):
             del task["hydra"]  # the job's config, as Hydra hands it to the job
         refuse_or_pass(self.command, task)
+        hold_or_refuse(self.command, task)
 
     def on_run_end(self, config: Any, **kwargs: Any) -> None: ...
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None: ...
@@ -129,7 +143,8 @@ def with_checks_first(argv: list[str], command: str) -> list[str]:
     """The command line plus the override that installs ``ChecksFirst`` (Hydra reads callbacks from its config only,
     and the command's override list is the one way in that leaves the config files alone)."""
     key = "+hydra.callbacks.crossed_checks_first"
-    return [*argv, f"{key}._target_={__name__}.ChecksFirst", f"{key}.command={command}"]
+    # first after the program: overrides after a flag such as ``--cfg job`` would be refused by Hydra's parser
+    return [argv[0], f"{key}._target_={__name__}.ChecksFirst", f"{key}.command={command}", *argv[1:]]
 
 
 def hydra_app(command: str, config_name: str, run: Callable[[Any], None],
@@ -161,14 +176,17 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None],
             started.append(True)
             if job_run_dir(cfg):  # a single run was checked by ChecksFirst, before Hydra wrote anything
                 refuse_or_pass(command, cfg)
+                hold_or_refuse(command, cfg)
             from crossed_rlvr.errors import BAD_INPUT, RUN_FAILED, CrossedError, RunFailure
+            from crossed_rlvr.faults import writing
 
             try:
-                run(cfg)
+                with writing(Path(str(cfg.run_dir)), command):  # a fault of the machine: one line (faults.py)
+                    run(cfg)
             except CrossedError as err:  # inside Hydra's job: its handler would print a traceback
                 print(f"{command}: {err}", file=sys.stderr, flush=True)
                 raise SystemExit(BAD_INPUT) from None
-            except RunFailure as err:  # a run that failed as its message says (arms not matched): one line
+            except RunFailure as err:  # a run that failed as its message says (arms not matched, a full disk): one line
                 print(f"{command}: {err}", file=sys.stderr, flush=True)
                 raise SystemExit(RUN_FAILED) from None
             except OSError as err:  # the same

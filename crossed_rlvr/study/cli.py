@@ -89,6 +89,11 @@ def _run(cfg: StudyConf) -> None:
             console.print(f"rehearsed (nothing trained): {layout_of(cfg).rehearsal}")
             print(json.dumps(summary))
             return
+        from pathlib import Path
+
+        from crossed_rlvr.study.space import check_room
+
+        check_room(cfg, Path(cfg.run_dir))  # its models fit the disk, or one line before any stage
         summary = Study(cfg, console).run_all()
     except RehearsalError as err:  # a failed launch, not bad input: exit 1 (bad input exits 2: errors.py)
         raise SystemExit(f"crossed-study: launch rehearsal failed: {err}") from None

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.faults import writing
 from crossed_rlvr.files import atomic_write_json, config_sha256, sha256_file, tree_sha256
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.machine import machine
@@ -110,6 +111,7 @@ class StageCache:
 
     def __init__(self, run_dir: Path, stages: tuple[str, ...], say: Callable[[str], None]) -> None:
         self.stamps = Stamps(run_dir)
+        self.run_dir = run_dir
         self.stages = stages
         self.say = say
         self.times: dict[str, dict[str, Any]] = {}
@@ -131,7 +133,8 @@ class StageCache:
         else:
             self.say(f"{head}: running")
         start, cpu = time.perf_counter(), cpu_seconds()
-        info = fn()
+        with writing(self.run_dir, f"the {name} stage"):  # a full disk or a killed worker: one line (faults.py)
+            info = fn()
         seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
         self.stamps.write(name, fingerprint, outputs, seconds, info, inputs, cpu)
         self.times[name] = {"seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1), "reused": False,

@@ -224,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [str(EvalLayout(Path(p)).responses) if Path(p).is_dir() and EvalLayout(Path(p)).responses.is_dir()
               else p for p in args.inputs]
     try:
+        if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():  # a run directory: one writer (folder_lock.py)
+            from crossed_rlvr.folder_lock import hold
+
+            hold(args.inputs[0], "crossed-score")
         code = evaluated_dataset(Path(args.inputs[0])) if len(args.inputs) == 1 else None
         path = (score_code_run(Path(args.inputs[0]), code, Path(output), args.workers, args.overwrite)
                 if code is not None else score_files(inputs, output, workers=args.workers, overwrite=args.overwrite))
