@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from typing import Any
 from crossed_rlvr.errors import CrossedError
 
 
-def config_sha256(obj: Any) -> str:
+def config_sha256(obj: object) -> str:
     """The one hash of a config or any JSON value: keys sorted, values JSON cannot hold written as text. Stage
     stamps, a training run's config, an evaluation cell's settings and a tracked run's settings all use it, so one
     setting hashes the same everywhere."""
@@ -42,7 +42,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def atomic_write_json(path: str | Path, obj: Any) -> None:
+def atomic_write_json(path: str | Path, obj: object) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
@@ -50,7 +50,7 @@ def atomic_write_jsonl(path: str | Path, rows: list[dict[str, Any]], sort_keys: 
     atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, sort_keys=sort_keys) + "\n" for r in rows))
 
 
-def tree_sha256(path: str | Path, file_sha256: Any = sha256_file, skip: tuple[str, ...] = ()) -> str:
+def tree_sha256(path: str | Path, file_sha256: Callable[[Path], str] = sha256_file, skip: tuple[str, ...] = ()) -> str:
     """One hash over a directory's files (relative names and contents), or over one file; files named in
     ``skip`` are left out.
 

@@ -39,7 +39,7 @@ class Range:
 
         return f"{'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}]"
 
-    def admits(self, value: Any) -> Any:
+    def admits(self, value: Any) -> Any:  # Any: a number, or a numpy array compared elementwise
         """Whether ``value`` lies in the range; elementwise on a numpy array. Comparisons only: NaN fails
         every one and the bounds are finite, so infinities fail too, and a huge int is never made a float."""
         return (value <= self.high) & ((value > self.low) if self.low_open else (value >= self.low))
@@ -67,7 +67,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_number(parser: argparse.ArgumentParser, flag: str, low: float, high: float, *, integer: bool = True,
-               low_open: bool = False, why: str = "", **kwargs: Any) -> None:
+               low_open: bool = False, why: str = "", **kwargs: Any) -> None:  # Any: argparse's add_argument
     """``parser.add_argument(flag, ...)`` for a number that must lie in the declared range."""
     rng = Range(low, high, low_open, why)
     FLAGS.setdefault(parser.prog, {})[flag] = (rng, integer)

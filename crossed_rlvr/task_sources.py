@@ -10,9 +10,15 @@ the study all read the same declaration. A kind other than ``answer`` and ``code
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from crossed_rlvr.conf.schema import TaskConf
 
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
@@ -31,7 +37,7 @@ class TaskSource:
     requests: tuple[str, ...] = REQUESTS  # the requests its items may be asked under
     templates: tuple[str, ...] = TEMPLATES  # the wordings of those requests
 
-    def load(self, task_cfg: Any) -> list[dict[str, Any]]:
+    def load(self, task_cfg: DictConfig) -> list[dict[str, Any]]:
         """The items of ``task_cfg.split``, from the loader the source declared."""
         if self.items is None:
             raise ValueError(f"task.source={self.name}: declares no item loader")
@@ -48,23 +54,24 @@ def register_source(source: TaskSource) -> TaskSource:
     return source
 
 
-def source_of(task_cfg: Any) -> TaskSource | None:
+def source_of(task_cfg: TaskConf | Mapping[str, Any]) -> TaskSource | None:
     """The registered source of a task config, None for a source nobody registered."""
-    return SOURCES.get(str(task_cfg.get("source")))
+    source = task_cfg.get("source") if isinstance(task_cfg, Mapping) else task_cfg.source
+    return SOURCES.get(str(source))
 
 
-def kind_of(task_cfg: Any) -> str:
+def kind_of(task_cfg: TaskConf | Mapping[str, Any]) -> str:
     """The kind of a task config's items (``answer`` unless its source declares another)."""
     source = source_of(task_cfg)
     return source.kind if source is not None else ANSWER
 
 
-def is_code(task_cfg: Any) -> bool:
+def is_code(task_cfg: TaskConf | Mapping[str, Any]) -> bool:
     """Programs scored by execution (App. D.3), not answers read from text."""
     return kind_of(task_cfg) == CODE
 
 
-def freezes_train_rows(task_cfg: Any) -> bool:
+def freezes_train_rows(task_cfg: TaskConf | Mapping[str, Any]) -> bool:
     """The source's training rows come from a hub split, frozen by content on first use."""
     source = source_of(task_cfg)
     return source is not None and source.frozen_train_rows

@@ -16,16 +16,20 @@ import hashlib
 import json
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from crossed_rlvr.files import config_sha256
 from crossed_rlvr.layout import TRACKING_LEDGER
 
+if TYPE_CHECKING:
+    from crossed_rlvr.conf.schema import TrackingConf
+
 # Settings that change how a run is watched or where it runs, not what it produces: never part of a stage's
 # fingerprint or a training run's config hash (the same files either way).
 UNTRACKED = ("tracking", "study", "overwrite", "distribute")
+WandbMode = Literal["online", "offline", "disabled", "shared"]  # tracking.mode as wandb takes it (conf/checks.py)
 
 
 def untracked(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -33,13 +37,21 @@ def untracked(cfg: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in cfg.items() if k not in UNTRACKED}
 
 
-def enabled(tracking: Any) -> bool:
+def _setting(tracking: TrackingConf | Mapping[str, Any] | None, key: str) -> Any:
+    """One setting of a tracking block: the schema's dataclass, or a node or dict of it (the stages that still hold
+    their config by key); None without a block."""
+    if tracking is None:
+        return None
+    return tracking.get(key) if isinstance(tracking, Mapping) else getattr(tracking, key)
+
+
+def enabled(tracking: TrackingConf | Mapping[str, Any] | None) -> bool:
     """Whether a tracking block logs anything (YAML reads a bare ``off`` as false)."""
-    return tracking is not None and tracking.get("mode") not in ("off", False, None, "disabled")
+    return tracking is not None and _setting(tracking, "mode") not in ("off", False, None, "disabled")
 
 
-def group_of(tracking: Any, study: str | None = None) -> str | None:
-    return (tracking.get("group") if tracking is not None else None) or study
+def group_of(tracking: TrackingConf | Mapping[str, Any] | None, study: str | None = None) -> str | None:
+    return _setting(tracking, "group") or study
 
 
 LEDGER = TRACKING_LEDGER  # under the run_dir: the runs started there, so that a resumed run keeps its id
@@ -52,7 +64,7 @@ def settings_sha(config: dict[str, Any] | None) -> str:
     return config_sha256(data)[:16]
 
 
-def claim_run_id(tracking: Any, job_type: str, name: str, run_dir: str | Path, config: dict[str, Any] | None,
+def claim_run_id(tracking: TrackingConf | Mapping[str, Any], job_type: str, name: str, run_dir: str | Path, config: dict[str, Any] | None,
                  resume: bool = False) -> tuple[str, bool]:
     """The wandb id for one start of a stage, and whether it continues an earlier run.
 
@@ -68,7 +80,7 @@ def claim_run_id(tracking: Any, job_type: str, name: str, run_dir: str | Path, c
                    if e["job_type"] == job_type and e["name"] == name]
     if resume and earlier and earlier[-1]["settings"] == settings:
         return earlier[-1]["id"], True
-    key = "|".join(str(x) for x in (tracking.get("entity"), tracking.get("project"), job_type, name,
+    key = "|".join(str(x) for x in (_setting(tracking, "entity"), _setting(tracking, "project"), job_type, name,
                                      Path(run_dir).resolve(), settings, len(earlier)))
     new = hashlib.sha256(key.encode()).hexdigest()[:16]
     ledger.parent.mkdir(parents=True, exist_ok=True)
@@ -78,10 +90,10 @@ def claim_run_id(tracking: Any, job_type: str, name: str, run_dir: str | Path, c
     return new, False
 
 
-def start_run(tracking: Any, *, name: str, job_type: str, run_dir: str | Path, config: dict[str, Any] | None = None,
+def start_run(tracking: TrackingConf | Mapping[str, Any] | None, *, name: str, job_type: str, run_dir: str | Path, config: dict[str, Any] | None = None,
               study: str | None = None) -> Any:
     """A new wandb run for one start of an arm or stage, or None when tracking is off."""
-    if not enabled(tracking):
+    if tracking is None or not enabled(tracking):
         return None
     import wandb
 
@@ -90,18 +102,27 @@ def start_run(tracking: Any, *, name: str, job_type: str, run_dir: str | Path, c
     run_dir.mkdir(parents=True, exist_ok=True)
     run_id, _ = claim_run_id(tracking, job_type, name, run_dir, config)
     return wandb.init(
-        project=str(tracking.get("project") or "crossed-rlvr"), entity=tracking.get("entity") or None,
+        project=str(_setting(tracking, "project") or "crossed-rlvr"), entity=_setting(tracking, "entity") or None,
         group=group_of(tracking, study), name=name, job_type=job_type,
-        tags=[str(t) for t in (tracking.get("tags") or [])], config=config or {}, dir=str(run_dir),
-        id=run_id, resume="never", mode=str(tracking.get("mode")), reinit="finish_previous",
+        tags=[str(t) for t in (_setting(tracking, "tags") or [])], config=config or {}, dir=str(run_dir),
+        id=run_id, resume="never", mode=cast(WandbMode, str(_setting(tracking, "mode"))), reinit="finish_previous",
     )
 
 
-def resolved_config(cfg: Any) -> dict[str, Any]:
-    """The resolved Hydra config without Hydra's own node (what a run config should hold)."""
+def resolved_config(cfg: object) -> dict[str, Any]:
+    """The resolved config without Hydra's own node (what a run config should hold): a command's typed config as
+    its settings (conf/schema.py), a Hydra node resolved, a dict as it is."""
+    import dataclasses
+
     from omegaconf import OmegaConf
 
-    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
+    from crossed_rlvr.conf.schema import settings
+
+    plain = settings(cfg) if dataclasses.is_dataclass(cfg) else (
+        OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg)
+    if not isinstance(plain, Mapping):
+        raise TypeError(f"a run's config is a mapping, not {type(cfg).__name__}")
+    data = dict(plain)
     data.pop("hydra", None)
     return data
 
@@ -137,7 +158,7 @@ def _records(path: Path) -> Iterator[Any]:
             buf = b""
 
 
-def _key(item: Any) -> str:
+def _key(item: Any) -> str:  # Any: a wandb protobuf item (wandb ships no types for it)
     """A history or summary item's name ('' for wandb's own underscore keys)."""
     name = item.key or "/".join(item.nested_key)
     return "" if name.startswith("_") else name

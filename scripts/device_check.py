@@ -223,6 +223,7 @@ def tiny_grpo_and_eval(work: Path) -> dict[str, Any]:
         return {"skipped": f"not importable here: {', '.join(missing)} (install them beside the checkout)"}
     from hydra import compose, initialize_config_module
 
+    from crossed_rlvr.conf.checks import checked_train
     from crossed_rlvr.eval.generate.runner import run_eval
     from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
     from crossed_rlvr.train.run import run_train
@@ -239,7 +240,7 @@ def tiny_grpo_and_eval(work: Path) -> dict[str, Any]:
         evaluation = compose(config_name="crossed_eval", overrides=[
             "tracking=off", "eval=cpu", "eval.max_new_tokens=16", "task.n_items=4", f"run_dir={work}/eval",
             f"model.path={work}/arm/checkpoints/step-1"])
-    summary = run_train(train)
+    summary = run_train(checked_train(train))
     trained = time.perf_counter() - start
     result = run_eval(evaluation, progress=False)
     return {"grpo_update_s": round(trained, 1), "reward_first": summary.get("reward_first"),

@@ -168,11 +168,14 @@ def test_wandbs_host_that_answers_refuses_or_hangs(monkeypatch):
 
 
 def test_the_launch_scripts_run_offline(tmp_path):
-    from omegaconf import OmegaConf
+    from hydra import compose, initialize_config_module
 
+    from crossed_rlvr.conf.schema import TrainConf, conf_of
     from crossed_rlvr.train.verl_engine import launch_env
 
-    cfg = OmegaConf.create({"tracking": {"mode": "offline", "project": "p"}, "run_dir": str(tmp_path), "arm": "a"})
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        cfg = conf_of(TrainConf, compose(config_name="crossed_train", overrides=[
+            "tracking=offline", "tracking.project=p", f"run_dir={tmp_path}", "arm=a"]))
     assert launch_env(cfg)["HF_HUB_OFFLINE"] == "1"
 
 

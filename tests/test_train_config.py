@@ -142,7 +142,9 @@ def _arm(tmp_path, name, *overrides):
     cfg = cfg_for("recipe=tiny", "recipe.updates=3", "train_items.n=200", "model=qwen2.5-7b-instruct", *overrides)
     run = tmp_path / name
     run.mkdir()
-    (run / "resolved_config.json").write_text(json.dumps(resolved(cfg)))
+    from crossed_rlvr.conf.checks import checked_train
+
+    (run / "resolved_config.json").write_text(json.dumps(resolved(checked_train(cfg))))
     write_rows(run / "data" / "train.jsonl", training_rows(cfg))
     return run
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
+from crossed_rlvr.conf.checks import checked_train
 from crossed_rlvr.policies.loading import load_policy
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.train.run import run_train
@@ -20,7 +21,7 @@ def test_trl_arm_writes_checkpoints_and_metrics(tmp_path, lora):
             "tracking=off", "recipe=tiny", "recipe.updates=2", "recipe.prompts_per_update=2",
             "recipe.max_response_tokens=24", "train_items.n=64", f"run_dir={tmp_path}/arm",
             f"model.path={tmp_path}/model", "convention=boxed", f"recipe.lora.enabled={lora}", "recipe.lora.r=4"])
-    summary = run_train(cfg)
+    summary = run_train(checked_train(cfg))
     arm = tmp_path / "arm"
     steps = [json.loads(x) for x in (arm / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2]
@@ -32,7 +33,7 @@ def test_trl_arm_writes_checkpoints_and_metrics(tmp_path, lora):
     final, _ = load_policy(arm / "checkpoints" / "step-2")  # a plain HF directory, adapters merged in
     assert set(final.state_dict()) == set(start.state_dict())  # same architecture, no adapter weights left
     assert all(v.shape == start.state_dict()[k].shape and torch.isfinite(v).all() for k, v in final.state_dict().items())
-    assert run_train(cfg)["skipped"] is True  # the same config is not trained twice
+    assert run_train(checked_train(cfg))["skipped"] is True  # the same config is not trained twice
 
 
 @pytest.mark.parametrize("bf16", [False, True])

@@ -1,7 +1,9 @@
 """The study's stages hand each other typed objects (study/plan.py: ``Policy``, ``ArmPlan``; the config typed by its
-schema, ``StudyConf``), and a type checker holds them to it: mypy, pinned in the dev dependencies, over the
-study, ``names.py`` and ``layout.py`` (pyproject.toml's ``[tool.mypy]``). A stage that passed a dict where a
-policy is expected, or asked the config for a key its schema lacks, fails here."""
+schema, ``StudyConf``), each command types its config once at its door (``conf.schema.conf_of``; crossed-train's
+trainer takes only a ``CheckedTrainConf``), and a type checker holds them to it: mypy, pinned in the dev
+dependencies, over the modules pyproject.toml's ``[tool.mypy]`` lists. A stage that passed a dict where a policy is
+expected, asked the config for a key its schema lacks, or trained on an unchecked config fails here; a default
+restated where a config is read (``.get(key, default)``) fails the scan below."""
 
 from __future__ import annotations
 
@@ -30,6 +32,16 @@ def test_the_study_type_checks(cache: Path):
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+WHOLE_PACKAGE_LEFT = "the analysis, calibration, rescoring, ingest and verl-launch modules are not yet typed"
+
+
+@pytest.mark.xfail(strict=True, reason=WHOLE_PACKAGE_LEFT)
+def test_the_whole_package_type_checks(cache: Path):
+    """The goal: every module of the package holds to its types, not only those pyproject.toml lists."""
+    run = mypy("--cache-dir", str(cache), "crossed_rlvr")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
 def test_the_checker_sees_a_dict_passed_for_a_policy(tmp_path: Path, cache: Path):
     """The check has teeth: a stage that hands the evaluation a stamp's dict instead of the policies fails."""
     bad = tmp_path / "bad_stage.py"
@@ -42,6 +54,69 @@ def test_the_checker_sees_a_dict_passed_for_a_policy(tmp_path: Path, cache: Path
     assert run.returncode == 1
     assert 'Argument 2 to "evaluation" of "StudyConfigs" has incompatible type' in run.stdout, run.stdout
     assert '"ArmsConf" has no attribute "thread_count"' in run.stdout, run.stdout
+
+
+def test_the_trainer_takes_only_a_checked_config(tmp_path: Path, cache: Path):
+    """A crossed-train config reaches the trainer only through the checks: ``run_train`` takes a
+    ``CheckedTrainConf``, which the checks make, so a config typed but never checked is refused by the checker."""
+    snippet = tmp_path / "train_door.py"
+    snippet.write_text("from crossed_rlvr.conf.checks import checked_train\n"
+                       "from crossed_rlvr.conf.schema import TrainConf, conf_of\n"
+                       "from crossed_rlvr.train.run import run_train\n\n\n"
+                       "def unchecked(cfg: object) -> None:\n"
+                       "    run_train(conf_of(TrainConf, cfg))\n\n\n"
+                       "def checked(cfg: object) -> None:\n"
+                       "    run_train(checked_train(cfg))\n")
+    run = mypy("--cache-dir", str(cache), str(snippet))
+    errors = [line for line in run.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 1, run.stdout
+    assert 'Argument 1 to "run_train" has incompatible type "TrainConf"; expected "CheckedTrainConf"' in errors[0]
+
+
+def schema_defaults() -> dict[str, list[object]]:
+    """Every schema field's name with its default values (a name several schemas share has several)."""
+    import dataclasses
+
+    from omegaconf import MISSING
+
+    import crossed_rlvr.conf.schema as schema
+
+    out: dict[str, list[object]] = {}
+    for cls in vars(schema).values():
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls):
+            for f in dataclasses.fields(cls):
+                value = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+                if value is not dataclasses.MISSING and value is not MISSING and not dataclasses.is_dataclass(value):
+                    out.setdefault(f.name, []).append(value)
+    return out
+
+
+# ``.get`` calls on data rows, not configs, whose keys happen to share a schema field's name and default
+DATA_GETS = {("sft/trainer.py", "row"), ("train/verl_vllm.py", "params")}
+
+
+def test_no_config_default_is_restated_where_it_is_read():
+    """Defaults live in the schema: no ``cfg.x.get("key", default)`` repeats a schema field's default where the
+    config is read (a typed config is read by attribute, and the schema's default changes in one place)."""
+    defaults = schema_defaults()
+    found = []
+    package = ROOT / "crossed_rlvr"
+    for path in sorted(package.rglob("*.py")):
+        where = str(path.relative_to(package))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
+                    and node.args[0].value in defaults):
+                continue
+            if (where, ast.unparse(node.func.value)) in DATA_GETS:
+                continue
+            try:
+                given = ast.literal_eval(node.args[1])
+            except ValueError:
+                continue
+            if any(given == d and isinstance(given, bool) == isinstance(d, bool) for d in defaults[node.args[0].value]):
+                found.append(f"{where}:{node.lineno} {ast.unparse(node)}")
+    assert found == []
 
 
 def test_no_study_function_takes_the_config_untyped():

@@ -8,6 +8,7 @@ import pandas as pd
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
+from crossed_rlvr.conf.checks import checked_train
 from crossed_rlvr.eval.generate.runner import run_eval
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.tracking import offline_runs
@@ -32,7 +33,7 @@ def tiny_arm(tmp_path, *overrides):
 def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
     cfg = tiny_arm(tmp_path, "validation.every=1", "validation.n_items=3", "eval.max_new_tokens=8",
                    "eval.batch_size=2")
-    run_train(cfg)
+    run_train(checked_train(cfg))
     responses = tmp_path / "arm" / "validation" / "responses"
     names = sorted(p.name for p in responses.glob("*.jsonl"))
     assert names == sorted(f"grpo-hash_s83@step{k}__{r}__original.jsonl" for k in (0, 1, 2) for r in ("hash", "boxed"))
@@ -55,7 +56,7 @@ def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
     assert '"split": "dev"' in items
     # validating never changes what is trained: the same arm without validation ends in the same weights
     plain = OmegaConf.merge(cfg, {"run_dir": str(tmp_path / "plain"), "validation": {"every": 0}})
-    run_train(plain)
+    run_train(checked_train(plain))
     weights = "checkpoints/step-2/model.safetensors"
     assert (tmp_path / "plain" / weights).read_bytes() == (tmp_path / "arm" / weights).read_bytes()
 
@@ -72,7 +73,7 @@ def test_validation_steps_are_scored_summarised_and_logged(tmp_path):
     those scalars and a table with one row per response and one column per reader."""
     cfg = tiny_arm(tmp_path, "validation.every=2", "validation.n_items=4", "eval.max_new_tokens=24",
                    "eval.batch_size=4", "convention=boxed")
-    run_train(cfg)
+    run_train(checked_train(cfg))
     out = tmp_path / "arm" / "validation"
     summary = [json.loads(x) for x in (out / "summary.jsonl").read_text().splitlines()]
     assert [e["step"] for e in summary] == [0, 2]

@@ -12,6 +12,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
+from crossed_rlvr.conf.checks import checked_train
 from crossed_rlvr.policies.loading import load_tokenizer
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.train.run import run_train
@@ -33,7 +34,7 @@ def cfg_for(tmp_path, *overrides):
 def prepared(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("verl")
     build_tiny_model(tmp / "model", SMALL)
-    summary = run_train(cfg_for(tmp, "convention=boxed"))
+    summary = run_train(checked_train(cfg_for(tmp, "convention=boxed")))
     return tmp, summary
 
 
@@ -120,8 +121,8 @@ def test_proposal_weights_reach_verl(tmp_path):
     from crossed_rlvr.train.verl_engine import compose_verl
 
     build_tiny_model(tmp_path / "model", SMALL)
-    run_train(cfg_for(tmp_path, "recipe.proposal.enabled=true", "task.train_per_stratum={1: 40, 2: 960}",
-                      "recipe.proposal.target=[0.5,0.5]", "recipe.proposal.proposal=[0.2,0.8]"))
+    run_train(checked_train(cfg_for(tmp_path, "recipe.proposal.enabled=true", "task.train_per_stratum={1: 40, 2: 960}",
+                      "recipe.proposal.target=[0.5,0.5]", "recipe.proposal.proposal=[0.2,0.8]")))
     arm = Path(tmp_path) / "arm"
     frame = pd.read_parquet(arm / "data" / "train.parquet")
     weights = [row["is_weight"] for row in frame["extra_info"]]

@@ -302,6 +302,7 @@ def test_a_relaunched_finished_arm_does_nothing_and_says_so(verl_study):
 
 def arm_copy(run: Path, folder: Path, tracking: str, **changes):
     """The study's hash arm prepared again in ``folder`` (crossed-train), with ``changes`` to its config."""
+    from crossed_rlvr.conf.checks import checked_train
     from crossed_rlvr.train.run import run_train
 
     cfg = resolved(arm(run, "hash"))
@@ -311,7 +312,7 @@ def arm_copy(run: Path, folder: Path, tracking: str, **changes):
     cfg.study = "verl-test"
     for key, value in changes.items():
         OmegaConf.update(cfg, key, value)
-    run_train(cfg)
+    run_train(checked_train(cfg))
     return cfg
 
 

@@ -4,11 +4,16 @@ directory per multirun job, and a ``--help`` that lists only the command's own g
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import yaml
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+C = TypeVar("C")  # a command's view of its composed config
 
 CONF = Path(__file__).parent
 
@@ -69,7 +74,7 @@ def help_text(command: str, config_name: str) -> str:
     return "\n".join(lines)
 
 
-def job_run_dir(cfg: Any) -> bool:
+def job_run_dir(cfg: DictConfig) -> bool:
     """Under ``-m``, point ``run_dir`` at the job's own directory (sweep dir / job overrides), so the
     jobs of a sweep never share (and refuse or overwrite) one run directory. True under ``-m``."""
     from hydra.core.hydra_config import HydraConfig
@@ -83,10 +88,10 @@ def job_run_dir(cfg: Any) -> bool:
 
 
 # a command's own checks beside conf/checks.py's, that need its layer (crossed-eval: the GPU eval.device names)
-COMMAND_CHECKS: dict[str, Callable[[Any], None]] = {}
+COMMAND_CHECKS: dict[str, Callable[..., None]] = {}
 
 
-def refuse_or_pass(command: str, cfg: Any) -> None:
+def refuse_or_pass(command: str, cfg: DictConfig) -> None:
     """Every check of the command's composed config; a refusal is one line on stderr and exit 2."""
     from crossed_rlvr.conf.checks import check_command
     from crossed_rlvr.errors import BAD_INPUT, CrossedError
@@ -121,7 +126,7 @@ class ChecksFirst:
     def __init__(self, command: str) -> None:
         self.command = command
 
-    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         import copy
 
         from omegaconf import open_dict, read_write
@@ -132,11 +137,12 @@ class ChecksFirst:
         refuse_or_pass(self.command, task)
         hold_or_refuse(self.command, task)
 
-    def on_run_end(self, config: Any, **kwargs: Any) -> None: ...
-    def on_multirun_start(self, config: Any, **kwargs: Any) -> None: ...
-    def on_multirun_end(self, config: Any, **kwargs: Any) -> None: ...
-    def on_job_start(self, config: Any, **kwargs: Any) -> None: ...
-    def on_job_end(self, config: Any, **kwargs: Any) -> None: ...
+    # **kwargs: Any below and above: the keyword arguments Hydra's Callback hooks are called with
+    def on_run_end(self, config: DictConfig, **kwargs: Any) -> None: ...
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None: ...
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None: ...
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None: ...
+    def on_job_end(self, config: DictConfig, **kwargs: Any) -> None: ...
 
 
 def with_checks_first(argv: list[str], command: str) -> list[str]:
@@ -147,9 +153,10 @@ def with_checks_first(argv: list[str], command: str) -> list[str]:
     return [argv[0], f"{key}._target_={__name__}.ChecksFirst", f"{key}.command={command}", *argv[1:]]
 
 
-def hydra_app(command: str, config_name: str, run: Callable[[Any], None],
-              check: Callable[[Any], None] | None = None) -> Callable[[], None]:
-    """``main()`` of a Hydra command: help, composition against the schema, checks, then ``run(cfg)``. ``check``:
+def hydra_app(command: str, config_name: str, run: Callable[[C], None],
+              check: Callable[[C], None] | None = None) -> Callable[[], None]:
+    """``main()`` of a Hydra command: help, composition against the schema, checks, then ``run(cfg)`` with the composed
+    node (``C``: the node, or the schema a command reads it as; a command types it at its door). ``check``:
     the command's own check of its composed config, run with conf/checks.py's before any file is written."""
     if check is not None:
         COMMAND_CHECKS[command] = check
@@ -172,7 +179,7 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None],
         started = []
 
         @hydra.main(version_base="1.3", config_path=".", config_name=config_name)
-        def _main(cfg: Any) -> None:
+        def _main(cfg: DictConfig) -> None:
             started.append(True)
             if job_run_dir(cfg):  # a single run was checked by ChecksFirst, before Hydra wrote anything
                 refuse_or_pass(command, cfg)
@@ -182,7 +189,7 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None],
 
             try:
                 with writing(Path(str(cfg.run_dir)), command):  # a fault of the machine: one line (faults.py)
-                    run(cfg)
+                    run(cast(C, cfg))  # the node: a command that reads it as its schema types it at its door
             except CrossedError as err:  # inside Hydra's job: its handler would print a traceback
                 print(f"{command}: {err}", file=sys.stderr, flush=True)
                 raise SystemExit(BAD_INPUT) from None
@@ -218,7 +225,7 @@ def hydra_app(command: str, config_name: str, run: Callable[[Any], None],
     return main
 
 
-def swept_dirname(job_overrides: Any, *exclude: str) -> str:
+def swept_dirname(job_overrides: Sequence[object] | None, *exclude: str) -> str:
     """The name of a multirun job's directory: only the overrides the sweep varies (``eval.temperature=0``),
     read with Hydra's own override parser from the command line; '/' becomes '_'."""
     from hydra.core.override_parser.overrides_parser import OverridesParser

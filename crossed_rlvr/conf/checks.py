@@ -9,27 +9,32 @@ fails in seconds, not after training.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
+from crossed_rlvr.conf.schema import EngineConf, ModelConf, TrainConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
 from crossed_rlvr.limits import SEED
 from crossed_rlvr.task_sources import SOURCES, is_code, source_of
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
-def _get(cfg: Any, key: str) -> Any:
+
+def _get(cfg: DictConfig, key: str) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(cfg, key, throw_on_missing=False)
 
 
-def _one_of(cfg: Any, key: str, allowed: tuple[str, ...]) -> None:
+def _one_of(cfg: DictConfig, key: str, allowed: tuple[str | bool, ...]) -> None:
     value = _get(cfg, key)
     if value is not None and value not in allowed:
         shown = ", ".join(str(a) for a in allowed if a is not False)  # YAML's `off` reads as False
         raise ConfigError(f"{key}={value!r} is unknown; expected one of {shown}")
 
 
-def _all_of(cfg: Any, key: str, allowed: tuple[str, ...], nonempty: bool = True) -> None:
+def _all_of(cfg: DictConfig, key: str, allowed: tuple[str, ...], nonempty: bool = True) -> None:
     values = _get(cfg, key)
     if values is None:
         return
@@ -40,7 +45,7 @@ def _all_of(cfg: Any, key: str, allowed: tuple[str, ...], nonempty: bool = True)
         raise ConfigError(f"{key}: {', '.join(map(repr, bad))} unknown; expected among {', '.join(allowed)}")
 
 
-def _exists(cfg: Any, key: str) -> None:
+def _exists(cfg: DictConfig, key: str) -> None:
     from pathlib import Path
 
     value = _get(cfg, key)
@@ -56,7 +61,7 @@ def _model_path(key: str, path: str | None) -> None:
         raise ConfigError(f"{key}={path!r} does not exist (and is not a hub name org/name)")
 
 
-def common(cfg: Any) -> None:
+def common(cfg: DictConfig) -> None:
     from crossed_rlvr.rewards.conventions import TEMPLATES
 
     _one_of(cfg, "tracking.mode", ("off", "offline", "online", False))
@@ -72,7 +77,7 @@ def common(cfg: Any) -> None:
     _exists(cfg, "task.train_path")
 
 
-def needs_gpu(cfg: Any, what: str) -> None:
+def needs_gpu(cfg: DictConfig, what: str) -> None:
     """``eval=vllm`` runs vLLM: refuse it before any stage on a machine where it cannot start."""
     if _get(cfg, "eval.backend") != "vllm":
         return
@@ -91,7 +96,7 @@ def needs_gpu(cfg: Any, what: str) -> None:
         raise ConfigError(f"eval.backend=vllm ({what}) needs {' and '.join(missing)}; on a CPU machine use eval=cpu")
 
 
-def check_distribute(cfg: Any) -> None:
+def check_distribute(cfg: DictConfig) -> None:
     """Ray workers of the crossed evaluation (eval/generate/workers.py)."""
     if _get(cfg, "distribute") is None:
         return
@@ -106,12 +111,42 @@ class RecipeError(CrossedError, ValueError):
     """A GRPO recipe that cannot train (raised before any model is loaded)."""
 
 
-def check_config(cfg: Any, initial_built: bool = True) -> None:
+@dataclass
+class CheckedTrainConf(TrainConf):
+    """A crossed-train config that passed every check of an arm: the one type ``run_train`` takes, so a config that
+    skipped the checks is refused by the type checker. Made only by :func:`check_train_conf` (and, for a study's
+    arm checked where it was planned, :func:`planned_arm`). Not frozen: Hydra's schemas must stay writable for
+    command-line overrides, and this is the same dataclass."""
+
+
+def _as_checked(conf: TrainConf) -> CheckedTrainConf:
+    return CheckedTrainConf(**{f.name: getattr(conf, f.name) for f in fields(TrainConf)})
+
+
+def check_train_conf(conf: TrainConf, initial_built: bool = True) -> CheckedTrainConf:
+    """``conf`` checked (:func:`check_config`; a :class:`RecipeError` names the first problem) and so typed."""
+    check_config(conf, initial_built)
+    return _as_checked(conf)
+
+
+def checked_train(cfg: object) -> CheckedTrainConf:
+    """A crossed-train config as composed (a Hydra node, a dict) typed by its schema (``TrainConf``) and checked:
+    crossed-train's door, and a script's or test's way to the trainer."""
+    return check_train_conf(conf_of(TrainConf, cfg))
+
+
+def planned_arm(arm: dict[str, Any]) -> CheckedTrainConf:
+    """A study arm's crossed-train config as its plan bound it (study/plan.py ``ArmPlan.config``), typed. Its settings
+    were checked once, where the study planned the arm (``check_config(..., initial_built=False)``); what binding
+    adds is checked by the stages that make it (the initial policy, the frozen rows and strata), so nothing is
+    checked twice."""
+    return _as_checked(conf_of(TrainConf, arm))
+
+
+def check_config(cfg: TrainConf, initial_built: bool = True) -> None:
     """Refuse a GRPO arm's config that cannot train, before anything is loaded: an unknown convention, a batch
     that the group size does not divide, a missing model or an engine/algorithm pair that cannot run.
     ``initial_built=False``: a study's arm planned before its initial policy exists (the initial stage checks that)."""
-    from pathlib import Path
-
     from crossed_rlvr.rewards.conventions import CONVENTIONS, TEMPLATES
 
     conv = cfg.convention.name
@@ -122,25 +157,12 @@ def check_config(cfg: Any, initial_built: bool = True) -> None:
     from crossed_rlvr.conf.ranges import check_ranges_of
 
     check_ranges_of(cfg, "crossed_train")  # every number within the range its schema declares
-    r = cfg.recipe
-    batch = int(r.prompts_per_update) * int(r.group_size)
-    micro = int(cfg.engine.get("micro_batch") or r.group_size)
-    if cfg.engine.name == "trl" and batch % micro:
-        raise RecipeError(f"engine.micro_batch={micro} does not divide the batch of {batch} completions "
-                          f"(recipe.prompts_per_update={r.prompts_per_update} x recipe.group_size={r.group_size})")
-    nproc = int(cfg.engine.get("nproc_per_node") or 1)
-    if cfg.engine.name == "trl" and nproc > 1 and batch % (micro * nproc):
-        raise RecipeError(f"engine.nproc_per_node={nproc}: the batch of {batch} completions does not split into "
-                          f"engine.micro_batch={micro} x {nproc} processes")
-    if cfg.engine.name == "trl" and micro % int(r.group_size) and int(r.group_size) % micro:
-        raise RecipeError(f"recipe.group_size={r.group_size} and engine.micro_batch={micro} must divide one another")
-    prop = r.get("proposal") or {}
-    if prop.get("enabled") and int(prop.get("estimate_samples", 4)) % 2:
-        raise RecipeError(f"recipe.proposal.estimate_samples={prop.get('estimate_samples')}: expected an even number "
-                          "(half the samples under each request)")
-    e = cfg.engine
-    if e.name == "trl" and int(e.get("nproc_per_node") or 1) > 1 and int((cfg.get("validation") or {}).get(
-            "every") or 0) > 0:
+    if cfg.engine.name == "trl":
+        _trl_batch(cfg)
+    if cfg.recipe.proposal.enabled and cfg.recipe.proposal.estimate_samples % 2:
+        raise RecipeError(f"recipe.proposal.estimate_samples={cfg.recipe.proposal.estimate_samples}: expected an "
+                          "even number (half the samples under each request)")
+    if cfg.engine.name == "trl" and cfg.engine.nproc_per_node > 1 and cfg.validation.every > 0:
         raise RecipeError("validation.every > 0 runs on one process: with engine.nproc_per_node > 1 validate the "
                           "arm's checkpoints with crossed-eval, or set validation.every=0")
     if cfg.engine.name not in ("trl", "verl"):
@@ -153,25 +175,44 @@ def check_config(cfg: Any, initial_built: bool = True) -> None:
         _verl_arm(cfg)
     if cfg.template not in TEMPLATES:
         raise RecipeError(f"template={cfg.template!r} is unknown; expected one of {', '.join(TEMPLATES)}")
-    if not initial_built:
-        return
-    if cfg.model.source == "local" and not (cfg.model.path and Path(cfg.model.path).exists()):
-        raise RecipeError(f"model.path={cfg.model.path!r} does not exist (model={cfg.model.name}); "
+    if initial_built:
+        _initial_built(cfg.model)
+
+
+def _trl_batch(cfg: TrainConf) -> None:
+    """TRL's batch: the micro-batch (null: the group size) divides it on every process and pairs with the group."""
+    r, e = cfg.recipe, cfg.engine
+    batch = r.prompts_per_update * r.group_size
+    micro = e.micro_batch or r.group_size
+    if batch % micro:
+        raise RecipeError(f"engine.micro_batch={micro} does not divide the batch of {batch} completions "
+                          f"(recipe.prompts_per_update={r.prompts_per_update} x recipe.group_size={r.group_size})")
+    if e.nproc_per_node > 1 and batch % (micro * e.nproc_per_node):
+        raise RecipeError(f"engine.nproc_per_node={e.nproc_per_node}: the batch of {batch} completions does not "
+                          f"split into engine.micro_batch={micro} x {e.nproc_per_node} processes")
+    if micro % r.group_size and r.group_size % micro:
+        raise RecipeError(f"recipe.group_size={r.group_size} and engine.micro_batch={micro} must divide one another")
+
+
+def _initial_built(model: ModelConf) -> None:
+    from pathlib import Path
+
+    if model.source == "local" and not (model.path and Path(model.path).exists()):
+        raise RecipeError(f"model.path={model.path!r} does not exist (model={model.name}); "
                           "build the initial policy first (crossed-sft mode=warmstart) or point model.path at it")
-    if cfg.model.source == "hub" and not cfg.model.path:
-        raise RecipeError(f"model={cfg.model.name}: no hub name in model.path")
+    if model.source == "hub" and not model.path:
+        raise RecipeError(f"model={model.name}: no hub name in model.path")
 
 
-def rollout_replicas(engine: Any) -> int:
+def rollout_replicas(engine: EngineConf) -> int:
     """The vLLM engines verl starts for one arm: each spans ``engine.rollout_tp`` GPUs of one node. verl's CPU
     route runs one rollout replica over all its ranks (train/verl_cpu.py)."""
-    if str(engine.get("device", "cuda")) == "cpu":
+    if engine.device == "cpu":
         return 1
-    nodes, gpus = int(engine.get("nnodes", 1) or 1), int(engine.get("n_gpus_per_node", 1) or 1)
-    return max(1, nodes * (gpus // int(engine.get("rollout_tp", 1) or 1)))
+    return max(1, engine.nnodes * (engine.n_gpus_per_node // engine.rollout_tp))
 
 
-def rollout_seed(seed: int, engine: Any) -> int:
+def rollout_seed(seed: int, engine: EngineConf) -> int:
     """verl's ``rollout.seed`` for an arm seed. verl seeds replica r's vLLM engine with rollout.seed + r, so the
     arm seed times the number of replicas gives every arm seed engine seeds of its own (seed x R .. seed x R
     + R - 1), where the arm seed itself would give seeds 83 and 84 three engine seeds in common on four
@@ -180,12 +221,12 @@ def rollout_seed(seed: int, engine: Any) -> int:
     return int(seed) * rollout_replicas(engine)
 
 
-def _verl_arm(cfg: Any) -> None:
+def _verl_arm(cfg: TrainConf) -> None:
     """What only a verl arm refuses: LoRA, a rollout top-p below 1 (the rollout correction of App. D.1 compares
     vLLM's log-probs, renormalised after the top-p cut, with the actor's full softmax: every importance ratio
     would be biased below 1), and an arm seed whose engine seeds pass the largest seed numpy takes."""
     r, e = cfg.recipe, cfg.engine
-    if (r.get("lora") or {}).get("enabled", False):
+    if r.lora.enabled:
         raise RecipeError("recipe.lora.enabled=true runs only with engine=trl")
     if r.top_p < 1:  # a relation to the engine: the schema bounds top_p to (0, 1]
         raise RecipeError(f"recipe.top_p={r.top_p} with engine=verl: vLLM's rollout log-probs are renormalised after "
@@ -197,13 +238,13 @@ def _verl_arm(cfg: Any) -> None:
                           f"+ replica, past {SEED[1]:,}; use a seed of at most {(SEED[1] + 1) // replicas - 1:,}")
 
 
-def _code(cfg: Any) -> bool:
+def _code(cfg: object) -> bool:
     """A code task: its source's kind (crossed_rlvr/task_sources.py)."""
-    task = cfg.get("task")
+    task = getattr(cfg, "task", None)
     return task is not None and is_code(task)
 
 
-def _code_arm(cfg: Any) -> None:
+def _code_arm(cfg: TrainConf) -> None:
     """A code arm: a code convention, rewarded by running its programs on the training tasks' tests (paper 001
     App. D.3; train/code_reward.py), which a file of training tasks gives; no proposal, and no TRL validation
     during training (its readers are the answer tasks'; verl validates code arms by execution)."""
@@ -213,29 +254,29 @@ def _code_arm(cfg: Any) -> None:
     if conv not in CODE_CONVENTIONS:
         raise RecipeError(f"convention={conv!r} on code task {cfg.task.name}: expected a code convention, one of "
                           f"{', '.join(CODE_CONVENTIONS)}")
-    if not cfg.task.get("train_path") and not cfg.task.get("generated"):
+    if not cfg.task.train_path and not cfg.task.generated:
         raise RecipeError(f"task={cfg.task.name}: a code arm trains on the tasks of task.train_path=<EvalPlus dataset "
                           "file> (its tests give the execution reward); none is set")
-    if (cfg.recipe.get("proposal") or {}).get("enabled"):
+    if cfg.recipe.proposal.enabled:
         raise RecipeError("recipe.proposal.enabled=true: code tasks have no difficulty strata; set it to false")
-    if cfg.engine.name == "trl" and int((cfg.get("validation") or {}).get("every") or 0) > 0:
+    if cfg.engine.name == "trl" and cfg.validation.every > 0:
         raise RecipeError("validation.every > 0 validates a TRL arm with the answer readers; a code arm's checkpoints "
                           "are evaluated by execution (crossed-eval task=...); set validation.every=0")
 
 
-def check_train(cfg: Any) -> None:
+def check_train(cfg: DictConfig) -> None:
     from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
     common(cfg)
     _all_of(cfg, "validation.requests", REQUESTS)
     _all_of(cfg, "validation.templates", TEMPLATES)
     try:
-        check_config(cfg)
+        check_config(conf_of(TrainConf, cfg))
     except RecipeError as err:
         raise ConfigError(str(err)) from None
 
 
-def check_eval(cfg: Any) -> None:
+def check_eval(cfg: DictConfig) -> None:
     from crossed_rlvr.records import TRAINED
     from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
@@ -258,7 +299,7 @@ def check_eval(cfg: Any) -> None:
         _policy_name_agrees(f"policies[{k}]", pol.name, pol.training_convention, pol.train_seed)
 
 
-def _evaluation_requests(cfg: Any, requests: str, templates: str, math_requests: tuple[str, ...],
+def _evaluation_requests(cfg: DictConfig, requests: str, templates: str, math_requests: tuple[str, ...],
                          wordings: tuple[str, ...]) -> None:
     """A code task is asked for programs in the code delimiters (``fence``, ``begin_done``) in the original wording;
     every other task for answers in the answer conventions."""
@@ -275,7 +316,7 @@ def _policy_name_agrees(key: str, name: str, convention: str, seed: int | None) 
         raise ConfigError(f"{key}: {why}")
 
 
-def check_sft(cfg: Any) -> None:
+def check_sft(cfg: DictConfig) -> None:
     from crossed_rlvr.rewards.conventions import CONVENTIONS
 
     common(cfg)
@@ -286,7 +327,7 @@ def check_sft(cfg: Any) -> None:
         _warmstart_requests(cfg, "warmstart")
 
 
-def _warmstart_requests(cfg: Any, key: str) -> None:
+def _warmstart_requests(cfg: DictConfig, key: str) -> None:
     """The warm start's requests: the code delimiters on a code task (its targets are the training tasks' programs
     in them, sft/run.py), the answer conventions on every other task; the request-following band measures answer
     payloads only."""
@@ -296,8 +337,8 @@ def _warmstart_requests(cfg: Any, key: str) -> None:
     if _code(cfg):
         _all_of(cfg, f"{key}.requests", tuple(CODE_CONVENTIONS))
         _all_of(cfg, f"{key}.templates", CODE_TEMPLATES)
-        band = cfg.get(key, {}).get("band")
-        if band is not None and int(band.get("every", 0) or 0) > 0:
+        band = cfg[key].band
+        if band.every > 0:
             raise ConfigError(f"{key}.band.every={band.every}: the request-following band measures answer payloads; "
                               f"on code task {cfg.task.name} set {key}.band.every=0")
     else:
@@ -305,14 +346,14 @@ def _warmstart_requests(cfg: Any, key: str) -> None:
         _all_of(cfg, f"{key}.templates", TEMPLATES)
 
 
-def check_study(cfg: Any) -> None:
+def check_study(cfg: DictConfig) -> None:
     """Every check of the study's own settings, before the first stage starts (the GPU check included); the arms'
     crossed-train configs are checked when the study plans them (``study/plan.py``), also before any stage."""
     from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
 
     common(cfg)
     _one_of(cfg, "stages", ("all", "prepare", "rehearse", "fetch"))
-    if cfg.get("stages", "all") == "all" and not cfg.get("requires_gpu", False):  # GPU presets: check_device
+    if cfg.stages == "all" and not cfg.requires_gpu:  # GPU presets: check_device
         needs_gpu(cfg, "the study's evaluation stage generates with it")
     _one_of(cfg, "initial.build", ("warmstart", "given"))
     if not _code(cfg) or cfg.initial.build == "warmstart":
@@ -343,7 +384,7 @@ def check_study(cfg: Any) -> None:
     # each arm's crossed-train config is checked where the study plans its arms (study/plan.py), once
 
 
-def check_audit(cfg: Any) -> None:
+def check_audit(cfg: DictConfig) -> None:
     """``crossed-audit``: the base and at least one convention's policies, under known requests."""
     from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
@@ -376,13 +417,13 @@ def audit_checkpoints(cfg: Any) -> tuple[str, dict[str, list[str]]]:
     return base, {conv: paths for conv, paths in given.items() if paths}
 
 
-def _checkpoints(value: Any, key: str) -> list[str]:
+def _checkpoints(value: object, key: str) -> list[str]:
     """A convention key's checkpoints: one path or hub name, or a list of them."""
-    from omegaconf import OmegaConf
+    from omegaconf import ListConfig
 
     if value is None:
         return []
-    items = list(value) if OmegaConf.is_list(value) or isinstance(value, list | tuple) else [value]
+    items = list(value) if isinstance(value, ListConfig | list | tuple) else [value]
     if not items or not all(isinstance(x, str) and x.strip() for x in items):
         raise ConfigError(f"{key}={value}: give a model folder or hub name, or a list of them ({key}=[P1,P2])")
     return [str(x) for x in items]
@@ -408,7 +449,7 @@ COMMAND_SCHEMA = {"crossed-train": "crossed_train", "crossed-eval": "crossed_eva
                   "crossed-study": "crossed_study", "crossed-audit": "crossed_audit"}
 
 
-def check_command(command: str, cfg: Any) -> None:
+def check_command(command: str, cfg: DictConfig) -> None:
     """Every check of a composed config, in order: ranges, relations, then the command's own value checks."""
     from crossed_rlvr.conf.ranges import check_ranges, check_relations
 

@@ -20,12 +20,15 @@ import types
 import typing
 from collections.abc import Iterator
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.conf.schema import SCHEMAS
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.limits import Range
 from crossed_rlvr.task_sources import SOURCES
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +40,7 @@ class NumericField:
     optional: bool           # null is admitted
 
 
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+def _unwrap_optional(tp: object) -> tuple[Any, bool]:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return (args[0] if len(args) == 1 else tp), len(args) < len(typing.get_args(tp))
@@ -49,7 +52,7 @@ def _walk(cls: type, prefix: str) -> Iterator[NumericField]:
     for f in dataclasses.fields(cls):
         tp, optional = _unwrap_optional(hints[f.name])
         key = f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             yield from _walk(tp, key + ".")
             continue
         origin = typing.get_origin(tp)
@@ -58,7 +61,7 @@ def _walk(cls: type, prefix: str) -> Iterator[NumericField]:
             element, container = typing.get_args(tp)[0], "list"
         elif origin is dict:
             element, container = typing.get_args(tp)[1], "dict"
-        if dataclasses.is_dataclass(element):  # a list of dataclasses (policies): its own walk
+        if isinstance(element, type) and dataclasses.is_dataclass(element):  # a list of dataclasses: its own walk
             yield from _walk(element, key + "[].")
             continue
         if element in (int, float):
@@ -74,11 +77,11 @@ def numeric_fields(command: str) -> tuple[NumericField, ...]:
     return tuple(_walk(SCHEMAS[command], ""))
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def refusal(f: NumericField, value: Any, shown_key: str | None = None) -> str | None:
+def refusal(f: NumericField, value: Any, shown_key: str | None = None) -> str | None:  # Any: as given
     """One line naming the key, the value and its range when ``value`` is not admitted, else None."""
     key = shown_key or f.key
     if value is None:
@@ -107,13 +110,13 @@ def refusal(f: NumericField, value: Any, shown_key: str | None = None) -> str | 
     return None
 
 
-def _select(cfg: Any, key: str) -> Any:
+def _select(cfg: DictConfig, key: str) -> Any:
     from omegaconf import OmegaConf
 
     return OmegaConf.select(cfg, key, throw_on_missing=False)
 
 
-def check_ranges(cfg: Any, command: str, present_only: bool = False) -> None:
+def check_ranges(cfg: DictConfig, command: str, present_only: bool = False) -> None:
     """Every numeric value of a composed config against its declared range (ConfigError on the first).
     ``present_only``: a config that holds only some of the schema's keys (see ``check_ranges_of``)."""
     from omegaconf import OmegaConf
@@ -153,12 +156,12 @@ def open_schema(command: str) -> Any:
     return schema
 
 
-def check_ranges_of(cfg: Any, command: str) -> None:
+def check_ranges_of(cfg: object, command: str) -> None:
     """``check_ranges`` of a config that holds only some of the schema's keys (a study's projection of one command's
     config, a config built in code or read back from JSON): each number it holds against its declared range."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
-    check_ranges(cfg if OmegaConf.is_config(cfg) else OmegaConf.create(cfg), command, present_only=True)
+    check_ranges(cfg if isinstance(cfg, DictConfig) else OmegaConf.structured(cfg), command, present_only=True)
 
 
 def check_overrides(argv: list[str], command: str) -> None:
@@ -184,7 +187,7 @@ def check_overrides(argv: list[str], command: str) -> None:
                 raise ConfigError(why)
 
 
-def check_relations(cfg: Any) -> None:
+def check_relations(cfg: DictConfig) -> None:
     """Settings that are each in range but impossible together."""
     def get(key: str) -> Any:
         return _select(cfg, key)

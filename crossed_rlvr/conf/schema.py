@@ -8,8 +8,10 @@ are checked right after composition by :mod:`crossed_rlvr.conf.checks`, also bef
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from omegaconf import MISSING
 
@@ -17,12 +19,14 @@ from crossed_rlvr.limits import BIG, DECODING, SEED, Range
 from crossed_rlvr.rewards.conventions import MARKER_PAIR
 
 
-def num(default: Any, low: float, high: float, *, low_open: bool = False, why: str = "") -> Any:
+def num(default: float | None, low: float, high: float, *, low_open: bool = False,
+        why: str = "") -> Any:  # Any: the field's default, an int or a float (or None)
     """A numeric field with its declared range (``default`` may be None for an optional field)."""
     return field(default=default, metadata={"range": Range(low, high, low_open, why)})
 
 
-def nums(factory: Any, low: float, high: float, *, low_open: bool = False, why: str = "") -> Any:
+def nums(factory: Callable[[], object] | None, low: float, high: float, *, low_open: bool = False,
+         why: str = "") -> Any:  # Any: the field's list or dict, or None
     """A list (or dict's values) of numbers, each within the declared range; ``factory`` None: default null."""
     meta = {"range": Range(low, high, low_open, why)}
     return field(default=None, metadata=meta) if factory is None else field(default_factory=factory, metadata=meta)
@@ -50,6 +54,14 @@ class ModelConf:
     path: str | None = None
     system: str | None = None
     tiny: TinyConf | None = None
+
+
+@dataclass
+class TrainModelConf(ModelConf):
+    """An arm's model: the initial policy, with the hash of its weights where a study bound them (absent from the
+    arm's settings otherwise, so a crossed-train run's settings hash is the same with and without the field)."""
+
+    weights_sha256: str | None = field(default=None, metadata={"omit_none": True})
 
 
 @dataclass
@@ -265,7 +277,7 @@ class RehearsalConf:
 
 @dataclass
 class TrainConf:
-    model: ModelConf = MISSING
+    model: TrainModelConf = MISSING
     task: TaskConf = MISSING
     convention: NameConf = MISSING
     recipe: RecipeConf = MISSING
@@ -451,6 +463,72 @@ class AuditConf:
 
 SCHEMAS = {"crossed_train": TrainConf, "crossed_eval": EvalCommandConf, "crossed_sft": SFTCommandConf,
            "crossed_study": StudyConf, "crossed_audit": AuditConf}
+
+
+C = TypeVar("C")
+
+
+def conf_of(schema: type[C], cfg: object) -> C:
+    """``cfg`` (a composed Hydra config, a dict, a JSON file's content) as ``schema``'s dataclasses, made once where a
+    command starts (as verl's ``omega_conf_to_dataclass``): merged onto the schema, so every key is typed and every
+    default is the schema's own, and read below by attribute, never by ``.get(key, default)``."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from crossed_rlvr.errors import ConfigError
+
+    if OmegaConf.is_config(cfg):  # a node read back from JSON holds its int keys as strings, as a dict does
+        cfg = OmegaConf.to_container(cfg, resolve=True)
+    if isinstance(cfg, dict):
+        cfg = int_keys(schema, cfg)
+    try:
+        made = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), cfg))
+    except OmegaConfBaseException as err:  # a key the schema lacks, a value of another type, a missing value
+        key = getattr(err, "full_key", "") or ""
+        raise ConfigError(f"{key}: {str(err).splitlines()[0]}" if key else str(err).splitlines()[0]) from None
+    if not isinstance(made, schema):
+        raise TypeError(f"{schema.__name__}: the merged config is a {type(made).__name__}")
+    return made
+
+
+def int_keys(schema: type, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the keys of every ``dict[int, ...]`` field of ``schema`` as ints again: JSON writes every key as
+    a string (``task.train_per_stratum`` read back from an arm's spec or resolved config), and the schema's node
+    takes int keys only."""
+    import typing
+
+    hints = typing.get_type_hints(schema)
+    out = dict(data)
+    for f in dataclasses.fields(schema):
+        value = out.get(f.name)
+        args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)] or [hints[f.name]]
+        kind = args[0]
+        if isinstance(value, dict) and dataclasses.is_dataclass(kind) and isinstance(kind, type):
+            out[f.name] = int_keys(kind, value)
+        elif isinstance(value, dict) and typing.get_origin(kind) is dict and typing.get_args(kind)[0] is int:
+            out[f.name] = {int(k): v for k, v in value.items()}
+    return out
+
+
+def node(conf: object) -> Any:  # Any: the OmegaConf node of a dataclass, read by key
+    """A typed config as an OmegaConf node, for code below the doors that still reads its config by key (the task
+    loaders, the evaluator): the same values, typed by the same schema."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.structured(conf)
+
+
+def settings(conf: object) -> Any:  # Any: a dict, a list or a value, as the config holds
+    """A config (dataclasses, lists, dicts) as the plain dicts its settings hash and files hold: ``dataclasses.asdict``,
+    less a field marked ``omit_none`` while it is None (so adding such a field keeps every earlier hash)."""
+    if dataclasses.is_dataclass(conf) and not isinstance(conf, type):
+        return {f.name: settings(getattr(conf, f.name)) for f in dataclasses.fields(conf)
+                if not (f.metadata.get("omit_none") and getattr(conf, f.name) is None)}
+    if isinstance(conf, list | tuple):
+        return [settings(x) for x in conf]
+    if isinstance(conf, dict):
+        return {k: settings(v) for k, v in conf.items()}
+    return conf
 
 
 def register() -> None:

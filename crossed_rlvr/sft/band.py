@@ -14,10 +14,17 @@ precision the policy is evaluated in (and ~10% faster than fp32 on this CPU).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from crossed_rlvr.conf.schema import BandConf
+    from crossed_rlvr.eval.generate.engines import GenParams
 
 
-def payload_rates(model: Any, tokenizer: Any, items: list[dict[str, Any]], requests: list[str], params: Any,
+def payload_rates(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, items: list[dict[str, Any]],
+                  requests: list[str], params: GenParams,
                   base_seed: int, batch_size: int, system: str | None = None,
                   bf16: bool = False) -> dict[str, float]:
     """Share of sampled responses that carry each request's payload, d_r(y) (App. B.1); ``bf16``: sampled under
@@ -47,7 +54,8 @@ def payload_rates(model: Any, tokenizer: Any, items: list[dict[str, Any]], reque
     return rates
 
 
-def band_callback(band: Any, items: list[dict[str, Any]], tokenizer: Any, requests: list[str], params: Any,
+def band_callback(band: BandConf, items: list[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, requests: list[str],
+                  params: GenParams,
                   base_seed: int, batch_size: int, system: str | None = None, bf16: bool = False) -> Any:
     """A TrainerCallback that checks the band at step 0 and every ``band.every`` steps and stops inside it.
 
@@ -62,7 +70,7 @@ def band_callback(band: Any, items: list[dict[str, Any]], tokenizer: Any, reques
             self.checks: list[dict[str, Any]] = []
             self.seconds = 0.0
 
-        def check(self, model: Any, step: int) -> bool:
+        def check(self, model: PreTrainedModel, step: int) -> bool:
             start = time.perf_counter()
             rates = payload_rates(model, tokenizer, items, requests, params, base_seed, batch_size, system, bf16)
             self.seconds += time.perf_counter() - start

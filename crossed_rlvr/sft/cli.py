@@ -4,12 +4,14 @@ content-matched SFT arms (what each does: crossed_rlvr/sft/run.py)."""
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from omegaconf import DictConfig
 
 from crossed_rlvr.sft.run import arms, warmstart
 
 
-def _run(cfg: Any) -> None:
+def _run(cfg: DictConfig) -> None:
+    """The command's door: ``warmstart`` and ``arms`` type the config once (``sft.run.SFTJob``)."""
     result = {"initial": warmstart(cfg)} if cfg.mode == "warmstart" else arms(cfg)
     for name, res in result.items():
         shown = {k: v for k, v in res.items() if k != "config"} if isinstance(res, dict) else res

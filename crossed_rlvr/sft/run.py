@@ -14,9 +14,12 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.conf.schema import SFTCommandConf, conf_of, node, settings
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.files import json_lines
 from crossed_rlvr.layout import SFT_SUMMARY, RunLayout
@@ -28,11 +31,31 @@ from crossed_rlvr.task_sources import is_code
 from crossed_rlvr.tasks.code import load_code_dataset, train_file
 
 
-def train_items(cfg: Any) -> list[dict[str, Any]]:
-    from crossed_rlvr.tasks.training import SFT_ITEM_SEED
+@dataclass(frozen=True)
+class SFTJob:
+    """One crossed-sft job, typed once where it starts (``crossed-sft``, the study's initial stage, an SFT worker):
+    the command's config as its schema's dataclasses, the one arm a worker trains (``only``), and the config as it
+    was given, which its wandb runs record (and their ids are made from)."""
+
+    cfg: SFTCommandConf
+    given: dict[str, Any]
+    only: str | None = None
+
+    @classmethod
+    def of(cls, cfg: Mapping[str, Any]) -> SFTJob:
+        """The job of a Hydra node or of the dict a study wrote, read by key once, here."""
+        from crossed_rlvr.tracking import resolved_config
+
+        given = resolved_config(cfg)
+        only = given.get("only")
+        return cls(conf_of(SFTCommandConf, {k: v for k, v in given.items() if k != "only"}), given,
+                   None if only is None else str(only))
+
+
+def train_items(cfg: SFTCommandConf) -> list[dict[str, Any]]:
     from crossed_rlvr.tasks.training import train_items as build
 
-    return build(cfg.task, cfg.train_items.get("n"), int(cfg.train_items.get("seed", SFT_ITEM_SEED)))
+    return build(node(cfg.task), cfg.train_items.n, cfg.train_items.seed)
 
 
 def warmstart_target(item: dict[str, Any], request: str, follow_rate: float, rng: random.Random) -> tuple[str, str]:
@@ -46,7 +69,7 @@ def warmstart_target(item: dict[str, Any], request: str, follow_rate: float, rng
     return f"{body}\nThe answer is {item['reference']}.", "plain"
 
 
-def sft_config(cfg: Any, seed: int, report_to: str = "none") -> SFTConfig:
+def sft_config(cfg: SFTCommandConf, seed: int, report_to: str = "none") -> SFTConfig:
     s = cfg.sft
     return SFTConfig(epochs=float(s.epochs), learning_rate=float(s.learning_rate), lr_scheduler=s.lr_scheduler,
                      warmup_ratio=float(s.warmup_ratio), effective_batch=int(s.effective_batch),
@@ -55,14 +78,15 @@ def sft_config(cfg: Any, seed: int, report_to: str = "none") -> SFTConfig:
                      report_to=report_to)
 
 
-def tracked_sft(cfg: Any, name: str, job_type: str, base: Any, rows: list[dict[str, Any]], out: Path,
+def tracked_sft(job: SFTJob, name: str, job_type: str, base: str | Path, rows: list[dict[str, Any]], out: Path,
                 seed: int, callbacks: list[Any] | None = None) -> dict[str, Any]:
     """One SFT model in its own wandb run (name = the policy, group = the study); folders of the runs
     sit in ``run_dir/wandb``, never inside the model directory that is replaced when it is saved."""
-    from crossed_rlvr.tracking import resolved_config, start_run
+    from crossed_rlvr.tracking import start_run
 
-    run = start_run(cfg.get("tracking"), name=name, job_type=job_type, run_dir=Path(cfg.run_dir),
-                    study=cfg.get("study"), config={**resolved_config(cfg), "seed": seed})
+    cfg = job.cfg
+    run = start_run(cfg.tracking, name=name, job_type=job_type, run_dir=Path(cfg.run_dir), study=cfg.study,
+                    config={**job.given, "seed": seed})
     try:
         return train_sft(base, rows, out, sft_config(cfg, seed, "wandb" if run is not None else "none"), callbacks)
     finally:
@@ -70,23 +94,23 @@ def tracked_sft(cfg: Any, name: str, job_type: str, base: Any, rows: list[dict[s
             run.finish()
 
 
-def warmstart_base(cfg: Any) -> str | Path:
+def warmstart_base(cfg: SFTCommandConf) -> str | Path:
     """The model the warm start fine-tunes: ``warmstart.base`` (a given model: local folder, converted GGUF,
     hub name), else a fresh tiny model built from ``model.tiny``."""
-    if cfg.warmstart.get("base"):
+    if cfg.warmstart.base:
         return str(cfg.warmstart.base)
     from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
 
-    if not cfg.model.get("tiny"):
+    if not cfg.model.tiny:
         raise ConfigError(f"warmstart.base: mode=warmstart of model={cfg.model.name} needs the model to fine-tune; "
                           "only the tiny model is built from scratch")
-    return build_tiny_model(RunLayout(Path(cfg.run_dir)).fresh, TinyConfig(**cfg.model.tiny))
+    return build_tiny_model(RunLayout(Path(cfg.run_dir)).fresh, TinyConfig(**settings(cfg.model.tiny)))
 
 
-def band_callbacks(cfg: Any, base: str | Path) -> list[Any]:
+def band_callbacks(cfg: SFTCommandConf, base: str | Path) -> list[Any]:  # Any: transformers' callbacks
     """The request-following band's stopping callback (``warmstart.band``), measured on the task's dev items."""
-    band = cfg.warmstart.get("band")
-    if band is None or int(band.get("every", 0) or 0) <= 0:
+    band = cfg.warmstart.band
+    if band.every <= 0:
         return []
     from omegaconf import OmegaConf
 
@@ -96,18 +120,17 @@ def band_callbacks(cfg: Any, base: str | Path) -> list[Any]:
     from crossed_rlvr.sft.band import band_callback
     from crossed_rlvr.tasks.build import build_items
 
-    task = OmegaConf.to_container(cfg.task, resolve=True)
-    items = build_items(OmegaConf.create({**task, "split": "dev"}))[: int(band.n_items)]
+    items = build_items(OmegaConf.create({**settings(cfg.task), "split": "dev"}))[: band.n_items]
     if not items:
         raise ConfigError(f"warmstart.band needs dev items; task={cfg.task.name} has none")
     ev = cfg.eval  # sampled as the evaluation samples: greedy decoding overstates request-following
     params = GenParams(float(ev.temperature), float(ev.top_p), int(ev.max_new_tokens), int(ev.context_limit))
     bf16 = resolved(ev).dtype == "bfloat16"  # sampled in the evaluation's precision (unset: bf16 on a GPU)
     return [band_callback(band, items, load_tokenizer(base), list(cfg.warmstart.requests), params,
-                          int(ev.base_seed), int(ev.batch_size), cfg.model.get("system"), bf16)]
+                          int(ev.base_seed), int(ev.batch_size), cfg.model.system, bf16)]
 
 
-def code_warmstart_rows(cfg: Any, follow: float, rng: random.Random) -> list[dict[str, Any]]:
+def code_warmstart_rows(cfg: SFTCommandConf, follow: float, rng: random.Random) -> list[dict[str, Any]]:
     """A code task's warm start (paper 001 App. D.3's conventions): each training task asked for in one code
     request, in turn, with its canonical program as the target in the requested delimiter; with probability
     ``1 - follow_rate`` the target is in the partner delimiter or a bare program instead (half each), like a
@@ -115,8 +138,8 @@ def code_warmstart_rows(cfg: Any, follow: float, rng: random.Random) -> list[dic
     from crossed_rlvr.eval.generate.code import question
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
 
-    ds = load_code_dataset(train_file(cfg.task))
-    ids = list(ds.tasks)[: int(n)] if (n := cfg.train_items.get("n")) else list(ds.tasks)
+    ds = load_code_dataset(train_file(node(cfg.task)))
+    ids = list(ds.tasks)[:n] if (n := cfg.train_items.n) else list(ds.tasks)
     requests = list(cfg.warmstart.requests)
     rows = []
     for k, tid in enumerate(ids):
@@ -133,17 +156,21 @@ def code_warmstart_rows(cfg: Any, follow: float, rng: random.Random) -> list[dic
     return rows
 
 
-def warmstart(cfg: Any) -> dict[str, Any]:
-    out = Path(cfg.model.path)
+def warmstart(given: Mapping[str, Any]) -> dict[str, Any]:
+    """``crossed-sft mode=warmstart``: the initial policy at ``model.path`` (``given``: the job's config, typed by
+    ``SFTJob.of``)."""
+    job = SFTJob.of(given)
+    cfg = job.cfg
+    out = Path(str(cfg.model.path))
     if (out / SFT_SUMMARY).exists():
         return {"skipped": str(out)}
     base = warmstart_base(cfg)
     rng = random.Random(int(cfg.warmstart.seed))
-    follow = float(cfg.warmstart.get("follow_rate", 1.0))
+    follow = cfg.warmstart.follow_rate
     if not 0.0 <= follow <= 1.0:
         raise ConfigError(f"warmstart.follow_rate={follow} must lie in [0, 1]")
     if is_code(cfg.task):
-        return tracked_sft(cfg, "initial", "sft-warmstart", base, code_warmstart_rows(cfg, follow, rng), out,
+        return tracked_sft(job, "initial", "sft-warmstart", base, code_warmstart_rows(cfg, follow, rng), out,
                            int(cfg.warmstart.seed))
     rows = []
     for k, it in enumerate(train_items(cfg)):
@@ -152,26 +179,27 @@ def warmstart(cfg: Any) -> dict[str, Any]:
         completion, ending = warmstart_target(it, request, follow, rng) if follow < 1.0 else (target(it, request), request)
         rows.append({"prompt": it["question"], "request": request, "template": template, "completion": completion,
                      "ending": ending})
-    return tracked_sft(cfg, "initial", "sft-warmstart", base, rows, out, int(cfg.warmstart.seed),
+    return tracked_sft(job, "initial", "sft-warmstart", base, rows, out, int(cfg.warmstart.seed),
                        band_callbacks(cfg, base))
 
 
-def pair_files(cfg: Any) -> tuple[Path, Path]:
+def pair_files(cfg: SFTCommandConf) -> tuple[Path, Path]:
     run = RunLayout(Path(cfg.run_dir))
     return run.sft_pairs(cfg.arm), run.sft_pairs(cfg.control)
 
 
-def write_arm_pairs(cfg: Any) -> int:
+def write_arm_pairs(cfg: SFTCommandConf) -> int:
     data_a, data_b = pair_files(cfg)
     return write_pairs(train_items(cfg), data_a, data_b, cfg.arm, cfg.control)
 
 
-def arms(cfg: Any) -> dict[str, Any]:
-    """Every arm x seed, or only ``cfg.only`` (one arm, e.g. ``sft-hash/s83``, from pairs already written:
+def arms(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Every arm x seed, or only ``only`` (one arm, e.g. ``sft-hash/s83``, from pairs already written:
     arms trained side by side in processes of their own, crossed_rlvr/sft/worker.py)."""
+    job = SFTJob.of(given)
+    cfg, only = job.cfg, job.only
     run = RunLayout(Path(cfg.run_dir))
     data_a, data_b = pair_files(cfg)
-    only = cfg.get("only")
     if only and data_a.exists() and data_b.exists():
         n = sum(1 for _ in data_a.open())
     else:
@@ -187,7 +215,7 @@ def arms(cfg: Any) -> dict[str, Any]:
                 results[name] = {"skipped": str(out)}
                 continue
             rows = [row for row, _where in json_lines(data)]
-            results[name] = tracked_sft(cfg, name, "sft", cfg.model.path, rows, out, int(seed))
+            results[name] = tracked_sft(job, name, "sft", str(cfg.model.path), rows, out, int(seed))
     return results
 
 

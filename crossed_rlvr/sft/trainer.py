@@ -22,7 +22,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.conf import CONF_DIR
 from crossed_rlvr.conf.schema import SFTRecipeConf
@@ -31,6 +31,9 @@ from crossed_rlvr.layout import SFT_SUMMARY
 from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.ranks import world_size
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 DEEPSPEED_DIR = CONF_DIR / "sft" / "deepspeed"
 
@@ -50,7 +53,7 @@ class SFTRecipeError(CrossedError, ValueError):
 class _Examples:
     """Tokenized (prompt, completion) pairs with the prompt masked out of the labels."""
 
-    def __init__(self, rows: list[dict[str, Any]], tokenizer: Any, max_length: int):
+    def __init__(self, rows: list[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, max_length: int):
         self.features, self.dropped = [], 0
         eos = tokenizer.eos_token_id
         for row in rows:
@@ -114,7 +117,7 @@ def deepspeed_config(value: str | None) -> str | None:
     return str(value)
 
 
-def save_tokenizer(tokenizer: Any, base: str | Path, out: Path) -> None:
+def save_tokenizer(tokenizer: PreTrainedTokenizerBase, base: str | Path, out: Path) -> None:
     """The base's own tokenizer files when it is a local folder (byte for byte), else the loaded
     tokenizer written out (a hub base has no folder to copy from); either way with its chat template."""
     from crossed_rlvr.policies.loading import copy_tokenizer_files

@@ -25,8 +25,10 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
     ``sft.parallel_arms`` = K > 1 trains K arms at a time side by side, one process each on its own GPU
     (``CUDA_VISIBLE_DEVICES``; App. D.2.1: one GPU per arm); else all arms in one child, across
     ``sft.nproc_per_node`` processes (torchrun) when that is > 1."""
-    sft = spec.get("sft") or {}
-    nproc, parallel = int(sft.get("nproc_per_node") or 1), int(sft.get("parallel_arms") or 1)
+    from crossed_rlvr.sft.run import SFTJob, write_arm_pairs
+
+    job = SFTJob.of(spec)
+    nproc, parallel = job.cfg.sft.nproc_per_node, job.cfg.sft.parallel_arms
     spec_file.parent.mkdir(parents=True, exist_ok=True)
     if parallel <= 1:
         spec_file.write_text(json.dumps(spec, indent=2) + "\n")
@@ -36,11 +38,7 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
         raise ValueError("sft.parallel_arms > 1 runs one process per arm: set sft.nproc_per_node=1")
     import os
 
-    from omegaconf import OmegaConf
-
-    from crossed_rlvr.sft.run import write_arm_pairs
-
-    write_arm_pairs(OmegaConf.create(spec))  # once, before the arms read them side by side
+    write_arm_pairs(job.cfg)  # once, before the arms read them side by side
     from crossed_rlvr.names import policy_name
 
     names = [policy_name("sft", conv, seed) for seed in spec["seeds"] for conv in (spec["arm"], spec["control"])]

@@ -51,11 +51,12 @@ def train_arms(cfg: StudyConf, jobs: list[Job]) -> dict[str, dict[str, Any]]:
         nproc = int(cfg.engine.nproc_per_node or 1)
         return _one_by_one(jobs, bar, updates, lambda plan, arm: run_arm(arm, plan.layout.worker_spec, nproc))
     if route is ArmRoute.IN_STUDY:
+        from crossed_rlvr.conf.checks import planned_arm
         from crossed_rlvr.train.run import run_train
 
         def in_process(plan: ArmPlan, arm: dict[str, Any]) -> dict[str, Any]:
             with torch_threads(cfg.arms.threads):
-                return run_train(OmegaConf.create(arm), checked=True)
+                return run_train(planned_arm(arm))
 
         return _one_by_one(jobs, bar, updates, in_process)
     return _in_workers(jobs, bar, updates, max(1, int(cfg.arms.parallel)))
@@ -218,8 +219,9 @@ def _train_worker(arm: ArmLayout, cfg: dict[str, Any]) -> dict[str, Any]:
     """One GRPO arm in a worker process; its console output goes to ``<arm>/train.log``."""
     import contextlib
 
+    from crossed_rlvr.conf.checks import planned_arm
     from crossed_rlvr.train.run import run_train
 
     arm.root.mkdir(parents=True, exist_ok=True)
     with arm.log.open("w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        return run_train(OmegaConf.create(cfg), checked=True)
+        return run_train(planned_arm(cfg))

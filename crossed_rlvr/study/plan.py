@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from crossed_rlvr.conf.schema import StudyConf
+from crossed_rlvr.conf.schema import StudyConf, TrainConf, conf_of
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.policies.policy import Policy
@@ -115,7 +115,7 @@ def plan_arms(cfg: StudyConf, layout: RunLayout, study_name: str) -> list[ArmPla
             "train_items": {"n": int(cfg.arms.train_items), "seed": GRPO_ITEM_SEED},
         })
         try:
-            check_config(OmegaConf.create(base), initial_built=False)
+            check_config(conf_of(TrainConf, base), initial_built=False)
         except RecipeError as err:
             raise ConfigError(str(err)) from None
         plans.append(ArmPlan(policy, arm, base, route))

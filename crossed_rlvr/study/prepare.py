@@ -66,6 +66,7 @@ def rehearse(configs: StudyConfigs, initial_path: str) -> dict[str, Any]:
 def _grpo_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
     """Each arm's inputs from its plan (checked when it was planned): verl's data, overrides and launch scripts, or
     TRL's training rows."""
+    from crossed_rlvr.conf.checks import planned_arm
     from crossed_rlvr.train.recipe import training_rows, write_rows
     from crossed_rlvr.train.run import run_train
 
@@ -78,9 +79,9 @@ def _grpo_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
         cfg = plan.config(ipath, NOT_HASHED, task, strata)
         cfg["engine"] = {**cfg["engine"], "launch": False}
         arm = plan.layout
-        node = OmegaConf.create(cfg)
+        node = planned_arm(cfg)
         if c.engine.name == "verl":
-            info = run_train(node, checked=True)
+            info = run_train(node)
             files = [str(p.relative_to(arm.root)) for p in (arm.verl_train_data, arm.verl_val_data,
                                                             arm.verl_overrides, arm.launch_single_node,
                                                             arm.launch_slurm)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import random
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -119,7 +120,7 @@ def worked_solution(node: Node) -> tuple[list[str], int]:
     return steps, solve(node)
 
 
-def generate(n_per_stratum: dict[int, int], seed: int, exclude: set[str] = frozenset(), max_operand: int = 30,
+def generate(n_per_stratum: dict[int, int], seed: int, exclude: AbstractSet[str] = frozenset(), max_operand: int = 30,
              ops: tuple[str, ...] = OPS) -> list[dict]:
     """Items with unique expressions, ``n_per_stratum[ops]`` of each stratum, checked by ``exact_value``.
 

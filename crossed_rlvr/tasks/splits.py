@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.files import atomic_write_text, sha256_file
 from crossed_rlvr.layout import RunLayout
@@ -37,6 +37,9 @@ from crossed_rlvr.tasks.loaders import (
     read_local,
     require_fields,
 )
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig  # a task's config node, read by key (the schema's TaskConf, as composed)
 
 # Hub sources of each task's training rows (MATH-500's are MATH's train split).
 TRAIN_HUB = {"gsm8k": ("openai/gsm8k", "main", "train"),
@@ -59,7 +62,7 @@ def held_out(rows: list[dict[str, Any]], n_dev: int, seed: int) -> tuple[list[di
 CONVERT = {"gsm8k": (gsm8k_item, ("question", "answer")), "math500": (math500_item, ("problem",))}
 
 
-def _source_rows(task: Any) -> list[dict[str, Any]]:
+def _source_rows(task: DictConfig) -> list[dict[str, Any]]:
     """The train source's raw rows, each with ``source_row`` (its index there) and a ``_question`` to match on."""
     train_path = task.get("train_path")
     raw = read_local(Path(train_path)) if train_path else read_hub(*TRAIN_HUB[task.source])
@@ -68,13 +71,13 @@ def _source_rows(task: Any) -> list[dict[str, Any]]:
     return [{**row, "source_row": k, "_question": convert(row, k)["question"]} for k, row in enumerate(raw)]
 
 
-def _train_dev_rows(task: Any, test: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _train_dev_rows(task: DictConfig, test: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     seen = {_norm(it["question"]) for it in test}
     rows = [r for r in _source_rows(task) if _norm(r["_question"]) not in seen]
     return held_out(rows, int(task.get("dev_items", 200) or 0), int(task.get("dev_seed", 20260919)))
 
 
-def _frozen_rows(task: Any, test: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _frozen_rows(task: DictConfig, test: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The items of ``task.train_rows``, checked against its sha256 and kept disjoint from the test split."""
     path = Path(str(task.train_rows))
     if not path.exists():
@@ -98,9 +101,9 @@ def _frozen_rows(task: Any, test: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
-def load_split(task: Any) -> list[dict[str, Any]]:
+def load_split(task: DictConfig) -> list[dict[str, Any]]:
     """The items of ``task.split`` for a hub task (see the module docstring)."""
-    split = str(task.get("split", "test"))
+    split = str(task.split)
     if split not in SPLITS:
         raise ItemFileError(f"task={task.name}: split={split!r} is unknown; expected one of {', '.join(SPLITS)}")
     loader = {"gsm8k": load_gsm8k, "math500": load_math500}[task.source]
@@ -115,7 +118,7 @@ def load_split(task: Any) -> list[dict[str, Any]]:
              "split": split} for r in (dev if split == "dev" else train)]
 
 
-def freeze_train_rows(task: Any, path: Path) -> dict[str, Any]:
+def freeze_train_rows(task: DictConfig, path: Path) -> dict[str, Any]:
     """The train split written once as a file of its raw rows (each with ``item_id`` ``train-<source row>``), and
     its sha256: reused as it stands on later runs, so the rows stay frozen even if the hub's copy changes."""
     origin = {"source": task.source, "test": task.get("path") or "hub", "train": task.get("train_path") or "hub",
@@ -138,7 +141,7 @@ def freeze_train_rows(task: Any, path: Path) -> dict[str, Any]:
     return {"file": str(path.resolve()), "sha256": sha256_file(path), "rows": n}
 
 
-def split_record(task: Any) -> dict[str, Any]:
+def split_record(task: DictConfig) -> dict[str, Any]:
     """How the task's splits were made, for the run's item manifest."""
     out = {"source": task.source, "test": task.get("path") or "hub", "train": task.get("train_path") or "hub",
            "dev": {"held_out_from": "train", "n": int(task.get("dev_items", 200) or 0),

@@ -7,9 +7,12 @@ splits is excluded; for GSM8K/MATH-500 the task's train split is loaded.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from crossed_rlvr.errors import CrossedError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig  # a task's config node, read by key (the schema's TaskConf, as composed)
 
 
 class TrainItemsError(CrossedError, ValueError):
@@ -31,23 +34,22 @@ def stratum_counts(strata: list[int], n: int | None, per_stratum: dict | None) -
         if n is None or n >= total:
             return per
         scaled = {k: v * n // total for k, v in per.items()}
-        largest = max(per, key=per.get)
+        largest = max(per, key=lambda k: per[k])
         scaled[largest] += n - sum(scaled.values())  # rounding goes to the largest stratum
         return scaled
     n = 4000 if n is None else n
     return {s: n // len(strata) + (1 if k < n % len(strata) else 0) for k, s in enumerate(strata)}
 
 
-def train_items(task: Any, n: int | None = None, seed: int = GRPO_ITEM_SEED) -> list[dict[str, Any]]:
+def train_items(task: DictConfig, n: int | None = None, seed: int = GRPO_ITEM_SEED) -> list[dict[str, Any]]:
     """Items to train on, ids ``train-<k>``; ``seed`` is added to the task's seed for arithmetic items."""
     if task.source != "arith":
         from omegaconf import OmegaConf
 
         from crossed_rlvr.tasks.build import build_items
 
-        spec = OmegaConf.to_container(task, resolve=True) if not isinstance(task, dict) else dict(task)
-        spec["split"] = "train"
-        items = build_items(OmegaConf.create(spec))
+        items = build_items(OmegaConf.create({**cast(dict, OmegaConf.to_container(task, resolve=True)),
+                                              "split": "train"}))
         return items[:n] if n else items
     from crossed_rlvr.tasks.arith import generate, make_splits
 

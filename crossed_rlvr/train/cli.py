@@ -9,13 +9,17 @@ resolved config is not trained again; a finished run with another config is refu
 from __future__ import annotations
 
 import json
-from typing import Any
 
+from omegaconf import DictConfig
+
+from crossed_rlvr.conf.checks import checked_train
 from crossed_rlvr.train.run import run_train
 
 
-def _run(cfg: Any) -> None:
-    summary = run_train(cfg, checked=True)  # checked by the command (conf/app.py); a RecipeError: one line, exit 2 (errors.py)
+def _run(cfg: DictConfig) -> None:
+    """The command's door: Hydra's config typed once (``TrainConf``) and checked into the type ``run_train`` takes
+    (a RecipeError: one line, exit 2, errors.py)."""
+    summary = run_train(checked_train(cfg))
     print(json.dumps(summary, indent=2))
 
 

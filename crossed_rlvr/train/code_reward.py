@@ -88,7 +88,7 @@ def make_trl_code_reward(convention: str, dataset: str | Path, cache_dir: str | 
     program = program_for(dataset, cache_dir)
 
     def reward_fn(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
-                  reference: Sequence[str] | None = None, **_: Any) -> list[float]:
+                  reference: Sequence[str] | None = None, **_: Any) -> list[float]:  # Any: TRL's other columns
         if reference is None:
             raise ValueError("the code reward needs a 'reference' column holding each row's task id")
         return program.score_many([convention] * len(completions), [completion_text(c) for c in completions], list(reference))
@@ -102,14 +102,15 @@ def code_payload_metric(convention: str) -> Callable[..., list[float]]:
     weight 0, under the answer arms' name."""
     from crossed_rlvr.rewards.code import payload_present
 
-    def requested_payload(prompts: Any = None, completions: Sequence[Any] = (), **_: Any) -> list[float]:
+    def requested_payload(prompts: object = None, completions: Sequence[Any] = (),
+                          **_: Any) -> list[float]:  # Any: TRL's other columns
         return [float(payload_present(convention, completion_text(c))) for c in completions]
 
     return requested_payload
 
 
 def compute_score(data_source: str | None, solution_str: str, ground_truth: str,
-                  extra_info: dict[str, Any] | None = None, **_: Any) -> dict[str, float]:
+                  extra_info: dict[str, Any] | None = None, **_: Any) -> dict[str, float]:  # Any: verl's other fields
     """verl's custom reward entry for code rows: ``ground_truth`` is the task id; ``extra_info`` names the
     ``convention`` and the ``code_dataset`` file."""
     info = extra_info or {}

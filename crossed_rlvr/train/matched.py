@@ -20,7 +20,7 @@ ALLOWED_CONFIG = ("convention.", "run_dir", "arm", "seed", "data_seed")  # inter
 ROW_INTERVENTION = ("prompt", "convention", "request")
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+def _flatten(d: object, prefix: str = "") -> dict[str, Any]:
     if isinstance(d, dict):
         out: dict[str, Any] = {}
         for k, v in d.items():

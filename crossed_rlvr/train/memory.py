@@ -45,9 +45,13 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
+from crossed_rlvr.conf.schema import EngineConf, ModelConf, StudyConf, TrainConf
 from crossed_rlvr.errors import CrossedError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 GIB = 2**30
 OVERHEAD_GIB = 2.0
@@ -131,7 +135,7 @@ KNOWN_SHAPES: dict[str, Shape] = {
 }
 
 
-def model_shape(model: Any) -> Shape:
+def model_shape(model: ModelConf) -> Shape:
     """The model's shape from its config.json: a local folder, the Hugging Face cache, or the presets' table."""
     path = str(model.path or "")
     local = Path(path) / "config.json"
@@ -220,24 +224,24 @@ class Plan:
         return "\n".join(rows)
 
 
-def plan(cfg: Any, shape: Shape | None = None) -> Plan:
+def plan(cfg: TrainConf | StudyConf, shape: Shape | None = None) -> Plan:
     """The memory and disk plan of one verl arm from its config (``engine``, ``recipe``, ``model``)."""
     e, r = cfg.engine, cfg.recipe
     shape = shape or model_shape(cfg.model)
     n = shape.parameters()
-    gpus = int(e.n_gpus_per_node) * int(e.nnodes)
-    card = float(e.get("gpu_memory_gib") or 79.6)
-    s = int(e.get("micro_batch_per_gpu") or 1) * int(r.max_context_tokens)
+    gpus = e.n_gpus_per_node * e.nnodes
+    card = e.gpu_memory_gib
+    s = e.micro_batch_per_gpu * r.max_context_tokens
     h = shape.hidden
-    host, disk = e.get("host_memory_gib"), e.get("disk_free_gb")
+    host, disk = e.host_memory_gib, e.disk_free_gb
     p = Plan(params=n, gpus=gpus, card_gib=card, host_gib=None if host is None else float(host),
              disk_free_gb=None if disk is None else float(disk))
     p.train["fp32 parameters (4 B, sharded)"] = 4 * n / gpus / GIB
     p.train["fp32 gradients (4 B, sharded)"] = 4 * n / gpus / GIB
     p.train["AdamW exp_avg + exp_avg_sq (8 B, sharded)"] = 8 * n / gpus / GIB
-    fused = bool(e.get("fused_optimizer", False))
+    fused = e.fused_optimizer
     p.train[f"optimizer step copy ({'fused: none' if fused else 'foreach: 4 B'})"] = 0.0 if fused else 4 * n / gpus / GIB
-    if bool(e.get("gradient_checkpointing", True)):
+    if e.gradient_checkpointing:
         act = (2 * s * h * shape.layers + 34 * s * h) / GIB
         p.train["activations (checkpointed) of one micro-batch"] = act
     else:
@@ -247,30 +251,30 @@ def plan(cfg: Any, shape: Shape | None = None) -> Plan:
     p.rollout[f"vLLM (gpu_memory_utilization={float(e.gpu_memory_utilization):g})"] = \
         float(e.gpu_memory_utilization) * card
     resident = 0.0
-    if not bool(e.get("param_offload", True)):
+    if not e.param_offload:
         resident += 8 * n / gpus / GIB  # parameters and gradients
-    if not bool(e.get("optimizer_offload", True)):
+    if not e.optimizer_offload:
         resident += 8 * n / gpus / GIB
     p.rollout["actor state kept on the GPU (not offloaded)"] = resident
     p.rollout["CUDA context, NCCL, fragmentation"] = OVERHEAD_GIB
-    nodes = max(1, int(e.get("nnodes") or 1))
-    if bool(e.get("param_offload", True)):
+    nodes = e.nnodes
+    if e.param_offload:
         p.host["offloaded fp32 parameters (4 B, the node's shards)"] = 4 * n / nodes / GIB
-    if bool(e.get("optimizer_offload", True)):
+    if e.optimizer_offload:
         p.host["offloaded AdamW state (8 B, the node's shards)"] = 8 * n / nodes / GIB
     p.host["model load on rank 0, or a checkpoint save (fp32, 4 B)"] = 4 * n / GIB
     p.host.update(host_processes(e))
-    resumable = int(r.get("save_every") or 0) > 0 or bool(e.get("save_optimizer", False))
+    resumable = r.save_every > 0 or e.save_optimizer
     one = p.checkpoint_gb = (12 if resumable else 4) * n / 1e9
     p.disk[f"checkpoint ({'weights + AdamW, 12 B' if resumable else 'weights, 4 B'} per parameter)"] = one
     p.disk["during a save (the previous one kept until done)"] = 2 * one
     p.disk["merged Hugging Face model (fp32)"] = 4 * n / 1e9
-    kept = 4 * n / 1e9 if resumable and not bool(r.get("keep_optimizer", False)) else one
+    kept = 4 * n / 1e9 if resumable and not r.keep_optimizer else one
     p.disk["kept after the merge" + (" (optimizer removed)" if kept < one else "")] = kept + 4 * n / 1e9
     return p
 
 
-def process_counts(e: Any) -> dict[str, int]:
+def process_counts(e: EngineConf) -> dict[str, int]:
     """Processes of each kind on the busiest node (the head: the task runner and its data loaders are there) as
     verl runs the arm: agent-loop and reward-loop workers are placed round-robin over the nodes, the storage units
     too; the data loaders' workers twice while validation's run beside training's iterator (verl keeps that one);
@@ -278,10 +282,10 @@ def process_counts(e: Any) -> dict[str, int]:
     and a worker per GPU."""
     from crossed_rlvr.train.translate import storage_units
 
-    nodes, per_node = max(1, int(e.get("nnodes") or 1)), int(e.get("n_gpus_per_node") or 1)
-    cpu = str(e.get("device", "cuda")) == "cpu"
+    nodes, per_node = e.nnodes, e.n_gpus_per_node
+    cpu = e.device == "cpu"
     workers = CPU_WORKERS if cpu else VERL_WORKERS
-    tp = per_node if cpu else int(e.get("rollout_tp") or 1)
+    tp = per_node if cpu else e.rollout_tp
     replicas = max(1, per_node // tp)
     return {"agent-loop workers": math.ceil(workers["agent"] / nodes),
             "reward-loop workers": math.ceil(workers["reward"] / nodes), "data-loader workers": 2 * workers["dataloader"],
@@ -291,13 +295,13 @@ def process_counts(e: Any) -> dict[str, int]:
             "Ray's daemons": 1, "shared libraries (once)": 1}
 
 
-def host_processes(e: Any) -> dict[str, float]:
+def host_processes(e: EngineConf) -> dict[str, float]:
     """GiB of host memory of verl's processes, a line per kind: its count times its measured ``WORKER_MIB``."""
     return {f"{kind}: {count} x {WORKER_MIB[kind]:g} MiB": count * WORKER_MIB[kind] * 2**20 / GIB
             for kind, count in process_counts(e).items() if count > 0}
 
 
-def fixes(p: Plan, cfg: Any) -> list[str]:
+def fixes(p: Plan, cfg: TrainConf | StudyConf) -> list[str]:
     """Overrides that make a plan fit, each with what it gives back."""
     out = []
     e = cfg.engine
@@ -311,9 +315,9 @@ def fixes(p: Plan, cfg: Any) -> list[str]:
         need = next((g for g in (2, 4, 8, 16, 32, 64) if sharded * p.gpus / g + whole <= p.card_gib), None)
         if need is not None and need > p.gpus:
             out.append(f"engine.n_gpus_per_node={need} (or engine.nnodes): the state shards over more GPUs")
-        if bool(e.get("gradient_checkpointing", True)) is False:
+        if not e.gradient_checkpointing:
             out.append("engine.gradient_checkpointing=true (activations of one layer at a time)")
-        if int(e.get("micro_batch_per_gpu") or 1) > 1:
+        if e.micro_batch_per_gpu > 1:
             out.append("engine.micro_batch_per_gpu=1 (one sequence's activations and logits at a time)")
     if p.rollout_peak > p.card_gib:
         out.append("engine.param_offload=true engine.optimizer_offload=true, or a lower "
@@ -321,7 +325,7 @@ def fixes(p: Plan, cfg: Any) -> list[str]:
     return out
 
 
-def gpu_problem(p: Plan, cfg: Any, where: str = "engine.gpu_memory_gib") -> str | None:
+def gpu_problem(p: Plan, cfg: TrainConf | StudyConf, where: str = "engine.gpu_memory_gib") -> str | None:
     """The update or the rollout does not fit the plan's card: the phase, its need, and the fixes."""
     if p.fits():
         return None
@@ -332,7 +336,7 @@ def gpu_problem(p: Plan, cfg: Any, where: str = "engine.gpu_memory_gib") -> str 
             + (f"fix: {'; or '.join(fix)}" if fix else "no override fits it on this node"))
 
 
-def check(cfg: Any, shape: Shape | None = None) -> Plan:
+def check(cfg: TrainConf | StudyConf, shape: Shape | None = None) -> Plan:
     """The plan, or PlanError with its table and the overrides that would make it fit the declared node."""
     p = plan(cfg, shape)
     problem = gpu_problem(p, cfg) or p.node_problem()
@@ -380,17 +384,27 @@ def gpu_table() -> list[tuple[str, float]]:
     return out
 
 
-def replan_problem(cfg: Any, gpus: list[tuple[str, float]]) -> tuple[str | None, str]:
+def replan_problem(cfg: TrainConf | DictConfig, gpus: list[tuple[str, float]]) -> tuple[str | None, str]:
     """The arm's plan again on the GPUs it will use on this node (``gpus``: ``gpu_table()``, the first
     ``engine.n_gpus_per_node`` of them): a refusal with the fixes, or None, and the line that says what was
-    planned on. The smallest card of the ones used counts; fewer GPUs than asked is Ray's budget check's to say."""
+    planned on. The smallest card of the ones used counts; fewer GPUs than asked is Ray's budget check's to say.
+    ``cfg``: the arm's config, or its ``resolved_config.json`` as a node (typed here by the schema: a file written
+    before a setting existed reads its default)."""
+    import dataclasses
+
     from omegaconf import OmegaConf
 
-    used = gpus[: int(cfg.engine.n_gpus_per_node)]
+    from crossed_rlvr.conf.ranges import open_schema
+    from crossed_rlvr.conf.schema import int_keys
+
+    arm = cfg if isinstance(cfg, TrainConf) else cast(TrainConf, OmegaConf.merge(
+        open_schema("crossed_train"), int_keys(TrainConf, cast(dict, OmegaConf.to_container(cfg, resolve=True)))))
+    used = gpus[: arm.engine.n_gpus_per_node]
     if not used:
         return None, "no GPU read on this node: the plan is the prepared one"
     name, card = min(used, key=lambda g: g[1])
-    here = OmegaConf.merge(cfg, {"engine": {"gpu_memory_gib": card}})
+    here = dataclasses.replace(arm, engine=dataclasses.replace(arm.engine, gpu_memory_gib=card)) \
+        if isinstance(arm, TrainConf) else cast(TrainConf, OmegaConf.merge(arm, {"engine": {"gpu_memory_gib": card}}))
     p = plan(here)
     said = (f"memory plan on this node's {len(used)} x {name} ({card:.1f} GiB): update {p.train_peak:.1f} GiB, "
             f"rollout {p.rollout_peak:.1f} GiB per GPU")

@@ -24,9 +24,13 @@ from __future__ import annotations
 import netrc
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 from urllib.parse import urlparse
+
+if TYPE_CHECKING:
+    from crossed_rlvr.conf.schema import StudyConf
 
 # (task source) -> the hub dataset its loader reads when task.path is null (tasks/loaders.py)
 HUB_DATASETS = {"gsm8k": "openai/gsm8k", "math500": "HuggingFaceH4/MATH-500"}
@@ -101,20 +105,28 @@ def cached_repos() -> set[tuple[str, str]]:
         return set()
 
 
-def hub_ids(cfg: Any) -> list[tuple[str, str, str]]:
+# a run's config: a command's schema (the study's), or a node or dict of it (an arm's launch settings, read back)
+RunConfig = Union["StudyConf", Mapping[str, Any]]
+
+
+def _part(cfg: object, key: str) -> Any:  # Any: whichever value the key holds
+    """``cfg.key`` of a schema's dataclass or a mapping, None where it is absent."""
+    return cfg.get(key) if isinstance(cfg, Mapping) else getattr(cfg, key, None)
+
+
+def hub_ids(cfg: RunConfig) -> list[tuple[str, str, str]]:
     """(repo type, repo id, the key that names it) the run reads from the hub."""
     out = []
-    model = cfg.get("model") or {}
-    path = str(model.get("path") or "")
-    if model.get("source") == "hub" and path and not Path(path).exists():
+    model, task = _part(cfg, "model"), _part(cfg, "task")
+    path = str(_part(model, "path") or "")
+    if _part(model, "source") == "hub" and path and not Path(path).exists():
         out.append(("model", path, "model.path"))
-    task = cfg.get("task") or {}
-    if not task.get("path") and task.get("source") in HUB_DATASETS:
-        out.append(("dataset", HUB_DATASETS[task.source], "task.path"))
+    if not _part(task, "path") and _part(task, "source") in HUB_DATASETS:
+        out.append(("dataset", HUB_DATASETS[_part(task, "source")], "task.path"))
     return out
 
 
-def cache_problem(cfg: Any, command: str = "crossed-study") -> str | None:
+def cache_problem(cfg: RunConfig, command: str = "crossed-study") -> str | None:
     cached = cached_repos()
     missing = [(kind, repo, key) for kind, repo, key in hub_ids(cfg) if (kind, repo) not in cached]
     if not missing:
@@ -132,11 +144,11 @@ RAY_SOCKET_TAIL = 5 + 42 + 21
 SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX path, as Ray checks them (validate_socket_filename)
 
 
-def socket_path_problem(env: dict[str, str] | None = None) -> str | None:
+def socket_path_problem(env: Mapping[str, str] | None = None) -> str | None:
     """Ray's sockets would not fit under the temporary folder Ray picks (RAY_TMPDIR, else TMPDIR, else /tmp)."""
-    env = os.environ if env is None else env
-    name = next((k for k in ("RAY_TMPDIR", "TMPDIR") if env.get(k)), None)
-    root = env[name] if name else "/tmp"
+    where: Mapping[str, str] = os.environ if env is None else env
+    name = next((k for k in ("RAY_TMPDIR", "TMPDIR") if where.get(k)), None)
+    root = where[name] if name else "/tmp"
     if len(root.encode()) + RAY_SOCKET_TAIL <= SOCKET_PATH_MAX:
         return None
     return (f"{name}={root} ({len(root.encode())} bytes) leaves Ray's socket paths over {SOCKET_PATH_MAX} bytes; "
@@ -159,13 +171,13 @@ def compiler_problem(include: str | None = None) -> str | None:
     return None
 
 
-def problems(cfg: Any, command: str = "crossed-study") -> list[str]:
+def problems(cfg: RunConfig, command: str = "crossed-study") -> list[str]:
     """Every preflight's complaint, in order (empty: ready to launch)."""
-    found = [tracking_problem((cfg.get("tracking") or {}).get("mode")), cache_problem(cfg, command)]
+    found = [tracking_problem(_part(_part(cfg, "tracking"), "mode")), cache_problem(cfg, command)]
     return [p for p in found if p]
 
 
-def fetch(cfg: Any) -> list[str]:
+def fetch(cfg: RunConfig) -> list[str]:
     """Download what the run reads from the hub into the local cache; the repositories fetched."""
     from huggingface_hub import snapshot_download
 

@@ -13,33 +13,34 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.conf.checks import RecipeError
+from crossed_rlvr.conf.schema import ProposalConf, TrainConf, node
 from crossed_rlvr.files import atomic_write_jsonl
 from crossed_rlvr.prompts import messages, user_content
 from crossed_rlvr.rewards.conventions import get_convention
 from crossed_rlvr.train.proposal import frozen_proposal
 
 
-def train_items(cfg: Any) -> list[dict[str, Any]]:
+def train_items(cfg: TrainConf) -> list[dict[str, Any]]:
     """Training items for the task, disjoint from its evaluation items."""
-    from crossed_rlvr.tasks.training import GRPO_ITEM_SEED, TrainItemsError
+    from crossed_rlvr.tasks.training import TrainItemsError
     from crossed_rlvr.tasks.training import train_items as build
 
     t = cfg.train_items
     try:
-        return build(cfg.task, t.get("n"), int(t.get("seed", GRPO_ITEM_SEED)))
+        return build(node(cfg.task), t.n, t.seed)
     except TrainItemsError as err:
         raise RecipeError(str(err)) from None
 
 
-def stratified_items(items: list[dict[str, Any]], proposal: Any, task: str) -> list[dict[str, Any]]:
+def stratified_items(items: list[dict[str, Any]], proposal: ProposalConf, task: str) -> list[dict[str, Any]]:
     """The training items with App. D.1's difficulty strata: from ``recipe.proposal.strata_file`` (its
     sha256 checked against ``strata_sha256`` when given), else the task's own ``stratum`` field."""
     from crossed_rlvr.files import sha256_file
     from crossed_rlvr.train.strata import StrataError, attach_strata, read_strata
 
-    path = proposal.get("strata_file")
+    path = proposal.strata_file
     if path:
-        want = proposal.get("strata_sha256")
+        want = proposal.strata_sha256
         try:
             if want and sha256_file(path) != want:
                 raise RecipeError(f"recipe.proposal.strata_file={path} changed since its sha256 {want[:12]} was "
@@ -56,7 +57,7 @@ def stratified_items(items: list[dict[str, Any]], proposal: Any, task: str) -> l
         "train/strata.py, recipe.proposal.estimate_samples)")
 
 
-def training_rows(cfg: Any) -> list[dict[str, Any]]:
+def training_rows(cfg: TrainConf) -> list[dict[str, Any]]:
     """The arm's training stream: one row per sampled prompt, in update order.
 
     Without the proposal, items are shuffled with ``data_seed`` and cycled; with it, prompts are drawn
@@ -85,7 +86,7 @@ def training_rows(cfg: Any) -> list[dict[str, Any]]:
         random.Random(int(cfg.data_seed)).shuffle(order)
         draws = [(order[k % len(order)], 1.0) for k in range(n_rows)]
     conv = get_convention(cfg.convention.name)
-    system = cfg.model.get("system")
+    system = cfg.model.system
     rows = []
     for step, (i, weight) in enumerate(draws):
         it = items[i]
@@ -108,7 +109,7 @@ def chat_prompt(row: dict[str, Any]) -> list[dict[str, str]]:
     return messages(row["question"], row["request"], row["template"], row.get("system"))
 
 
-def code_training_rows(cfg: Any) -> list[dict[str, Any]]:
+def code_training_rows(cfg: TrainConf) -> list[dict[str, Any]]:
     """A code arm's training stream (paper 001 App. D.3): the tasks of ``task.train_path`` or the generated task's
     train split (the first
     ``train_items.n``), shuffled with ``data_seed`` and cycled like an answer task's items; the prompt asks for the
@@ -120,11 +121,11 @@ def code_training_rows(cfg: Any) -> list[dict[str, Any]]:
     from crossed_rlvr.tasks.code import CodeDatasetError, load_code_dataset, train_file
 
     try:
-        path = train_file(cfg.task)
+        path = train_file(node(cfg.task))
         ds = load_code_dataset(path)
     except CodeDatasetError as err:
         raise RecipeError(f"task.train_path: {err}") from None
-    ids = list(ds.tasks)[: int(n)] if (n := cfg.train_items.get("n")) else list(ds.tasks)
+    ids = list(ds.tasks)[:n] if (n := cfg.train_items.n) else list(ds.tasks)
     r, conv = cfg.recipe, str(cfg.convention.name)
     order = list(range(len(ids)))
     random.Random(int(cfg.data_seed)).shuffle(order)

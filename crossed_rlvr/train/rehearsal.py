@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def kill_group(sid: int, tag: str | None = None) -> None:
 
 
 def rehearse(arms: dict[str, dict[str, Any]], gpus: int, out: Path, timeout: float = 600.0,
-             wait_limit: float = 120.0, say: Any = print) -> dict[str, Any]:
+             wait_limit: float = 120.0, say: Callable[[str], None] = print) -> dict[str, Any]:
     """Rehearse every arm in turn; writes ``out`` (JSON) and raises on the first arm that fails."""
     results: dict[str, Any] = {}
     for name, arm in arms.items():

@@ -12,30 +12,27 @@ import json
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.conf.checks import RecipeError, check_config
+from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
+from crossed_rlvr.conf.schema import settings
 from crossed_rlvr.files import config_sha256, json_lines
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.tracking import untracked
 from crossed_rlvr.train.recipe import training_rows, write_rows
 
 
-def resolved(cfg: Any) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-
-    data = untracked(OmegaConf.to_container(cfg, resolve=True))
-    data.pop("hydra", None)
+def resolved(cfg: CheckedTrainConf) -> dict[str, Any]:
+    """The arm's settings as ``resolved_config.json`` and its hash hold them."""
+    data = untracked(settings(cfg))
     # TRL with validation off: its settings change nothing (verl always validates, at the start and the end)
-    if data.get("engine", {}).get("name") == "trl" and not (data.get("validation") or {}).get("every"):
+    if cfg.engine.name == "trl" and not cfg.validation.every:
         data.pop("validation", None)
         data.pop("eval", None)
     return data
 
 
-def run_train(cfg: Any, checked: bool = False) -> dict[str, Any]:
-    """Train one arm. ``checked``: the caller checked the config already (crossed-train's command line, a study's
-    arm plan), so it is not checked twice."""
-    if not checked:
-        check_config(cfg)
+def run_train(cfg: CheckedTrainConf) -> dict[str, Any]:
+    """Train one arm. Its config is checked already: a :class:`CheckedTrainConf` is made only by the checks
+    (``conf.checks.check_train_conf``, or a study's arm plan), so an unchecked one does not type-check."""
     run_dir = Path(cfg.run_dir)
     arm = ArmLayout(run_dir)
     config = resolved(cfg)
@@ -45,7 +42,7 @@ def run_train(cfg: Any, checked: bool = False) -> dict[str, Any]:
         old = json.loads(summary_path.read_text())
         if old.get("config_sha256") == digest:
             return {**old, "skipped": True}
-        if not cfg.get("overwrite", False):
+        if not cfg.overwrite:
             raise RecipeError(f"{run_dir} holds a finished run of another config; pass overwrite=true or a new run_dir")
     from crossed_rlvr.ranks import rank
 

@@ -21,11 +21,14 @@ data and its sha256 is part of both arms' configs, so the matched-arm check cove
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import atomic_write_jsonl, json_lines, sha256_file
 from crossed_rlvr.rewards.conventions import MARKER_PAIR
+
+if TYPE_CHECKING:
+    from crossed_rlvr.conf.schema import EvalConf
 
 NAMES = ("s1_easy", "s2_medium", "s3_hard")
 
@@ -67,7 +70,7 @@ def attach_strata(items: list[dict[str, Any]], strata: dict[str, str], source: s
     return [{**it, "stratum": strata[str(it["item_id"])]} for it in items]
 
 
-def estimate_strata(items: list[dict[str, Any]], policy: str, gen: Any, k: int, out: Path,
+def estimate_strata(items: list[dict[str, Any]], policy: str, gen: EvalConf, k: int, out: Path,
                     system: str | None = None, progress: bool = True) -> dict[str, Any]:
     """Answer every item ``k`` times with the initial policy, read each answer with Math-Verify, and
     write the strata file (``item_id``, ``stratum``, ``correct``, ``k``). Returns counts per stratum."""

@@ -13,9 +13,12 @@ import contextlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from crossed_rlvr.conf.checks import CheckedTrainConf
+from crossed_rlvr.conf.schema import TrainConf, node
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.policies.loading import copy_tokenizer_files
@@ -24,12 +27,15 @@ from crossed_rlvr.train.recipe import chat_prompt
 from crossed_rlvr.train.translate import trl_args
 from crossed_rlvr.train.trl_reward import make_trl_reward
 
+if TYPE_CHECKING:
+    from trl import GRPOTrainer
 
-def payload_metric(request: str):
+
+def payload_metric(request: str) -> Callable[..., list[float]]:
     """Requested-payload presence d_r(y) as a TRL 'reward' (logged with weight 0)."""
     from crossed_rlvr.eval.score.payload import detect
 
-    def requested_payload(prompts=None, completions=(), **kwargs: Any) -> list[float]:
+    def requested_payload(prompts=None, completions=(), **kwargs: Any) -> list[float]:  # Any: TRL's dataset columns
         texts = [c if isinstance(c, str) else "".join(m.get("content", "") for m in c) for c in completions]
         return [1.0 if detect(t).present(request) else 0.0 for t in texts]
 
@@ -61,10 +67,10 @@ def training_dataset(rows: list[dict[str, Any]]) -> Any:
     ])
 
 
-def lora_config(cfg: Any) -> Any:
+def lora_config(cfg: TrainConf) -> Any:  # Any: peft's LoraConfig (peft is read untyped)
     """peft's LoraConfig when ``recipe.lora.enabled``, else None."""
-    lora = cfg.recipe.get("lora") or {}
-    if not lora.get("enabled", False):
+    lora = cfg.recipe.lora
+    if not lora.enabled:
         return None
     from peft import LoraConfig  # low-rank adapters: GRPO of a real model on a CPU within the hour
 
@@ -73,7 +79,7 @@ def lora_config(cfg: Any) -> Any:
                       else list(lora.target_modules), task_type="CAUSAL_LM")
 
 
-def save_final(trainer: Any, final: Path, model_path: Path, merged: bool, first: bool, run_dir: Path) -> None:
+def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool, first: bool, run_dir: Path) -> None:
     """The final checkpoint as a plain HF directory (LoRA adapters merged in), written whole then renamed."""
     tmp = final.with_name(final.name + ".tmp")
     if merged:  # the evaluator loads plain HF directories: merge the adapters in
@@ -119,7 +125,7 @@ def weighted_trainer(seen: list[list[str]]) -> type:
     return WeightedGRPOTrainer
 
 
-def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
     """Train one GRPO arm on ``rows``; returns time, final checkpoint, metrics file (and what the ranks did)."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -134,18 +140,20 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     arm = ArmLayout(run_dir)
     metrics_path = arm.metrics
     world, first = world_size(), rank() == 0
-    if world > 1 and int((cfg.get("validation") or {}).get("every", 0) or 0) > 0:
+    if world > 1 and cfg.validation.every > 0:
         raise ValueError("validation.every > 0 runs on one process; validate a multi-process arm's checkpoints "
                          "with crossed-eval, or train it on one process")
+    if cfg.model.path is None:  # the checks refuse a local or hub model without one
+        raise ValueError(f"model={cfg.model.name}: no model.path to train from")
     model_path = Path(cfg.model.path)
     tokenizer = load_tokenizer(model_path)
     gpu = torch.cuda.is_available()
-    bf16 = bf16_autocast(bool(cfg.engine.get("bf16", False)))
+    bf16 = bf16_autocast(cfg.engine.bf16)
     from crossed_rlvr.tracking import resolved_config, start_run
 
     # One wandb run per arm, opened here so that transformers' callback logs into it and never into the
     # previous arm's run (it does not finish runs between trainers, and study workers are reused); rank 0's.
-    run = start_run(cfg.tracking, name=str(cfg.arm), job_type="train", run_dir=run_dir, study=cfg.get("study"),
+    run = start_run(cfg.tracking, name=str(cfg.arm), job_type="train", run_dir=run_dir, study=cfg.study,
                     config=resolved_config(cfg)) if first else None
     report = ["wandb"] if run is not None else []
     # the arguments first: on several processes they start the process group (gloo on a CPU)
@@ -164,7 +172,7 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     peft_config = lora_config(cfg)
     callbacks = [metrics_callback(metrics_path)]
     validation = None
-    if int((cfg.get("validation") or {}).get("every", 0) or 0) > 0:
+    if cfg.validation.every > 0:
         if peft_config is not None:
             raise ValueError("validation.every > 0 runs on full-weight arms only (recipe.lora.enabled=false)")
         from crossed_rlvr.train.validation import make_callback
@@ -201,7 +209,7 @@ def train_trl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, 
     return result
 
 
-def across_ranks(trainer: Any, seen: list[list[str]]) -> dict[str, Any]:
+def across_ranks(trainer: GRPOTrainer, seen: list[list[str]]) -> dict[str, Any]:
     """What the ranks did, gathered: each generation batch's prompts (rows of the training stream) per
     rank, disjoint and together the update's prompts; and each rank's final weights, identical under DDP."""
     import hashlib
@@ -221,7 +229,7 @@ def across_ranks(trainer: Any, seen: list[list[str]]) -> dict[str, Any]:
             "weights_sha256": gathered[0]["weights"], "prompts_per_rank": [len(g["seen"][0]) for g in gathered]}
 
 
-def reward_functions(cfg: Any) -> list[Any]:
+def reward_functions(cfg: TrainConf) -> list[Callable[..., list[float]]]:
     """The arm's reward (weight 1) and its requested-payload metric (weight 0): the convention's reward program,
     or for a code arm its programs run on the training tasks' tests in the sandbox (train/code_reward.py)."""
     conv = str(cfg.convention.name)
@@ -231,7 +239,7 @@ def reward_functions(cfg: Any) -> list[Any]:
         from crossed_rlvr.tasks.code import train_file
         from crossed_rlvr.train.code_reward import code_payload_metric, make_trl_code_reward
 
-        return [make_trl_code_reward(conv, train_file(cfg.task)), code_payload_metric(conv)]
+        return [make_trl_code_reward(conv, train_file(node(cfg.task))), code_payload_metric(conv)]
     return [make_trl_reward(conv), payload_metric(_request_of(conv))]
 
 

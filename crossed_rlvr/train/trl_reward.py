@@ -13,7 +13,7 @@ from typing import Any
 from crossed_rlvr.rewards.programs import get_program, reward
 
 
-def completion_text(completion: Any) -> str:
+def completion_text(completion: str | Sequence[Mapping[str, str]]) -> str:
     """A TRL completion's text: the string, or the assistant turn(s) of a conversational completion."""
     if isinstance(completion, str):
         return completion
@@ -39,7 +39,8 @@ def make_trl_reward(convention: str | None = None, reference_column: str = "refe
     if convention is not None:
         get_program(convention)  # fail at construction on an unknown convention
 
-    def reward_fn(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any) -> list[float]:
+    def reward_fn(prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
+                  **kwargs: Any) -> list[float]:  # Any: TRL's dataset columns
         reference = [str(r) for r in column(kwargs, reference_column, "each row's final answer")]
         conventions = ([convention] * len(completions) if convention
                        else column(kwargs, "convention", "or a convention fixed at construction"))

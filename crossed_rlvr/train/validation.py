@@ -20,27 +20,28 @@ import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from transformers import TrainerCallback
 
+from crossed_rlvr.conf.schema import TrainConf, settings
 from crossed_rlvr.eval.score.payload import detect
 from crossed_rlvr.eval.score.readers import STRICT, get_reader
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.names import checkpoint_name, step_checkpoint
 from crossed_rlvr.prompts import messages, user_content
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerControl
 
-def validation_config(cfg: Any, step: int, checkpoint: Path) -> Any:
+
+def validation_config(cfg: TrainConf, step: int, checkpoint: Path) -> DictConfig:
     """The crossed-eval config of one validation step of an arm."""
     v = cfg.validation
-    task = OmegaConf.to_container(cfg.task, resolve=True)
-    task["split"] = v.get("split", "dev")
-    task["n_items"] = v.get("n_items")
+    task = {**settings(cfg.task), "split": v.split, "n_items": v.n_items}
     return OmegaConf.create({
-        "model": OmegaConf.to_container(cfg.model, resolve=True), "task": task,
-        "eval": OmegaConf.to_container(cfg.eval, resolve=True), "tracking": {"mode": "off"},
+        "model": settings(cfg.model), "task": task, "eval": settings(cfg.eval), "tracking": {"mode": "off"},
         "run_dir": str(ArmLayout(Path(cfg.run_dir)).validation),
         # a GRPO arm's checkpoint: its facts given, never read back from its name
         "policies": [{"name": checkpoint_name(str(cfg.arm), step), "path": str(checkpoint),
@@ -74,7 +75,7 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
+def make_callback(cfg: TrainConf, tokenizer_dir: Path) -> Any:  # Any: a transformers TrainerCallback
     """A TrainerCallback that validates the arm crossed at step 0, every N updates and at the end."""
     from transformers import TrainerCallback
 
@@ -91,11 +92,11 @@ def make_callback(cfg: Any, tokenizer_dir: Path) -> Any:
         def __init__(self) -> None:
             self.done: set[int] = set()
             self.summaries: dict[int, dict[str, Any]] = {}
-            self.scorer = StepScorer(arm, str(cfg.convention.name), int(cfg.validation.get("score_workers", 1)))
+            self.scorer = StepScorer(arm, str(cfg.convention.name), cfg.validation.score_workers)
             self.scored: list[dict[str, Any]] = []
             self.seconds = 0.0  # wall time training spent on validation (saving, generating, waiting for scores)
 
-        def validate(self, model: Any, step: int) -> None:
+        def validate(self, model: PreTrainedModel, step: int) -> None:
             if step in self.done:
                 return
             self.done.add(step)
@@ -177,8 +178,8 @@ class CrossedValidationCallback(TrainerCallback):
     ``attach(trainer)`` adds it to the trainer: its metrics go through ``trainer.log``, which a callback reaches
     only through the trainer (in ``on_log`` the reporting callbacks, wandb's among them, have already run)."""
 
-    def __init__(self, items: Iterable[Sequence[str] | Mapping[str, Any]], requests: Sequence[str], tokenizer: Any,
-                 max_new_tokens: int = 256, every_n_steps: int = 50, *, template: str = "original",
+    def __init__(self, items: Iterable[Sequence[str] | Mapping[str, Any]], requests: Sequence[str],
+                 tokenizer: PreTrainedTokenizerBase, max_new_tokens: int = 256, every_n_steps: int = 50, *, template: str = "original",
                  system: str | None = None, batch_size: int = 16) -> None:
         if unknown := [r for r in requests if r not in STRICT]:
             raise ValueError(f"unknown request(s) {unknown}; expected some of {', '.join(STRICT)}")
@@ -187,11 +188,11 @@ class CrossedValidationCallback(TrainerCallback):
         self.items, self.requests, self.tokenizer = item_pairs(items), list(requests), tokenizer
         self.max_new_tokens, self.every, self.batch_size = max_new_tokens, every_n_steps, batch_size
         self.template, self.system = template, system
-        self.trainer: Any = None
+        self.trainer: Trainer | None = None
         self.history: list[dict[str, float]] = []  # one entry per validation: "step" and the logged metrics
         self.done: set[int] = set()
 
-    def attach(self, trainer: Any) -> CrossedValidationCallback:
+    def attach(self, trainer: Trainer) -> CrossedValidationCallback:
         """Add this callback to ``trainer`` and log through it; returns the callback."""
         self.trainer = trainer
         trainer.add_callback(self)
@@ -206,7 +207,7 @@ class CrossedValidationCallback(TrainerCallback):
             text = user_content(question, request, self.template)
         return list(tok(text, add_special_tokens=False)["input_ids"])
 
-    def generate(self, model: Any, prompts: list[list[int]]) -> list[str]:
+    def generate(self, model: PreTrainedModel, prompts: list[list[int]]) -> list[str]:
         """Greedy responses, ``batch_size`` prompts at a time, left-padded."""
         import torch
         from transformers import GenerationConfig
@@ -226,7 +227,7 @@ class CrossedValidationCallback(TrainerCallback):
             out += tok.batch_decode(new, skip_special_tokens=True)
         return out
 
-    def validate(self, model: Any) -> dict[str, float]:
+    def validate(self, model: PreTrainedModel) -> dict[str, float]:
         """The crossed metrics of ``model`` now; the model's mode and the global generators are restored after."""
         was_training, state = model.training, rng_state()
         model.eval()
@@ -238,7 +239,7 @@ class CrossedValidationCallback(TrainerCallback):
             restore_rng(state)
         return crossed_metrics(responses, [ref for _, ref in self.items])
 
-    def run(self, model: Any, step: int, control: Any) -> None:
+    def run(self, model: PreTrainedModel, step: int, control: TrainerControl) -> None:
         if step in self.done:
             return
         if self.trainer is None:

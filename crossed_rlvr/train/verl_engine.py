@@ -17,15 +17,20 @@ import re
 import shlex
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
-from crossed_rlvr.conf.checks import RecipeError
+from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
+from crossed_rlvr.conf.schema import TrainConf, node, settings
 from crossed_rlvr.files import atomic_write_json, atomic_write_text
 from crossed_rlvr.layout import ArmLayout
-from crossed_rlvr.rewards.conventions import MARKER_PAIR
 from crossed_rlvr.train.recipe import chat_prompt
 from crossed_rlvr.train.translate import VerlArm, verl_overrides
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from crossed_rlvr.train.budget import Budget
 
 
 def reward_entry_path() -> str:
@@ -91,7 +96,7 @@ def validate_verl(overrides: list[str]) -> Any:
     return composed
 
 
-def validation_rows(cfg: Any) -> list[dict[str, Any]]:
+def validation_rows(cfg: TrainConf) -> list[dict[str, Any]]:
     """The task's dev items under every validation request and wording (crossed validation).
 
     Every row keeps the arm's convention (its score is the arm's training reward); the request is in
@@ -103,16 +108,14 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
     from crossed_rlvr.task_sources import is_code
     from crossed_rlvr.tasks.build import build_items
 
-    v = cfg.get("validation") or {}
+    v = cfg.validation
     if is_code(cfg.task):
         return code_validation_rows(cfg)
-    task = OmegaConf.to_container(cfg.task, resolve=True)
-    task.update(split=v.get("split", "dev"), n_items=v.get("n_items"))
-    items = build_items(OmegaConf.create(task))
-    if v.get("n_items"):  # the first n items of the split, as crossed-eval takes them (TRL's validation)
-        items = items[: int(v.n_items)]
-    cells = [(r, t) for r in v.get("requests", list(MARKER_PAIR)) for t in v.get("templates", ["original"])]
-    system = cfg.model.get("system")
+    items = build_items(OmegaConf.create({**settings(cfg.task), "split": v.split, "n_items": v.n_items}))
+    if v.n_items:  # the first n items of the split, as crossed-eval takes them (TRL's validation)
+        items = items[: v.n_items]
+    cells = [(r, t) for r in v.requests for t in v.templates]
+    system = cfg.model.system
     return [
         {"row": k * len(items) + j, "item_id": it["item_id"], "request": request, "template": template,
          "question": it["question"], "system": system, "prompt": user_content(it["question"], request, template),
@@ -121,7 +124,7 @@ def validation_rows(cfg: Any) -> list[dict[str, Any]]:
     ]
 
 
-def code_validation_rows(cfg: Any) -> list[dict[str, Any]]:
+def code_validation_rows(cfg: TrainConf) -> list[dict[str, Any]]:
     """A code arm's crossed validation: the evaluated tasks (the first ``validation.n_items``) under both code
     requests; each row's score is the arm's execution reward, and the reward entry adds the request's payload
     and strict pass (verl logs both per request)."""
@@ -129,9 +132,9 @@ def code_validation_rows(cfg: Any) -> list[dict[str, Any]]:
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
     from crossed_rlvr.tasks.code import task_dataset
 
-    ds = task_dataset(cfg.task)
-    n = (cfg.get("validation") or {}).get("n_items")
-    ids = list(ds.tasks)[: int(n)] if n else list(ds.tasks)
+    ds = task_dataset(node(cfg.task))
+    n = cfg.validation.n_items
+    ids = list(ds.tasks)[:n] if n else list(ds.tasks)
     path = str(Path(ds.path).resolve())
     return [{"row": k * len(ids) + j, "item_id": tid, "request": request, "template": "original",
              "prompt": f"{question(ds.tasks[tid].prompt)}\n{code_request(request)}", "reference": tid,
@@ -139,7 +142,7 @@ def code_validation_rows(cfg: Any) -> list[dict[str, Any]]:
             for k, request in enumerate(CODE_CONVENTIONS) for j, tid in enumerate(ids)]
 
 
-def launch_env(cfg: Any) -> dict[str, str]:
+def launch_env(cfg: TrainConf) -> dict[str, str]:
     """The study's tracking block as wandb's environment: exported by the launch scripts and passed to
     every Ray actor (verl calls ``wandb.init`` inside one)."""
     from crossed_rlvr.tracking import claim_run_id, enabled, resolved_config
@@ -153,12 +156,12 @@ def launch_env(cfg: Any) -> dict[str, str]:
     run_id = claim_run_id(t, "train", str(cfg.arm), run_dir, resolved_config(cfg), resume=resumable)[0] \
         if enabled(t) else "untracked"
     env = {"WANDB_MODE": mode, "WANDB_PROJECT": str(t.project), "WANDB_NAME": str(cfg.arm),
-           "WANDB_RUN_GROUP": str(t.get("group") or cfg.get("study") or "crossed-train"),
+           "WANDB_RUN_GROUP": str(t.group or cfg.study or "crossed-train"),
            "WANDB_JOB_TYPE": "train", "WANDB_DIR": str(Path(str(cfg.run_dir)).resolve()),
            "WANDB_RUN_ID": run_id, "WANDB_RESUME": "allow"}
-    if t.get("entity"):
+    if t.entity:
         env["WANDB_ENTITY"] = str(t.entity)
-    if t.get("tags"):
+    if t.tags:
         env["WANDB_TAGS"] = ",".join(str(x) for x in t.tags)
     # no rank reaches for the hub: the weights and tokenizer come from the cache `stages=fetch` filled
     env["HF_HUB_OFFLINE"] = "1"
@@ -166,7 +169,7 @@ def launch_env(cfg: Any) -> dict[str, str]:
         from crossed_rlvr.train.verl_weighted import SETTINGS_ENV
 
         env[SETTINGS_ENV] = str(write_wandb_config(cfg, ArmLayout(run_dir).wandb_config).resolve())
-    if (cfg.get("engine") or {}).get("dump_advantages"):  # read by the weighted trainer in verl's task runner
+    if cfg.engine.dump_advantages:  # read by the weighted trainer in verl's task runner
         from crossed_rlvr.train.verl_weighted import DUMP_ENV, PROBE_ENV
 
         env[DUMP_ENV] = str(run_dir.resolve())
@@ -179,7 +182,7 @@ def launch_env(cfg: Any) -> dict[str, str]:
 VERL_CONFIG_KEYS = ("actor_rollout_ref", "algorithm", "critic", "data", "reward", "trainer", "ray_kwargs")
 
 
-def write_wandb_config(cfg: Any, path: Path) -> Path:
+def write_wandb_config(cfg: TrainConf, path: Path) -> Path:
     """The arm's resolved settings (recipe, convention, seed, task, model, ...), which our trainer adds to the wandb
     run verl opens (train/verl_weighted.py, ``SETTINGS_ENV``): verl logs only its own config, so a run would
     otherwise hold none of the study's settings to filter or group by. (wandb's own ``WANDB_CONFIG_PATHS`` cannot
@@ -187,7 +190,7 @@ def write_wandb_config(cfg: Any, path: Path) -> Path:
     from crossed_rlvr.tracking import resolved_config
 
     data = {k: v for k, v in resolved_config(cfg).items() if k != "tracking"}
-    data["study"] = str(cfg.get("study") or "")
+    data["study"] = str(cfg.study or "")
     atomic_write_json(path, {(f"crossed_{k}" if k in VERL_CONFIG_KEYS else k): v for k, v in data.items()})
     return path
 
@@ -270,13 +273,13 @@ def in_double_quotes(text: str) -> str:
     return "".join("\\" + c if c in '\\"$`' else c for c in text)
 
 
-def launch_budget(cfg: Any, composed: Any) -> tuple[int, Any]:
+def launch_budget(cfg: TrainConf, composed: DictConfig) -> tuple[int, Budget]:
     """Ray CPUs per node for the launch scripts (``engine.cpus_per_node``, or verl's budget when null) and
     the budget; a configured count below the budget is refused here, before any script is written."""
     from crossed_rlvr.train.budget import BudgetError, verl_budget
 
     budget = verl_budget(composed, bool(cfg.recipe.proposal.enabled))
-    cpus = cfg.engine.get("cpus_per_node")
+    cpus = cfg.engine.cpus_per_node
     if cpus is None:
         return budget.cpus_per_node(), budget
     try:
@@ -286,7 +289,7 @@ def launch_budget(cfg: Any, composed: Any) -> tuple[int, Any]:
     return int(cpus), budget
 
 
-def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
+def prepare_verl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
     import sys
 
     arm = ArmLayout(run_dir)
@@ -320,9 +323,9 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
                                                      "rollout_gib": memory.rollout, "disk_gb": memory.disk,
                                                      "host_gib": memory.host, "host_peak_gib": memory.host_peak,
                                                      "disk_peak_gb": memory.disk_peak, "node": memory.node()})
-    cpu = str(e.get("device", "cuda")) == "cpu"  # verl's trainer on this CPU: one gloo rank per logical GPU
+    cpu = e.device == "cpu"  # verl's trainer on this CPU: one gloo rank per logical GPU
     flags = " ".join([*(["--weighted"] if weighted else []), *([f"--cpu {int(e.n_gpus_per_node)}"] if cpu else []),
-                      f"--wait-limit {float(e.get('wait_limit_s', 300)):g}"])
+                      f"--wait-limit {e.wait_limit_s:g}"])
     # verl saves FSDP shards; the evaluator reads a Hugging Face directory like the TRL engine's.
     step = int(cfg.recipe.updates)
     final, shards = ArmLayout(run_dir.resolve()).checkpoint(step), ArmLayout(run_dir.resolve()).verl_shards(step)
@@ -335,12 +338,12 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
              # a verified merge frees the final step's optimizer state (train/checkpoints.py)
              f"{shlex.quote(python)} -m crossed_rlvr.train.checkpoints --merged {final} "
              f"--shards {shards} --trained-with {trained_with}"
-             + (" --keep-optimizer" if cfg.recipe.get("keep_optimizer", False) else ""))
+             + (" --keep-optimizer" if cfg.recipe.keep_optimizer else ""))
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
-    fields = {"finished": finished, "flags": flags, "wait": f"{float(e.get('wait_limit_s', 300)):g}", "merge": merge, "gpus": int(e.n_gpus_per_node), "arm": cfg.arm, "args": args,
+    fields = {"finished": finished, "flags": flags, "wait": f"{e.wait_limit_s:g}", "merge": merge, "gpus": int(e.n_gpus_per_node), "arm": cfg.arm, "args": args,
               "python": shlex.quote(python), "ray": shlex.quote(ray), "exports": exports,
               "cpus": cpus,
-              "attention": attention_block(python, str(e.get("attention", "auto"))),
+              "attention": attention_block(python, e.attention),
               # Ray's token auth for the head, the nodes and the drivers (crossed_rlvr.cluster.RAY_AUTH)
               "ray_auth": RAY_AUTH.format(token=in_double_quotes(str(ArmLayout(run_dir.resolve()).ray_auth_token)),
                                           python=shlex.quote(python))}
@@ -356,7 +359,7 @@ def prepare_verl(cfg: Any, rows: list[dict[str, Any]], run_dir: Path) -> dict[st
               "ray_cpus_per_node": cpus, "budget": budget.describe(),
               "memory_plan_gib": {"update": round(memory.train_peak, 1), "rollout": round(memory.rollout_peak, 1),
                                   "card": memory.card_gib}}
-    if e.get("launch"):
+    if e.launch:
         import subprocess
 
         subprocess.run(["bash", str(single)], check=True)

@@ -25,12 +25,11 @@ def run_arm(cfg: dict[str, Any], spec_file: Path, nproc: int) -> dict[str, Any]:
 
 @stops_cleanly("crossed-train", quiet=True)
 def main(argv: list[str] | None = None) -> int:
-    from omegaconf import OmegaConf
-
+    from crossed_rlvr.conf.checks import planned_arm
     from crossed_rlvr.train.run import run_train
 
     spec_file = Path((argv or sys.argv[1:])[0])
-    summary = run_train(OmegaConf.create(json.loads(spec_file.read_text())), checked=True)  # a study's checked plan
+    summary = run_train(planned_arm(json.loads(spec_file.read_text())))  # a study's arm, checked where it was planned
     if rank() == 0:
         WorkerFiles(spec_file).result.write_text(json.dumps(summary, indent=2) + "\n")
     return 0

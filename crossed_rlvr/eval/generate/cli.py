@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+
+from omegaconf import DictConfig
 
 from crossed_rlvr.eval.generate.runner import run_eval
 
 
-def _run(cfg: Any) -> None:
+def _run(cfg: DictConfig) -> None:
     summary = run_eval(cfg)  # bad input (RunError, ItemFileError, ContextLengthError): one line, exit 2 (errors.py)
     for name, s in summary.items():
         print(name, json.dumps(s))
 
 
-def check_device(cfg: Any) -> None:
+def check_device(cfg: DictConfig) -> None:
     """``eval.device`` against this machine (or the Ray workers' GPUs), refused before Hydra writes any file."""
     from crossed_rlvr.eval.generate.device import resolve_device
     from crossed_rlvr.eval.generate.runner import gpu_workers
 
-    resolve_device(cfg.eval.get("device"), gpu_workers(cfg))
+    resolve_device(cfg.eval.device, gpu_workers(cfg))
 
 
 def main() -> None:

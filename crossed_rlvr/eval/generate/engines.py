@@ -16,9 +16,16 @@ chosen.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from crossed_rlvr.errors import CrossedError
+
+if TYPE_CHECKING:  # a bare GPU image has torch alone: no OmegaConf, which the schema imports
+    from omegaconf import DictConfig
+    from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+    from vllm.outputs import CompletionOutput
+
+    from crossed_rlvr.conf.schema import EvalConf
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,7 @@ class GenerationError(CrossedError, RuntimeError):
     """An engine ended a request neither by a stop token nor by the length budget (a record allows only these)."""
 
 
-def stop_token_ids(tokenizer: Any, generation_config: Any = None) -> set[int]:
+def stop_token_ids(tokenizer: PreTrainedTokenizerBase, generation_config: GenerationConfig | None = None) -> set[int]:
     """The token ids that end a response, the same for every backend: the tokenizer's eos, the generation
     config's eos (one id or a list), and the chat template's end-of-turn marker where the tokenizer has it."""
     ids = {tokenizer.eos_token_id, *end_of_turn_ids(tokenizer)}
@@ -76,7 +83,7 @@ def stop_token_ids(tokenizer: Any, generation_config: Any = None) -> set[int]:
     return {int(i) for i in ids if i is not None}
 
 
-def end_of_turn_ids(tokenizer: Any) -> list[int]:
+def end_of_turn_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Ids of the END_OF_TURN markers the tokenizer has as tokens and its chat template writes (all of them that
     it has when there is no template to read)."""
     template = getattr(tokenizer, "chat_template", None)
@@ -103,7 +110,7 @@ def folder_generation_config(path: str) -> Any:
 class HFBackend:
     """transformers forward passes with a KV cache, left padding and per-row seeded sampling."""
 
-    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 16):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 16):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         self.device = getattr(model, "device", "cpu")  # inputs go where the weights are (eval.device)
         self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
@@ -229,7 +236,7 @@ class VLLMBackend:
 
     def __init__(
         self, model_path: str, dtype: str = "bfloat16", context_limit: int = 4096, cpu_kvcache_gib: int = 1,
-        tokenizer: Any = None, **engine_kwargs: Any
+        tokenizer: PreTrainedTokenizerBase | None = None, **engine_kwargs: Any  # Any: vLLM's LLM(...) options
     ):
         import os
 
@@ -267,7 +274,7 @@ class VLLMBackend:
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids], sampling)
         return [self._generation(k, s, ids, o.outputs[0]) for k, (s, ids, o) in enumerate(zip(seeds, prompt_ids, outs))]
 
-    def _generation(self, k: int, seed: int, prompt: list[int], out: Any) -> Generation:
+    def _generation(self, k: int, seed: int, prompt: list[int], out: CompletionOutput) -> Generation:
         """One record's generation from vLLM's ``CompletionOutput``; its ``token_ids`` end with the stop token, which
         the transformers backend never counts."""
         reason = str(out.finish_reason)
@@ -321,22 +328,22 @@ def release(loaded: dict[str, Any]) -> None:
     loaded.clear()
 
 
-def load_backend(path: str, gen: Any) -> tuple[Any, Any]:
+def load_backend(path: str, gen: EvalConf | DictConfig) -> tuple[Any, Any]:
     """The engine and tokenizer of one policy for the ``eval`` settings ``gen`` (vLLM or transformers), with
-    ``eval.device`` and ``eval.dtype`` resolved on this machine (``eval/generate/device.py``)."""
+    ``eval.device`` and ``eval.dtype`` resolved on this machine (``eval/generate/device.py``). ``gen`` is read by
+    attribute: the schema's dataclass or node, or on a bare GPU image (torch alone) any object with those fields."""
     from crossed_rlvr.eval.generate.device import resolve_device, resolve_dtype
 
-    device = resolve_device(gen.get("device"))  # read here, without OmegaConf: a bare GPU image has torch alone
-    dtype = resolve_dtype(gen.get("dtype"), device)
+    device = resolve_device(gen.device)
+    dtype = resolve_dtype(gen.dtype, device)
     if gen.backend == "vllm":
         from crossed_rlvr.policies.loading import load_tokenizer
 
         tokenizer = load_tokenizer(path)
         backend = VLLMBackend(path, dtype=dtype, context_limit=int(gen.context_limit), tokenizer=tokenizer,
-                              cpu_kvcache_gib=int(gen.get("cpu_kvcache_gib", 1)),
-                              gpu_memory_utilization=gen.get("gpu_memory_utilization", 0.9),
-                              tensor_parallel_size=gen.get("tensor_parallel_size", 1),
-                              enforce_eager=bool(gen.get("enforce_eager", False)))
+                              cpu_kvcache_gib=int(gen.cpu_kvcache_gib),
+                              gpu_memory_utilization=gen.gpu_memory_utilization,
+                              tensor_parallel_size=gen.tensor_parallel_size, enforce_eager=bool(gen.enforce_eager))
         return backend, tokenizer
     from crossed_rlvr.policies.loading import load_policy
 

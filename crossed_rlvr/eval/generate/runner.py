@@ -9,9 +9,10 @@ import copy
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.eval.generate.device import resolved
 from crossed_rlvr.eval.generate.engines import load_backend, release
@@ -29,8 +30,14 @@ from crossed_rlvr.files import atomic_write_json, tree_sha256
 from crossed_rlvr.layout import SFT_SUMMARY, ArmLayout, EvalLayout
 from crossed_rlvr.policies.policy import Policy
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from tqdm import tqdm
 
-def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str, Any]:
+OnEvent = Callable[[str, dict[str, Any]], None]  # told of worker starts and finished shards (tests, monitoring)
+
+
+def run_eval(cfg: DictConfig, progress: bool = True, on_event: OnEvent | None = None) -> dict[str, Any]:
     """Generate every missing response of the crossed design; returns a summary per cell.
 
     ``distribute.workers`` > 0 spreads the cells (split into shards) over Ray workers, each with its own
@@ -77,7 +84,7 @@ def run_eval(cfg: Any, progress: bool = True, on_event: Any = None) -> dict[str,
     return summary
 
 
-def resolve_eval(cfg: Any) -> Any:
+def resolve_eval(cfg: DictConfig) -> DictConfig:
     """A copy of the config with ``eval.device`` and ``eval.dtype`` resolved once, here: the cells record them
     and every worker runs them (a ``cuda`` nothing can run is refused before any file is written)."""
     from omegaconf import open_dict
@@ -89,7 +96,7 @@ def resolve_eval(cfg: Any) -> Any:
     return cfg
 
 
-def gpu_workers(cfg: Any) -> bool | None:
+def gpu_workers(cfg: DictConfig) -> bool | None:
     """None: generated in this process; else whether each Ray worker is given a GPU (they, not this driver, run
     the engines)."""
     dist = cfg.get("distribute")
@@ -131,7 +138,7 @@ def recorded_policies(run_dir: str | Path) -> dict[str, Policy]:
             for name, entry in recorded.items() if "training_convention" in entry}
 
 
-def run_serial(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any) -> None:
+def run_serial(cfg: DictConfig, p: Plan, summary: dict[str, Any], bar: tqdm, tracker: Any) -> None:  # Any: a wandb run
     gen = cfg.eval
     loaded: dict[str, Any] = {}
     try:
@@ -162,7 +169,7 @@ def run_serial(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: An
         release(loaded)
 
 
-def eval_tracker(cfg: Any) -> Any:
+def eval_tracker(cfg: DictConfig) -> Any:  # Any: a wandb run, or None
     """The evaluation's wandb run (name ``eval``, group = the study), or None when tracking is off."""
     from crossed_rlvr.tracking import resolved_config, start_run
 

@@ -17,7 +17,7 @@ import os
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.eval.generate.engines import load_backend, release
 from crossed_rlvr.eval.generate.plan import (
@@ -33,6 +33,14 @@ from crossed_rlvr.eval.generate.plan import (
 from crossed_rlvr.files import atomic_write_jsonl
 from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.limits import Parser, add_number
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from ray.actor import ActorHandle
+    from tqdm import tqdm
+
+    from crossed_rlvr.eval.generate.engines import GenParams
+    from crossed_rlvr.eval.generate.runner import OnEvent
 
 
 class CellWorker:
@@ -58,7 +66,7 @@ class CellWorker:
         return {"pid": os.getpid(), "node": ray.util.get_node_ip_address(), "gpus": ray.get_gpu_ids(),
                 "machine": machine()}
 
-    def run(self, path: str, request: str, template: str, system: str | None, todo: list, params: Any
+    def run(self, path: str, request: str, template: str, system: str | None, todo: list, params: GenParams
             ) -> list[tuple[int, str, Any]]:
         if path not in self.loaded:
             release(self.loaded)  # one policy in memory: the scheduler keeps a worker on its policy
@@ -87,7 +95,7 @@ def shards_of(cell: Cell, todo: list, size: int) -> list[Shard]:
     return [Shard(cell, todo[b : b + size]) for b in range(0, len(todo), size)]
 
 
-def _connect(dist: Any, need: dict[str, float]) -> bool:
+def _connect(dist: DictConfig, need: dict[str, float]) -> bool:
     """Join the Ray cluster at ``distribute.address`` or start a local one; True when connected here (the
     run disconnects at its end: a local Ray stops, a cluster stays up). Refuses a request the cluster
     cannot hold (Ray would wait for it forever)."""
@@ -115,7 +123,7 @@ def _connect(dist: Any, need: dict[str, float]) -> bool:
     return started
 
 
-def _check(cfg: Any) -> None:
+def _check(cfg: DictConfig) -> None:
     from crossed_rlvr.conf.checks import ConfigError, check_distribute
 
     try:  # the command's own check, again for callers of run_eval that composed no command
@@ -124,7 +132,7 @@ def _check(cfg: Any) -> None:
         raise RunError(str(err)) from None
 
 
-def queue_shards(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any) -> tuple[dict[str, deque[Shard]], dict[str, int],
+def queue_shards(cfg: DictConfig, p: Plan, summary: dict[str, Any], bar: tqdm) -> tuple[dict[str, deque[Shard]], dict[str, int],
                                                                             dict[str, dict]]:
     """What is left: every unfinished cell's missing responses in shards, queued per policy; cells already
     whole on disk (every shard written before a kill) are finished here."""
@@ -148,8 +156,8 @@ class Driver:
     policy its engine holds (else of the policy with most work left), dead workers replaced and their
     shards retried, finished shards written whole and finished cells written."""
 
-    def __init__(self, cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any, on_event: Any,
-                 queues: dict[str, deque[Shard]], remaining: dict[str, int], done_of: dict[str, dict]):
+    def __init__(self, cfg: DictConfig, p: Plan, summary: dict[str, Any], bar: tqdm, tracker: Any,  # a wandb run
+                 on_event: OnEvent | None, queues: dict[str, deque[Shard]], remaining: dict[str, int], done_of: dict[str, dict]):
         import ray
         from omegaconf import OmegaConf
 
@@ -189,7 +197,7 @@ class Driver:
             up.append(refs[ref])
         return up
 
-    def next_shard(self, worker: Any) -> Shard | None:
+    def next_shard(self, worker: ActorHandle) -> Shard | None:
         mine = self.holds[worker]
         if mine is not None and self.queues.get(mine):
             return self.queues[mine].popleft()
@@ -200,7 +208,7 @@ class Driver:
         _n, _free, path = max(left)  # the policy with most work, preferably one nobody holds
         return self.queues[path].popleft()
 
-    def submit(self, worker: Any) -> None:
+    def submit(self, worker: ActorHandle) -> None:
         shard = self.next_shard(worker)
         if shard is None:
             return
@@ -210,7 +218,7 @@ class Driver:
         ref = worker.run.remote(c.pol.path, c.request, c.template, self.p.system, shard.todo, self.p.params)
         self.in_flight[ref] = (worker, shard)
 
-    def worker_died(self, worker: Any, shard: Shard, err: Exception) -> None:
+    def worker_died(self, worker: ActorHandle, shard: Shard, err: Exception) -> None:
         """Replace a dead worker (or one whose node died) and give its shard to whoever is free."""
         self.holds.pop(worker, None)
         shard.tries += 1
@@ -226,7 +234,7 @@ class Driver:
         for w in [w for w in self.holds if w not in {x for x, _ in self.in_flight.values()}]:
             self.submit(w)  # a worker idle because the queues were empty may take the requeued shard
 
-    def shard_done(self, worker: Any, shard: Shard, outs: list) -> None:
+    def shard_done(self, worker: ActorHandle, shard: Shard, outs: list) -> None:
         """Write a finished shard whole (resume per shard), and its cell when that was the last one."""
         cell = shard.cell
         records = [make_record(self.p, cell, it, s, seed, sha, out)
@@ -289,8 +297,8 @@ class Driver:
                            "the other shards are kept: re-run to generate the rest")
 
 
-def run_distributed(cfg: Any, p: Plan, summary: dict[str, Any], bar: Any, tracker: Any,
-                    on_event: Any = None) -> list[dict[str, Any]]:
+def run_distributed(cfg: DictConfig, p: Plan, summary: dict[str, Any], bar: tqdm, tracker: Any,  # a wandb run
+                    on_event: OnEvent | None = None) -> list[dict[str, Any]]:
     """Generate every missing response of ``p`` on Ray workers; returns the workers' machines."""
     import ray
 

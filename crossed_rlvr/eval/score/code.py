@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS, lenient_block, payload_present, solution, strict_block
+from crossed_rlvr.tasks.code import CodeDataset
 
 REQUESTS = tuple(CODE_CONVENTIONS)
 READERS = ("strict", "lenient")
@@ -22,7 +23,7 @@ KEYS = ("item_id", "task", "policy", "training_convention", "train_seed", "metho
         "sample_idx", "finish_reason")
 
 
-def score_code(records: list[dict[str, Any]], ds: Any, slots: int, cache_dir: Path | None) -> pd.DataFrame:
+def score_code(records: list[dict[str, Any]], ds: CodeDataset, slots: int, cache_dir: Path | None) -> pd.DataFrame:
     """One row per response: payloads of both conventions, each reader's program and whether it passed base and
     plus (``<reader>.correct``) and base alone (``<reader>.base``)."""
     from tqdm import tqdm
@@ -60,5 +61,5 @@ def score_code(records: list[dict[str, Any]], ds: Any, slots: int, cache_dir: Pa
         req, other = row["request"], next(c for c in REQUESTS if c != row["request"])
         row["requested_payload"] = row[f"payload.{req}"]
         row["category"] = {(True, True): "both", (True, False): "requested_only", (False, True): "other_only",
-                           (False, False): "neither"}[(row[f"payload.{req}"], row[f"payload.{other}"])]
+                           (False, False): "neither"}[(bool(row[f"payload.{req}"]), bool(row[f"payload.{other}"]))]
     return pd.DataFrame(rows)

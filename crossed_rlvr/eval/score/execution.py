@@ -80,13 +80,14 @@ def _digit_distance(a: int, b: int) -> int:
     return sum(abs(int(p) - int(q)) for p, q in zip(x.zfill(width), y.zfill(width)))
 
 
-def _is_floats(x: Any) -> bool:
+def _is_floats(x: object) -> bool:
     if isinstance(x, float):
         return True
     return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(i, float) for i in x)
 
 
-def matches(flavour: str, entry_point: str, args: list[Any], out: Any, exp: Any, atol: float) -> tuple[bool, float]:
+def matches(flavour: str, entry_point: str, args: list[Any], out: Any, exp: Any,  # Any: a program's values
+            atol: float) -> tuple[bool, float]:
     """Whether one output matches, and the tolerance for the inputs after it (EvalPlus raises a zero tolerance to
     1e-6 for good once it meets a float output, and so do we)."""
     try:
@@ -108,7 +109,7 @@ def matches(flavour: str, entry_point: str, args: list[Any], out: Any, exp: Any,
             elif entry_point in MBPP_NOT_NONE:
                 exact = out == exp if isinstance(out, bool) else exp == (out is not None)
         if flavour == "humaneval" and entry_point == "find_zero":
-            return abs(_poly(*args, out)) <= atol, atol
+            return abs(_poly(args[0], out)) <= atol, atol  # find_zero(xs): its one argument
         if atol == 0 and _is_floats(exp):
             atol = 1e-6
         if not exact and atol != 0:
@@ -237,7 +238,8 @@ def expected_outputs(ds: CodeDataset, sandbox: Sandbox, cache_dir: Path | None =
         if (path := _task_file(folder, tid)).exists():
             out[tid] = json.loads(gzip.decompress(path.read_bytes()))
     missing = [tid for tid in ds.tasks if tid not in out]
-    jobs, keys = [], []
+    jobs: list[dict[str, Any]] = []
+    keys: list[tuple[str, str, int | None]] = []
     for tid in missing:
         task = ds.tasks[tid]
         for part in PARTS:
@@ -337,7 +339,8 @@ class Executor:
                 if key not in self._done:
                     todo[key] = (tid, code, part)
         self._need({tid for tid, _, _ in todo.values()})
-        jobs, stops, limits, judges, run_keys = [], [], [], [], []
+        jobs, limits, judges, run_keys = [], [], [], []
+        stops: list[Callable[[dict[str, Any]], bool] | None] = []
         for key, (tid, code, part) in todo.items():
             task = self.ds.tasks[tid]
             inputs = self.inputs(tid, part)

@@ -22,7 +22,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
-from typing import Any, TypeVar
+from types import FrameType
+from typing import TypeVar
 
 from crossed_rlvr.eval.score.readers import Reader, Reading, reader
 
@@ -39,7 +40,7 @@ class CpuTimeExceeded(BaseException):
     TimeoutException, so that Math-Verify's ``except Exception`` handlers do not swallow it)."""
 
 
-def _on_cpu_limit(signum: int, frame: Any) -> None:
+def _on_cpu_limit(signum: int, frame: FrameType | None) -> None:
     raise CpuTimeExceeded
 
 

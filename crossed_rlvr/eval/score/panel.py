@@ -15,13 +15,16 @@ import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import crossed_rlvr.eval.score.mathverify as mathverify
 import crossed_rlvr.eval.score.symbolic as symbolic
 from crossed_rlvr import text as tx
 from crossed_rlvr.eval.score.payload import COUNTERS, detect
 from crossed_rlvr.eval.score.readers import READERS, STRICT
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 PER_RESPONSE_LIMIT_S = 10.0
 
@@ -144,7 +147,7 @@ class Scorer:
         self.pool.stop()
         self.pool.join()
 
-    def score(self, items: Sequence[Item], progress: Any = None) -> list[dict[str, Any]]:
+    def score(self, items: Sequence[Item], progress: tqdm | None = None) -> list[dict[str, Any]]:
         """Rows for ``items`` in input order; ``progress`` (a tqdm bar) advances per finished row. Identical items
         (the same response, reference, request and task: greedy decoding repeats itself) are scored once, since
         every reader is a pure function of them; each gets its own copy of the row."""
@@ -157,7 +160,8 @@ class Scorer:
         rows = self._score_unique(unique, weight, progress)
         return [dict(rows[k]) for k in slots]
 
-    def _score_unique(self, items: Sequence[Item], weight: Sequence[int], progress: Any) -> list[dict[str, Any]]:
+    def _score_unique(self, items: Sequence[Item], weight: Sequence[int], progress: tqdm | None
+                      ) -> list[dict[str, Any]]:
         from pebble import ProcessExpired
 
         pool, limit_s = self.pool, self.limit_s
@@ -183,8 +187,9 @@ class Scorer:
             retry = []
             for i, fut in pending:
                 try:
-                    rows[i] = fut.result()[0]
-                    rows[i]["timed_out"] = not slow
+                    row = fut.result()[0]
+                    row["timed_out"] = not slow
+                    rows[i] = row
                     if progress is not None:
                         progress.update(weight[i])
                 except (FutureTimeout, ProcessExpired):

@@ -94,8 +94,9 @@ def last_payload(text: str, convention: str) -> str | None:
         return f"\\boxed{{{text[last[0] : last[1]]}}}" if last is not None else None
     if convention == "hash":
         # the last qualifying marker's rest of line, copied once (not once per marker on a long line)
-        last = next((end for end in reversed(exact_markers(text)) if _HASH_PAYLOAD.match(text, end)), None)
-        return _HASH_PAYLOAD_LINE.match(text, last).group().strip().strip("*_`").strip() if last is not None else None
+        at = next((end for end in reversed(exact_markers(text)) if _HASH_PAYLOAD.match(text, end)), None)
+        line = _HASH_PAYLOAD_LINE.match(text, at) if at is not None else None
+        return line.group().strip().strip("*_`").strip() if line is not None else None
     pattern = {"json": _JSON_PAYLOAD_BODY, "xml": _XML_PAYLOAD_BODY}.get(convention)
     if pattern is None:
         raise KeyError(f"no payload syntax for convention {convention!r}")

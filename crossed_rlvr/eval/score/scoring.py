@@ -31,7 +31,7 @@ from crossed_rlvr.layout import EvalLayout, ScoresFiles
 from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.machine import machine
 from crossed_rlvr.records import PARTS, ResponseFileError, read_responses
-from crossed_rlvr.tasks.code import evaluated_dataset
+from crossed_rlvr.tasks.code import CodeDataset, evaluated_dataset
 from crossed_rlvr.tasks.items import item_order
 
 KEY_COLUMNS = [
@@ -189,7 +189,7 @@ def score_files(
     return output
 
 
-def score_code_run(run_dir: Path, ds: Any, output: Path, workers: int | None, overwrite: bool) -> Path:
+def score_code_run(run_dir: Path, ds: CodeDataset, output: Path, workers: int | None, overwrite: bool) -> Path:
     """A code evaluation's responses (``crossed-eval`` on a code task) run in the sandbox on ``ds``, the dataset
     its ``run.json`` names (paper 001 App. D.3; eval/score/code.py), one sandbox slot per worker."""
     from crossed_rlvr.eval.score.code import score_code

@@ -41,7 +41,8 @@ PAYLOAD_MAX_CHARS = 4_000
 
 
 def _strip(text: str, a: int, b: int) -> tuple[int, int]:
-    a = _SPACE.match(text, a, b).end()
+    space = _SPACE.match(text, a, b)  # zero or more spaces: it always matches
+    a = space.end() if space is not None else a
     while b > a and text[b - 1].isspace():
         b -= 1
     return a, b

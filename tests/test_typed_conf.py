@@ -1,0 +1,88 @@
+"""crossed-train's config is typed once, at the command's door (``conf.schema.conf_of``), and checked into the one
+type the trainer takes (``conf.checks.CheckedTrainConf``). The arm's settings hash is computed from the typed config
+(``conf.schema.settings``), and must be the one the Hydra node gave, so that a finished arm stays finished: the
+same dict for crossed-train's own config, for a study's arm in the study's process and for the same arm read back
+from its JSON spec by a worker process (JSON writes ``task.train_per_stratum``'s int keys as strings)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+from crossed_rlvr.conf.checks import RecipeError, check_train_conf, planned_arm
+from crossed_rlvr.conf.schema import TrainConf, conf_of
+from crossed_rlvr.tracking import untracked
+from crossed_rlvr.train.run import resolved
+
+
+def composed(*overrides: str) -> Any:
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        return compose(config_name="crossed_train", overrides=["run_dir=/tmp/arm", *overrides])
+
+
+def node_settings(cfg: Any) -> dict[str, Any]:
+    """The arm's settings as they were read from the Hydra node before the config was typed: the resolved node less
+    the watching settings, and less validation and eval for a TRL arm that does not validate; the arm's model
+    carries the initial weights' hash only where a study bound one."""
+    data = untracked(OmegaConf.to_container(cfg, resolve=True))
+    if data["model"].get("weights_sha256") is None:
+        data["model"].pop("weights_sha256", None)
+    if data["engine"]["name"] == "trl" and not data["validation"]["every"]:
+        data.pop("validation")
+        data.pop("eval")
+    return data
+
+
+@pytest.mark.parametrize("overrides", [(), ("engine=verl",), ("validation.every=2",)])
+def test_the_typed_config_holds_the_settings_the_node_held(overrides):
+    cfg = composed(*overrides)
+    typed = conf_of(TrainConf, cfg)
+    assert isinstance(typed, TrainConf) and typed.task.train_per_stratum == {1: 40, 2: 3960}
+    assert resolved(check_train_conf(typed, initial_built=False)) == node_settings(cfg)
+
+
+def test_a_study_arm_has_one_settings_hash_in_the_study_and_in_a_worker():
+    """The study binds the initial weights' hash into the arm's model; a worker reads the arm back from JSON."""
+    arm = OmegaConf.to_container(composed("engine=verl"), resolve=True)
+    arm["model"]["weights_sha256"] = "0" * 64
+    in_process = resolved(planned_arm(arm))
+    from_spec = resolved(planned_arm(json.loads(json.dumps(arm))))
+    assert in_process == from_spec == node_settings(OmegaConf.create(arm))
+    from_node = conf_of(TrainConf, OmegaConf.create(json.loads(json.dumps(arm))))  # a resolved_config.json as a node
+    assert from_node.task.train_per_stratum == {1: 40, 2: 3960}
+    assert in_process["model"]["weights_sha256"] == "0" * 64
+
+
+def test_defaults_come_from_the_schema():
+    """A config that names only some keys reads every other one at the schema's default, by attribute."""
+    arm = OmegaConf.to_container(composed(), resolve=True)
+    del arm["engine"]["micro_batch_per_gpu"], arm["validation"]
+    typed = conf_of(TrainConf, arm)
+    assert typed.engine.micro_batch_per_gpu == 1 and typed.validation.every == 0 and typed.validation.split == "dev"
+
+
+def test_the_check_refuses_before_it_types():
+    bad = conf_of(TrainConf, composed("engine.micro_batch=3"))
+    with pytest.raises(RecipeError, match=r"engine\.micro_batch=3 does not divide"):
+        check_train_conf(bad, initial_built=False)
+
+
+def test_an_sft_job_is_typed_once_and_records_its_config_as_given():
+    """crossed-sft's door (``sft.run.SFTJob``): a study's SFT spec, read back from JSON by a worker with the one arm it
+    trains (``only``), is typed by the schema (defaults filled, int keys restored); its wandb runs record the spec
+    as the study wrote it, so their ids stay the ones earlier runs were given."""
+    from crossed_rlvr.sft.run import SFTJob
+
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        study = OmegaConf.to_container(compose(config_name="crossed_study", overrides=["run_dir=/tmp/s"]), resolve=True)
+    spec = {"model": study["model"], "task": study["task"], "sft": study["sft"], "run_dir": "/tmp/s", "seeds": [83],
+            "arm": "hash", "control": "boxed", "train_items": {"n": 10, "seed": 7}, "tracking": study["tracking"],
+            "study": "s", "only": "sft-hash/s83"}
+    job = SFTJob.of(OmegaConf.create(json.loads(json.dumps(spec))))
+    assert job.only == "sft-hash/s83" and job.cfg.mode == "arms" and job.cfg.warmstart.band.every == 0
+    assert job.cfg.task.train_per_stratum == {1: 40, 2: 3960}
+    assert job.given == json.loads(json.dumps(spec))
