@@ -205,46 +205,6 @@ def test_rescore_code_names_a_bad_sample_line(tmp_path, capsys):
     assert err[0] == (f"crossed-rescore: {samples}:2: field 'task_id': 'HumanEval/999' is not a task of the dataset")
 
 
-def test_d3_takes_a_finished_studys_initial_policy_and_every_arms_last_checkpoint(tmp_path):
-    """The study's policies are read from its stage stamps (what the arms stage recorded), not from folder names;
-    ``step`` picks each arm's checkpoint at that update."""
-    from crossed_rlvr.errors import CrossedError
-    from crossed_rlvr.files import atomic_write_json
-    from crossed_rlvr.layout import ArmLayout, RunLayout
-    from crossed_rlvr.study.code_eval import D3, study_policies
-    from crossed_rlvr.study.plan import Policy
-    from crossed_rlvr.study.stamps import Stamps
-
-    run = RunLayout(tmp_path)
-    with pytest.raises(CrossedError, match="no finished initial and arms stages"):
-        study_policies(tmp_path)
-    run.initial.mkdir(parents=True)
-    arms = {}
-    for conv in ("hash", "boxed"):
-        arm = ArmLayout(tmp_path / "train" / conv / "s83")
-        arm.resolved_config.parent.mkdir(parents=True)
-        arm.resolved_config.write_text("{}")
-        for step in (0, 50, 100):
-            arm.checkpoint(step).mkdir(parents=True)
-        policy = Policy.trained("grpo", conv, 83, arm.checkpoint(100))
-        arms[policy.name] = policy.record()
-    stamps = Stamps(tmp_path)
-    run.stages.mkdir()
-    atomic_write_json(stamps.path("initial"), {"info": {"path": str(run.initial)}})
-    atomic_write_json(stamps.path("arms"), {"info": {"arms": arms}})
-    got = study_policies(tmp_path)
-    assert got == {"initial": str(run.initial),
-                   "grpo-boxed/s83": str(tmp_path / "train" / "boxed" / "s83" / "checkpoints" / "step-100"),
-                   "grpo-hash/s83": str(tmp_path / "train" / "hash" / "s83" / "checkpoints" / "step-100")}
-    assert study_policies(tmp_path, step=50)["grpo-hash/s83"].endswith("step-50")
-    with pytest.raises(CrossedError, match="grpo-boxed/s83 has no checkpoint at step 7"):
-        study_policies(tmp_path, step=7)
-    # a folder named like an arm that the arms stage did not record is not one of the study's policies
-    (tmp_path / "train" / "json" / "s83" / "checkpoints" / "step-100").mkdir(parents=True)
-    assert study_policies(tmp_path) == got
-    assert (D3["samples"], D3["temperature"], D3["top_p"], D3["max_new_tokens"]) == (200, 0.6, 0.95, 8192)
-
-
 def test_arms_of_the_two_code_conventions_get_their_crossed_interaction():
     """Paper 001 eq. 1 on code: 100 x [(F_f - B_f) - (F_b - B_b)] per task, for the payload and both readers; an
     arm without its partner convention gets none."""

@@ -112,7 +112,7 @@ def test_training_rewards_come_from_the_reward_programs(real):
 
 
 def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path, monkeypatch):
-    """The CI-sized variant of the HumanEval run (docs/code-tasks.md: python -m crossed_rlvr.study.code_eval): the real model
+    """The CI-sized variant of the HumanEval run (docs/code-tasks.md: crossed-audit preset=code): the real model
     answers 3 HumanEval+ tasks under both code requests, 2 samples each; every response is a contract record, read
     by the code readers and run in the sandbox, and the cells and D.3 contrasts are written, in a code study's run
     folder, by the study's own code steps."""
@@ -120,13 +120,16 @@ def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path
 
     import crossed_rlvr.eval.generate.code as code_gen
     from crossed_rlvr.records import read_responses
-    from crossed_rlvr.study.code_eval import run as code_eval
+    from crossed_rlvr.study.audit import Audit
 
     run, _ = real
     out = tmp_path / "code"
-    args = {"n_tasks": 3, "samples": 2, "max_new_tokens": 96, "temperature": 0.8, "seed": 0, "slots": 2,
-            "batch_size": 12, "cache_dir": str(tmp_path / "oracle"), "resamples": 200}
-    table = code_eval({"initial": str(run / "models" / "initial")}, out, **args)
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        cfg = compose(config_name="crossed_audit", overrides=[
+            "preset=code", f"initial={run / 'models' / 'initial'}", "evaluation.n_items=3", "evaluation.samples=2",
+            "eval.max_new_tokens=96", "eval.batch_size=12", "analysis.resamples=200", f"run_dir={out}"])
+    Audit(cfg).run()
+    table = pd.read_csv(out / "analysis" / "cells.csv")
     files = sorted((out / "eval" / "responses").glob("*.jsonl"))  # one per policy and code request, each with its settings
     assert [f.name for f in files] == ["initial__begin_done__original.jsonl", "initial__fence__original.jsonl"]
     assert all(f.with_suffix(".meta.json").exists() for f in files)
@@ -147,8 +150,8 @@ def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path
     stamps = {s: json.loads((out / "stages" / f"{s}.json").read_text()) for s in ("eval", "score", "analyze")}
     # finished stages are reused: a second run generates and runs nothing and gives the same cells
     monkeypatch.setattr(code_gen, "generate", lambda *a, **k: pytest.fail("a finished evaluation was generated again"))
-    again = code_eval({"initial": str(run / "models" / "initial")}, out, **args)
-    pd.testing.assert_frame_equal(table, again)
+    Audit(cfg).run()
+    pd.testing.assert_frame_equal(table, pd.read_csv(out / "analysis" / "cells.csv"))
     assert all(json.loads((out / "stages" / f"{s}.json").read_text()) == stamps[s] for s in stamps)
 
 
@@ -162,7 +165,7 @@ def test_crossed_audit_reports_the_crossed_interaction_of_checkpoints_given_by_f
     from pathlib import Path
 
     from crossed_rlvr.policies.smollm import smollm2_135m_dir
-    from crossed_rlvr.study.code_eval import study_policies
+    from crossed_rlvr.study.audit import study_policies
 
     run, _ = real
     trained = study_policies(run)
@@ -204,7 +207,7 @@ def test_crossed_audit_is_the_front_door_for_a_code_task_too(real, tmp_path):
     import sys
     from pathlib import Path
 
-    from crossed_rlvr.study.code_eval import study_policies
+    from crossed_rlvr.study.audit import study_policies
 
     run, _ = real
     base = study_policies(run)["initial"]

@@ -424,20 +424,26 @@ def test_code_task_study_evaluates_the_studys_arms_by_execution(smoke, tmp_path)
     fewer = Study(study_cfg(out, *args[:-4], "evaluation.samples=1", *args[-3:])).run_all()
     assert [s for s, t in fewer["stages"].items() if not t["reused"]] == ["eval", "score", "analyze"]
     assert len(pd.read_parquet(out / "eval" / "scores.parquet")) == 3 * 2 * 3
-    # the code evaluation command is the same steps over the study's policies (read from its stamps): the same
+    # crossed-audit from_study= is the same steps over the study's policies (read from its stamps): the same
     # settings give the same responses and verdicts, in a study's folder shape
-    from crossed_rlvr.study.code_eval import run as code_eval
-    from crossed_rlvr.study.code_eval import study_policies
+    from hydra import compose, initialize_config_module
+
+    from crossed_rlvr.study.audit import Audit
 
     g = study_cfg(out, *args).eval
-    ce = tmp_path / "code_eval"
-    policies = {k: v for k, v in study_policies(run).items() if k in set(scores.policy)}  # the seed it evaluated
-    assert len(policies) == 3
-    code_eval(policies, ce, n_tasks=None, samples=1, max_new_tokens=16, temperature=g.temperature,
-              seed=g.base_seed, slots=2, batch_size=g.batch_size, dataset=str(data), resamples=100, top_p=g.top_p)
+    ce = tmp_path / "audit"
+    decoding = [f"eval.{k}={g[k]}" for k in ("temperature", "top_p", "max_new_tokens", "context_limit", "batch_size",
+                                             "base_seed")]
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        audit = compose(config_name="crossed_audit", overrides=[
+            "preset=code", f"from_study={run}", f"task.path={data}", "evaluation.n_items=null", "evaluation.samples=1",
+            *decoding, "analysis.resamples=100", f"run_dir={ce}"])
+    Audit(audit).run()
     keys = ["policy", "request", "item_id", "sample_idx"]
     ours, study = (pd.read_parquet(f / "eval" / "scores.parquet").sort_values(keys).reset_index(drop=True)
                    for f in (ce, out))
+    assert set(ours.policy) == set(study.policy) | {"grpo-hash/s84", "grpo-boxed/s84"}  # every arm of the study
+    ours = ours[ours.policy.isin(set(study.policy))].reset_index(drop=True)  # the seed the code study evaluated
     assert {"strict.correct", "lenient.correct", "requested_payload", "task"} <= set(ours.columns)
     pd.testing.assert_frame_equal(ours, study)  # payloads, verdicts, statuses, facts: every column
 

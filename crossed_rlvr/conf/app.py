@@ -38,7 +38,9 @@ EXAMPLES = {
     "crossed-audit": ["crossed-audit initial=BASE hash=HASH_CKPT boxed=BOXED_CKPT task=gsm8k eval=vllm "
                       "run_dir=runs/audit",
                       "crossed-audit initial=BASE boxed=[SEED0_CKPT,SEED1_CKPT] task=math500   # one per seed",
-                      "   (hash, boxed, json, xml, answer_only: folders or hub names; initial: the base)"],
+                      "   (hash, boxed, json, xml, answer_only: folders or hub names; initial: the base)",
+                      "crossed-audit preset=d3 from_study=RUN_DIR run_dir=runs/d3   # App. D.3: a study's arms on code",
+                      "   (a code task's policies: fence, begin_done; step=N: the study's checkpoints at update N)"],
 }
 
 

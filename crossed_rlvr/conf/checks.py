@@ -396,11 +396,11 @@ def check_audit(cfg: DictConfig) -> None:
     audit_checkpoints(cfg)
 
 
-def audit_checkpoints(cfg: Any) -> tuple[str, dict[str, list[str]]]:
+def audit_checkpoints(cfg: Any) -> tuple[str | None, dict[str, list[str]]]:
     """``crossed-audit``'s policies: (the base, each convention's checkpoints in seed order), each a local folder
     made absolute or a hub name (``org/name``) as given. The base alone is a valid audit (its own cells and
     formatting gap); trained policies are given by the task's conventions: an answer task's (hash, boxed, ...) or
-    a code task's (fence, begin_done)."""
+    a code task's (fence, begin_done). The base is None where ``from_study`` gives it (the study's initial policy)."""
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS
     from crossed_rlvr.rewards.conventions import CONVENTIONS
 
@@ -409,9 +409,10 @@ def audit_checkpoints(cfg: Any) -> tuple[str, dict[str, list[str]]]:
     if wrong:
         raise ConfigError(f"{wrong[0]}={cfg.get(wrong[0])}: task={cfg.task.name} takes policies trained to "
                           f"{', '.join(conventions)}")
-    if not cfg.get("initial"):
-        raise ConfigError("initial=PATH is required: the base the trained policies are compared with")
-    base = _model_location(str(cfg.initial), "initial")
+    if not cfg.get("initial") and not cfg.get("from_study"):  # a study's own initial policy is its base
+        raise ConfigError("initial=PATH is required (or from_study=RUN_DIR): the base the trained policies are "
+                          "compared with")
+    base = _model_location(str(cfg.initial), "initial") if cfg.get("initial") else None
     given = {conv: [_model_location(p, f"{conv}[{k}]") for k, p in enumerate(_checkpoints(cfg.get(conv), conv))]
              for conv in conventions}
     return base, {conv: paths for conv, paths in given.items() if paths}

@@ -456,6 +456,8 @@ class AuditConf:
     answer_only: Any = None
     fence: Any = None              # a code task's conventions (paper 001 App. D.3): programs in ```python blocks
     begin_done: Any = None         # ... or between [BEGIN] and [DONE]
+    from_study: str | None = None  # a finished study's run_dir: its initial policy and arms join the given ones
+    step: int | None = num(None, 0, BIG, why="0 is the initial weights, saved as step-0")  # from_study's checkpoints
     evaluation: EvaluationConf = field(default_factory=EvaluationConf)
     analysis: AnalysisConf = field(default_factory=AnalysisConf)
     distribute: DistributeConf = field(default_factory=DistributeConf)

@@ -2,11 +2,14 @@
 
     crossed-audit initial=BASE hash=HASH_CKPT boxed=BOXED_CKPT task=gsm8k eval=vllm run_dir=runs/audit
     crossed-audit initial=BASE boxed=[SEED0_CKPT,SEED1_CKPT] task=math500
+    crossed-audit preset=d3 from_study=runs/qwen7b run_dir=runs/d3      # App. D.3: a study's policies on code
 
 Each policy is named by the convention its training rewarded (``hash``, ``boxed``, ``json``, ``xml``,
 ``answer_only``; on a code task ``fence`` and ``begin_done``; a list is one checkpoint per seed, seeds 0, 1, ... in
 its order) and ``initial`` is the base. A code task's policies write programs, run in the sandbox and analysed by
-pass@k and γ (App. D.3: the code study's own steps).
+pass@k and γ (App. D.3: the code study's own steps; ``preset=code`` and ``preset=d3`` hold its settings).
+``from_study=RUN_DIR`` adds a finished study's initial policy and arms, as its arms stage recorded them, under
+their own names (``step=N``: each arm's checkpoint at update N, ``grpo-hash/s83@stepN``).
 The study's last three stages run on them as they run on a study's arms: every policy under every request and
 wording (``eval/responses``), every response read by the fixed reader panel (``eval/scores.parquet``), then the
 cells, contrasts with paired-bootstrap intervals and the report (``analysis/``): the crossed interactions where both
@@ -24,12 +27,13 @@ from rich.console import Console
 
 from crossed_rlvr.conf.checks import audit_checkpoints
 from crossed_rlvr.conf.schema import AuditConf, StudyConf
-from crossed_rlvr.layout import RunLayout
+from crossed_rlvr.errors import ConfigError, CrossedError
+from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.names import policy_name
 from crossed_rlvr.study import answer_steps, code_steps  # noqa: F401  (each registers its task kind's steps)
 from crossed_rlvr.study.configs import StudyConfigs
-from crossed_rlvr.study.plan import ArmPlan, Policy
-from crossed_rlvr.study.stamps import StageCache
+from crossed_rlvr.study.plan import ArmPlan, Policy, policies_of
+from crossed_rlvr.study.stamps import StageCache, Stamps
 from crossed_rlvr.study.steps import steps_for
 from crossed_rlvr.task_sources import is_code
 
@@ -37,11 +41,66 @@ STAGES = ("eval", "score", "analyze")
 METHOD = "given"  # the policies' method in their names (``given-boxed/s0``): trained elsewhere, by any method
 
 
+class NoStudyPolicies(CrossedError):
+    """``from_study`` names a folder without finished initial and arms stages, or arms without the asked checkpoint."""
+
+
+def study_arms(run_dir: str | Path, step: int | None = None) -> tuple[Policy, list[Policy]]:
+    """A finished study's initial policy and every arm's policy, as its stage stamps recorded them (never read from
+    folder names): each arm's final weights, or with ``step`` its checkpoint at that update. App. D.3 evaluates the
+    GSM8K-trained arms on code without training anything again."""
+    run = RunLayout(Path(run_dir).expanduser().resolve())
+    stamps = Stamps(run.root)
+    initial, arms = stamps.read("initial"), stamps.read("arms")
+    if initial is None or arms is None:
+        raise NoStudyPolicies(f"{run.root}: no finished initial and arms stages (no {stamps.path('initial')} or "
+                              f"{stamps.path('arms')}): run the study first")
+    trained = policies_of(arms["info"])
+    if step is not None:
+        trained = [checkpoint_of(policy, step, run.root) for policy in trained]
+    policies = [Policy.initial(initial["info"]["path"]), *trained]
+    missing = [p.path for p in policies if not Path(p.path).is_dir()]
+    if missing:
+        raise NoStudyPolicies(f"{run.root}: the study's policies are gone: {', '.join(missing)}")
+    return policies[0], policies[1:]
+
+
+def checkpoint_of(policy: Policy, step: int, root: Path) -> Policy:
+    """An arm's checkpoint of update ``step`` (``grpo-hash/s83@step50``: a policy of its own, found in the folder of
+    the arm that wrote the final policy)."""
+    arm = ArmLayout.holding(Path(policy.path))
+    if arm is None or not arm.checkpoint(step).is_dir():
+        raise NoStudyPolicies(f"{root}: {policy.name} has no checkpoint at step {step} "
+                              f"(its checkpoints: {arm.checkpoint_steps() if arm else 'none'})")
+    return policy.at_step(step, arm.checkpoint(step))
+
+
+def study_policies(run_dir: str | Path, step: int | None = None) -> dict[str, str]:
+    """:func:`study_arms` as policy name -> model folder."""
+    initial, arms = study_arms(run_dir, step)
+    return {p.name: p.path for p in (initial, *arms)}
+
+
 def given_policies(cfg: AuditConf) -> tuple[Policy, list[Policy]]:
-    """(the initial policy, every convention's policies, seeds 0, 1, ... in the order given)."""
-    base, given = audit_checkpoints(cfg)
-    return Policy.initial(base), [Policy(policy_name(METHOD, conv, seed), path, conv, seed, METHOD)
-                                  for conv, paths in given.items() for seed, path in enumerate(paths)]
+    """(the initial policy, ``from_study``'s arms in name order, then every convention's policies, seeds 0, 1, ...
+    in the order given). ``initial=`` takes the place of the study's initial policy."""
+    base, given = audit_checkpoints(cfg)  # refuses a config with neither a base nor a study
+    initial, arms = study_arms(cfg.from_study, cfg.step) if cfg.from_study else (None, [])
+    if base is not None:
+        initial = Policy.initial(base)
+    if initial is None:
+        raise ConfigError("initial=PATH is required (or from_study=RUN_DIR)")
+    return initial, [*arms, *(Policy(policy_name(METHOD, conv, seed), path, conv, seed, METHOD)
+                              for conv, paths in given.items() for seed, path in enumerate(paths))]
+
+
+def check_given(cfg: AuditConf) -> None:
+    """The audit's own check, with conf/checks.py's and before any file is written: ``step`` picks a study's
+    checkpoints, and ``from_study``'s policies are all on disk."""
+    if cfg.step is not None and not cfg.from_study:
+        raise ConfigError(f"step={cfg.step}: picks each arm's checkpoint of a study; give from_study=RUN_DIR")
+    if cfg.from_study:
+        study_arms(cfg.from_study, cfg.step)
 
 
 def study_config(cfg: AuditConf, initial: Policy) -> StudyConf:
@@ -102,7 +161,7 @@ def _run(cfg: AuditConf) -> None:
 def main() -> None:
     from crossed_rlvr.conf.app import hydra_app
 
-    hydra_app("crossed-audit", "crossed_audit", _run)()
+    hydra_app("crossed-audit", "crossed_audit", _run, check=check_given)()
 
 
 if __name__ == "__main__":

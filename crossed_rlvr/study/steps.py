@@ -23,7 +23,7 @@ from crossed_rlvr.task_sources import kind_of
 
 class StepState(Protocol):
     """What every step reads of the run it belongs to: its config, folders and stage cache. A study is one; a
-    command that evaluates given policies without training any (``study/code_eval.py``) is another."""
+    command that evaluates given policies without training any (``crossed-audit``, ``study/audit.py``) is another."""
 
     cfg: StudyConf
     layout: RunLayout
