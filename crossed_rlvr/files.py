@@ -6,6 +6,7 @@ means an interrupted run never leaves a half-written file where a finished one i
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -17,6 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.errors import CrossedError
+
+
+def settings(conf: object) -> Any:  # Any: a dict, a list or a value, as the config holds
+    """A config (dataclasses, lists, dicts) as the plain dicts its settings hash and files hold: ``dataclasses.asdict``,
+    less a field marked ``omit_none`` while it is None (so adding such a field keeps every earlier hash)."""
+    if dataclasses.is_dataclass(conf) and not isinstance(conf, type):
+        return {f.name: settings(getattr(conf, f.name)) for f in dataclasses.fields(conf)
+                if not (f.metadata.get("omit_none") and getattr(conf, f.name) is None)}
+    if isinstance(conf, list | tuple):
+        return [settings(x) for x in conf]
+    if isinstance(conf, dict):
+        return {k: settings(v) for k, v in conf.items()}
+    return conf
 
 
 def config_sha256(obj: object) -> str:

@@ -13,17 +13,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
-
-    from crossed_rlvr.conf.schema import TaskConf
 
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
 ANSWER, CODE = "answer", "code"
+
+
+class TaskConf(Protocol):
+    """What a source lookup reads of a ``task`` block (conf/schema.py's ``TaskConf``; this module sits below the
+    config layer, so it names the field, not the class)."""
+
+    source: str
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,21 @@ import os
 import struct
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
-from crossed_rlvr.files import config_sha256
+from crossed_rlvr.files import config_sha256, settings
 from crossed_rlvr.layout import TRACKING_LEDGER
 
-if TYPE_CHECKING:
-    from crossed_rlvr.conf.schema import TrackingConf
+
+class TrackingConf(Protocol):
+    """What this module reads of a ``tracking`` block (conf/schema.py's ``TrackingConf`` has these fields; this
+    module sits below the config layer, so it names the fields, not the class)."""
+
+    mode: str
+    project: str
+    entity: str | None
+    group: str | None
+    tags: list[str]
 
 # Settings that change how a run is watched or where it runs, not what it produces: never part of a stage's
 # fingerprint or a training run's config hash (the same files either way).
@@ -115,8 +123,6 @@ def resolved_config(cfg: object) -> dict[str, Any]:
     import dataclasses
 
     from omegaconf import OmegaConf
-
-    from crossed_rlvr.conf.schema import settings
 
     plain = settings(cfg) if dataclasses.is_dataclass(cfg) else (
         OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg)

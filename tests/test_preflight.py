@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from crossed_rlvr.layout import FOLDER_LOCK
+
 PRESET = ["experiment=qwen2.5-7b-gsm8k-crossed"]
 
 
@@ -86,7 +88,8 @@ def test_preflights_refuse_before_anything_is_launched(tmp_path, online_env, cas
     assert lines[0].startswith(first), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     run = tmp_path / "run"
-    assert not run.exists() or {p.name for p in run.iterdir()} <= {"hydra", "crossed-study.log"}  # nothing ran
+    # nothing ran: Hydra's config copies and log, and the run's writer lock (folder_lock.py), no stage's files
+    assert not run.exists() or {p.name for p in run.iterdir()} <= {"hydra", "crossed-study.log", FOLDER_LOCK}
 
 
 def test_the_launch_checks_credentials_and_the_cache_again(tmp_path, monkeypatch, capsys, online_env):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from crossed_rlvr.layout import FOLDER_LOCK
 from crossed_rlvr.study.cli import NeedsGPU, check_device
 from crossed_rlvr.study.pipeline import ArmsNotTrained, Study
 from tests.helpers import study_cfg
@@ -244,7 +245,8 @@ def test_gpu_presets_stop_at_once_without_a_gpu(preset, tmp_path):
                           check=False)
     assert proc.returncode != 0 and "needs a GPU" in proc.stderr
     made = {p.name for p in (tmp_path / "gpu").iterdir()} if (tmp_path / "gpu").exists() else set()
-    assert made <= {"hydra", "crossed-study.log"}  # only Hydra's record of the config and its log; no stage ran
+    # only Hydra's record of the config, its log and the run's writer lock (folder_lock.py); no stage ran
+    assert made <= {"hydra", "crossed-study.log", FOLDER_LOCK}
 
 
 def test_presets_compose(tmp_path):
@@ -354,6 +356,7 @@ def test_native_boxed_math_arm_study(tmp_path):
     assert "single-arm design" in report and "grpo-boxed_math/s83" in report
 
 
+@pytest.mark.long
 def test_verl_arms_stop_until_their_launch_scripts_have_run(tmp_path):
     """engine=verl without engine.launch: the study writes each arm's verl data and launch scripts, stops
     with instructions, and after the scripts have produced the merged checkpoints it carries on."""

@@ -62,7 +62,7 @@ def test_verl_relaunch_resumes_only_onto_its_checkpoint(tmp_path):
     from crossed_rlvr.train.verl_engine import launch_env
 
     cfg = OmegaConf.create({"tracking": OmegaConf.to_container(OFFLINE), "arm": "grpo-hash/s83", "study": "t",
-                            "run_dir": str(tmp_path), "recipe": {"lr": 1e-6}})
+                            "run_dir": str(tmp_path), "recipe": {"lr": 1e-6}, "engine": {"dump_advantages": False}})
     first = launch_env(cfg)["WANDB_RUN_ID"]
     assert launch_env(cfg)["WANDB_RUN_ID"] != first  # scripts rewritten with no checkpoint: a new run
     (tmp_path / "checkpoints").mkdir()

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from omegaconf import MISSING
 
+from crossed_rlvr.files import settings  # noqa: F401  (the settings of a typed config: conf.schema.settings)
 from crossed_rlvr.limits import BIG, DECODING, SEED, Range
 from crossed_rlvr.rewards.conventions import MARKER_PAIR
 
@@ -518,19 +519,6 @@ def node(conf: object) -> Any:  # Any: the OmegaConf node of a dataclass, read b
     from omegaconf import OmegaConf
 
     return OmegaConf.structured(conf)
-
-
-def settings(conf: object) -> Any:  # Any: a dict, a list or a value, as the config holds
-    """A config (dataclasses, lists, dicts) as the plain dicts its settings hash and files hold: ``dataclasses.asdict``,
-    less a field marked ``omit_none`` while it is None (so adding such a field keeps every earlier hash)."""
-    if dataclasses.is_dataclass(conf) and not isinstance(conf, type):
-        return {f.name: settings(getattr(conf, f.name)) for f in dataclasses.fields(conf)
-                if not (f.metadata.get("omit_none") and getattr(conf, f.name) is None)}
-    if isinstance(conf, list | tuple):
-        return [settings(x) for x in conf]
-    if isinstance(conf, dict):
-        return {k: settings(v) for k, v in conf.items()}
-    return conf
 
 
 def register() -> None:

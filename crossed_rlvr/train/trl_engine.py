@@ -125,6 +125,17 @@ def weighted_trainer(seen: list[list[str]]) -> type:
     return WeightedGRPOTrainer
 
 
+def validation_callback(cfg: CheckedTrainConf, model_path: Path, lora: bool) -> Any:  # Any: a TrainerCallback
+    """The crossed validation callback when ``validation.every`` > 0 (full-weight arms only), else None."""
+    if cfg.validation.every <= 0:
+        return None
+    if lora:
+        raise ValueError("validation.every > 0 runs on full-weight arms only (recipe.lora.enabled=false)")
+    from crossed_rlvr.train.validation import make_callback
+
+    return make_callback(cfg, model_path)
+
+
 def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
     """Train one GRPO arm on ``rows``; returns time, final checkpoint, metrics file (and what the ranks did)."""
     import torch
@@ -170,15 +181,8 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
         copy_tokenizer_files(model_path, step0)
     dataset = training_dataset(rows)
     peft_config = lora_config(cfg)
-    callbacks = [metrics_callback(metrics_path)]
-    validation = None
-    if cfg.validation.every > 0:
-        if peft_config is not None:
-            raise ValueError("validation.every > 0 runs on full-weight arms only (recipe.lora.enabled=false)")
-        from crossed_rlvr.train.validation import make_callback
-
-        validation = make_callback(cfg, model_path)
-        callbacks.append(validation)
+    validation = validation_callback(cfg, model_path, peft_config is not None)
+    callbacks = [metrics_callback(metrics_path), *([validation] if validation is not None else [])]
     trainer = WeightedGRPOTrainer(
         model=model, reward_funcs=reward_functions(cfg),
         args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks,

@@ -9,7 +9,6 @@ import copy
 import json
 import os
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from omegaconf import DictConfig
     from tqdm import tqdm
 
-OnEvent = Callable[[str, dict[str, Any]], None]  # told of worker starts and finished shards (tests, monitoring)
+    from crossed_rlvr.eval.generate.workers import OnEvent
 
 
 def run_eval(cfg: DictConfig, progress: bool = True, on_event: OnEvent | None = None) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
     from tqdm import tqdm
 
     from crossed_rlvr.eval.generate.engines import GenParams
-    from crossed_rlvr.eval.generate.runner import OnEvent
+
+# told of worker starts and finished shards (tests, monitoring)
+OnEvent = Callable[[str, dict[str, Any]], None]
 
 
 class CellWorker:
