@@ -26,10 +26,10 @@ ENTRY = {  # console scripts (pyproject's [project.scripts]) -> their module, ru
     "crossed-eval": "crossed_rlvr.eval.generate.cli", "crossed-sft": "crossed_rlvr.sft.cli",
     "crossed-train": "crossed_rlvr.train.cli", "crossed-match": "crossed_rlvr.train.matched",
     "crossed-study": "crossed_rlvr.study.cli", "crossed-calibrate": "crossed_rlvr.calibration.cli",
-    "crossed-rescore": "crossed_rlvr.rescore.cli",
+    "crossed-rescore": "crossed_rlvr.rescore.cli", "crossed-audit": "crossed_rlvr.study.audit",
 }
 HYDRA = {"crossed-study": "crossed_study", "crossed-train": "crossed_train", "crossed-eval": "crossed_eval",
-         "crossed-sft": "crossed_sft"}
+         "crossed-sft": "crossed_sft", "crossed-audit": "crossed_audit"}
 
 
 def _snippets(text: str) -> list[str]:
