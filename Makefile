@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup study panel test bench clean browser sandbox real-model
+.PHONY: setup study panel test test-fast bench clean browser sandbox real-model
 
 setup: $(VENV)/.installed
 
@@ -78,6 +78,12 @@ PYTEST_ARGS ?=
 test: setup browser sandbox real-model
 	$(BIN)/ruff check .
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The fast subset, for the loop of a change (CONTRIBUTING.md): no engine, no Ray cluster, no heavy shared fixture
+# (tests/conftest.py marks those tests `heavy`); within 3 minutes on a quiet 2-core machine (docs/development.md).
+test-fast: setup browser sandbox real-model
+	$(BIN)/ruff check .
+	$(PY) -m pytest -q -m "not heavy" $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) scripts/bench_readers.py

@@ -215,6 +215,7 @@ def test_paired_tests_flag_a_decline_and_equal_differences():
     assert same["w_p"] == same["w_p_two"] == same["t_p_two"] == 1.0
 
 
+@pytest.mark.long
 def test_templates_figure_and_wandb_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     rows = []

@@ -419,6 +419,7 @@ def test_declared_roles_decide_who_reads_and_writes(calibration):
 
 
 @pytest.mark.parametrize("method", ["exact, corrected", "no multiplicity correction", "Wald intervals"])
+@pytest.mark.long
 def test_coverage_through_analyze_itself(method):
     """The check run through ``analyze_calibration`` (settings, seed means, the full M of 5 endpoints)
     over frozen samples of a population with known truth: the exact corrected bounds hold every quantity at

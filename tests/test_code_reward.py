@@ -59,6 +59,7 @@ def test_a_sandbox_failure_is_raised_never_rewarded_zero(tiny_code, monkeypatch)
 
 
 @pytest.mark.parametrize("convention", list(CODE_CONVENTIONS))
+@pytest.mark.long
 def test_both_code_conventions_train_through_trls_grpo_loop(tiny_code, tmp_path, convention):
     """A smoke-size GRPO step of the tiny model per convention, the execution reward as TRL's reward function."""
     from datasets import Dataset
@@ -93,6 +94,7 @@ def test_both_code_conventions_train_through_trls_grpo_loop(tiny_code, tmp_path,
     assert calls and sum(calls) == 4 and logged
 
 
+@pytest.mark.long
 def test_code_convention_arms_train_by_execution_and_are_evaluated_crossed(tmp_path):
     """``crossed-study task=code_tiny`` with arms of the two code conventions: the initial policy warm-started on
     the training functions in both delimiters; the generated task's train and test functions are disjoint; each
@@ -139,6 +141,7 @@ def test_code_convention_arms_train_by_execution_and_are_evaluated_crossed(tmp_p
     assert set(scores.item_id) == {"CodeTiny-test/0", "CodeTiny-test/1"} and set(scores.task) == {"code_tiny"}
 
 
+@pytest.mark.long
 def test_verl_code_arms_carry_their_tests_and_validate_each_code_request(tiny, tmp_path):
     """A code arm through verl (``stages=prepare``: the parquet files and launch scripts verl reads): every training
     row names its convention and the task file; validation rows cover the evaluated tasks under both code requests,

@@ -288,6 +288,7 @@ def test_humaneval_itself_is_scored_on_the_calls_its_own_test_scripts_make(tmp_p
         Executor(load_code_dataset(bad), box, tmp_path / "c").score([("HumanEval/0", "def f(x):\n    return x\n")])
 
 
+@pytest.mark.long
 def test_crossed_eval_score_and_analyze_take_a_code_task_end_to_end(tiny, tmp_path, capsys):
     """``crossed-eval task=humaneval_plus task.path=<EvalPlus file>`` writes one response file per policy and code
     request, with a manifest naming the dataset and its sha256; ``crossed-score <run>`` runs the programs on that

@@ -149,6 +149,7 @@ def test_two_arm_sweep_gives_each_arm_its_directory_and_wandb_run(tmp_path):
         assert not any(f"{other}_reward" in k for k in logged)  # never the other arm's metrics
 
 
+@pytest.mark.long
 def test_eval_sweep_gives_every_job_its_run_directory(tmp_path):
     build_tiny_model(tmp_path / "model", SMALL)
     cmd = [str(BIN / "crossed-eval"), "-m", "eval.temperature=0,0.6", f"model.path={tmp_path}/model",

@@ -113,6 +113,7 @@ def test_a_preset_that_does_not_exist_exits_2_with_hydras_list_of_options(tmp_pa
     assert "nonexistent" in proc.stderr and "smoke" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.long
 def test_a_study_whose_arms_are_missing_exits_2_in_one_line(tmp_path, tiny):
     """The study's missing-file cases are bad input like any other: the given arms' checkpoints are not there."""
     proc = subprocess.run([str(BIN / "crossed-study"), "initial.build=given", f"model.path={tiny}", "arms.kind=given",

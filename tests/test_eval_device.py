@@ -64,6 +64,7 @@ def test_a_cell_made_before_eval_device_keeps_its_settings_hash(tmp_path: Path) 
         assert cell.meta["sha256"] == BEFORE_DEVICE, extra
 
 
+@pytest.mark.long
 def test_cuda_without_a_gpu_is_refused_in_one_line_with_exit_2(tmp_path: Path) -> None:
     no_gpu_here()
     with pytest.raises(ConfigError, match=r"^eval\.device=cuda but torch sees no GPU here"):

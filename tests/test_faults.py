@@ -66,6 +66,7 @@ def test_the_original_error_goes_to_the_commands_log_file_only(tmp_path, capsys)
     assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.long
 def test_a_full_disk_inside_a_study_stage_ends_in_one_line_and_exit_1(tmp_path):
     """The study's first write of a model, as safetensors reports a full disk (its Rust I/O error): one line naming
     the run folder and the stage, exit 1, the traceback in the study's log."""
@@ -84,6 +85,7 @@ def test_a_full_disk_inside_a_study_stage_ends_in_one_line_and_exit_1(tmp_path):
     assert not (run / "stages" / "initial.json").exists()  # nothing half-finished counted as done
 
 
+@pytest.mark.long
 def test_a_study_that_will_not_fit_its_disk_is_refused_before_its_first_stage(tmp_path):
     env = with_site(tmp_path, "import collections, shutil\n"
                               "_real = shutil.disk_usage\n"

@@ -110,6 +110,7 @@ print(sum(p.numel() for p in model.parameters()))
 """
 
 
+@pytest.mark.long
 def test_a_tiny_olmo2_merged_by_verl_passes_and_frees_its_optimizer_state(tmp_path, capsys):
     from crossed_rlvr.policies.tiny import build_tiny_model
 

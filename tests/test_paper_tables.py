@@ -107,6 +107,7 @@ def test_table_17_rebuilt_from_the_papers_counts(math_analysis):
     assert "| Other (n=180) | grpo-hash/s83 | 159 | 13 | 88 |" in report
 
 
+@pytest.mark.long
 def test_table_20_operation_strata_rebuilt_from_the_papers_counts(tmp_path):
     from tests.paper_tables_math import STRATA, TABLE_20, build_stratum_records
 

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 GROUPED = '''
@@ -67,6 +69,7 @@ def test_long():  # collected last of its module, handed out before the free tes
 '''
 
 
+@pytest.mark.long
 def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_path):
     suite = tmp_path / "suite"
     suite.mkdir()
@@ -89,7 +92,7 @@ def test_groups_exclusive_tests_threads_and_ray_folders_under_two_workers(tmp_pa
         return {r["worker"] for r in rows if r["test"].startswith(prefix)}
 
     assert len(workers("exclusive")) == 1  # both modules' exclusive tests, one after another on one worker
-    # HEAVY's groups are handed out first (collected first, xdist's reordering off): the exclusive worker starts
+    # LONG_GROUPS' groups are handed out first (collected first, xdist's reordering off): the exclusive worker starts
     # with them, though the shared group's tests come first in the files
     ran = [r["test"] for r in rows if r["worker"] in workers("exclusive")]
     assert ran[0].startswith("exclusive"), ran

@@ -49,6 +49,7 @@ def test_changed_settings_and_items_are_refused(tmp_path, tiny):
         run_eval(cfg_for(*overrides(run, tiny)), progress=False)
 
 
+@pytest.mark.long
 def test_killed_run_resumes_to_identical_files(tmp_path, tiny):
     args = overrides(tmp_path / "ref", tiny, n_items=24, extra=["eval.batch_size=2", "eval.max_new_tokens=40"])
     run_eval(cfg_for(*args), progress=False)
@@ -73,6 +74,7 @@ def test_killed_run_resumes_to_identical_files(tmp_path, tiny):
     assert not list(partial.glob("*.jsonl"))
 
 
+@pytest.mark.long
 def test_cli_error_is_one_clear_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.eval.generate.cli", f"run_dir={tmp_path}",
                            f"model.path={tmp_path / 'missing'}", "tracking=off"], capture_output=True, text=True,

@@ -59,6 +59,7 @@ def test_a_right_and_a_wrong_solution(executor, box):
     no_sample_left(box)
 
 
+@pytest.mark.long
 def test_an_infinite_loop_times_out_at_the_input_and_at_the_wall(executor, box):
     start = time.monotonic()
     assert status(executor, "def add(a, b):\n    while True:\n        pass\n") == ("timeout", "fail", "timeout")

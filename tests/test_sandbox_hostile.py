@@ -312,6 +312,7 @@ def test_crossed_rescore_code_scores_good_samples_between_hostile_ones(add_file,
     assert [e["plus_status"] for e in got][0::2] == ["pass"] * (len(HOSTILE) + 1)
 
 
+@pytest.mark.long
 def test_the_training_rewards_give_a_hostile_rollout_0_and_raise_nothing(add_file):
     """Every hostile line through the TRL reward (one batch, good rollouts on either side) and through verl's reward
     entry (one rollout a call): 0 for each hostile rollout, 1 for the good ones, nothing raised."""

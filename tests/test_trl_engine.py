@@ -14,6 +14,7 @@ from tests.helpers import SMALL
 
 
 @pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.long
 def test_trl_arm_writes_checkpoints_and_metrics(tmp_path, lora):
     build_tiny_model(tmp_path / "model", SMALL)
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):

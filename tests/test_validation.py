@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
@@ -30,6 +31,7 @@ def tiny_arm(tmp_path, *overrides):
             f"model.path={tmp_path}/model", *overrides])
 
 
+@pytest.mark.long
 def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
     cfg = tiny_arm(tmp_path, "validation.every=1", "validation.n_items=3", "eval.max_new_tokens=8",
                    "eval.batch_size=2")
@@ -67,6 +69,7 @@ def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
     assert rollouts(tmp_path / "plain") == rollouts(tmp_path / "arm")
 
 
+@pytest.mark.long
 def test_validation_steps_are_scored_summarised_and_logged(tmp_path):
     """Each step scored by crossed-score in its own process: a scores file per step, the per-request
     rates in summary.jsonl (recomputed here from the scores), and the offline wandb run of the arm holding

@@ -116,6 +116,7 @@ def test_verl_reward_manager_scores_through_our_entry(prepared):
         assert score(text, ref, {"convention": conv})["reward_score"] == expected, (text, conv)
 
 
+@pytest.mark.long
 def test_proposal_weights_reach_verl(tmp_path):
     """With the frozen proposal, rows carry P/Q, the reward entry passes it on, our trainer is selected."""
     from crossed_rlvr.train.verl_engine import compose_verl

