@@ -125,7 +125,6 @@ def stage2(page, rows, annotator, shots) -> int:
 
 
 @pytest.mark.long
-@pytest.mark.long
 def test_two_annotators_in_a_real_browser(twelve, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -199,7 +198,6 @@ def test_two_annotators_in_a_real_browser(twelve, tmp_path):
             shutil.copy(shots / name, Path(target) / f"calibration_{name}")
 
 
-@pytest.mark.long
 @pytest.mark.long
 def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
     """Declared roles: each person's link carries their token; the page shows their name, which

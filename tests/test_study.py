@@ -357,7 +357,6 @@ def test_native_boxed_math_arm_study(tmp_path):
 
 
 @pytest.mark.long
-@pytest.mark.long
 def test_verl_arms_stop_until_their_launch_scripts_have_run(tmp_path):
     """engine=verl without engine.launch: the study writes each arm's verl data and launch scripts, stops
     with instructions, and after the scripts have produced the merged checkpoints it carries on."""
