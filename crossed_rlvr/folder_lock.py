@@ -11,7 +11,8 @@ start time) and the way on, exit 2.
   free lock is a run that died: it is taken over and said so.
 - **One writer, several processes.** A command's own children (the stages it starts as commands, verl's launch
   scripts, Ray workers started by it) inherit the folders it holds through the environment and count as its
-  writer, not a second one; a folder inside a held one is held too.
+  writer, not a second one; a folder inside a held one is held too. Under torchrun, rank 0 holds the folder for
+  all the command's ranks.
 - ``fcntl.flock`` is used directly rather than ``filelock``: the refusal needs the holder's identity written in
   the lock file itself, which ``filelock`` does not keep.
 """
@@ -74,6 +75,8 @@ def hold(folder: str | Path, command: str) -> None:
     A folder this process tree already holds, or one inside it, is held already."""
     folder = Path(folder).resolve()
     if any(folder == p or p in folder.parents for p in [*_held, *_inherited()]):
+        return
+    if int(os.environ.get("RANK", "0") or 0) > 0:  # torchrun's other ranks: one command, rank 0 its writer
         return
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / FOLDER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)

@@ -137,17 +137,17 @@ def reset_peak() -> None:
 
 def plan_for(shape: str, seq: int, card_gib: float) -> Any:
     """crossed_rlvr.train.memory's plan for one GPU of ``card_gib`` and one micro-batch of ``seq`` tokens."""
+    from crossed_rlvr.conf.schema import EngineConf, RecipeConf
     from crossed_rlvr.train.memory import Shape, plan
 
     c = SHAPES[shape]
     s = Shape(c["vocab_size"], c["hidden_size"], c["num_hidden_layers"], c["intermediate_size"],
               c["num_attention_heads"], c["num_key_value_heads"], c["tie_word_embeddings"], True)
-    engine = SimpleNamespace(n_gpus_per_node=1, nnodes=1, gpu_memory_gib=card_gib, micro_batch_per_gpu=1,
-                             gradient_checkpointing=True, gpu_memory_utilization=0.0, param_offload=True,
-                             optimizer_offload=True, fused_optimizer=False, save_optimizer=False)
-    engine.get = lambda k, d=None: getattr(engine, k, d)
-    recipe = SimpleNamespace(max_context_tokens=seq, save_every=0, keep_optimizer=False)
-    recipe.get = lambda k, d=None: getattr(recipe, k, d)
+    # the schema's own engine and recipe (its defaults for everything not set here), as the memory plan reads them
+    engine = EngineConf(name="verl", n_gpus_per_node=1, nnodes=1, gpu_memory_gib=card_gib, micro_batch_per_gpu=1,
+                        gradient_checkpointing=True, gpu_memory_utilization=0.0, param_offload=True,
+                        optimizer_offload=True, fused_optimizer=False, save_optimizer=False)
+    recipe = RecipeConf(max_context_tokens=seq, save_every=0, keep_optimizer=False)
     return plan(SimpleNamespace(engine=engine, recipe=recipe, model=SimpleNamespace(path=shape)), s)
 
 

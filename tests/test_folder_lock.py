@@ -111,3 +111,17 @@ def test_crossed_score_holds_the_run_folder_it_scores(tmp_path, clean_env):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_distributed_commands_other_ranks_count_as_rank_0s_writer(tmp_path, clean_env, monkeypatch):
+    """torchrun starts the command once per rank: rank 0 holds the folder, the others write under its lock."""
+    other = holding(tmp_path / "run", "crossed-sft")
+    try:
+        monkeypatch.setenv("RANK", "1")
+        hold(tmp_path / "run", "crossed-sft")  # not refused: the same command's second rank
+        monkeypatch.setenv("RANK", "0")
+        with pytest.raises(FolderInUse):
+            hold(tmp_path / "run", "crossed-sft")
+    finally:
+        other.kill()
+        other.wait()

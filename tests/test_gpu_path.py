@@ -412,7 +412,9 @@ def test_vllm_engines_are_shut_down_between_policies(local, tmp_path, monkeypatc
     (vLLM itself replaced by a stand-in that records calls: this machine has no GPU)."""
     import types
 
+    from crossed_rlvr.conf.schema import EvalConf
     from crossed_rlvr.eval.generate.runner import run_eval
+    from crossed_rlvr.files import settings
     from crossed_rlvr.policies.loading import copy_tokenizer_files
 
     fake = types.ModuleType("vllm")
@@ -430,8 +432,8 @@ def test_vllm_engines_are_shut_down_between_policies(local, tmp_path, monkeypatc
         "model": {"name": "tiny", "source": "local", "path": str(tmp_path / "a"), "system": None},
         "task": {"name": "arith_tiny", "source": "arith", "split": "test", "n_test": 20, "n_dev": 4,
                  "seed": 1, "n_items": 3, "strata": [1], "max_operand": 9, "ops": ["+"]},
-        "eval": {"backend": "vllm", "dtype": "bfloat16", "batch_size": 8, "temperature": 0.6, "top_p": 0.95,
-                 "max_new_tokens": 8, "context_limit": 256, "base_seed": 1},
+        "eval": {**settings(EvalConf()), "backend": "vllm", "dtype": "bfloat16", "batch_size": 8,  # schema defaults
+                 "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 8, "context_limit": 256, "base_seed": 1},
         "tracking": {"mode": "off", "project": "x"}, "run_dir": str(tmp_path / "run"),
         "policies": [{"name": "initial", "path": str(tmp_path / "a")},
                      {"name": "grpo-hash/s1", "path": str(tmp_path / "b"), "training_convention": "hash",

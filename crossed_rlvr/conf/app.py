@@ -151,8 +151,11 @@ def with_checks_first(argv: list[str], command: str) -> list[str]:
     """The command line plus the override that installs ``ChecksFirst`` (Hydra reads callbacks from its config only,
     and the command's override list is the one way in that leaves the config files alone)."""
     key = "+hydra.callbacks.crossed_checks_first"
-    # first after the program: overrides after a flag such as ``--cfg job`` would be refused by Hydra's parser
-    return [argv[0], f"{key}._target_={__name__}.ChecksFirst", f"{key}.command={command}", *argv[1:]]
+    extra = [f"{key}._target_={__name__}.ChecksFirst", f"{key}.command={command}"]
+    # beside the command line's own overrides: Hydra's parser takes one run of them, so overrides split by a flag
+    # (``-m``, ``--cfg job``) are refused
+    at = next((k for k, a in enumerate(argv) if k > 0 and "=" in a and not a.startswith("-")), len(argv))
+    return [*argv[:at], *extra, *argv[at:]]
 
 
 def hydra_app(command: str, config_name: str, run: Callable[[C], None],
