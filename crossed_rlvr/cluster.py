@@ -62,7 +62,7 @@ def ray_auth_for_driver() -> None:
         import sys
 
         if "ray" in sys.modules:  # Ray caches its config at import: re-read the environment
-            from ray._raylet import Config
+            from ray._raylet import Config  # type: ignore[attr-defined]  # the compiled module has it; its .pyi stub omits it
 
             Config.initialize("")
 

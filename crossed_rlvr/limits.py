@@ -13,7 +13,10 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, overload
+
+if TYPE_CHECKING:  # the checks of a scores table pass a column; nothing here imports numpy
+    import numpy as np
 
 # Seeds of torch, numpy and transformers' set_seed, which refuses seeds of 2**32 and above.
 SEED = (0, 2**32 - 1)
@@ -39,7 +42,13 @@ class Range:
 
         return f"{'(' if self.low_open else '['}{show(self.low)}, {show(self.high)}]"
 
-    def admits(self, value: Any) -> Any:  # Any: a number, or a numpy array compared elementwise
+    @overload
+    def admits(self, value: float) -> bool: ...
+
+    @overload
+    def admits(self, value: np.ndarray) -> np.ndarray: ...
+
+    def admits(self, value: float | np.ndarray) -> bool | np.ndarray:
         """Whether ``value`` lies in the range; elementwise on a numpy array. Comparisons only: NaN fails
         every one and the bounds are finite, so infinities fail too, and a huge int is never made a float."""
         return (value <= self.high) & ((value > self.low) if self.low_open else (value >= self.low))

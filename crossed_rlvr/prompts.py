@@ -7,9 +7,12 @@ changes (paper 001 App. B.3). SFT-arm training prompts carry no format instructi
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from crossed_rlvr.rewards.conventions import CONVENTIONS, ONE_SHOT_EXAMPLE, request_suffix
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def user_content(question: str, request: str | None, template: str = "original") -> str:
@@ -34,7 +37,7 @@ def messages(question: str, request: str | None, template: str = "original", sys
     return [*out, {"role": "user", "content": user_content(question, request, template)}]
 
 
-def render(tokenizer: Any, msgs: list[dict[str, str]]) -> tuple[str, list[int], str]:
+def render(tokenizer: PreTrainedTokenizerBase, msgs: list[dict[str, str]]) -> tuple[str, list[int], str]:
     """(prompt text, token ids, sha256 of the text) with the generation prompt appended."""
     text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]

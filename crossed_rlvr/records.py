@@ -103,7 +103,7 @@ def _type_name(types: tuple[type, ...]) -> str:
     return " or ".join("null" if t is type(None) else t.__name__ for t in types)
 
 
-def check_record(rec: Any, where: Source, prompt_names: bool = False) -> dict[str, Any]:
+def check_record(rec: object, where: Source, prompt_names: bool = False) -> dict[str, Any]:
     """Check one parsed record against the contract and return it with ``item_id`` as a string.
     ``prompt_names``: ``request`` may also name another prompt (see ``PROMPT_NAME``), for re-scoring."""
     if not isinstance(rec, dict):
@@ -278,12 +278,12 @@ def check_collection(rs: ResponseSet, different_prompts: str = "refuse") -> None
                 f"compared with cell (policy={ref_cell[1]!r}, request={ref_cell[2]!r}) from {first_line[ref_cell]} "
                 f"({len(items)} vs {len(ref_items)} items): compared cells must hold the same item set"
             )
-        for item, samples in items.items():
-            if samples != ref_items[item]:
+        for item_id, samples in items.items():
+            if samples != ref_items[item_id]:
                 raise ResponseFileError(
-                    f"{where}: cell (policy={cell[1]!r}, request={cell[2]!r}, template={cell[3]!r}) item {item!r} "
+                    f"{where}: cell (policy={cell[1]!r}, request={cell[2]!r}, template={cell[3]!r}) item {item_id!r} "
                     f"has samples {sorted(samples)[:5]} but cell (policy={ref_cell[1]!r}, request={ref_cell[2]!r}) "
-                    f"has {sorted(ref_items[item])[:5]}: compared cells must hold the same samples per item"
+                    f"has {sorted(ref_items[item_id])[:5]}: compared cells must hold the same samples per item"
                 )
 
 

@@ -85,7 +85,9 @@ def last_number(text: str) -> str | None:
     if m is None:
         return None
     end = len(text) - m.start()
-    start = end - _NUMBER_RUN.match(rev, m.start()).end() + m.start()
+    run = _NUMBER_RUN.match(rev, m.start())
+    assert run is not None  # the pattern admits the empty string: it matches everywhere
+    start = end - run.end() + m.start()
     found = NUMBER.findall(text, start, end)
     if found:
         return found[-1]
@@ -97,7 +99,9 @@ def exact_markers(text: str, marker: str = "####") -> list[int]:
     """End positions of every exact four-hash marker (not part of a longer run of #)."""
     ends, at, n = [], text.find(marker), len(marker)
     while at != -1:
-        run_end = _HASH_RUN.match(text, at).end()
+        run = _HASH_RUN.match(text, at)
+        assert run is not None  # text[at] is a '#'
+        run_end = run.end()
         if run_end - at == n and (at == 0 or text[at - 1] != "#"):
             ends.append(run_end)
         at = text.find(marker, run_end)

@@ -34,6 +34,15 @@ class TrackingConf(Protocol):
     group: str | None
     tags: list[str]
 
+
+class Tracker(Protocol):
+    """What a stage does with its wandb run (:func:`start_run`'s): log a step's numbers, finish it."""
+
+    def log(self, data: dict[str, Any]) -> None: ...
+
+    def finish(self) -> None: ...
+
+
 # Settings that change how a run is watched or where it runs, not what it produces: never part of a stage's
 # fingerprint or a training run's config hash (the same files either way).
 UNTRACKED = ("tracking", "study", "overwrite", "distribute")
