@@ -18,13 +18,16 @@ import json
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.files import atomic_write_json, json_lines
 from crossed_rlvr.limits import Parser, add_number
+
+if TYPE_CHECKING:
+    from crossed_rlvr.eval.score.execution import Verdict
 
 
 class SamplesError(CrossedError, ValueError):
@@ -59,7 +62,7 @@ def read_samples(path: Path, tasks: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _jsonable(x: Any) -> Any:
+def _jsonable(x: object) -> object:
     if isinstance(x, (list, tuple)):
         return [_jsonable(i) for i in x]
     if isinstance(x, (set, frozenset)):
@@ -73,7 +76,7 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
-def _fail_tests(v: Any, inputs: list[Any]) -> list[Any]:
+def _fail_tests(v: Verdict, inputs: list[Any]) -> list[Any]:
     """EvalPlus's fast check reports the one input it stopped on (none when the part passed)."""
     if v.evalplus == "pass" or v.evalplus is None:
         return []

@@ -21,9 +21,13 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crossed_rlvr.rescore import pinned
 from crossed_rlvr.rescore.omega import same
+
+if TYPE_CHECKING:
+    from lm_eval.filters.extraction import RegexFilter
 
 
 @dataclass(frozen=True)
@@ -54,12 +58,20 @@ def _lm_eval_filters() -> dict[str, Callable[[str], str]]:
     from lm_eval.filters.extraction import RegexFilter
 
     task = yaml.safe_load((Path(lm_eval.__file__).parent / "tasks" / "gsm8k" / "gsm8k.yaml").read_text())
-    out = {}
+    out: dict[str, Callable[[str], str]] = {}
     for spec in task["filter_list"]:
         regex = next(f for f in spec["filter"] if f["function"] == "regex")
         filt = RegexFilter(regex_pattern=regex["regex_pattern"], group_select=regex.get("group_select", 0))
-        out[spec["name"]] = lambda text, f=filt: f.apply([[text]], [{}])[0][0]
+        out[spec["name"]] = _applied(filt)
     return out
+
+
+def _applied(filt: RegexFilter) -> Callable[[str], str]:
+    """One response through an lm-eval filter, as the harness applies it to one document's one response."""
+    def extract(text: str) -> str:
+        return filt.apply([[text]], [{}])[0][0]
+
+    return extract
 
 
 def _lm_eval(name: str) -> Callable[[str], str | None]:

@@ -158,11 +158,11 @@ class SymbolicBoxedProgram:
     def score_many(self, responses: list[str], references: list[str]) -> list[float]:
         """The rewards of a batch of rollouts, their comparisons run side by side."""
         answers = [last_box(r) for r in responses]
-        todo = [k for k, (a, ref) in enumerate(zip(answers, references, strict=True))
+        todo = [(k, a, str(ref).strip()) for k, (a, ref) in enumerate(zip(answers, references, strict=True))
                 if a is not None and len(a) <= PAYLOAD_MAX_CHARS and str(ref).strip()]
-        verdicts = equivalent_many([(answers[k], str(references[k]).strip()) for k in todo], self.limit_s)
+        verdicts = equivalent_many([(a, ref) for _k, a, ref in todo], self.limit_s)
         out = [0.0] * len(responses)
-        for k, ok in zip(todo, verdicts, strict=True):
+        for (k, _a, _ref), ok in zip(todo, verdicts, strict=True):
             out[k] = 1.0 if ok else 0.0
         return out
 

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -361,8 +362,7 @@ class Sandbox:
             limits = Limits(wall_s=30)
             for _ in range(self.slots):
                 with self._job_dir(job) as job_dir, self._slot() as uid:
-                    run = self._watch(lambda fd, sfd, d=job_dir, u=uid: self.command(d, u, limits, fd, sfd), limits,
-                                      None, time.monotonic())
+                    run = self._watch(partial(self.command, job_dir, uid, limits), limits, None, time.monotonic())
                 if run.ended == "sandbox-error":
                     raise SandboxUnavailable(f"the code sandbox (bubblewrap) cannot start here: {last_line(run.detail)}")
                 if len(run.lines) != 1 or "out" not in run.lines[0]:
@@ -495,7 +495,7 @@ def python_package_folders() -> list[str]:
     system-wide, its dataset holds canonical solutions and tests."""
     import glob
 
-    found = set()
+    found: set[str] = set()
     for pattern in ("/usr/lib/python3*/*-packages", "/usr/lib/python3/dist-packages", "/usr/lib64/python3*/*-packages",
                     "/usr/share/python3*/*-packages"):
         found.update(p for p in glob.glob(pattern) if os.path.isdir(p) and not os.path.islink(p))
