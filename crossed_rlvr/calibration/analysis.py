@@ -11,13 +11,14 @@ populations (Table 5), and A/B agreement with the final unresolved mass (Table 7
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from crossed_rlvr.calibration.bounds import Stratum, bounds, cells, estimate, gain_range
+from crossed_rlvr.calibration.bounds import Interval, Stratum, bounds, cells, estimate, gain_range
 from crossed_rlvr.calibration.sample import reader_column
 from crossed_rlvr.layout import AnalysisLayout
 
@@ -99,43 +100,63 @@ def components(obs: pd.DataFrame, state: str, scenario: str, role: str = "strict
     return float((w * z).sum() / N), float((w * (r == 1) * (z == 0)).sum() / N), float((w * (r == 0) * (z == 1)).sum() / N)
 
 
-def analyze_calibration(obs: pd.DataFrame, scores: pd.DataFrame, interval: Any = None, corrected: bool = True
-                        ) -> dict[str, pd.DataFrame]:
+@dataclass(frozen=True)
+class ReaderGap:
+    """A reader's gain in a setting, and its gap to the human gain: identification range and 95% bounds."""
+
+    gain: float
+    id: tuple[float, float]
+    ci: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class StateBounds:
+    """One state's human accuracy: its identification range [H^L, H^U], simultaneous bounds, population, sample."""
+
+    H: tuple[float, float]
+    CI: tuple[float, float]
+    N: int
+    n: int
+
+
+def analyze_calibration(obs: pd.DataFrame, scores: pd.DataFrame, interval: Interval | None = None,
+                        corrected: bool = True) -> dict[str, pd.DataFrame]:
     """Every table of App. A from the observation table. ``interval`` (a per-cell interval other than the
     exact one) and ``corrected=False`` (no 0.05/M budget) exist for the coverage check's mutations."""
     strata = strata_of(obs)
     M = cells(strata, len(ENDPOINTS))
     alpha_cell = ALPHA / M if M and corrected else ALPHA
-    per_state = {}
+    per_state: dict[str, StateBounds] = {}
     for state, st in strata.items():
-        per_state[state] = {"H": (estimate(st, "zL"), estimate(st, "zU")),
-                            "CI": (bounds(st, "zL", alpha_cell, interval)[0], bounds(st, "zU", alpha_cell, interval)[1]),
-                            "N": sum(s.N for s in st), "n": sum(s.n for s in st)}
+        per_state[state] = StateBounds(H=(estimate(st, "zL"), estimate(st, "zU")),
+                                       CI=(bounds(st, "zL", alpha_cell, interval)[0],
+                                           bounds(st, "zU", alpha_cell, interval)[1]),
+                                       N=sum(s.N for s in st), n=sum(s.n for s in st))
     table3, table6, rows = [], [], []
     for s in settings(obs, scores):
         trained, init = s["trained"], s["initial"]
-        h_id = gain_range([per_state[t]["H"] for t in trained], per_state[init]["H"])
-        h_ci = gain_range([per_state[t]["CI"] for t in trained], per_state[init]["CI"])
+        h_id = gain_range([per_state[t].H for t in trained], per_state[init].H)
+        h_ci = gain_range([per_state[t].CI for t in trained], per_state[init].CI)
         roles = [c[2:] for c in obs.columns if c.startswith("r_")]
-        gaps = {}
+        gaps: dict[str, ReaderGap] = {}
         for role in roles:
             if obs[obs.state.isin([*trained, init])][f"r_{role}"].isna().any():
                 continue
             d_e = float(np.mean([reader_accuracy(scores, t, role) for t in trained])) - reader_accuracy(scores, init, role)
-            gaps[role] = {"gain": d_e, "id": (d_e - h_id[1], d_e - h_id[0]), "ci": (d_e - h_ci[1], d_e - h_ci[0])}
+            gaps[role] = ReaderGap(gain=d_e, id=(d_e - h_id[1], d_e - h_id[0]), ci=(d_e - h_ci[1], d_e - h_ci[0]))
             rows.append({"setting": s["setting"], "quantity": f"gain_{role}", "estimate_low": d_e, "estimate_high": d_e,
                          "ci_low": np.nan, "ci_high": np.nan})
-            rows.append({"setting": s["setting"], "quantity": f"gap_{role}_human", "estimate_low": gaps[role]["id"][0],
-                         "estimate_high": gaps[role]["id"][1], "ci_low": gaps[role]["ci"][0],
-                         "ci_high": gaps[role]["ci"][1]})
+            rows.append({"setting": s["setting"], "quantity": f"gap_{role}_human", "estimate_low": gaps[role].id[0],
+                         "estimate_high": gaps[role].id[1], "ci_low": gaps[role].ci[0],
+                         "ci_high": gaps[role].ci[1]})
         rows.append({"setting": s["setting"], "quantity": "gain_human", "estimate_low": h_id[0],
                      "estimate_high": h_id[1], "ci_low": h_ci[0], "ci_high": h_ci[1]})
-        strict = gaps.get("strict", {"gain": np.nan, "id": (np.nan, np.nan), "ci": (np.nan, np.nan)})
-        table3.append({"setting": s["setting"], "seeds": " ".join(map(str, s["seeds"])), "strict_gain": strict["gain"],
-                       "human_id": h_id, "human_ci": h_ci, "gap_id": strict["id"], "gap_ci": strict["ci"],
+        strict = gaps.get("strict", ReaderGap(gain=np.nan, id=(np.nan, np.nan), ci=(np.nan, np.nan)))
+        table3.append({"setting": s["setting"], "seeds": " ".join(map(str, s["seeds"])), "strict_gain": strict.gain,
+                       "human_id": h_id, "human_ci": h_ci, "gap_id": strict.id, "gap_ci": strict.ci,
                        "width": h_id[1] - h_id[0],
-                       "U_trained": float(np.mean([per_state[t]["H"][1] - per_state[t]["H"][0] for t in trained])),
-                       "U_initial": per_state[init]["H"][1] - per_state[init]["H"][0]})
+                       "U_trained": float(np.mean([per_state[t].H[1] - per_state[t].H[0] for t in trained])),
+                       "U_initial": per_state[init].H[1] - per_state[init].H[0]})
         # eq. 6 components at the two resolutions that give the gap's endpoints (RL at z^U and initial at z^L, and
         # the reverse): FN_0 - FN_RL and FP_RL - FP_0 add up to the gap at each
         comp = []
@@ -144,18 +165,18 @@ def analyze_calibration(obs: pd.DataFrame, scores: pd.DataFrame, interval: Any =
             i0 = components(obs, init, init_z)
             comp.append((i0[2] - rl[2], rl[1] - i0[1]))
         table6.append({"setting": s["setting"], "fn_reduction": (min(c[0] for c in comp), max(c[0] for c in comp)),
-                       "fp_increase": (min(c[1] for c in comp), max(c[1] for c in comp)), "gap": strict["id"],
+                       "fp_increase": (min(c[1] for c in comp), max(c[1] for c in comp)), "gap": strict.id,
                        "gap_by_scenario": [c[0] + c[1] for c in comp]})
     for state, v in per_state.items():
-        rows.append({"setting": state, "quantity": "human_accuracy", "estimate_low": v["H"][0], "estimate_high": v["H"][1],
-                     "ci_low": v["CI"][0], "ci_high": v["CI"][1]})
+        rows.append({"setting": state, "quantity": "human_accuracy", "estimate_low": v.H[0], "estimate_high": v.H[1],
+                     "ci_low": v.CI[0], "ci_high": v.CI[1]})
         for endpoint, name in (("unresolved", "unresolved_mass"), ("agreement", "correctness_agreement"),
                                ("fidelity", "strict_candidate_fidelity")):
             if endpoint in strata[state][0].ones:  # the other declared endpoints, with their own simultaneous bounds
                 e, (lo, hi) = estimate(strata[state], endpoint), bounds(strata[state], endpoint, alpha_cell, interval)
                 rows.append({"setting": state, "quantity": name, "estimate_low": e, "estimate_high": e,
                              "ci_low": lo, "ci_high": hi})
-    table5 = pd.DataFrame([{"state": k, "population": v["N"], "sample": v["n"]} for k, v in per_state.items()])
+    table5 = pd.DataFrame([{"state": k, "population": v.N, "sample": v.n} for k, v in per_state.items()])
     table7 = []
     for state, g in obs.groupby("state", sort=True):
         N = float(g.groupby("stratum").N_h.first().sum())

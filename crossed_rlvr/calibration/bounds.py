@@ -17,6 +17,9 @@ from functools import lru_cache
 import numpy as np
 from scipy.stats import hypergeom
 
+# a per-cell interval: (k ones sampled, n sampled, N in the population, alpha) -> bounds on the population's ones
+Interval = Callable[[int, int, int, float], tuple[int, int]]
+
 
 @lru_cache(maxsize=200_000)
 def successes_interval(k: int, n: int, N: int, alpha: float) -> tuple[int, int]:
@@ -51,7 +54,7 @@ def estimate(strata: list[Stratum], endpoint: str) -> float:
 
 
 def bounds(strata: list[Stratum], endpoint: str, alpha_cell: float,
-           interval: Callable[[int, int, int, float], tuple[int, int]] | None = None) -> tuple[float, float]:
+           interval: Interval | None = None) -> tuple[float, float]:
     """Lower and upper bound of the population mean of ``endpoint`` from per-stratum exact intervals
     (``interval``: another per-cell interval, for the coverage check's mutations)."""
     interval = interval or successes_interval

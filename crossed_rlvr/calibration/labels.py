@@ -115,7 +115,8 @@ class LabelStore:
         return ids
 
     def labels(self, annotator: str | None = None, stage: str | None = None) -> dict[tuple[str, str, str], dict]:
-        q, args = "select annotator, stage, sample_id, label from labels where 1=1", []
+        q = "select annotator, stage, sample_id, label from labels where 1=1"
+        args: list[str] = []
         if annotator:
             q, args = q + " and annotator=?", [*args, annotator]
         if stage:
@@ -204,7 +205,8 @@ class LabelStore:
         if len(pair) < 2:
             return []
         s1, s2 = self.labels(stage="stage1"), self.labels(stage="stage2")
-        disagree, agree = [], []
+        disagree: list[str] = []
+        agree: list[str] = []
         for sid in sorted(self.sample):
             a, b = ((s1[(x, "stage1", sid)]["status"], s2[(x, "stage2", sid)]["correctness"]) for x in pair)
             asked = any(s2[(x, "stage2", sid)].get("review") or s2[(x, "stage2", sid)].get("reference_flag")
@@ -241,9 +243,10 @@ class LabelStore:
                             "source": "adjudication"}
                 continue
             labs = [(s1.get((x, "stage1", sid)), s2.get((x, "stage2", sid))) for x in pair]
-            if len(pair) < 2 or any(a is None or b is None for a, b in labs):
+            complete = [(a, b) for a, b in labs if a is not None and b is not None]
+            if len(pair) < 2 or len(complete) < len(labs):
                 raise LabelError(f"sample {sid}: no complete A/B labels; finish both stages for two annotators")
-            (st_a, c_a), (st_b, c_b) = ((a["status"], b["correctness"]) for a, b in labs)
+            (st_a, c_a), (st_b, c_b) = ((a["status"], b["correctness"]) for a, b in complete)
             if (st_a, c_a) != (st_b, c_b):
                 raise LabelError(f"sample {sid}: A and B disagree and no adjudication was recorded")
             out[sid] = {"correctness": c_a, "status": st_a, "source": "consensus"}
@@ -325,7 +328,7 @@ class LabelStore:
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
-def _csv_cell(value: Any) -> Any:
+def _csv_cell(value: object) -> object:
     """A text cell a spreadsheet would run as a formula (a span such as "=1+1") gets a leading quote
     (OWASP's CSV-injection rule); import takes it off again."""
     return f"'{value}" if isinstance(value, str) and value.startswith(_FORMULA) else value

@@ -65,7 +65,7 @@ def declare_roles(folder: Path, annotators: list[str], adjudicators: list[str]) 
                                    f"{', '.join(current.annotators)}; adjudicators {', '.join(current.adjudicators)}) "
                                    "and never change")
         return current
-    roles = Roles(tuple(annotators), tuple(adjudicators), {secrets.token_urlsafe(18): n for n in names})
+    roles = Roles((annotators[0], annotators[1]), tuple(adjudicators), {secrets.token_urlsafe(18): n for n in names})
     path = CalibrationLayout(Path(folder)).roles
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"annotators": annotators, "adjudicators": adjudicators, "tokens": roles.tokens},

@@ -120,7 +120,7 @@ class LabelHandler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:  # quiet: the page shows progress
         pass
 
-    def _send(self, code: int, body: Any, kind: str = "application/json") -> None:
+    def _send(self, code: int, body: object, kind: str = "application/json") -> None:
         data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", kind)
@@ -133,7 +133,9 @@ class LabelHandler(BaseHTTPRequestHandler):
 
     def _check_origin(self) -> None:
         """This server's own Host only (DNS rebinding), and writes only from its own page's origin."""
-        host, port = self.server.server_address[:2]
+        address = self.server.server_address
+        assert isinstance(address, tuple)  # a TCP server's (host, port), never a Unix socket's path
+        host, port = address[:2]
         allowed = {f"{h}:{port}" for h in (*LOOPBACK, host)} | {f"[::1]:{port}"}
         if self.headers.get("Host") not in allowed:
             raise BadRequest(421, f"Host {self.headers.get('Host')!r} is not this server")

@@ -15,14 +15,13 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
 from crossed_rlvr.calibration import bounds as exact
-from crossed_rlvr.calibration.bounds import Stratum, bounds, cells, estimate, gain_range
+from crossed_rlvr.calibration.bounds import Interval, Stratum, bounds, cells, estimate, gain_range
 from crossed_rlvr.rewards.conventions import MARKER_PAIR
 
 # per state: strata (N_h, n_h, true ones of z^L, true ones of z^U); rare and common labels both, as in
@@ -45,7 +44,7 @@ def wald_interval(k: int, n: int, N: int, alpha: float) -> tuple[int, int]:
 
 
 def coverage_simulation(draws: int = 1000, seed: int = 0,
-                        interval: Callable[[int, int, int, float], tuple[int, int]] = exact.successes_interval,
+                        interval: Interval = exact.successes_interval,
                         corrected: bool = True) -> dict[str, float]:
     """Frozen stratified samples of a synthetic two-state population whose truth is known: how often the
     simultaneous 95% bounds hold the population identification ranges of both states and of the gain, and
@@ -71,8 +70,8 @@ def coverage_simulation(draws: int = 1000, seed: int = 0,
         ci = {s: (bounds(st, "zL", alpha, interval)[0], bounds(st, "zU", alpha, interval)[1])
               for s, st in states.items()}
         every_cell = True
-        for s, strata in states.items():
-            for stratum, (_N, _n, ones_l, ones_u) in zip(strata, population[s], strict=True):
+        for s, sampled in states.items():
+            for stratum, (_N, _n, ones_l, ones_u) in zip(sampled, population[s], strict=True):
                 for endpoint, true_ones in (("zL", ones_l), ("zU", ones_u)):
                     a, b = interval(stratum.ones[endpoint], stratum.n, stratum.N, alpha)
                     every_cell &= a <= true_ones <= b
@@ -139,7 +138,7 @@ def analysis_truth() -> dict[str, tuple[float, float]]:
     return out
 
 
-def analysis_coverage(draws: int = 300, seed: int = 0, interval: Callable | None = None,
+def analysis_coverage(draws: int = 300, seed: int = 0, interval: Interval | None = None,
                       corrected: bool = True) -> dict[str, float]:
     """How often ``analyze_calibration``'s 95% bounds hold each quantity's true range, and all of them at
     once (what simultaneous bounds promise), over frozen samples of ``ANALYSIS_POPULATION``; each share
