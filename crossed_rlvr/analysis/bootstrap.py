@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -22,7 +23,7 @@ BLOCK = 2000
 
 def check_settings(n_resamples: object, rng_seed: object) -> str | None:
     """What is wrong with the bootstrap's settings (one line naming the setting and its range), or None."""
-    def whole(v: object) -> bool:
+    def whole(v: object) -> TypeGuard[int | np.integer[Any]]:
         return isinstance(v, int | np.integer) and not isinstance(v, bool)
 
     from crossed_rlvr.conf.schema import RESAMPLES_RANGE, SEED_RANGE  # the ranges' one owner

@@ -262,7 +262,8 @@ def conditional_correctness(d: Design) -> list[Contrast]:
 def changes_from_initial(d: Design) -> list[Contrast]:
     """Trained minus initial under the same request (ΔP, Δq, gains; Tables 8, 9, 12), and on lenient requests the
     reader-gap reduction F and the descriptive shares of the strict gain."""
-    g, A, out = d.group, d.A, []
+    g, A = d.group, d.A
+    out: list[Contrast] = []
     if not any(p == "initial" for p, _ in g.cells):
         return out
     slot_of = {p: (method, ckpt, conv, seed) for (method, ckpt, seed), convs in d.arms.items()
@@ -309,7 +310,8 @@ def delta_p_means(d: Design) -> list[Contrast]:
 def attenuations(d: Design) -> list[Contrast]:
     """Attenuation ρ (eq. 7): of the reward (answer-only arm, I1) and of the convention (boxed arm on its own
     request, I2), against the hash arm's strict gain; per seed and as seed means."""
-    g, out = d.group, []
+    g = d.group
+    out: list[Contrast] = []
     if not g.has("initial", "hash"):
         return out
 
@@ -370,7 +372,7 @@ def preferences(d: Design) -> list[Contrast]:
 
 def used_stats(contrasts: list[Contrast], n_stats: int) -> np.ndarray:
     """Boolean mask of the statistics any contrast needs (the bootstrap resamples only those)."""
-    mask = np.zeros(n_stats, dtype=bool)
+    mask: np.ndarray = np.zeros(n_stats, dtype=bool)
     for c in contrasts:
         for terms in (c.terms, c.denom or {}, *c.members):
             mask[list(terms)] = True
@@ -406,8 +408,8 @@ def evaluate(contrasts: list[Contrast], stats: np.ndarray) -> np.ndarray:
     shape, n_stats = stats.shape, stats.shape[-1]
     # One contiguous (n_stats, n_draws) copy shared by every product (sparse @ dense wants C order).
     stats_t = np.ascontiguousarray(stats.reshape(-1, n_stats).T)
-    bad = np.isnan(stats_t)
-    bad = bad if bad.any() else None
+    nan = np.isnan(stats_t)
+    bad = nan if nan.any() else None
     values = _apply(stats_t, _matrix([c.terms for c in contrasts], n_stats), bad)
     is_ratio = np.array([c.denom is not None for c in contrasts], dtype=bool)
     if is_ratio.any():
@@ -419,7 +421,9 @@ def evaluate(contrasts: list[Contrast], stats: np.ndarray) -> np.ndarray:
     if sd_rows:  # every seed of every SD row in one product, then one SD per group of rows with k seeds
         per_seed = _apply(stats_t, _matrix([m for _, members in sd_rows for m in members], n_stats), bad)
         for k in sorted({len(members) for _, members in sd_rows}):
-            cols, idx, offset = [], [], 0
+            cols: list[int] = []
+            idx: list[int] = []
+            offset = 0
             for j, members in sd_rows:
                 if len(members) == k:
                     cols.append(j)

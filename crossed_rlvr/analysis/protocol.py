@@ -34,7 +34,8 @@ def response_files(scores_path: str | Path) -> list[Path]:
 def collect(scores_path: str | Path, scores: pd.DataFrame, n_resamples: int, rng_seed: int) -> dict[str, Any]:
     """Everything the card states, as a JSON-able dict (also written into the analysis manifest)."""
     inputs = response_files(scores_path)
-    decoding, runs = {}, {}
+    decoding: dict[str, dict[str, Any]] = {}  # the decoding settings as JSON -> those settings and their cells
+    runs: dict[str, dict[str, Any]] = {}  # an evaluation's run.json -> its content
     for f in inputs:
         meta = _read(EvalLayout.meta_of(f))
         gen = meta.get("generation") or {}
@@ -117,7 +118,7 @@ def protocol_section(card: dict[str, Any]) -> str:
         lines.append(f"- **Split of `{name}`**: {sp.get('source')} test from {sp.get('test')}; training rows from "
                      + (f"`{rows.get('file')}` (sha256 `{str(rows.get('sha256'))[:16]}…`)" if rows else
                         f"{sp.get('train')} less {sp.get('dev', {}).get('n')} dev rows (seed {sp.get('dev', {}).get('seed')})"))
-    frozen = {(r["train_rows"], r["sha256"]): [] for r in (card.get("training_rows") or {}).values() if r["train_rows"]}
+    frozen: dict[tuple[str, str], list[str]] = {(r["train_rows"], r["sha256"]): [] for r in (card.get("training_rows") or {}).values() if r["train_rows"]}
     for p, r in (card.get("training_rows") or {}).items():
         if r["train_rows"]:
             frozen[(r["train_rows"], r["sha256"])].append(p)

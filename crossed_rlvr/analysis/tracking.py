@@ -4,15 +4,21 @@ report and scores as an artifact (offline by default: nothing leaves the machine
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.layout import AnalysisLayout
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from crossed_rlvr.tracking import TrackingConf
 
 HEADLINE = {"payload": "I_P", "acc.strict": "I_S", "acc.math_verify": "I_MV"}
 
 
-def headline_contrasts(contrasts: Any) -> dict[str, float]:
+def headline_contrasts(contrasts: pd.DataFrame) -> dict[str, float]:
     """I_P, I_S, I_MV (§3, Table 10) per seed and seed mean, with their paired-bootstrap intervals, keyed
     ``<task>/<template>/<pair>/<policy>/<I_x>`` (and ``..._lo`` / ``..._hi``)."""
     part = contrasts[(contrasts.name == "interaction") & contrasts.measure.isin(list(HEADLINE))]
@@ -25,7 +31,7 @@ def headline_contrasts(contrasts: Any) -> dict[str, float]:
     return out
 
 
-def log_analysis(out: Path, tracking: Any, study: str | None = None, scores: Path | None = None,
+def log_analysis(out: Path, tracking: TrackingConf | Mapping[str, Any], study: str | None = None, scores: Path | None = None,
                  run_dir: Path | None = None, config: dict[str, Any] | None = None) -> str | None:
     """Log one analysis folder as a run (job type ``analysis``); returns the wandb run folder."""
     import pandas as pd

@@ -474,7 +474,7 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
     from crossed_rlvr.analysis.report.headline import headline_block, precision, precision_sentence
 
     prec = precision(contrasts)
-    d = prec["decimals"]
+    d = prec.decimals
     # the generated responses: a wording's "@shared" cells re-use its own responses on a subset, never new ones
     own = cells[~cells["template"].astype(str).str.endswith(SHARED)]
     own_cells = own.drop_duplicates(["task", "template", "policy", "request"])

@@ -87,12 +87,10 @@ def analyze(
         print("crossed-analyze: no crossed pair (arms of both conventions, each under both requests); missing:\n"
               + "\n".join(f"  - {g}" for g in crossing_gaps(result.cells)), file=sys.stderr)
     if tracking != "off":
-        from omegaconf import OmegaConf
-
         from crossed_rlvr.analysis.tracking import log_analysis
 
-        block = {"mode": tracking, "project": project, "entity": entity, "group": group, "tags": []}
-        log_analysis(out, OmegaConf.create(block), study=group, scores=Path(scores_path))
+        block: dict[str, object] = {"mode": tracking, "project": project, "entity": entity, "group": group, "tags": []}
+        log_analysis(out, block, study=group, scores=Path(scores_path))
     print(f"analysis of {len(result.scores):,} responses in {time.perf_counter() - start:.1f} s -> {out}",
           file=sys.stderr)
     return out

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -23,13 +25,24 @@ CONTENTS = ("<!-- contents -->", "<!-- /contents -->")
 
 
 # ------------------------------------------------------------------ precision
-def precision(contrasts: pd.DataFrame) -> dict[str, float]:
+@dataclass(frozen=True)
+class Precision:
+    """The bootstrap's Monte Carlo error over every interval endpoint (pp; NaN without one), and the decimals
+    an endpoint is printed to."""
+
+    median: float
+    p95: float
+    max: float
+    decimals: int
+
+
+def precision(contrasts: pd.DataFrame) -> Precision:
     """The bootstrap's Monte Carlo error over every interval endpoint, and the decimals it supports."""
     err = contrasts.loc[contrasts.unit != "ratio", "mc_error"].dropna() if "mc_error" in contrasts else pd.Series()
     if err.empty:
-        return {"median": math.nan, "p95": math.nan, "max": math.nan, "decimals": 2}
+        return Precision(median=math.nan, p95=math.nan, max=math.nan, decimals=2)
     p95 = float(np.quantile(err, 0.95))
-    return {"median": float(err.median()), "p95": p95, "max": float(err.max()), "decimals": endpoint_decimals(p95)}
+    return Precision(median=float(err.median()), p95=p95, max=float(err.max()), decimals=endpoint_decimals(p95))
 
 
 def endpoint_decimals(error: float) -> int:
@@ -40,13 +53,13 @@ def endpoint_decimals(error: float) -> int:
     return int(min(2, max(0, math.floor(-math.log10(error)))))
 
 
-def precision_sentence(prec: dict[str, float], n_resamples: int, rng_seed: int) -> str:
-    if not math.isfinite(prec["median"]):
+def precision_sentence(prec: Precision, n_resamples: int, rng_seed: int) -> str:
+    if not math.isfinite(prec.median):
         return f"Intervals: {n_resamples:,} paired item-bootstrap resamples (RNG seed {rng_seed})."
-    d = prec["decimals"]
+    d = prec.decimals
     return (f"Intervals: {n_resamples:,} paired item-bootstrap resamples (RNG seed {rng_seed}); their Monte Carlo "
-            f"error (the resamples in 10 batches) is {prec['median']:.3f} pp at the median endpoint, "
-            f"{prec['p95']:.3f} pp at the 95th percentile and {prec['max']:.3f} pp at most, so endpoints are "
+            f"error (the resamples in 10 batches) is {prec.median:.3f} pp at the median endpoint, "
+            f"{prec.p95:.3f} pp at the 95th percentile and {prec.max:.3f} pp at most, so endpoints are "
             f"printed to {d} decimal{'s' if d != 1 else ''}" + (
                 "" if d == 2 else " (more resamples, `--resamples`, buy more)") + ".")
 
@@ -56,7 +69,14 @@ def _own(contrasts: pd.DataFrame) -> pd.DataFrame:
     return contrasts[~contrasts.template.astype(str).str.endswith(SHARED)]
 
 
-def _excludes_zero(row: object) -> bool:  # a Series or an itertuples row
+class _Interval(Protocol):
+    """A contrast row with its interval: a Series or an itertuples row of contrasts.csv."""
+
+    ci_low: float
+    ci_high: float
+
+
+def _excludes_zero(row: _Interval) -> bool:
     return bool(np.isfinite(row.ci_low) and (row.ci_low > 0 or row.ci_high < 0))
 
 
@@ -119,11 +139,11 @@ def sentence(rows: pd.DataFrame) -> str:
             + "; ".join(caveats) + ".")
 
 
-def headline_block(contrasts: pd.DataFrame, prec: dict[str, float]) -> str:
+def headline_block(contrasts: pd.DataFrame, prec: Precision) -> str:
     rows = headline_rows(contrasts)
     if rows.empty:
         return "_No crossed pair (arms of both conventions, each under both requests): no interaction to report._"
-    d = prec["decimals"]
+    d = prec.decimals
     table = markdown_table(
         ["Task", "Wording", "Pair", "Method", "Items", "Measure", "Seed mean [95% CI] (pp)", "Each seed (pp)"],
         [[r.task, r.template, r.pair, r.method, r.n_items, r.name, interval(r.estimate, r.ci_low, r.ci_high, 2, d),
