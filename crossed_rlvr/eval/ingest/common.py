@@ -22,7 +22,7 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def reference_from_target(target: Any) -> str:
+def reference_from_target(target: object) -> str:
     """A GSM8K-style target ('... #### 1,234') becomes '1234'; anything else is kept as text."""
     text = str(target).strip()
     m = _GSM8K_TARGET.search(text)
@@ -45,7 +45,8 @@ def policy_identity(policy: str, training_convention: str | None = None,
     from crossed_rlvr.rewards.conventions import CONVENTIONS
 
     parsed = PolicyName.parse(policy)
-    named = (parsed.convention, parsed.seed) if parsed and parsed.convention in CONVENTIONS else None
+    named: tuple[str, int | None] | None = (
+        (parsed.convention, parsed.seed) if parsed and parsed.convention in CONVENTIONS else None)
     if policy == "initial":
         named = ("initial", None)
     if named is None:

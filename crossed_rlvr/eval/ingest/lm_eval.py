@@ -70,7 +70,7 @@ def task_of_file(path: Path) -> str | None:
 def _lm_eval_prompt(sample: dict[str, Any], where: Source) -> str:
     args = sample.get("arguments")
     if isinstance(args, dict):  # lm-eval >= 0.4.3: {"gen_args_0": {"arg_0": prompt, "arg_1": kwargs}}
-        first = next(iter(args.values()), {})
+        first: object = next(iter(args.values()), {})
         if isinstance(first, dict) and "arg_0" in first:
             return str(first["arg_0"])
     if isinstance(args, list) and args and isinstance(args[0], list | tuple) and args[0]:

@@ -87,7 +87,7 @@ def import_verl_dump(
     return records
 
 
-def _named_request(source: Any) -> str | None:
+def _named_request(source: object) -> str | None:
     """The request a verl row's ``data_source`` names (``crossed_rlvr/<task>/<request>``), if any."""
     from crossed_rlvr.rewards.conventions import REQUESTS
 
