@@ -6,20 +6,24 @@ import json
 
 from omegaconf import DictConfig
 
+from crossed_rlvr.conf.schema import EvalCommandConf, conf_of
 from crossed_rlvr.eval.generate.runner import run_eval
 
 
-def _run(cfg: DictConfig) -> None:
+def _run(given: DictConfig) -> None:
+    """The command's door: Hydra's config typed once (``EvalCommandConf``); everything below reads that."""
+    cfg = conf_of(EvalCommandConf, given)
     summary = run_eval(cfg)  # bad input (RunError, ItemFileError, ContextLengthError): one line, exit 2 (errors.py)
     for name, s in summary.items():
         print(name, json.dumps(s))
 
 
-def check_device(cfg: DictConfig) -> None:
+def check_device(given: DictConfig) -> None:
     """``eval.device`` against this machine (or the Ray workers' GPUs), refused before Hydra writes any file."""
     from crossed_rlvr.eval.generate.device import resolve_device
     from crossed_rlvr.eval.generate.runner import gpu_workers
 
+    cfg = conf_of(EvalCommandConf, given)
     resolve_device(cfg.eval.device, gpu_workers(cfg))
 
 

@@ -11,11 +11,16 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
+
+if TYPE_CHECKING:
+    from crossed_rlvr.conf.schema import EvalCommandConf, EvalConf
+    from crossed_rlvr.eval.generate.engines import GenParams
+    from crossed_rlvr.tasks.code import CodeTask
 
 REQUESTS = tuple(CODE_CONVENTIONS)  # fence, begin_done
 QUESTION = "Complete the following Python function.\n\n{prompt}"
@@ -31,8 +36,8 @@ def gen_seed(task_id: str, request: str, sample: int, base: int) -> int:
     return int(hashlib.sha256(f"{base}/{task_id}/{request}/{sample}".encode()).hexdigest()[:8], 16)
 
 
-def generate(policy: Policy, tasks: dict[str, Any], samples: int, params: Any, seed: int,
-             gen: Any, task_name: str = "humaneval_plus", requests: tuple[str, ...] = REQUESTS
+def generate(policy: Policy, tasks: dict[str, CodeTask], samples: int, params: GenParams, seed: int,
+             gen: EvalConf, task_name: str = "humaneval_plus", requests: tuple[str, ...] = REQUESTS
              ) -> dict[str, list[dict[str, Any]]]:
     """One policy's records per request. ``gen``: the ``eval`` settings (conf/eval/*.yaml) that choose the engine
     (transformers or vLLM)."""
@@ -73,8 +78,8 @@ def response_files(layout: EvalLayout, policy: str, requests: tuple[str, ...] = 
     return {r: layout.response_file(cell_name(policy, r, "original")) for r in requests}
 
 
-def generate_missing(policies: list[Policy], layout: EvalLayout, tasks: dict[str, Any], samples: int, params: Any,
-                     seed: int, gen: Any, task_name: str, requests: tuple[str, ...] = REQUESTS,
+def generate_missing(policies: list[Policy], layout: EvalLayout, tasks: dict[str, CodeTask], samples: int,
+                     params: GenParams, seed: int, gen: EvalConf, task_name: str, requests: tuple[str, ...] = REQUESTS,
                      settings: dict[str, Any] | None = None) -> list[Path]:
     """Every policy's response files, generating those not on disk or made with other settings (each file's
     ``.meta.json`` holds the sha256 of what made it: policy name, request, tasks, samples, decoding, seed,
@@ -84,7 +89,7 @@ def generate_missing(policies: list[Policy], layout: EvalLayout, tasks: dict[str
     from crossed_rlvr.files import atomic_write_json, config_sha256
     from crossed_rlvr.records import write_responses
 
-    files = []
+    files: list[Path] = []
     for policy in policies:
         name = policy.name
         targets = response_files(layout, name, requests)
@@ -109,10 +114,13 @@ def _made_with(records: Path, meta: Path, sha256: str) -> bool:
     return records.exists() and meta.exists() and json.loads(meta.read_text()).get("sha256") == sha256
 
 
-def run_code_eval(cfg: Any) -> dict[str, Any]:
+def run_code_eval(cfg: EvalCommandConf) -> dict[str, Any]:
     """``crossed-eval`` on a code task (``task.source=evalplus``): every policy under every code request, into
     ``run_dir/responses``; ``run.json`` names the dataset file and its sha256, so ``crossed-score`` runs the
     programs on that dataset's tests. Returns a summary per response file."""
+    from dataclasses import replace
+
+    from crossed_rlvr.conf.schema import node
     from crossed_rlvr.eval.generate.device import resolved
     from crossed_rlvr.eval.generate.engines import GenParams
     from crossed_rlvr.eval.generate.plan import config_policies
@@ -120,8 +128,9 @@ def run_code_eval(cfg: Any) -> dict[str, Any]:
     from crossed_rlvr.tasks.code import task_dataset
 
     layout = EvalLayout(Path(cfg.run_dir))
-    ds = task_dataset(cfg.task)
-    gen = resolved(cfg.eval)
+    ds = task_dataset(node(cfg.task))  # the task loaders read their config by key
+    here = resolved(cfg.eval)
+    gen = replace(cfg.eval, device=str(here.device), dtype=str(here.dtype))
     policies = config_policies(cfg)  # read once, here
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
     layout.root.mkdir(parents=True, exist_ok=True)

@@ -319,7 +319,7 @@ class VLLMBackend:
                 torch.cuda.empty_cache()
 
 
-def release(loaded: dict[str, Any]) -> None:
+def release(loaded: dict[str, tuple[Backend, PreTrainedTokenizerBase]]) -> None:
     """Shut down every loaded engine (a vLLM engine holds its GPU memory until closed) and forget them."""
     for backend, _ in loaded.values():
         close = getattr(backend, "close", None)
@@ -328,7 +328,7 @@ def release(loaded: dict[str, Any]) -> None:
     loaded.clear()
 
 
-def load_backend(path: str, gen: EvalConf | DictConfig) -> tuple[Any, Any]:
+def load_backend(path: str, gen: EvalConf | DictConfig) -> tuple[Backend, PreTrainedTokenizerBase]:
     """The engine and tokenizer of one policy for the ``eval`` settings ``gen`` (vLLM or transformers), with
     ``eval.device`` and ``eval.dtype`` resolved on this machine (``eval/generate/device.py``). ``gen`` is read by
     attribute: the schema's dataclass or node, or on a bare GPU image (torch alone) any object with those fields."""

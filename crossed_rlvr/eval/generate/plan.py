@@ -22,18 +22,25 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.generate.device import hashed_settings
-from crossed_rlvr.eval.generate.engines import GenParams
-from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, config_sha256
+from crossed_rlvr.eval.generate.engines import Generation, GenParams
+from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, config_sha256, settings
 from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.task_sources import freezes_train_rows
 from crossed_rlvr.tasks.build import build_items
 from crossed_rlvr.tasks.items import ItemFileError, read_items, write_items
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+    from transformers import PreTrainedTokenizerBase
+
+    from crossed_rlvr.conf.schema import EvalCommandConf, ModelConf, TaskConf
+    from crossed_rlvr.eval.generate.engines import Backend
 
 
 class RunError(CrossedError, ValueError):
@@ -48,12 +55,12 @@ def cell_name(policy: str, request: str, template: str) -> str:
     return f"{slug(policy)}__{request}__{template}"
 
 
-def resolve_model_path(model_cfg: Any) -> str:
+def resolve_model_path(model_cfg: ModelConf) -> str:
     """Directory (or hub name) of a model config's weights."""
     if model_cfg.source == "gguf-smollm2":
         from crossed_rlvr.policies.smollm import smollm2_135m_dir
 
-        return str(smollm2_135m_dir(model_cfg.get("path")))
+        return str(smollm2_135m_dir(model_cfg.path))
     if not model_cfg.path:
         raise RunError(f"model {model_cfg.name}: no path given (set model.path=...)")
     if model_cfg.source == "local" and not Path(model_cfg.path).exists():
@@ -61,16 +68,12 @@ def resolve_model_path(model_cfg: Any) -> str:
     return str(model_cfg.path)
 
 
-def config_policies(cfg: Any) -> list[Policy]:
+def config_policies(cfg: EvalCommandConf) -> list[Policy]:
     """The policies a crossed-eval config lists, read into :class:`Policy` once, where the command starts (every
     fact as the entry gives it); none listed: ``model`` as the initial policy."""
-    from omegaconf import OmegaConf
-
     if not cfg.policies:
         return [Policy.initial(resolve_model_path(cfg.model))]
-    entries = OmegaConf.to_container(cfg.policies, resolve=True)
-    assert isinstance(entries, list)  # the schema's list of PolicyConf
-    return [Policy.from_entry(entry) for entry in entries]
+    return [Policy.from_entry(settings(entry)) for entry in cfg.policies]
 
 
 def recorded_path(path: str, run_dir: Path) -> str:
@@ -81,8 +84,10 @@ def recorded_path(path: str, run_dir: Path) -> str:
     return path
 
 
-def frozen_items(run_dir: Path, task_cfg: Any) -> tuple[list[dict[str, Any]], str, Path]:
+def frozen_items(run_dir: Path, task_cfg: TaskConf) -> tuple[list[dict[str, Any]], str, Path]:
     """The run's frozen item file: created on first use, then checked against run.json."""
+    from crossed_rlvr.conf.schema import node
+
     path = EvalLayout(run_dir).items(task_cfg.name, task_cfg.split)
     manifest_path = EvalLayout(run_dir).manifest
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
@@ -90,15 +95,15 @@ def frozen_items(run_dir: Path, task_cfg: Any) -> tuple[list[dict[str, Any]], st
     if not path.exists():
         if expected:
             raise ItemFileError(f"{path}: item file recorded in {manifest_path} is missing; restore it or use a new run_dir")
-        expected = write_items(path, build_items(task_cfg))
+        expected = write_items(path, build_items(node(task_cfg)))  # the loaders read their config by key
         manifest.setdefault("items", {})[path.name] = expected
         if freezes_train_rows(task_cfg):  # how train/dev/test were cut, beside the hash
             from crossed_rlvr.tasks.splits import split_record
 
-            manifest.setdefault("splits", {})[path.name] = split_record(task_cfg)
+            manifest.setdefault("splits", {})[path.name] = split_record(node(task_cfg))
         atomic_write_json(manifest_path, manifest)
     items, sha = read_items(path, expected)
-    if task_cfg.get("n_items"):
+    if task_cfg.n_items:
         items = items[: int(task_cfg.n_items)]
     return items, sha, path
 
@@ -166,7 +171,7 @@ class Plan:
     system: str | None
 
 
-def plan(cfg: Any) -> Plan:
+def plan(cfg: EvalCommandConf) -> Plan:
     """The cells of the design (policies x requests x wordings), the item set frozen on first use."""
     run_dir = Path(cfg.run_dir)
     layout = EvalLayout(run_dir)
@@ -175,7 +180,7 @@ def plan(cfg: Any) -> Plan:
     gen = cfg.eval
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
     policies = config_policies(cfg)
-    system = cfg.model.get("system")
+    system = cfg.model.system
     cells = []
     for pol in policies:
         for request in cfg.requests:
@@ -213,7 +218,7 @@ def open_cell(cell: Cell, overwrite: bool) -> dict[tuple[str, int], dict[str, An
     return done
 
 
-def unfinished(p: Plan, overwrite: bool, bar: Any, summary: dict[str, Any]
+def unfinished(p: Plan, overwrite: bool, bar: tqdm, summary: dict[str, Any]
                ) -> Iterator[tuple[Cell, dict[tuple[str, int], dict[str, Any]]]]:
     """Every cell still to generate with the responses it already has; finished cells are counted on the
     bar and summarised as skipped (the serial run and the distributed driver walk the design alike)."""
@@ -233,9 +238,9 @@ def todo_of(cell: Cell, done: dict[tuple[str, int], dict[str, Any]]) -> list[tup
             if (str(it["item_id"]), s) not in done]
 
 
-def generate(backend: Any, tokenizer: Any, todo: list[tuple[int, dict[str, Any], int]], request: str,
-             template: str, system: str | None, base_seed: int, batch_size: int,
-             params: GenParams) -> Iterator[list[tuple[int, str, Any]]]:
+def generate(backend: Backend, tokenizer: PreTrainedTokenizerBase, todo: list[tuple[int, dict[str, Any], int]],
+             request: str, template: str, system: str | None, base_seed: int, batch_size: int,
+             params: GenParams) -> Iterator[list[tuple[int, str, Generation]]]:
     """(item seed, prompt sha256, generation) of each response of ``todo``, batch by batch. The one
     generation loop of the serial run and of every distributed worker."""
     for b in range(0, len(todo), batch_size):
@@ -246,7 +251,7 @@ def generate(backend: Any, tokenizer: Any, todo: list[tuple[int, dict[str, Any],
         yield [(seed, sha, out) for seed, (_, _ids, sha), out in zip(seeds, rendered, outs, strict=True)]
 
 
-def make_record(p: Plan, cell: Cell, it: dict[str, Any], s: int, seed: int, sha: str, out: Any) -> dict[str, Any]:
+def make_record(p: Plan, cell: Cell, it: dict[str, Any], s: int, seed: int, sha: str, out: Generation) -> dict[str, Any]:
     """One response record (docs/formats.md), the same whichever process generated it."""
     pol = cell.pol
     rec = {

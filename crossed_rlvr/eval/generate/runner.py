@@ -5,7 +5,6 @@ resume and file rules (paper 001 §3 "Matched evaluation").
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import time
@@ -13,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crossed_rlvr.conf.schema import EvalCommandConf, conf_of
 from crossed_rlvr.eval.generate.device import resolved
 from crossed_rlvr.eval.generate.engines import load_backend, release
 from crossed_rlvr.eval.generate.plan import (
@@ -32,11 +32,15 @@ from crossed_rlvr.policies.policy import Policy
 if TYPE_CHECKING:
     from omegaconf import DictConfig
     from tqdm import tqdm
+    from transformers import PreTrainedTokenizerBase
 
+    from crossed_rlvr.eval.generate.engines import Backend
     from crossed_rlvr.eval.generate.workers import OnEvent
+    from crossed_rlvr.tracking import Tracker
 
 
-def run_eval(cfg: DictConfig, progress: bool = True, on_event: OnEvent | None = None) -> dict[str, Any]:
+def run_eval(given: EvalCommandConf | DictConfig, progress: bool = True, on_event: OnEvent | None = None
+             ) -> dict[str, Any]:
     """Generate every missing response of the crossed design; returns a summary per cell.
 
     ``distribute.workers`` > 0 spreads the cells (split into shards) over Ray workers, each with its own
@@ -46,6 +50,7 @@ def run_eval(cfg: DictConfig, progress: bool = True, on_event: OnEvent | None = 
 
     from crossed_rlvr.task_sources import is_code
 
+    cfg = conf_of(EvalCommandConf, given)  # typed once where the command starts (an EvalCommandConf passes as is)
     if is_code(cfg.task):  # programs under the code requests, scored later by execution
         from crossed_rlvr.eval.generate.code import run_code_eval
 
@@ -58,9 +63,8 @@ def run_eval(cfg: DictConfig, progress: bool = True, on_event: OnEvent | None = 
     tracker = eval_tracker(cfg)
     bar = tqdm(total=total, desc="crossed-eval", unit="resp", disable=not progress)
     machines: list[dict[str, Any]] = []
-    dist = cfg.get("distribute")
     try:
-        if dist is not None and int(dist.workers) > 0:
+        if cfg.distribute.workers > 0:
             from crossed_rlvr.eval.generate.workers import run_distributed
 
             machines = run_distributed(cfg, p, summary, bar, tracker, on_event)
@@ -83,25 +87,20 @@ def run_eval(cfg: DictConfig, progress: bool = True, on_event: OnEvent | None = 
     return summary
 
 
-def resolve_eval(cfg: DictConfig) -> DictConfig:
+def resolve_eval(given: EvalCommandConf | DictConfig) -> EvalCommandConf:
     """A copy of the config with ``eval.device`` and ``eval.dtype`` resolved once, here: the cells record them
     and every worker runs them (a ``cuda`` nothing can run is refused before any file is written)."""
-    from omegaconf import open_dict
-
-    cfg = copy.deepcopy(cfg)
+    cfg = conf_of(EvalCommandConf, given)
     gen = resolved(cfg.eval, gpu_workers(cfg))
-    with open_dict(cfg):
-        cfg.eval.device, cfg.eval.dtype = gen.device, gen.dtype
-    return cfg
+    return replace(cfg, eval=replace(cfg.eval, device=str(gen.device), dtype=str(gen.dtype)))
 
 
-def gpu_workers(cfg: DictConfig) -> bool | None:
+def gpu_workers(cfg: EvalCommandConf) -> bool | None:
     """None: generated in this process; else whether each Ray worker is given a GPU (they, not this driver, run
     the engines)."""
-    dist = cfg.get("distribute")
-    if dist is None or int(dist.workers) <= 0:
+    if cfg.distribute.workers <= 0:
         return None
-    return float(dist.get("gpus_per_worker") or 0) > 0
+    return cfg.distribute.gpus_per_worker > 0
 
 
 # What a trainer leaves beside the weights that is a record of the run, not the policy: its timings and its
@@ -137,9 +136,9 @@ def recorded_policies(run_dir: str | Path) -> dict[str, Policy]:
             for name, entry in recorded.items() if "training_convention" in entry}
 
 
-def run_serial(cfg: DictConfig, p: Plan, summary: dict[str, Any], bar: tqdm, tracker: Any) -> None:  # Any: a wandb run
+def run_serial(cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar: tqdm, tracker: Tracker | None) -> None:
     gen = cfg.eval
-    loaded: dict[str, Any] = {}
+    loaded: dict[str, tuple[Backend, PreTrainedTokenizerBase]] = {}
     try:
         for cell, done in unfinished(p, bool(cfg.overwrite), bar, summary):
             todo = todo_of(cell, done)
@@ -168,9 +167,9 @@ def run_serial(cfg: DictConfig, p: Plan, summary: dict[str, Any], bar: tqdm, tra
         release(loaded)
 
 
-def eval_tracker(cfg: DictConfig) -> Any:  # Any: a wandb run, or None
+def eval_tracker(cfg: EvalCommandConf) -> Tracker | None:
     """The evaluation's wandb run (name ``eval``, group = the study), or None when tracking is off."""
     from crossed_rlvr.tracking import resolved_config, start_run
 
-    return start_run(cfg.get("tracking"), name="eval", job_type="eval", run_dir=Path(cfg.run_dir),
-                     study=cfg.get("study"), config=resolved_config(cfg))
+    return start_run(cfg.tracking, name="eval", job_type="eval", run_dir=Path(cfg.run_dir), study=cfg.study,
+                     config=resolved_config(cfg))

@@ -31,16 +31,18 @@ from crossed_rlvr.eval.generate.plan import (
     todo_of,
     unfinished,
 )
-from crossed_rlvr.files import atomic_write_jsonl
+from crossed_rlvr.files import atomic_write_jsonl, settings
 from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.limits import Parser, add_number
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
     from ray.actor import ActorHandle
     from tqdm import tqdm
+    from transformers import PreTrainedTokenizerBase
 
-    from crossed_rlvr.eval.generate.engines import GenParams
+    from crossed_rlvr.conf.schema import DistributeConf, EvalCommandConf
+    from crossed_rlvr.eval.generate.engines import Backend, Generation, GenParams
+    from crossed_rlvr.tracking import Tracker
 
 # told of worker starts and finished shards (tests, monitoring)
 OnEvent = Callable[[str, dict[str, Any]], None]
@@ -57,7 +59,7 @@ class CellWorker:
 
             torch.set_num_threads(int(threads))
         self.gen = OmegaConf.create(gen)
-        self.loaded: dict[str, Any] = {}
+        self.loaded: dict[str, tuple[Backend, PreTrainedTokenizerBase]] = {}
 
     def info(self) -> dict[str, Any]:
         import ray
@@ -69,13 +71,13 @@ class CellWorker:
         return {"pid": os.getpid(), "node": ray.util.get_node_ip_address(), "gpus": ray.get_gpu_ids(),
                 "machine": machine()}
 
-    def run(self, path: str, request: str, template: str, system: str | None, todo: list, params: GenParams
-            ) -> list[tuple[int, str, Any]]:
+    def run(self, path: str, request: str, template: str, system: str | None,
+            todo: list[tuple[int, dict[str, Any], int]], params: GenParams) -> list[tuple[int, str, Generation]]:
         if path not in self.loaded:
             release(self.loaded)  # one policy in memory: the scheduler keeps a worker on its policy
             self.loaded[path] = load_backend(path, self.gen)
         backend, tokenizer = self.loaded[path]
-        out: list[tuple[int, str, Any]] = []
+        out: list[tuple[int, str, Generation]] = []
         for batch in generate(backend, tokenizer, todo, request, template, system, int(self.gen.base_seed),
                               int(self.gen.batch_size), params):
             out += batch
@@ -94,11 +96,11 @@ class Shard:
         return EvalLayout.shard_name(k, s)
 
 
-def shards_of(cell: Cell, todo: list, size: int) -> list[Shard]:
+def shards_of(cell: Cell, todo: list[tuple[int, dict[str, Any], int]], size: int) -> list[Shard]:
     return [Shard(cell, todo[b : b + size]) for b in range(0, len(todo), size)]
 
 
-def _connect(dist: DictConfig, need: dict[str, float]) -> bool:
+def _connect(dist: DistributeConf, need: dict[str, float]) -> bool:
     """Join the Ray cluster at ``distribute.address`` or start a local one; True when connected here (the
     run disconnects at its end: a local Ray stops, a cluster stays up). Refuses a request the cluster
     cannot hold (Ray would wait for it forever)."""
@@ -126,17 +128,18 @@ def _connect(dist: DictConfig, need: dict[str, float]) -> bool:
     return started
 
 
-def _check(cfg: DictConfig) -> None:
+def _check(cfg: EvalCommandConf) -> None:
     from crossed_rlvr.conf.checks import ConfigError, check_distribute
+    from crossed_rlvr.conf.schema import node
 
     try:  # the command's own check, again for callers of run_eval that composed no command
-        check_distribute(cfg)
+        check_distribute(node(cfg))  # the checks read a composed config by key
     except ConfigError as err:
         raise RunError(str(err)) from None
 
 
-def queue_shards(cfg: DictConfig, p: Plan, summary: dict[str, Any], bar: tqdm) -> tuple[dict[str, deque[Shard]], dict[str, int],
-                                                                            dict[str, dict]]:
+def queue_shards(cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar: tqdm
+                 ) -> tuple[dict[str, deque[Shard]], dict[str, int], dict[str, dict]]:
     """What is left: every unfinished cell's missing responses in shards, queued per policy; cells already
     whole on disk (every shard written before a kill) are finished here."""
     size = int(cfg.distribute.shard_size) if cfg.distribute.shard_size is not None else 4 * int(cfg.eval.batch_size)
@@ -159,16 +162,15 @@ class Driver:
     policy its engine holds (else of the policy with most work left), dead workers replaced and their
     shards retried, finished shards written whole and finished cells written."""
 
-    def __init__(self, cfg: DictConfig, p: Plan, summary: dict[str, Any], bar: tqdm, tracker: Any,  # a wandb run
+    def __init__(self, cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar: tqdm, tracker: Tracker | None,
                  on_event: OnEvent | None, queues: dict[str, deque[Shard]], remaining: dict[str, int], done_of: dict[str, dict]):
         import ray
-        from omegaconf import OmegaConf
 
         self.dist, self.p, self.summary, self.bar, self.tracker = cfg.distribute, p, summary, bar, tracker
         self.tell = on_event or (lambda kind, info: None)
         self.queues, self.remaining, self.done_of = queues, remaining, done_of
         cpus, gpus = float(self.dist.cpus_per_worker), float(self.dist.gpus_per_worker)
-        self.gen = OmegaConf.to_container(cfg.eval, resolve=True)
+        self.gen: dict[str, Any] = settings(cfg.eval)  # plain values: what a Ray actor is sent
         self.remote = ray.remote(CellWorker).options(num_cpus=cpus, num_gpus=gpus)
         self.threads = int(cpus) if cpus >= 1 and not gpus else None
         self.failed: list[tuple[Shard, str]] = []
@@ -237,7 +239,7 @@ class Driver:
         for w in [w for w in self.holds if w not in {x for x, _ in self.in_flight.values()}]:
             self.submit(w)  # a worker idle because the queues were empty may take the requeued shard
 
-    def shard_done(self, worker: ActorHandle, shard: Shard, outs: list) -> None:
+    def shard_done(self, worker: ActorHandle, shard: Shard, outs: list[tuple[int, str, Generation]]) -> None:
         """Write a finished shard whole (resume per shard), and its cell when that was the last one."""
         cell = shard.cell
         records = [make_record(self.p, cell, it, s, seed, sha, out)
@@ -300,7 +302,7 @@ class Driver:
                            "the other shards are kept: re-run to generate the rest")
 
 
-def run_distributed(cfg: DictConfig, p: Plan, summary: dict[str, Any], bar: tqdm, tracker: Any,  # a wandb run
+def run_distributed(cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar: tqdm, tracker: Tracker | None,
                     on_event: OnEvent | None = None) -> list[dict[str, Any]]:
     """Generate every missing response of ``p`` on Ray workers; returns the workers' machines."""
     import ray
