@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
+    from crossed_rlvr.train.verl_engine import VerlConfig
 
 UNITS_PER_NODE = 2  # TransferQueue storage units per node unless engine.tq_storage_units says (its advice: >= 2)
 COLOCATE = 3  # verl.single_controller.ray.base.ResourcePoolManager.max_colocate_count (0.9.1)
@@ -75,7 +75,7 @@ class Budget:
                               "ray start --num-cpus) or fewer storage units (engine.tq_storage_units).")
 
 
-def verl_budget(composed: DictConfig, weighted: bool) -> Budget:
+def verl_budget(composed: VerlConfig, weighted: bool) -> Budget:
     """The budget of one arm from verl's composed config (``compose_verl``)."""
     storage = composed.transfer_queue.backend.SimpleStorage.num_data_storage_units
     return Budget(nnodes=int(composed.trainer.nnodes), gpus_per_node=int(composed.trainer.n_gpus_per_node),

@@ -10,14 +10,17 @@ instead of sequence-mean/token-mean aggregation, would show up there).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.conf.checks import rollout_seed
-from crossed_rlvr.conf.schema import TrainConf
+from crossed_rlvr.conf.schema import EngineConf, TrainConf
 from crossed_rlvr.layout import ArmLayout
 
+if TYPE_CHECKING:
+    from crossed_rlvr.train.verl_engine import VerlConfig
 
-def trl_args(cfg: Any, world: int = 1) -> dict[str, Any]:
+
+def trl_args(cfg: TrainConf, world: int = 1) -> dict[str, Any]:
     """GRPOConfig keyword arguments for one arm on ``world`` processes: each process generates and trains
     on ``micro`` completions at a time, and the accumulation keeps micro x accumulation x world equal to
     the recipe's batch of completions, so an update is the same on any number of ranks."""
@@ -62,7 +65,7 @@ VERL_SEED_KEYS: tuple[str, ...] = (
 ACTOR, ROLLOUT = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
 
 
-def storage_units(engine: Any) -> int:
+def storage_units(engine: EngineConf) -> int:
     """TransferQueue's storage units: ``engine.tq_storage_units``, else 2 per node, TransferQueue's own advice
     (">= 2 x number of nodes"). verl's default of 8 holds 8 Ray CPUs (and 8 processes) on a one-node run
     for nothing: a single-GPU node would need 13 CPUs instead of 7 (train/budget.py)."""
@@ -276,7 +279,7 @@ def shared_knobs_trl(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def shared_knobs_verl(composed: Any) -> dict[str, Any]:
+def shared_knobs_verl(composed: VerlConfig) -> dict[str, Any]:
     """The knobs ``shared_knobs_trl`` reads, from verl's own config composed with an arm's overrides (what verl
     runs, read by key: no override is parsed here)."""
     a, ro, alg = composed.actor_rollout_ref.actor, composed.actor_rollout_ref.rollout, composed.algorithm

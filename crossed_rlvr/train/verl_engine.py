@@ -17,7 +17,7 @@ import re
 import shlex
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
 from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
     from crossed_rlvr.train.budget import Budget
 
+# verl's own ppo_trainer config as Hydra composes it (``compose_verl``): verl's schema, read by verl's key names,
+# never one of this package's configs (those are typed once at each command's door, conf/schema.py)
+VerlConfig: TypeAlias = "DictConfig"
 
 def reward_entry_path() -> str:
     """The file verl loads with ``reward.custom_reward_function.path`` (our programs, no framework imports)."""
@@ -68,7 +71,7 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> None:
     pd.DataFrame(rows).to_parquet(path, index=False)
 
 
-def compose_verl(overrides: list[str]) -> Any:
+def compose_verl(overrides: list[str]) -> VerlConfig:
     """verl's own ppo_trainer config composed with our overrides (raises on an unknown key)."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
@@ -81,7 +84,7 @@ def compose_verl(overrides: list[str]) -> Any:
         GlobalHydra.instance().clear()
 
 
-def validate_verl(overrides: list[str]) -> Any:
+def validate_verl(overrides: list[str]) -> VerlConfig:
     """Compose verl's config with ``overrides`` and run verl's own ``validate_config`` on it (the check
     verl's ``main_ppo`` makes before Ray starts: batch divisibility, micro-batch settings, ...)."""
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
@@ -273,7 +276,7 @@ def in_double_quotes(text: str) -> str:
     return "".join("\\" + c if c in '\\"$`' else c for c in text)
 
 
-def launch_budget(cfg: TrainConf, composed: DictConfig) -> tuple[int, Budget]:
+def launch_budget(cfg: TrainConf, composed: VerlConfig) -> tuple[int, Budget]:
     """Ray CPUs per node for the launch scripts (``engine.cpus_per_node``, or verl's budget when null) and
     the budget; a configured count below the budget is refused here, before any script is written."""
     from crossed_rlvr.train.budget import BudgetError, verl_budget
