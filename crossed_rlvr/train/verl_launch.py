@@ -38,12 +38,15 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.cluster import say
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.train.budget import Budget, BudgetError, verl_budget
+
+if TYPE_CHECKING:
+    from crossed_rlvr.train.verl_engine import VerlConfig
 
 # Errors that mean "this needs a CUDA device" (torch on a CPU machine, verl's workers, vLLM).
 CUDA_NEEDED = (r"doesn't have NCCL built in", r"Torch not compiled with CUDA enabled", r"No CUDA GPUs are available",
@@ -83,17 +86,15 @@ def gpu_problem() -> str | None:
             + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""))
 
 
-def launch_problem(composed: Any) -> str | None:
+def launch_problem(composed: VerlConfig) -> str | None:
     """wandb credentials when verl will log online, the model in the local cache when it is a hub id, and a C
     compiler with Python's headers for the kernels Triton and vLLM build (train/preflight.py): what fails minutes
     into a run on a GPU node, checked before Ray starts."""
-    from omegaconf import OmegaConf
-
     from crossed_rlvr.train.preflight import compiler_problem, problems
 
     online = "wandb" in list(composed.trainer.logger) and os.environ.get("WANDB_MODE") not in ("offline", "disabled")
-    launch = OmegaConf.create({"tracking": {"mode": "online" if online else "off"},
-                               "model": {"source": "hub", "path": str(composed.actor_rollout_ref.model.path)}})
+    launch = {"tracking": {"mode": "online" if online else "off"},
+              "model": {"source": "hub", "path": str(composed.actor_rollout_ref.model.path)}}
     found = problems(launch)
     return found[0] if found else compiler_problem()
 
@@ -103,7 +104,7 @@ def minimum_driver(cuda: str) -> int | None:
     return {"13": 580, "12": 525, "11": 450}.get(cuda.split(".")[0])
 
 
-def offered(composed: Any, rehearse_gpus: int | None) -> list[tuple[str, float, float]]:
+def offered(composed: VerlConfig, rehearse_gpus: int | None) -> list[tuple[str, float, float]]:
     """(node, CPUs, GPUs) that Ray will offer: each live node of the cluster at RAY_ADDRESS, or the
     local Ray that verl will start with ``ray_kwargs.ray_init``."""
     if os.environ.get("RAY_ADDRESS", "local") != "local" and rehearse_gpus is None:
@@ -150,7 +151,7 @@ def cpu_env() -> dict[str, str]:
     return {"VERL_USE_EXTERNAL_MODULES": CPU_PLUGINS, "VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}
 
 
-def launched_arm(composed: Any) -> ArmLayout | None:
+def launched_arm(composed: VerlConfig) -> ArmLayout | None:
     """The prepared arm this launch trains: the arm whose checkpoints folder is verl's ``trainer.default_local_dir``
     in the composed config (train/translate.py writes it so), read as verl will run it; None for a launch by hand
     into a folder that is no arm's (verl's default, or a folder of the user's own)."""
@@ -162,7 +163,7 @@ def launched_arm(composed: Any) -> ArmLayout | None:
     return arm if arm.checkpoints == folder else None
 
 
-def metrics_file(arm: ArmLayout | None, composed: Any) -> str | None:
+def metrics_file(arm: ArmLayout | None, composed: VerlConfig) -> str | None:
     """Where verl's file logger writes this launch's metrics: one file a launch in the arm's ``verl_metrics`` folder
     (ArmLayout.verl_launch_metrics), because verl's logger truncates its file when it opens it: a resumed arm would
     lose the updates before the resume. None without the ``file`` logger or a prepared arm."""
@@ -173,7 +174,7 @@ def metrics_file(arm: ArmLayout | None, composed: Any) -> str | None:
     return str(path)
 
 
-def read_metrics(run_dir: Any) -> list[dict[str, Any]]:
+def read_metrics(run_dir: Path | str) -> list[dict[str, Any]]:
     """Every update's metrics of an arm over all its launches, one row per step (a later launch's value of a
     metric wins)."""
     import json
@@ -187,7 +188,7 @@ def read_metrics(run_dir: Any) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def resumed_actor(arm: ArmLayout | None, trainer: Any) -> tuple[int, Path] | None:
+def resumed_actor(arm: ArmLayout | None, trainer: VerlConfig) -> tuple[int, Path] | None:
     """(step, the step's actor folder) that verl's ``resume_mode=auto`` will load from the arm, else None."""
     if arm is None or trainer.get("resume_mode") != "auto" or not arm.verl_latest.is_file():
         return None
@@ -195,7 +196,7 @@ def resumed_actor(arm: ArmLayout | None, trainer: Any) -> tuple[int, Path] | Non
     return step, arm.verl_shards(step)
 
 
-def unresumable(arm: ArmLayout | None, composed: Any) -> str | None:
+def unresumable(arm: ArmLayout | None, composed: VerlConfig) -> str | None:
     """Why verl's ``resume_mode=auto`` would crash on this arm's latest checkpoint, else None: a step whose
     optimizer state was removed after its merge (train/checkpoints.py) cannot be resumed, and verl would load
     it and raise FileNotFoundError minutes into the launch."""
@@ -218,7 +219,7 @@ def saved_world_size(actor: Path) -> int | None:
     return max(sizes) if sizes else None
 
 
-def world_size_problem(arm: ArmLayout | None, composed: Any) -> str | None:
+def world_size_problem(arm: ArmLayout | None, composed: VerlConfig) -> str | None:
     """Why verl's ``resume_mode=auto`` would crash on this arm's latest checkpoint at this launch's world size, else
     None. verl's FSDP checkpoint manager loads ``model_world_size_{W}_rank_{R}.pt`` for its own W and R, so a step
     saved on 4 GPUs and relaunched on 8 dies after the workers (and vLLM) have started; refused here before Ray."""
@@ -380,7 +381,7 @@ def cuda_point(err: BaseException) -> str | None:
     return f"{where[-1] if where else 'driver'}: {line[:200]}"
 
 
-def preflight_problem(composed: Any, arm: ArmLayout | None, budget: Budget, rehearse: int | None,
+def preflight_problem(composed: VerlConfig, arm: ArmLayout | None, budget: Budget, rehearse: int | None,
                       cpu: int | None) -> str | None:
     """What stops this launch before Ray starts, else None: on a GPU node its GPUs, credentials, cache and compiler;
     the folder Ray's sockets go under; Ray's CPUs and GPUs against verl's budget; then the arm's latest checkpoint
