@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+
+import torch
 
 import crossed_rlvr.train.verl_cpu  # noqa: F401  (verl's lookup of vLLM's CPU build, before verl's vLLM rollout)
 
@@ -30,7 +31,7 @@ ORIGINAL = vllm_layer_utils.dispatch_cpu_unquantized_gemm
 
 
 @functools.wraps(ORIGINAL)
-def dispatch_keeping_weight(layer: Any, remove_weight: bool) -> None:
+def dispatch_keeping_weight(layer: torch.nn.Module, remove_weight: bool) -> None:
     return ORIGINAL(layer, remove_weight=False)
 
 

@@ -22,19 +22,26 @@ to the wandb run verl opens (``add_arm_settings``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from crossed_rlvr.layout import ArmLayout
 
+if TYPE_CHECKING:
+    from transfer_queue import KVBatchMeta
+
+    from crossed_rlvr.train.verl_engine import VerlConfig
+
 TRAINER_NAME = "crossed_is_sync"  # its own registry entry, for lookups; it runs as verl's "sync" mode
 BASE_NAME = "crossed_sync"  # the unweighted trainer (verl's, plus the resumed-from step's removal)
 
 
-def trajectory_field(extra_fields: Any, key: str) -> list[Any]:
-    """One ``reward_extra_info`` value per trajectory (None where the reward entry gave none)."""
+def trajectory_field(extra_fields: Iterable[object], key: str) -> list[Any]:
+    """One ``reward_extra_info`` value per trajectory (None where the reward entry gave none). ``extra_fields``: verl's,
+    one entry a trajectory, a dict or TensorDict's non-tensor wrapper of one (its ``data``)."""
     out = []
     for value in list(extra_fields):
         fields = getattr(value, "data", value)
@@ -43,7 +50,7 @@ def trajectory_field(extra_fields: Any, key: str) -> list[Any]:
     return out
 
 
-def importance_weights(extra_fields: Any) -> torch.Tensor:
+def importance_weights(extra_fields: Iterable[object]) -> torch.Tensor:
     """One weight per trajectory from verl's ``extra_fields`` (``reward_extra_info.is_weight``)."""
     weights = trajectory_field(extra_fields, "is_weight")
     missing = next((k for k, w in enumerate(weights) if w is None), None)
@@ -84,7 +91,7 @@ DUMP_ENV = "CROSSED_ADVANTAGE_DUMP"
 PROBE_ENV = "CROSSED_ROLLOUT_PROBE"
 
 
-def dump_advantages(arm_dir: str, step: int, extra_fields: Any, before: torch.Tensor, after: torch.Tensor,
+def dump_advantages(arm_dir: str, step: int, extra_fields: Iterable[object], before: torch.Tensor, after: torch.Tensor,
                     weights: torch.Tensor) -> None:
     import os
 
@@ -172,7 +179,7 @@ def _register() -> type:
     class ImportanceWeightedTrainer(CrossedSyncTrainer):
         """verl's synchronous PPO trainer with advantages scaled by P_i/Q_i after they are computed."""
 
-        def _compute_advantage(self, batch: Any, metrics: dict) -> Any:
+        def _compute_advantage(self, batch: KVBatchMeta, metrics: dict[str, Any]) -> KVBatchMeta:
             import os
 
             import transfer_queue as tq
@@ -212,10 +219,10 @@ def task_runner_class(weighted: bool = True) -> Any:
 
     base = TaskRunnerV1.__ray_metadata__.modified_class
 
-    class CrossedTaskRunner(base):  # type: ignore[misc, valid-type]
+    class CrossedTaskRunner(base):  # type: ignore[misc, valid-type]  # base: a class read from Ray's actor at run time
         """verl's v1 task runner; defined here so the actor imports (and registers) our trainer."""
 
-        def run(self, config: Any) -> None:
+        def run(self, config: VerlConfig) -> None:
             if config.trainer.v1.trainer_mode != "sync":
                 raise ValueError("trainer.v1.trainer_mode must be sync for crossed-rlvr's trainers "
                                  f"(got {config.trainer.v1.trainer_mode!r}); verl runs other modes asynchronously")
@@ -237,7 +244,7 @@ def main() -> None:
     from verl.utils.device import auto_set_device
 
     @hydra.main(config_path="pkg://verl.trainer.config", config_name="ppo_trainer", version_base=None)
-    def _main(config: Any) -> None:
+    def _main(config: VerlConfig) -> None:
         auto_set_device(config)
         validate_config(config=config, use_reference_policy=need_reference_policy(config),
                         use_critic=need_critic(config))
