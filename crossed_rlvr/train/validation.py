@@ -19,13 +19,13 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
 from transformers import TrainerCallback
 
-from crossed_rlvr.conf.schema import TrainConf, settings
+from crossed_rlvr.conf.schema import EvalCommandConf, ModelConf, TrainConf, conf_of, settings
 from crossed_rlvr.eval.score.payload import detect
 from crossed_rlvr.eval.score.readers import STRICT, get_reader
 from crossed_rlvr.layout import ArmLayout
@@ -36,12 +36,14 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerControl
 
 
-def validation_config(cfg: TrainConf, step: int, checkpoint: Path) -> DictConfig:
-    """The crossed-eval config of one validation step of an arm."""
+def validation_config(cfg: TrainConf, step: int, checkpoint: Path) -> EvalCommandConf:
+    """The crossed-eval config of one validation step of an arm, typed by crossed-eval's schema. Its model is the
+    arm's as an evaluation names one (``ModelConf``: the hash of the initial weights a study binds is the arm's own)."""
     v = cfg.validation
     task = {**settings(cfg.task), "split": v.split, "n_items": v.n_items}
-    return OmegaConf.create({
-        "model": settings(cfg.model), "task": task, "eval": settings(cfg.eval), "tracking": {"mode": "off"},
+    model = ModelConf(**{f.name: getattr(cfg.model, f.name) for f in fields(ModelConf)})
+    return conf_of(EvalCommandConf, {
+        "model": settings(model), "task": task, "eval": settings(cfg.eval), "tracking": {"mode": "off"},
         "run_dir": str(ArmLayout(Path(cfg.run_dir)).validation),
         # a GRPO arm's checkpoint: its facts given, never read back from its name
         "policies": [{"name": checkpoint_name(str(cfg.arm), step), "path": str(checkpoint),
@@ -112,7 +114,7 @@ def make_callback(cfg: TrainConf, tokenizer_dir: Path) -> Any:  # Any: a transfo
             finally:  # generation reseeds the global generators: training goes on as if never validated
                 restore_rng(state)
             model.train(was_training)
-            policy = vcfg.policies[0].name
+            policy = checkpoint_name(str(cfg.arm), step)  # the one policy validation_config names
             files = [out.response_file(cell_name(policy, r, t)) for r in vcfg.requests for t in vcfg.templates]
             self.scorer.submit(step, files)
             self.scored += self.scorer.collect()
