@@ -130,3 +130,35 @@ def test_no_study_function_takes_the_config_untyped():
                             and ast.unparse(a.annotation) == "Any":
                         found.append(f"{path.name}:{node.lineno} {node.name}({a.arg}: Any)")
     assert found == []
+
+
+class _Stop(Exception):
+    """Raised by a stand-in for a command's first stage, once it has seen the config the door handed it."""
+
+
+@pytest.mark.parametrize(("command", "module", "stage", "args"), [
+    ("crossed-study", "crossed_rlvr.study.cli", "crossed_rlvr.study.pipeline.Study", ["experiment=tiny"]),
+    ("crossed-audit", "crossed_rlvr.study.audit", "crossed_rlvr.study.audit.Audit", ["initial=HF/none"]),
+])
+def test_each_command_hands_its_stages_the_schemas_dataclasses(command, module, stage, args, tmp_path, monkeypatch):
+    """Hydra's config is typed once where the command starts: the study and the audit receive the schema's own
+    dataclasses (``StudyConf``, ``AuditConf``), not an OmegaConf node that only claims the type."""
+    import importlib
+    from unittest import mock
+
+    from omegaconf import OmegaConf
+
+    seen: list[object] = []
+
+    def stand_in(cfg: object, *rest: object) -> None:
+        seen.append(cfg)
+        raise _Stop
+
+    monkeypatch.setattr(sys, "argv", [command, f"run_dir={tmp_path / 'run'}", *args])
+    monkeypatch.chdir(tmp_path)
+    with mock.patch(stage, side_effect=stand_in), pytest.raises((_Stop, SystemExit)):
+        importlib.import_module(module).main()
+    assert len(seen) == 1, seen
+    typed = seen[0]
+    assert type(typed).__name__ == {"crossed-study": "StudyConf", "crossed-audit": "AuditConf"}[command]
+    assert not OmegaConf.is_config(typed)

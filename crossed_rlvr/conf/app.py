@@ -107,14 +107,14 @@ def refuse_or_pass(command: str, cfg: DictConfig) -> None:
         raise SystemExit(BAD_INPUT) from None
 
 
-def hold_or_refuse(command: str, cfg: Any) -> None:
+def hold_or_refuse(command: str, run_dir: str) -> None:
     """The run folder held for the command's whole run (crossed_rlvr/folder_lock.py), after its config passed and
     before anything is written there: a second run into a held folder is one line and exit 2."""
     from crossed_rlvr.errors import BAD_INPUT, CrossedError
     from crossed_rlvr.folder_lock import hold
 
     try:
-        hold(str(cfg.run_dir), command)
+        hold(run_dir, command)
     except CrossedError as err:
         print(f"{command}: {err}", file=sys.stderr, flush=True)
         raise SystemExit(BAD_INPUT) from None
@@ -137,7 +137,7 @@ class ChecksFirst:
         with read_write(task), open_dict(task):
             del task["hydra"]  # the job's config, as Hydra hands it to the job
         refuse_or_pass(self.command, task)
-        hold_or_refuse(self.command, task)
+        hold_or_refuse(self.command, str(task.run_dir))
 
     # **kwargs: Any below and above: the keyword arguments Hydra's Callback hooks are called with
     def on_run_end(self, config: DictConfig, **kwargs: Any) -> None: ...
@@ -188,7 +188,7 @@ def hydra_app(command: str, config_name: str, run: Callable[[C], None],
             started.append(True)
             if job_run_dir(cfg):  # a single run was checked by ChecksFirst, before Hydra wrote anything
                 refuse_or_pass(command, cfg)
-                hold_or_refuse(command, cfg)
+                hold_or_refuse(command, str(cfg.run_dir))
             from crossed_rlvr.errors import BAD_INPUT, RUN_FAILED, CrossedError, RunFailure
             from crossed_rlvr.faults import writing
 

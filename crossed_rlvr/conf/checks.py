@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from crossed_rlvr.conf.schema import EngineConf, ModelConf, TrainConf, conf_of
+from crossed_rlvr.conf.schema import AuditConf, EngineConf, ModelConf, TrainConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
 from crossed_rlvr.limits import SEED
 from crossed_rlvr.task_sources import SOURCES, is_code, source_of
@@ -396,7 +396,7 @@ def check_audit(cfg: DictConfig) -> None:
     audit_checkpoints(cfg)
 
 
-def audit_checkpoints(cfg: Any) -> tuple[str | None, dict[str, list[str]]]:
+def audit_checkpoints(cfg: AuditConf | DictConfig) -> tuple[str | None, dict[str, list[str]]]:
     """``crossed-audit``'s policies: (the base, each convention's checkpoints in seed order), each a local folder
     made absolute or a hub name (``org/name``) as given. The base alone is a valid audit (its own cells and
     formatting gap); trained policies are given by the task's conventions: an answer task's (hash, boxed, ...) or
@@ -405,16 +405,16 @@ def audit_checkpoints(cfg: Any) -> tuple[str | None, dict[str, list[str]]]:
     from crossed_rlvr.rewards.conventions import CONVENTIONS
 
     conventions, others = (CODE_CONVENTIONS, CONVENTIONS) if _code(cfg) else (CONVENTIONS, CODE_CONVENTIONS)
-    wrong = [conv for conv in others if cfg.get(conv) is not None]
+    wrong = [conv for conv in others if getattr(cfg, conv, None) is not None]
     if wrong:
-        raise ConfigError(f"{wrong[0]}={cfg.get(wrong[0])}: task={cfg.task.name} takes policies trained to "
+        raise ConfigError(f"{wrong[0]}={getattr(cfg, wrong[0])}: task={cfg.task.name} takes policies trained to "
                           f"{', '.join(conventions)}")
-    if not cfg.get("initial") and not cfg.get("from_study"):  # a study's own initial policy is its base
+    if not cfg.initial and not cfg.from_study:  # a study's own initial policy is its base
         raise ConfigError("initial=PATH is required (or from_study=RUN_DIR): the base the trained policies are "
                           "compared with")
-    base = _model_location(str(cfg.initial), "initial") if cfg.get("initial") else None
-    given = {conv: [_model_location(p, f"{conv}[{k}]") for k, p in enumerate(_checkpoints(cfg.get(conv), conv))]
-             for conv in conventions}
+    base = _model_location(str(cfg.initial), "initial") if cfg.initial else None
+    given = {conv: [_model_location(p, f"{conv}[{k}]")
+                    for k, p in enumerate(_checkpoints(getattr(cfg, conv, None), conv))] for conv in conventions}
     return base, {conv: paths for conv, paths in given.items() if paths}
 
 

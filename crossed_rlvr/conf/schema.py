@@ -480,6 +480,8 @@ def conf_of(schema: type[C], cfg: object) -> C:
 
     from crossed_rlvr.errors import ConfigError
 
+    if isinstance(cfg, schema):  # typed already: the door is passed once
+        return cfg
     if OmegaConf.is_config(cfg):  # a node read back from JSON holds its int keys as strings, as a dict does
         cfg = OmegaConf.to_container(cfg, resolve=True)
     if isinstance(cfg, dict):

@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -22,6 +22,9 @@ from crossed_rlvr.study.plan import ArmPlan, eval_fingerprint
 from crossed_rlvr.study.route import ArmRoute
 from crossed_rlvr.study.stamps import Stamps, digest
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 # what a stage's info keeps of an arm's training summary
 RESULT_KEYS = ("seconds", "reward_first", "reward_last", "payload_first", "payload_last", "skipped", "validation_steps",
@@ -62,7 +65,7 @@ def train_arms(cfg: StudyConf, jobs: list[Job]) -> dict[str, dict[str, Any]]:
     return _in_workers(jobs, bar, updates, max(1, int(cfg.arms.parallel)))
 
 
-def _one_by_one(jobs: list[Job], bar: Any, updates: int,
+def _one_by_one(jobs: list[Job], bar: tqdm, updates: int,
                 train: Callable[[ArmPlan, dict[str, Any]], dict[str, Any]]) -> dict[str, dict[str, Any]]:
     results = {}
     for plan, arm in jobs:
@@ -72,7 +75,7 @@ def _one_by_one(jobs: list[Job], bar: Any, updates: int,
     return results
 
 
-def _in_workers(jobs: list[Job], bar: Any, updates: int, parallel: int) -> dict[str, dict[str, Any]]:
+def _in_workers(jobs: list[Job], bar: tqdm, updates: int, parallel: int) -> dict[str, dict[str, Any]]:
     """The arms in ``parallel`` spawned processes; the bar follows the updates the arms' metrics files record."""
     import concurrent.futures as cf
     import multiprocessing as mp

@@ -21,12 +21,13 @@ its own cells.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from crossed_rlvr.conf.checks import audit_checkpoints
-from crossed_rlvr.conf.schema import AuditConf, StudyConf
+from crossed_rlvr.conf.schema import AuditConf, StudyConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
 from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.names import policy_name
@@ -118,7 +119,8 @@ def study_config(cfg: AuditConf, initial: Policy) -> StudyConf:
         from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 
         study.evaluation.requests, study.evaluation.templates = list(CODE_CONVENTIONS), ["original"]
-    return study  # a DictConfig typed by the StudyConf schema
+    # a node typed by StudyConf, not its dataclass: the sections an audit never reads (sft, recipe, ...) stay unset
+    return cast(StudyConf, study)
 
 
 class Audit:
@@ -150,7 +152,9 @@ class Audit:
         return self.layout.report
 
 
-def _run(cfg: AuditConf) -> None:
+def _run(given: DictConfig) -> None:
+    """The command's door: Hydra's config typed once (``AuditConf``)."""
+    cfg = conf_of(AuditConf, given)
     console = Console(stderr=True)
     console.rule(f"crossed-audit -> {cfg.run_dir}")
     report = Audit(cfg, console).run()

@@ -15,9 +15,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from crossed_rlvr.conf.schema import StudyConf
+from crossed_rlvr.conf.schema import StudyConf, conf_of
 from crossed_rlvr.layout import RunLayout
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 
 class NeedsGPU(SystemExit):
@@ -43,13 +47,15 @@ def check_device(cfg: StudyConf) -> None:
                        "the launch here, add stages=prepare.")
 
 
-def _run(cfg: StudyConf) -> None:
+def _run(given: DictConfig) -> None:
+    """The command's door: Hydra's config typed once (``StudyConf``); every check and stage below reads that."""
     from rich.console import Console
     from rich.table import Table
 
     from crossed_rlvr.study.pipeline import Study
     from crossed_rlvr.train.rehearsal import RehearsalError
 
+    cfg = conf_of(StudyConf, given)
     if cfg.engine.name == "verl" and cfg.arms.kind == "grpo":  # before any stage: will an arm fit its GPUs?
         from crossed_rlvr.train.memory import NoShape, PlanError, check
 

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from crossed_rlvr.conf.schema import StudyConf
+from crossed_rlvr.conf.schema import StudyConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.machine import torch_threads
@@ -36,6 +36,10 @@ from crossed_rlvr.study.stamps import StageCache, digest
 from crossed_rlvr.study.steps import steps_for
 from crossed_rlvr.tracking import untracked
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+    from rich.console import Console
+
 STAGES = ("initial", "arms", "eval", "score", "analyze")
 
 
@@ -44,8 +48,8 @@ class ArmsNotTrained(CrossedError, FileNotFoundError):
 
 
 class Study:
-    def __init__(self, cfg: StudyConf, console: Any = None) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: StudyConf | DictConfig, console: Console | None = None) -> None:
+        self.cfg = cfg = conf_of(StudyConf, cfg)  # typed once where the study starts (a StudyConf passes as is)
         self.layout = RunLayout(Path(cfg.run_dir))
         self.run = self.layout.root
         self.console = console

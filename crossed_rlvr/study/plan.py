@@ -13,12 +13,14 @@ with :meth:`Policy.from_record`; nothing rebuilds a policy from a folder name.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import OmegaConf
 
-from crossed_rlvr.conf.schema import StudyConf, TrainConf, conf_of
+from crossed_rlvr.conf.schema import EvalConf, StudyConf, TrainConf, conf_of
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.policies.policy import Policy
@@ -26,12 +28,17 @@ from crossed_rlvr.study.route import ArmRoute, arm_route
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
 
 
-def plain(node: Any) -> Any:
-    """A config node as plain dicts and lists (what the commands' configs and the fingerprints hold)."""
+def plain(node: object) -> Any:
+    """A config node or a schema dataclass as plain dicts and lists (what the commands' configs and the fingerprints
+    hold): a dataclass goes through OmegaConf as a node does, so both give the same dict (every field, None kept)."""
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        node = OmegaConf.structured(node)
+    elif isinstance(node, list | tuple) and any(dataclasses.is_dataclass(x) for x in node):
+        return [plain(x) for x in node]
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
-def eval_fingerprint(gen: Any) -> dict[str, Any]:
+def eval_fingerprint(gen: EvalConf | Mapping[str, Any]) -> dict[str, Any]:
     """The ``eval`` settings as a stage's fingerprint holds them: device and dtype resolved as the evaluation
     resolves them, the device left out where it is the CPU every earlier stage ran on (eval/generate/device.py), so
     a default left unset matches what a finished stage recorded."""

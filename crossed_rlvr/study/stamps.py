@@ -143,7 +143,7 @@ class StageCache:
         return info
 
 
-def changed_inputs(old: Any, new: Any, prefix: str = "") -> list[str]:
+def changed_inputs(old: object, new: object, prefix: str = "") -> list[str]:
     """Dotted names of the inputs that differ between two stamps (for the console, at most 6)."""
     if isinstance(old, dict) and isinstance(new, dict):
         out: list[str] = []

@@ -10,9 +10,10 @@ through the same pipeline, stage cache and run directory, with no edit here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from crossed_rlvr.conf.schema import StudyConf
+from crossed_rlvr.conf.schema import StudyConf, TaskConf
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.study.configs import StudyConfigs
@@ -60,10 +61,11 @@ def register_steps(kind: str, steps: TaskSteps) -> None:
     STEPS[kind] = steps
 
 
-def steps_for(task: Any) -> TaskSteps:
+def steps_for(task: TaskConf | Mapping[str, Any]) -> TaskSteps:
     """The steps of a task config's kind."""
     kind = kind_of(task)
     if kind not in STEPS:
-        raise ConfigError(f"task.source={task.get('source')}: its kind {kind!r} registered no study steps "
+        source = task.get("source") if isinstance(task, Mapping) else task.source
+        raise ConfigError(f"task.source={source}: its kind {kind!r} registered no study steps "
                           f"(registered: {', '.join(sorted(STEPS))})")
     return STEPS[kind]
