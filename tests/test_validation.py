@@ -44,7 +44,8 @@ def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
     assert all(r["item_id"].startswith("dev-") for r in step1)  # the dev split: not training, not test items
     # crossed-eval of the saved step-1 checkpoint, elsewhere, with the same settings: the same responses
     again = OmegaConf.create({
-        "model": OmegaConf.to_container(cfg.model, resolve=True),
+        # crossed-eval's model block: the arm's, less the initial weights' hash only a training config holds
+        "model": {k: v for k, v in OmegaConf.to_container(cfg.model, resolve=True).items() if k != "weights_sha256"},
         "task": {**OmegaConf.to_container(cfg.task, resolve=True), "split": "dev", "n_items": 3},
         "eval": OmegaConf.to_container(cfg.eval, resolve=True), "tracking": {"mode": "off"},
         "run_dir": str(tmp_path / "again"), "requests": ["boxed"], "templates": ["original"],
