@@ -22,10 +22,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
-    from crossed_rlvr.train.verl_engine import VerlConfig
+    from omegaconf import DictConfig
+
+# verl's own ppo_trainer config as Hydra composes it (train/verl_engine.py: compose_verl): verl's schema, read by
+# verl's key names, never one of this package's configs (those are typed once at each command's door,
+# conf/schema.py). Named here, the lowest module that reads it, so that every reader imports it without a circle.
+VerlConfig: TypeAlias = "DictConfig"
 
 UNITS_PER_NODE = 2  # TransferQueue storage units per node unless engine.tq_storage_units says (its advice: >= 2)
 COLOCATE = 3  # verl.single_controller.ray.base.ResourcePoolManager.max_colocate_count (0.9.1)

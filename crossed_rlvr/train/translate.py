@@ -17,7 +17,7 @@ from crossed_rlvr.conf.schema import EngineConf, TrainConf
 from crossed_rlvr.layout import ArmLayout
 
 if TYPE_CHECKING:
-    from crossed_rlvr.train.verl_engine import VerlConfig
+    from crossed_rlvr.train.budget import VerlConfig
 
 
 def trl_args(cfg: TrainConf, world: int = 1) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import re
 import shlex
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
 from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
@@ -28,13 +28,7 @@ from crossed_rlvr.train.recipe import chat_prompt
 from crossed_rlvr.train.translate import VerlArm, verl_overrides
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig
-
-    from crossed_rlvr.train.budget import Budget
-
-# verl's own ppo_trainer config as Hydra composes it (``compose_verl``): verl's schema, read by verl's key names,
-# never one of this package's configs (those are typed once at each command's door, conf/schema.py)
-VerlConfig: TypeAlias = "DictConfig"
+    from crossed_rlvr.train.budget import Budget, VerlConfig
 
 def reward_entry_path() -> str:
     """The file verl loads with ``reward.custom_reward_function.path`` (our programs, no framework imports)."""

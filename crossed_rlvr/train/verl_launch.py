@@ -46,7 +46,7 @@ from crossed_rlvr.limits import Parser, add_number
 from crossed_rlvr.train.budget import Budget, BudgetError, verl_budget
 
 if TYPE_CHECKING:
-    from crossed_rlvr.train.verl_engine import VerlConfig
+    from crossed_rlvr.train.budget import VerlConfig
 
 # Errors that mean "this needs a CUDA device" (torch on a CPU machine, verl's workers, vLLM).
 CUDA_NEEDED = (r"doesn't have NCCL built in", r"Torch not compiled with CUDA enabled", r"No CUDA GPUs are available",

@@ -33,7 +33,7 @@ from crossed_rlvr.layout import ArmLayout
 if TYPE_CHECKING:
     from transfer_queue import KVBatchMeta
 
-    from crossed_rlvr.train.verl_engine import VerlConfig
+    from crossed_rlvr.train.budget import VerlConfig
 
 TRAINER_NAME = "crossed_is_sync"  # its own registry entry, for lookups; it runs as verl's "sync" mode
 BASE_NAME = "crossed_sync"  # the unweighted trainer (verl's, plus the resumed-from step's removal)
