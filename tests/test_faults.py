@@ -98,6 +98,9 @@ def test_a_study_that_will_not_fit_its_disk_is_refused_before_its_first_stage(tm
                          text=True, timeout=300, check=False, env=env, cwd=tmp_path)
     assert out.returncode == 2, out.stderr[-3000:]
     lines = [x for x in out.stderr.strip().splitlines() if x.startswith("crossed-study:")]
-    assert len(lines) == 1 and f"{run}: 0.00 GB free, but this study writes about " in lines[0], out.stderr[-2000:]
+    assert len(lines) == 1 and f"{run}: 0.0 MB free, but this study writes about " in lines[0], out.stderr[-2000:]
+    # 25 models of 2.5 MB: the initial policy, and 4 arms each keeping its final model, its step-0 weights and the
+    # model its crossed validation saved at each of steps 0-3 (validation.every=1 over 3 updates)
+    assert "writes about 62.5 MB (the initial policy and 4 arm(s)' models" in lines[0], lines[0]
     assert "parameters at 4 B each" in lines[0] and "another run_dir" in lines[0]
     assert not (run / "stages").exists()

@@ -3,8 +3,10 @@
 A study on a disk too small for its models stops hours in with a library's traceback; the models' sizes are known
 before anything is written (their parameter counts from the model's shape), so the study refuses at its start
 instead, in one line, exit 2. What it counts (fp32 on the CPU, 4 B a parameter): the warm-started initial policy,
-each trained arm's final model and, when checkpoints are resumable (``recipe.save_every`` > 0: weights and AdamW
-state, 12 B a parameter), one checkpoint per arm. Responses, scores and the report are small beside them.
+each trained arm's final model, its step-0 weights, the model its crossed validation saves at each validated step
+(train/validation.py: step 0, every ``validation.every`` updates and the last) and, when checkpoints are resumable
+(``recipe.save_every`` > 0: weights and AdamW state, 12 B a parameter), one checkpoint per arm. Responses, scores
+and the report are small beside them.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ def parameters(cfg: StudyConf) -> int | None:
         return None
 
 
+def arm_models(cfg: StudyConf) -> int:
+    """Models a GRPO arm keeps: its final one, its step-0 weights (TRL: ``checkpoints/step-0``) and one a validated
+    step (step 0, every ``validation.every`` updates and the last; none when validation is off)."""
+    updates, every = int(cfg.recipe.updates), int(cfg.validation.every or 0)
+    validated = len({0, updates, *range(every, updates + 1, every)}) if every > 0 else 0
+    return 2 + validated
+
+
 def planned_gb(cfg: StudyConf, run: RunLayout) -> tuple[float, str] | None:
     """GB the study's models still to be written take on disk, with what was counted (None: the model's size is
     unknown here). A finished stage or arm writes nothing again: a study resumed after a full disk is not refused
@@ -52,7 +62,8 @@ def planned_gb(cfg: StudyConf, run: RunLayout) -> tuple[float, str] | None:
                    for conv in cfg.arms.conventions)
     elif cfg.arms.kind == "sft" and not run.stage_stamp("arms").is_file():
         arms = 2 * len(cfg.arms.seeds)  # the marker arm and its control, a seed each
-    per_arm = 4 * n + (12 * n if int(cfg.recipe.save_every) > 0 else 0)
+    per_arm = 4 * n * (arm_models(cfg) if cfg.arms.kind == "grpo" else 1) + (12 * n if int(cfg.recipe.save_every) > 0
+                                                                             else 0)
     total = (4 * n * models + arms * per_arm) / 1e9
     what = (f"{'the initial policy and ' if models else ''}{arms} arm(s)' models"
             f"{' and resumable checkpoints' if int(cfg.recipe.save_every) > 0 else ''}, {n / 1e6:.1f}M parameters "
@@ -66,5 +77,10 @@ def check_room(cfg: StudyConf, run_dir: Path) -> None:
     free = free_gb(run_dir)
     if planned is None or free is None or planned[0] <= free:
         return
-    raise NoRoom(f"{run_dir}: {free:.2f} GB free, but this study writes about {planned[0]:.2f} GB ({planned[1]}): "
+    raise NoRoom(f"{run_dir}: {shown(free)} free, but this study writes about {shown(planned[0])} ({planned[1]}): "
                  "free space there or give another run_dir")
+
+
+def shown(gb: float) -> str:
+    """A size as people read it: GB from one GB up, MB below (a tiny model's study writes a few MB)."""
+    return f"{gb:.2f} GB" if gb >= 1 else f"{gb * 1000:.1f} MB"
