@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 import time
@@ -316,31 +317,45 @@ def arm_copy(run: Path, folder: Path, tracking: str, **changes):
     return cfg
 
 
+def train_only(folder: Path) -> None:
+    """The arm's launch script up to verl's own end, without validation before and after training and without the
+    merge: the references below read verl's metrics and its fp32 shards only. Validation changes nothing that
+    training sees (greedy, and every rollout is seeded by update, prompt and sample): the killed arm validated once
+    more than its reference, at its relaunch, and ends on the reference's weights."""
+    script = folder / "launch_single_node.sh"
+    text = script.read_text()
+    assert "trainer.val_before_train=True" in text and "trainer.test_freq=" in text
+    text = text.replace("trainer.val_before_train=True", "trainer.val_before_train=False")
+    text = re.sub(r"trainer\.test_freq=\d+", "trainer.test_freq=-1", text)
+    end = text.index("# the launch rehearsal")  # what follows is the merge of the final step
+    (folder / "train_only.sh").write_text(text[:end])
+    with (folder / "launch.log").open("w") as log:
+        subprocess.run(["bash", str(folder / "train_only.sh")], stdout=log, stderr=subprocess.STDOUT, timeout=900,
+                       check=True)
+
+
 @pytest.fixture(scope="module")
 def world_size_1(verl_study, tmp_path_factory):
-    """The study's hash arm again on one rank instead of two, for its first update only (saved and merged): the
-    proposal's draws and the data order are prefix-consistent in the number of updates (proposal.py, recipe.py), so
-    the first update sees the same prompts as the study's arm of two."""
+    """The study's hash arm again on one rank instead of two, for its first update only (verl alone: train_only):
+    the proposal's draws and the data order are prefix-consistent in the number of updates (proposal.py,
+    recipe.py), so the first update sees the same prompts as the study's arm of two."""
     run, _, _ = verl_study
     folder = tmp_path_factory.mktemp("ws1") / "arm"
     arm_copy(run, folder, "off", **{"engine.n_gpus_per_node": 1, "recipe.save_every": 0, "recipe.updates": 1})
-    with (folder / "launch.log").open("w") as log:
-        subprocess.run(["bash", str(folder / "launch_single_node.sh")], stdout=log, stderr=subprocess.STDOUT,
-                       timeout=900, check=True)
+    train_only(folder)
     return folder
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(verl_study, tmp_path_factory):
-    """The study's hash arm again, uninterrupted, at its own world size 2 (its final step saved and merged): the
-    reference of the killed and resumed arm. vLLM's rollout at tensor-parallel size 2 sums in another order than at
-    1, and a sampled token whose two candidates tie to ~1e-6 can come out otherwise at world size 1."""
+    """The study's hash arm again, uninterrupted, at its own world size 2 (verl alone, its final step saved:
+    train_only): the reference of the killed and resumed arm. vLLM's rollout at tensor-parallel size 2 sums in
+    another order than at 1, and a sampled token whose two candidates tie to ~1e-6 can come out otherwise at world
+    size 1."""
     run, _, _ = verl_study
     folder = tmp_path_factory.mktemp("ws2") / "arm"
     arm_copy(run, folder, "off", **{"recipe.save_every": 0})
-    with (folder / "launch.log").open("w") as log:
-        subprocess.run(["bash", str(folder / "launch_single_node.sh")], stdout=log, stderr=subprocess.STDOUT,
-                       timeout=900, check=True)
+    train_only(folder)
     return folder
 
 
