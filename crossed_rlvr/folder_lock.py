@@ -70,9 +70,10 @@ def describe(holder: dict[str, object] | None) -> str:
     return f"pid {holder.get('pid')} on {holder.get('host')}, `{holder.get('command')}`, started {started}"
 
 
-def hold(folder: str | Path, command: str) -> None:
-    """Hold ``folder`` (made if missing) for this process's life, or raise :class:`FolderInUse` naming the holder.
-    A folder this process tree already holds, or one inside it, is held already."""
+def hold(folder: str | Path, command: str, args: list[str] | None = None) -> None:
+    """Hold ``folder`` (made if missing) for this process's life, or raise :class:`FolderInUse` naming the holder
+    (``command`` and ``args``, the command line as the user gave it; default ``sys.argv[1:]``). A folder this
+    process tree already holds, or one inside it, is held already."""
     folder = Path(folder).resolve()
     if any(folder == p or p in folder.parents for p in [*_held, *_inherited()]):
         return
@@ -92,7 +93,7 @@ def hold(folder: str | Path, command: str) -> None:
         print(f"{command}: {folder}: taking over the lock of a run that ended without finishing "
               f"({describe(stale)})", file=sys.stderr, flush=True)
     line = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-                       "command": " ".join([command, *sys.argv[1:]])})
+                       "command": " ".join([command, *(sys.argv[1:] if args is None else args)])})
     os.ftruncate(fd, 0)
     os.pwrite(fd, (line + "\n").encode(), 0)
     _held[folder] = fd

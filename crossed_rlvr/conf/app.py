@@ -114,7 +114,7 @@ def hold_or_refuse(command: str, run_dir: str) -> None:
     from crossed_rlvr.folder_lock import hold
 
     try:
-        hold(run_dir, command)
+        hold(run_dir, command, [a for a in sys.argv[1:] if not a.startswith(CHECKS_KEY)])  # as the user typed it
     except CrossedError as err:
         print(f"{command}: {err}", file=sys.stderr, flush=True)
         raise SystemExit(BAD_INPUT) from None
@@ -147,11 +147,13 @@ class ChecksFirst:
     def on_job_end(self, config: DictConfig, **kwargs: Any) -> None: ...
 
 
+CHECKS_KEY = "+hydra.callbacks.crossed_checks_first"  # the overrides with_checks_first adds to the command line
+
+
 def with_checks_first(argv: list[str], command: str) -> list[str]:
     """The command line plus the override that installs ``ChecksFirst`` (Hydra reads callbacks from its config only,
     and the command's override list is the one way in that leaves the config files alone)."""
-    key = "+hydra.callbacks.crossed_checks_first"
-    extra = [f"{key}._target_={__name__}.ChecksFirst", f"{key}.command={command}"]
+    extra = [f"{CHECKS_KEY}._target_={__name__}.ChecksFirst", f"{CHECKS_KEY}.command={command}"]
     # beside the command line's own overrides: Hydra's parser takes one run of them, so overrides split by a flag
     # (``-m``, ``--cfg job``) are refused
     at = next((k for k, a in enumerate(argv) if k > 0 and "=" in a and not a.startswith("-")), len(argv))
