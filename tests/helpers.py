@@ -80,3 +80,16 @@ def arm_files(run: Path, name: str = "hash/s83") -> tuple[str, str, list[str]]:
 ADD = {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n", "entry_point": "add",
        "canonical_solution": "    return a + b\n", "base_input": [[1, 2], [3, 4]], "plus_input": [[5, 6], [-1, 1]],
        "atol": 0}
+
+
+def code_metrics() -> Any:
+    """scripts/code_metrics.py as a module (scripts/ is no package): the package's figures and its AST helpers."""
+    import sys
+
+    scripts = str(Path(__file__).resolve().parents[1] / "scripts")
+    sys.path.insert(0, scripts)
+    try:
+        import code_metrics as module
+    finally:
+        sys.path.remove(scripts)
+    return module

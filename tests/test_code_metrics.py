@@ -4,11 +4,7 @@ a name parsed back, a file named outside the layout, a long function) and nothin
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "code_metrics.py"
+from tests.helpers import code_metrics as code_metrics_module
 
 FILES = {
     "layout.py": 'REPORT = "report.md"\n',  # the layout's own spelling: not counted
@@ -41,21 +37,12 @@ FILES = {
 }
 
 
-def metrics_module():
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import code_metrics
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
-    return code_metrics
-
-
 def test_each_figure_counts_what_it_names(tmp_path):
     pkg = tmp_path / "pkg"
     for rel, text in FILES.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
-    code_metrics = metrics_module()
+    code_metrics = code_metrics_module()
     m = code_metrics.measure(pkg)
     s = code_metrics.summary(m)
     # cfg, task_cfg (Any | None) and x; *args/**kwargs apart; self not counted, make's y and check's loose
@@ -82,7 +69,7 @@ def test_each_figure_counts_what_it_names(tmp_path):
 
 
 def test_the_script_prints_its_report_on_the_package(capsys):
-    metrics_module().main([])
+    code_metrics_module().main([])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("package crossed_rlvr: ") and len(lines) == 7
     assert any(line.startswith("functions over 60 lines: ") for line in lines)

@@ -132,11 +132,9 @@ ANY_LIMIT = 20  # parameters typed ``Any`` in the whole package, each one saying
 def any_parameters(package: Path) -> list[tuple[str, int, str, str]]:
     """(file, line, parameter, that line's text) for each parameter annotated ``Any`` (alone or ``Any | None``),
     ``*args``/``**kwargs: Any`` apart (the idiom for passing arguments through)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import code_metrics
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    from tests.helpers import code_metrics as code_metrics_module
+
+    code_metrics = code_metrics_module()
     found = []
     for path in sorted(package.rglob("*.py")):
         text = path.read_text()

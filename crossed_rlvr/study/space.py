@@ -62,11 +62,11 @@ def planned_gb(cfg: StudyConf, run: RunLayout) -> tuple[float, str] | None:
                    for conv in cfg.arms.conventions)
     elif cfg.arms.kind == "sft" and not run.stage_stamp("arms").is_file():
         arms = 2 * len(cfg.arms.seeds)  # the marker arm and its control, a seed each
-    per_arm = 4 * n * (arm_models(cfg) if cfg.arms.kind == "grpo" else 1) + (12 * n if int(cfg.recipe.save_every) > 0
-                                                                             else 0)
+    resumable = int(cfg.recipe.save_every) > 0
+    per_arm = 4 * n * (arm_models(cfg) if cfg.arms.kind == "grpo" else 1) + (12 * n if resumable else 0)
     total = (4 * n * models + arms * per_arm) / 1e9
     what = (f"{'the initial policy and ' if models else ''}{arms} arm(s)' models"
-            f"{' and resumable checkpoints' if int(cfg.recipe.save_every) > 0 else ''}, {n / 1e6:.1f}M parameters "
+            f"{' and resumable checkpoints' if resumable else ''}, {n / 1e6:.1f}M parameters "
             "at 4 B each")
     return total, what
 

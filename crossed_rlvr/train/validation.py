@@ -114,7 +114,8 @@ def make_callback(cfg: TrainConf, tokenizer_dir: Path) -> Any:  # Any: a transfo
             finally:  # generation reseeds the global generators: training goes on as if never validated
                 restore_rng(state)
             model.train(was_training)
-            policy = checkpoint_name(str(cfg.arm), step)  # the one policy validation_config names
+            assert vcfg.policies  # validation_config names the step's checkpoint, its one policy
+            policy = vcfg.policies[0].name
             files = [out.response_file(cell_name(policy, r, t)) for r in vcfg.requests for t in vcfg.templates]
             self.scorer.submit(step, files)
             self.scored += self.scorer.collect()

@@ -30,6 +30,7 @@ from crossed_rlvr.train.translate import VerlArm, verl_overrides
 if TYPE_CHECKING:
     from crossed_rlvr.train.budget import Budget, VerlConfig
 
+
 def reward_entry_path() -> str:
     """The file verl loads with ``reward.custom_reward_function.path`` (our programs, no framework imports)."""
     import crossed_rlvr.train.verl_reward as entry
