@@ -9,6 +9,7 @@ stamps), so what finished before the fault is kept and the same command run agai
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import shutil
@@ -76,12 +77,19 @@ def killed_by(err: BaseException) -> str | None:
 
 
 def keep_in_log(err: BaseException) -> None:
-    """The original error, whole, in the command's log file (Hydra's job log), not on the console."""
+    """The original error, whole, in the command's log file (Hydra's job log), not on the console. The log may sit
+    on the disk that is full or gone: then the traceback is lost, but neither logging's own "--- Logging error ---"
+    traceback reaches the console nor an error about the log takes the place of the one line about the fault."""
     record = logging.LogRecord("crossed_rlvr", logging.ERROR, __file__, 0, "%s", (
         "".join(traceback.format_exception(type(err), err, err.__traceback__)),), None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
+    loud, logging.raiseExceptions = logging.raiseExceptions, False  # a failed write: dropped, not printed
+    try:
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, logging.FileHandler):
+                with contextlib.suppress(OSError):  # a closed log reopened on a full disk fails outside emit's guard
+                    handler.handle(record)
+    finally:
+        logging.raiseExceptions = loud
 
 
 def free_gb(path: Path) -> float | None:

@@ -5,6 +5,7 @@ with the arms' training curves and, for a study that validated during training, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,20 @@ class AnswerSteps:
         fp = {"eval": spec, "weights": {p.name: p.weights for p in policies},
               "policies": [p.identity() for p in policies]}
 
+        responses = study.layout.eval.responses
+
         def run() -> dict[str, Any]:
             from crossed_rlvr.eval.generate.runner import run_eval
 
+            # crossed-eval reuses a finished cell by its settings, not its bytes: a cell edited or truncated by hand
+            # since the stage finished is removed here, so that the stage redone makes it again
+            before = (study.stamps.read("eval") or {}).get("info", {}).get("responses_sha256", {})
+            drop_changed_cells(responses, before, study.stamps.files)
             with torch_threads(study.cfg.evaluation.threads):
                 summary = run_eval(eval_cfg)
-            return {"cells": len(summary)}
+            return {"cells": len(summary), "responses_sha256": files_sha256(responses, study.stamps.files)}
 
-        return study.stage("eval", fp, [study.layout.eval.responses], run)
+        return study.stage("eval", fp, [responses], run)
 
     # ------------------------------------------------------------------ 4. scores
     @staticmethod
@@ -127,3 +134,19 @@ class AnswerSteps:
 
 
 register_steps(ANSWER, AnswerSteps())
+
+
+def files_sha256(folder: Path, sha256: Callable[[Path], str]) -> dict[str, str]:
+    """Each finished response file and cell record under ``folder`` by name, with its sha256."""
+    return {p.name: sha256(p) for p in sorted(folder.glob("*.json*")) if p.is_file()}
+
+
+def drop_changed_cells(folder: Path, recorded: dict[str, str], sha256: Callable[[Path], str]) -> list[str]:
+    """Remove each cell (its response file and its record) one of whose files differs from what the stage recorded
+    when it finished; cells it never recorded are left alone. The names of the cells removed."""
+    changed = {name.removesuffix(".meta.json").removesuffix(".jsonl") for name, digest in recorded.items()
+               if (folder / name).is_file() and sha256(folder / name) != digest}
+    for cell in changed:
+        for name in (f"{cell}.jsonl", f"{cell}.meta.json"):
+            (folder / name).unlink(missing_ok=True)
+    return sorted(changed)
