@@ -65,6 +65,23 @@ def train_arms(cfg: StudyConf, jobs: list[Job]) -> dict[str, dict[str, Any]]:
     return _in_workers(jobs, bar, updates, max(1, int(cfg.arms.parallel)))
 
 
+def drop_changed_arms(stamps: Stamps, plans: list[ArmPlan]) -> list[str]:
+    """Remove the folder of each arm whose final model is gone or differs from what the arms stage recorded when it
+    finished (edited, truncated): crossed-train reuses a finished arm by its summary, not its weights, so the stage
+    redone would keep the damaged model. The names of the arms removed, to be trained again."""
+    import shutil
+
+    recorded = (stamps.read("arms") or {}).get("outputs_sha256", {})
+
+    def damaged(path: Path) -> bool:
+        return str(path) in recorded and (not path.exists() or stamps.hash(path, fresh=True) != recorded[str(path)])
+
+    changed = [plan for plan in plans if damaged(Path(plan.policy.path))]
+    for plan in changed:
+        shutil.rmtree(plan.layout.root, ignore_errors=True)
+    return [plan.name for plan in changed]
+
+
 def _one_by_one(jobs: list[Job], bar: tqdm, updates: int,
                 train: Callable[[ArmPlan, dict[str, Any]], dict[str, Any]]) -> dict[str, dict[str, Any]]:
     results = {}
