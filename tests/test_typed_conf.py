@@ -65,6 +65,21 @@ def test_defaults_come_from_the_schema():
     assert typed.engine.micro_batch_per_gpu == 1 and typed.validation.every == 0 and typed.validation.split == "dev"
 
 
+def test_a_typed_config_is_read_only_and_changed_only_by_a_copy():
+    """What the door typed and checked is what every stage reads: an assignment to any section fails with the
+    field named, and ``dataclasses.replace`` gives a changed copy that is read-only too, the original unchanged."""
+    import dataclasses
+
+    typed = conf_of(TrainConf, composed())
+    for target, name in ((typed, "seed"), (typed.engine, "micro_batch_per_gpu"), (typed.recipe.proposal, "enabled")):
+        with pytest.raises(dataclasses.FrozenInstanceError, match=f"'{name}'"):
+            setattr(target, name, getattr(target, name))
+    changed = dataclasses.replace(typed, engine=dataclasses.replace(typed.engine, micro_batch_per_gpu=2))
+    assert changed.engine.micro_batch_per_gpu == 2 and typed.engine.micro_batch_per_gpu == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        changed.engine.micro_batch_per_gpu = 4
+
+
 def test_the_check_refuses_before_it_types():
     bad = conf_of(TrainConf, composed("engine.micro_batch=3"))
     with pytest.raises(RecipeError, match=r"engine\.micro_batch=3 does not divide"):

@@ -11,13 +11,30 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from omegaconf import MISSING
 
 from crossed_rlvr.files import settings  # noqa: F401  (the settings of a typed config: conf.schema.settings)
 from crossed_rlvr.limits import BIG, DECODING, SEED, Range
 from crossed_rlvr.rewards.conventions import MARKER_PAIR
+
+
+class ReadOnly:
+    """A typed config is read-only once made: a stage that needs other settings makes a changed copy
+    (``dataclasses.replace``), so what the command's door checked is what every stage reads. Not a frozen dataclass:
+    OmegaConf makes a frozen dataclass's node read-only, and Hydra composes the command's config into these very
+    schemas (a group option or an override writes into the node), so the guard sits on the instances alone."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_sealed", True)
+
+    if not TYPE_CHECKING:  # mypy reads the dataclasses' own fields; an assignment it would let through fails here
+        def __setattr__(self, name: str, value: object) -> None:
+            if self.__dict__.get("_sealed"):
+                raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r} of a typed config "
+                                                      f"({type(self).__name__}): make a changed copy with dataclasses.replace")
+            object.__setattr__(self, name, value)
 
 
 def num(default: float | None, low: float, high: float, *, low_open: bool = False,
@@ -36,7 +53,7 @@ def nums(factory: Callable[[], object] | None, low: float, high: float, *, low_o
 
 
 @dataclass
-class TinyConf:
+class TinyConf(ReadOnly):
     """Sizes of a tiny model; the defaults train in minutes on two CPU cores."""
 
     hidden_size: int = num(128, 1, 65_536)
@@ -49,7 +66,7 @@ class TinyConf:
 
 
 @dataclass
-class ModelConf:
+class ModelConf(ReadOnly):
     name: str = MISSING
     source: str = MISSING          # local | hub | gguf-smollm2
     path: str | None = None
@@ -66,7 +83,7 @@ class TrainModelConf(ModelConf):
 
 
 @dataclass
-class TaskConf:
+class TaskConf(ReadOnly):
     name: str = MISSING
     source: str = MISSING          # arith | gsm8k | math500
     split: str = "test"
@@ -95,7 +112,7 @@ class TaskConf:
 
 
 @dataclass
-class EvalConf:
+class EvalConf(ReadOnly):
     backend: str = "hf"            # hf | vllm
     # null: bfloat16 on a GPU, float32 on the CPU; float32 | bfloat16 | float16 | auto (bfloat16 where computed natively)
     dtype: str | None = None
@@ -113,7 +130,7 @@ class EvalConf:
 
 
 @dataclass
-class DistributeConf:
+class DistributeConf(ReadOnly):
     """crossed-eval on Ray workers (eval/generate/workers.py); 0 workers: serial in the driver's process. Not part
     of any cell's settings: a run split differently writes the same files."""
     workers: int = num(0, 0, 4096, why="0: generate serially in the driver, no Ray")  # Ray workers, each with its own engine (one per GPU on a GPU node)
@@ -129,7 +146,7 @@ class DistributeConf:
 
 
 @dataclass
-class TrackingConf:
+class TrackingConf(ReadOnly):
     mode: str = "offline"          # off | offline | online
     project: str = "crossed-rlvr"
     entity: str | None = None
@@ -138,7 +155,7 @@ class TrackingConf:
 
 
 @dataclass
-class ProposalConf:
+class ProposalConf(ReadOnly):
     enabled: bool = False
     target: list[float] = nums(list, 0.0, 1e9, why="0: a stratum left out of the target")  # shares or counts per stratum (some positive)
     proposal: list[float] = nums(list, 0.0, 1e9, why="0: a stratum never proposed")
@@ -155,7 +172,7 @@ class ProposalConf:
 
 
 @dataclass
-class LoraConf:
+class LoraConf(ReadOnly):
     enabled: bool = False
     r: int = num(16, 1, 4096)
     alpha: int = num(32, 1, 65_536)
@@ -163,7 +180,7 @@ class LoraConf:
 
 
 @dataclass
-class RecipeConf:
+class RecipeConf(ReadOnly):
     group_size: int = num(8, 2, 4096, why="GRPO compares responses within a group")
     prompts_per_update: int = num(32, 1, 65_536)
     updates: int = num(100, 1, 1_000_000)
@@ -190,12 +207,12 @@ class RecipeConf:
 
 
 @dataclass
-class NameConf:
+class NameConf(ReadOnly):
     name: str = MISSING
 
 
 @dataclass
-class EngineConf:
+class EngineConf(ReadOnly):
     name: str = MISSING            # trl | verl
     # TRL
     micro_batch: int | None = num(None, 1, 65_536)
@@ -232,7 +249,7 @@ class EngineConf:
 
 
 @dataclass
-class SFTRecipeConf:
+class SFTRecipeConf(ReadOnly):
     """The ``sft`` group: paper 001 App. D.2.1's recipe (the trainer's config adds seed and reporting)."""
 
     epochs: float = num(2.0, 0.0, 1000.0, low_open=True)
@@ -250,13 +267,13 @@ class SFTRecipeConf:
 
 
 @dataclass
-class TrainItemsConf:
+class TrainItemsConf(ReadOnly):
     n: int | None = num(4000, 1, BIG)
     seed: int = num(101, *SEED)  # tasks/training.py: GRPO_ITEM_SEED (the SFT commands default to SFT_ITEM_SEED)
 
 
 @dataclass
-class ValidationConf:
+class ValidationConf(ReadOnly):
     every: int = num(0, 0, 1_000_000, why="0: no validation during training")
     requests: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
     templates: list[str] = field(default_factory=lambda: ["original"])
@@ -268,7 +285,7 @@ class ValidationConf:
 
 
 @dataclass
-class RehearsalConf:
+class RehearsalConf(ReadOnly):
     timeout_s: float = num(600.0, 1.0, 86_400.0)  # one arm's rehearsal (train/rehearsal.py) is killed after this
     wait_limit_s: float = num(120.0, 1.0, 86_400.0)  # a Ray resource wait longer than this fails the rehearsal
     # the arms whose launch is rehearsed (null: every arm); matched arms differ only in their reward program,
@@ -277,7 +294,7 @@ class RehearsalConf:
 
 
 @dataclass
-class TrainConf:
+class TrainConf(ReadOnly):
     model: TrainModelConf = MISSING
     task: TaskConf = MISSING
     convention: NameConf = MISSING
@@ -298,7 +315,7 @@ class TrainConf:
 
 
 @dataclass
-class PolicyConf:
+class PolicyConf(ReadOnly):
     name: str = MISSING
     path: str = MISSING
     training_convention: str = "initial"
@@ -311,7 +328,7 @@ class PolicyConf:
 
 
 @dataclass
-class EvalCommandConf:
+class EvalCommandConf(ReadOnly):
     model: ModelConf = MISSING
     task: TaskConf = MISSING
     eval: EvalConf = MISSING
@@ -329,7 +346,7 @@ class EvalCommandConf:
 
 
 @dataclass
-class BandConf:
+class BandConf(ReadOnly):
     """The warm start stops once every request's sampled payload rate lies in [low, high] (sft/band.py)."""
 
     low: float = num(0.3, 0.0, 1.0, why="payload rates: 0 admits a policy that never follows")
@@ -339,7 +356,7 @@ class BandConf:
 
 
 @dataclass
-class WarmstartConf:
+class WarmstartConf(ReadOnly):
     requests: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
     seed: int = num(0, *SEED)
@@ -349,7 +366,7 @@ class WarmstartConf:
 
 
 @dataclass
-class SFTCommandConf:
+class SFTCommandConf(ReadOnly):
     model: ModelConf = MISSING
     task: TaskConf = MISSING
     sft: SFTRecipeConf = MISSING
@@ -366,7 +383,7 @@ class SFTCommandConf:
 
 
 @dataclass
-class InitialConf:
+class InitialConf(ReadOnly):
     build: str = "warmstart"       # warmstart | given
     train_items: int = num(4000, 1, BIG)
     follow_rate: float = num(0.5, 0.0, 1.0, why="share of targets in the requested convention; 0: all in the other")
@@ -379,7 +396,7 @@ class InitialConf:
 
 
 @dataclass
-class ArmsConf:
+class ArmsConf(ReadOnly):
     kind: str = "grpo"             # grpo | sft | given (the final checkpoints of another study's arms)
     from_run: str | None = None    # kind=given: that study's run_dir (its train/<convention>/s<seed>/checkpoints)
     conventions: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
@@ -392,7 +409,7 @@ class ArmsConf:
 
 
 @dataclass
-class EvaluationConf:
+class EvaluationConf(ReadOnly):
     requests: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
     templates: list[str] = field(default_factory=lambda: ["original", "para_a", "para_b"])
     n_items: int | None = num(None, 1, BIG)
@@ -411,13 +428,13 @@ SEED_RANGE = (0, 2**64 - 1)
 
 
 @dataclass
-class AnalysisConf:
+class AnalysisConf(ReadOnly):
     resamples: int = num(20000, *RESAMPLES_RANGE, why="an interval needs at least 10 resamples")
     rng_seed: int = num(20260919, *SEED_RANGE)
 
 
 @dataclass
-class StudyConf:
+class StudyConf(ReadOnly):
     model: ModelConf = MISSING
     task: TaskConf = MISSING
     sft: SFTRecipeConf = MISSING
@@ -440,7 +457,7 @@ class StudyConf:
 
 
 @dataclass
-class AuditConf:
+class AuditConf(ReadOnly):
     """``crossed-audit``: policies given by their training convention, evaluated crossed (study/audit.py). Each
     convention key takes one model folder or hub name, or a list of them (one per seed); ``initial`` the base."""
 
