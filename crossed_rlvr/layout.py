@@ -275,6 +275,11 @@ class EvalLayout:
         """The settings and hashes beside a response file (``<cell>.meta.json``)."""
         return response_file.with_suffix(".meta.json")
 
+    @staticmethod
+    def cell_of(file_name: str) -> str:
+        """The cell a response file or its record belongs to (``<cell>.jsonl``, ``<cell>.meta.json``)."""
+        return file_name.removesuffix(".meta.json").removesuffix(".jsonl")
+
     def response_meta(self, cell: str, partial: bool = False) -> Path:
         """A cell's settings and hashes, beside its records."""
         return (self.partial if partial else self.responses) / f"{cell}.meta.json"

@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.layout import ArmLayout, EvalLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain
@@ -42,7 +42,7 @@ class AnswerSteps:
             # crossed-eval reuses a finished cell by its settings, not its bytes: a cell edited or truncated by hand
             # since the stage finished is removed here, so that the stage redone makes it again
             before = (study.stamps.read("eval") or {}).get("info", {}).get("responses_sha256", {})
-            drop_changed_cells(responses, before, study.stamps.files)
+            drop_changed_cells(study.layout.eval, before, study.stamps.files)
             with torch_threads(study.cfg.evaluation.threads):
                 summary = run_eval(eval_cfg)
             return {"cells": len(summary), "responses_sha256": files_sha256(responses, study.stamps.files)}
@@ -141,12 +141,13 @@ def files_sha256(folder: Path, sha256: Callable[[Path], str]) -> dict[str, str]:
     return {p.name: sha256(p) for p in sorted(folder.glob("*.json*")) if p.is_file()}
 
 
-def drop_changed_cells(folder: Path, recorded: dict[str, str], sha256: Callable[[Path], str]) -> list[str]:
+def drop_changed_cells(layout: EvalLayout, recorded: dict[str, str], sha256: Callable[[Path], str]) -> list[str]:
     """Remove each cell (its response file and its record) one of whose files differs from what the stage recorded
     when it finished; cells it never recorded are left alone. The names of the cells removed."""
-    changed = {name.removesuffix(".meta.json").removesuffix(".jsonl") for name, digest in recorded.items()
+    folder = layout.responses
+    changed = {EvalLayout.cell_of(name) for name, digest in recorded.items()
                if (folder / name).is_file() and sha256(folder / name) != digest}
     for cell in changed:
-        for name in (f"{cell}.jsonl", f"{cell}.meta.json"):
-            (folder / name).unlink(missing_ok=True)
+        for path in (layout.response_file(cell), layout.response_meta(cell)):
+            path.unlink(missing_ok=True)
     return sorted(changed)
