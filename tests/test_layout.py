@@ -436,6 +436,7 @@ NOT_PROJECT_FILES = {
     ("crossed_rlvr/lm_eval_tasks/__init__.py", "{}.yaml"): "lm-eval's task files, one per task name (shipped ones "
                                                            "are package data; local ones include them)",
     ("crossed_rlvr/sft/trainer.py", "{}.json"): "a DeepSpeed config shipped with the package (zero2, zero3)",
+    ("crossed_rlvr/train/verl_cpu.py", "agent_loops.yaml"): "verl's agent-loop file of the CPU route (package data)",
     ("crossed_rlvr/study/smoke.py", "{}.jsonl"): "a split of the user's GSM8K data folder (train, test)",
     ("crossed_rlvr/study/smoke.py", "{}.parquet"): "a split of the user's GSM8K data folder (train, test)",
 }

@@ -189,33 +189,57 @@ def test_the_rollout_servers_get_vllms_cpu_settings_from_the_platform():
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" and int(env["VLLM_CPU_KVCACHE_SPACE"]) >= 1
 
 
-def test_each_completion_gets_a_seed_of_its_own_from_update_prompt_and_sample():
-    """The seeded server: a prompt's samples at one update get the seeds of samples 0..n-1 in arrival order, the
-    same prompt at the next update (new weights) counts from 0 again under another seed, and a seed a request
+def test_each_completion_gets_a_seed_of_its_own_from_update_row_and_session():
+    """The seeded agent loop: a request's seed comes from the update, the prompt's row in the drawn stream and the
+    sample's session, never from the order requests run or arrive in, so an item drawn twice in one update (two
+    rows) has two groups of samples that never swap members; the next update gets other seeds, and a seed a request
     already carries is kept."""
     import asyncio
     from types import SimpleNamespace
     from unittest import mock
 
-    from crossed_rlvr.train import verl_vllm
+    from crossed_rlvr.train import verl_agent_loop as loops
 
-    server = verl_vllm.SeededServer.__new__(verl_vllm.SeededServer)
-    server.config, server.global_steps = SimpleNamespace(seed=83), 2
-    seen: list[int] = []
+    loop = loops.SeededAgentLoop.__new__(loops.SeededAgentLoop)
+    loop.rollout_config = SimpleNamespace(seed=83)
+    seen: list[tuple[int, int, int, int]] = []
 
-    async def parent_generate(self, prompt_ids, params, request_id, **kwargs):
-        seen.append(params["seed"])
+    async def parent_run(self, params, **kwargs):
+        seen.append((kwargs["global_steps"], kwargs["index"], kwargs["session_id"], params["seed"]))
 
-    async def run() -> None:
-        with mock.patch.object(verl_vllm.vLLMHttpServer, "generate", parent_generate), \
-                mock.patch.object(verl_vllm.vLLMHttpServer, "set_global_steps", mock.AsyncMock()):
-            for _ in range(3):
-                await server.generate([1, 2, 3], {"temperature": 1.0}, "r")
-            await server.generate([1, 2, 3], {"temperature": 1.0, "seed": 7}, "r")
-            await server.set_global_steps(3)
-            server.global_steps = 3
-            await server.generate([1, 2, 3], {"temperature": 1.0}, "r")
+    calls = [(2, 5, 1), (2, 4, 0), (2, 5, 0), (2, 4, 1), (3, 4, 0)]  # rows 4 and 5: one item drawn twice
+    with mock.patch.object(loops.SingleTurnAgentLoop, "run", parent_run):
+        for step, row, session in calls:
+            asyncio.run(loop.run({"temperature": 1.0}, global_steps=step, index=row, session_id=session,
+                                 raw_prompt=[{"role": "user", "content": "same item"}]))
+        asyncio.run(loop.run({"temperature": 1.0, "seed": 7}, global_steps=2, index=4, session_id=0))
+    assert [s[3] for s in seen[:5]] == [loops.sample_seed(83, *c) for c in calls]
+    assert len({s[3] for s in seen[:5]}) == 5 and seen[5][3] == 7
 
-    asyncio.run(run())
-    assert seen[:3] == [verl_vllm.sample_seed(83, 2, [1, 2, 3], k) for k in range(3)] and len(set(seen[:3])) == 3
-    assert seen[3] == 7 and seen[4] == verl_vllm.sample_seed(83, 3, [1, 2, 3], 0) != seen[0]
+
+def test_verl_hands_each_trajectorys_row_and_session_to_the_agent_loop():
+    """Canary: the seeded loop's numbers are verl's own. Its synchronous trainer's agent-loop workers run a prompt's
+    ``rollout.n`` samples as sessions 0..n-1, each with the prompt's batch fields (``index``: the dataset's
+    ``extra_info.index``; ``global_steps``), hand them to the loop's ``run``, and load the loops named in
+    ``agent_loop_config_path``; the CPU route's file names the seeded loop. A verl that changed any of it would
+    seed samples otherwise again: this fails first."""
+    import inspect
+
+    import yaml
+    from verl.experimental.agent_loop import agent_loop
+    from verl.trainer.ppo.v1 import agent_loop_tq
+    from verl.utils.dataset import rl_dataset
+
+    from crossed_rlvr.train.verl_cpu import AGENT_LOOPS, SEEDED_LOOP, VLLM_OVERRIDES
+
+    sessions = inspect.getsource(agent_loop_tq.AgentLoopWorkerTQ._run_prompt)
+    assert "for i in range(n):" in sessions and "session_id=i, **prompt" in sessions
+    assert 'get_trajectory_info(batch["global_steps"], batch["index"], validate)' in inspect.getsource(
+        agent_loop_tq.AgentLoopWorkerTQ.generate_sequences)
+    assert "await agent_loop.run(sampling_params, **kwargs)" in inspect.getsource(agent_loop.AgentLoopWorker._run_agent_loop)
+    assert 'index = row_dict.get("extra_info", {}).get("index", 0)' in inspect.getsource(rl_dataset)
+    assert "_agent_loop_registry[agent_loop_config.name] = agent_loop_config" in inspect.getsource(
+        agent_loop.AgentLoopWorker.__init__)
+    assert yaml.safe_load(AGENT_LOOPS.read_text()) == [
+        {"name": SEEDED_LOOP, "_target_": "crossed_rlvr.train.verl_agent_loop.SeededAgentLoop"}]
+    assert f"actor_rollout_ref.rollout.agent.default_agent_loop={SEEDED_LOOP}" in VLLM_OVERRIDES

@@ -31,7 +31,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from crossed_rlvr.layout import RunLayout
+from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.study.pipeline import ArmsNotTrained, Study
 from crossed_rlvr.train.verl_launch import read_metrics
 from tests.helpers import study_cfg
@@ -182,7 +182,6 @@ def test_the_actors_weights_reach_vllm_after_every_update(verl_study):
     actor's saved fp32 weights, each sync's differ from the one before (every update moved them), and at every
     update the rollout's log-probs of the sampled tokens are the actor's to float32 precision (verl's metrics),
     so the actor's weights after update k are in vLLM for update k+1's rollouts."""
-    from crossed_rlvr.layout import ArmLayout
 
     run, _, _ = verl_study
     folder = arm(run, "boxed")  # trained uninterrupted
@@ -320,7 +319,7 @@ def arm_copy(run: Path, folder: Path, tracking: str, **changes):
 def train_only(folder: Path) -> None:
     """The arm's launch script up to verl's own end, without validation before and after training and without the
     merge: the references below read verl's metrics and its fp32 shards only. Validation changes nothing that
-    training sees (greedy, and every rollout is seeded by update, prompt and sample): the killed arm validated once
+    training sees (greedy, and every rollout is seeded by update, row and session): the killed arm validated once
     more than its reference, at its relaunch, and ends on the reference's weights."""
     script = folder / "launch_single_node.sh"
     text = script.read_text()
@@ -360,8 +359,8 @@ def uninterrupted(verl_study, tmp_path_factory):
 
 
 def test_world_size_2_takes_the_same_first_update_as_world_size_1(verl_study, world_size_1):
-    """The same rollouts (one rollout server at either world size, every completion seeded by update, prompt and
-    sample), and the same loss and gradient norm at world size 1 as at world size 2, so gloo's gradient reduction
+    """The same rollouts (one rollout server at either world size, every completion seeded by update, row of the
+    drawn stream and session), and the same loss and gradient norm at world size 1 as at world size 2, so gloo's gradient reduction
     across the two ranks averages (pytorch/pytorch#162338 reports a reduce-scatter that sums: the norm would then be
     twice world size 1's)."""
     run, _, _ = verl_study
@@ -379,10 +378,10 @@ def test_world_size_2_takes_the_same_first_update_as_world_size_1(verl_study, wo
 
 def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_weights(verl_study, uninterrupted):
     """Dataloader position, optimizer state and both ranks' shards continue from step 1; the rollout seeds every
-    completion by (update, prompt, sample), so the killed and resumed arm samples exactly what the same arm trained
-    uninterrupted at the same world size sampled and ends on its weights, to float tolerance (the order in which
-    float sums are taken; a sampled token that changed would show in the rewards and lengths compared exactly
-    below)."""
+    completion by (update, row of the drawn stream, session), so the killed and resumed arm samples exactly what the
+    same arm trained uninterrupted at the same world size sampled, each sample in its own group (each update's dumped
+    advantages compared first: a rollout that differed is named by its update), and ends on its weights, to float
+    tolerance (the order in which float sums are taken)."""
     run, _, seen = verl_study
     folder = arm(run, "hash")
     killed, relaunched, _ = seen["logs"]
@@ -393,6 +392,12 @@ def test_a_killed_arm_resumes_where_it_stopped_and_ends_on_the_uninterrupted_wei
     rows = read_metrics(folder)
     assert [r["step"] for r in rows if "critic/rewards/mean" in r] == STEPS
     assert len(list((folder / "verl_metrics").glob("launch-*.jsonl"))) == 2  # the first launch's lines kept
+    for step in STEPS:  # the same trajectories with the same advantages, before the weights they led to (in the
+        # order they finished: the batch's order differs from run to run, and no sum below depends on it)
+        got_adv, want_adv = (torch.load(ArmLayout(f).advantages_at(step), weights_only=False) for f in (folder, uninterrupted))
+        trajectories = [sorted((item, tuple(adv.tolist())) for item, adv in zip(d["item_id"], d["before"], strict=True))
+                        for d in (got_adv, want_adv)]
+        assert trajectories[0] == trajectories[1], f"the rollouts of update {step} differ"
     # the fp32 weights as each run saved them (the merge rounds to bf16), both ranks' shards of each parameter
     actor = f"checkpoints/global_step_{UPDATES}/actor"
     got, want = joined_shards(folder / actor), joined_shards(uninterrupted / actor)

@@ -1,7 +1,7 @@
 """verl 0.9.1 on a CPU, through its own plugin seams: a ``cpu`` platform, and every setting and patch that the CPU
 route needs beyond a GPU node's, in this one module (tests/test_verl_cpu.py keeps a canary on each): the FSDP2
-engine on gloo, verl's own vLLM rollout on vLLM's CPU build (train/verl_vllm.py: each completion seeded;
-train/verl_vllm_worker.py: vLLM's CPU layers keep their weight so the actor's weights can be loaded again).
+engine on gloo, verl's own vLLM rollout on vLLM's CPU build (train/verl_agent_loop.py: each completion seeded;
+train/verl_vllm.py: the weight probe; train/verl_vllm_worker.py: vLLM's CPU layers keep their weight so the actor's weights can be loaded again).
 
 verl imports this module itself, early in ``import verl``, when a process has
 ``VERL_USE_EXTERNAL_MODULES=crossed_rlvr.train.verl_cpu`` (it raises if the import fails), and uses the
@@ -72,10 +72,13 @@ OVERRIDES = [
 # (the platform reports no CUDA IPC), each tensor fitting one bucket (``bucket_mb``). No chunked prefill: after a
 # prompt split across engine steps vLLM rewinds the request's seeded generator by its Philox offset
 # (``_bookkeeping_sync`` in vllm/v1/worker/gpu_model_runner.py), which a CPU generator does not have ("CPU Generator
-# does not use offset"), and every completion here carries a seed (train/verl_vllm.py). The KV cache's size comes
+# does not use offset"), and every completion here carries a seed (train/verl_agent_loop.py). The KV cache's size comes
 # from ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and the OpenMP threads' binding from ``VLLM_CPU_OMP_THREADS_BIND``, set
 # for the rollout servers by ``PlatformCPU.rollout_env_vars``.
 MIN_BUCKET_MB = 64
+# the agent-loop file verl's agent-loop workers read (name -> class), and the seeded loop's name in it
+AGENT_LOOPS = Path(__file__).with_name("agent_loops.yaml")
+SEEDED_LOOP = "crossed_seeded"
 KV_CACHE_GIB = 1
 VLLM_OVERRIDES = [
     "actor_rollout_ref.rollout.name=vllm",
@@ -84,6 +87,9 @@ VLLM_OVERRIDES = [
     "actor_rollout_ref.rollout.enforce_eager=True",
     "actor_rollout_ref.rollout.dtype=float32",
     "actor_rollout_ref.rollout.enable_chunked_prefill=False",
+    # every sampled completion seeded by its trajectory (train/verl_agent_loop.py): verl's single-turn loop otherwise
+    f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS}",
+    f"actor_rollout_ref.rollout.agent.default_agent_loop={SEEDED_LOOP}",
 ]
 # the vLLM line that needs chunked prefill off beside per-request seeds on a CPU (a canary test reads it)
 REWOUND_SEED = "gen.set_offset(gen.get_offset() - 4)"
@@ -108,9 +114,8 @@ def bucket_mb(model_path: str | None) -> int:
 def launch_overrides(ranks: int, model_path: str | None = None) -> list[str]:
     """``OVERRIDES`` plus a local Ray with ``ranks`` logical GPUs (the workers get ``ENV`` from verl_launch), and
     one rollout replica over all of them (its tensor-parallel size is the ranks). Each completion is sampled with
-    its own seed from (update, prompt, sample), counting a prompt's samples in its replica's server: verl's load
-    balancer spreads one prompt's samples over the replicas as they are least loaded, so two replicas would
-    repeat seeds and sample otherwise than one. With one server the samples are those of world size 1."""
+    its own seed from (update, row of the drawn stream, session) (train/verl_agent_loop.py), whichever replica
+    serves it."""
     # no dashboard: nobody reads a CPU run's, and it starts ten Python processes of its own
     bucket = f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={bucket_mb(model_path)}"
     return [*OVERRIDES, *VLLM_OVERRIDES, bucket, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
@@ -283,7 +288,7 @@ def distribution_version(distribution_name: str) -> str:  # the parameter named 
 
 importlib.metadata.version = distribution_version
 
-# verl's vLLM replica under its own name, serving each completion with a seed of its own (train/verl_vllm.py): the
-# one change to verl's vLLM route on this platform, made so a relaunch and another world size sample alike.
+# verl's vLLM replica under its own name (train/verl_vllm.py): its server writes the weight probe and reloads
+# weights on the CPU; the seeds come with the requests (train/verl_agent_loop.py).
 VLLM_MODULE = "crossed_rlvr.train.verl_vllm"
 RolloutReplicaRegistry.register("vllm", lambda: importlib.import_module(VLLM_MODULE).SeededReplica)
