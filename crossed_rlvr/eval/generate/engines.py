@@ -117,6 +117,10 @@ class HFBackend:
         self.pad_id = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(self.stop_ids))
         )
+        # Only the last position's logits are read: a model that can skip the others (transformers' causal LMs take
+        # ``logits_to_keep``) is asked to, so the prompt pass never multiplies every prompt position by the whole
+        # vocabulary (the output layer dominates a small model's prefill; ``generate`` skips it alike).
+        self.last_only = {"logits_to_keep": 1} if accepts(model, "logits_to_keep") else {}
 
     def generate(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams) -> list[Generation]:
         check_lengths(prompt_ids, params)
@@ -140,11 +144,15 @@ class HFBackend:
             input_ids[r, width - len(ids) :] = torch.tensor(ids)
             mask[r, width - len(ids) :] = 1
         input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        # CPU generators on every device: an item seed draws the same uniforms on a GPU as on the CPU
-        gens = [torch.Generator().manual_seed(int(s)) for s in seeds]
-        produced: list[list[int]] = [[] for _ in range(n)]
-        stopped = [False] * n
-        active = list(range(n))  # rows still generating; finished rows leave the batch (and its cache)
+        greedy = params.temperature <= 0
+        # CPU generators on every device: an item seed draws the same uniforms on a GPU as on the CPU; greedy
+        # decoding draws none
+        gens = [] if greedy else [torch.Generator().manual_seed(int(s)) for s in seeds]
+        stops = torch.tensor(sorted(self.stop_ids), dtype=torch.long, device=self.device)
+        steps: list[torch.Tensor] = []  # each step's picks of the rows active then
+        rows: list[torch.Tensor] = []   # which rows those were (indices into the batch)
+        stopped = torch.zeros(n, dtype=torch.bool)
+        active = torch.arange(n)  # rows still generating; finished rows leave the batch (and its cache)
         past = None
         cur_ids = input_ids
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -156,36 +164,42 @@ class HFBackend:
                     position_ids=positions,
                     past_key_values=past,
                     use_cache=True,
+                    **self.last_only,
                 )
                 past = out.past_key_values
-                logits = out.logits[:, -1, :].double()
-                # One uniform per active row per step: a row's random stream never depends on its batch-mates.
-                u = torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in active])
-                u = u.to(logits.device)
-                picks = self._sample(logits, u, params).tolist()
-                keep = []
-                for j, (r, tok) in enumerate(zip(active, picks)):
-                    if tok in self.stop_ids:
-                        stopped[r] = True
-                    else:
-                        produced[r].append(tok)
-                        keep.append(j)
-                if not keep:
+                if greedy:  # the argmax of the float32 logits is that of their float64 copy
+                    picks = torch.argmax(out.logits[:, -1, :], dim=-1)
+                else:
+                    # One uniform per active row per step: a row's random stream never depends on its batch-mates.
+                    u = torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in active.tolist()])
+                    picks = self._sample(out.logits[:, -1, :].double(), u.to(self.device), params)
+                ends = torch.isin(picks, stops).cpu()
+                stopped[active[ends]] = True
+                keep = ~ends
+                steps.append(picks.cpu())
+                rows.append(active)
+                if not bool(keep.any()):
                     break
-                if len(keep) < len(active):
-                    sel = torch.tensor(keep, device=self.device)
+                if not bool(keep.all()):
+                    sel = keep.nonzero().squeeze(-1).to(self.device)
                     past.batch_select_indices(sel)
-                    mask, positions = mask[sel], positions[sel]
-                    active = [active[j] for j in keep]
-                cur_ids = torch.tensor([[produced[r][-1]] for r in active], device=self.device)
+                    mask, positions, picks = mask[sel], positions[sel], picks[sel]
+                    active = active[keep]
+                cur_ids = picks[:, None]
                 mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long, device=self.device)], dim=1)
                 positions = positions[:, -1:] + 1
+        produced: list[list[int]] = [[] for _ in range(n)]
+        for picks, who in zip(steps, rows):  # once per batch, after decoding: each row's tokens but its stop token
+            for r, tok in zip(who.tolist(), picks.tolist()):
+                if tok not in self.stop_ids:
+                    produced[r].append(tok)
+        stopped_rows = stopped.tolist()
         return [
             Generation(
                 self.tokenizer.decode(
                     produced[r], skip_special_tokens=True, clean_up_tokenization_spaces=False
                 ),
-                "stop" if stopped[r] else "length",
+                "stop" if stopped_rows[r] else "length",
                 len(prompts[r]),
                 len(produced[r]),
             )
@@ -317,6 +331,19 @@ class VLLMBackend:
 
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
+
+
+def accepts(model: Any, name: str) -> bool:
+    """Whether the model's forward takes the keyword ``name``."""
+    import inspect
+
+    forward = getattr(model, "forward", None)
+    if forward is None:
+        return False
+    try:
+        return name in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def release(loaded: dict[str, tuple[Backend, PreTrainedTokenizerBase]]) -> None:
