@@ -333,7 +333,7 @@ class VLLMBackend:
                 torch.cuda.empty_cache()
 
 
-def accepts(model: Any, name: str) -> bool:
+def accepts(model: Any, name: str) -> bool:  # Any: a transformers model, or a stand-in without forward
     """Whether the model's forward takes the keyword ``name``."""
     import inspect
 
