@@ -226,6 +226,9 @@ def test_a_sandbox_that_cannot_start_refuses_to_score(monkeypatch):
 def test_a_sandbox_error_during_scoring_is_never_the_models_failure(executor, box, monkeypatch):
     import crossed_rlvr.sandbox.bwrap as bwrap
 
-    monkeypatch.setattr(bwrap, "PYTHON", "/nonexistent/python3")  # after the self-test passed
+    # The expected outputs first (this test may run on a worker where no other test of the module recorded
+    # them), so the failure below happens while scoring the model's code, not while recording the oracle.
+    executor.score([("HumanEval/0", "def add(a, b):\n    return a + b\n")])
+    monkeypatch.setattr(bwrap, "PYTHON", "/nonexistent/python3")
     with pytest.raises(SandboxUnavailable, match="no code was scored"):
         executor.score([("HumanEval/0", "def add(a, b):\n    return a + b  # new code\n")])

@@ -332,7 +332,11 @@ def test_the_training_rewards_give_a_hostile_rollout_0_and_raise_nothing(add_fil
     for name, payload in HOSTILE.items():
         got = compute_score("add", f"```python\n{hostile(payload)}```", "HumanEval/0", info)
         assert got["score"] == 0.0, (name, got)
-    assert compute_score("add", f"```python\n{GOOD}```", "HumanEval/0", info)["score"] == 1.0
+    good = compute_score("add", f"```python\n{GOOD}```", "HumanEval/0", info)
+    if good["score"] != 1.0:  # say why: the verdicts of this process's reward program, the good one's last
+        from crossed_rlvr.train.code_reward import program_for
+
+        pytest.fail(f"the good rollout after the hostile ones scored {good}: {list(program_for(add_file)._exec()._done.values())[-2:]}")
 
 
 def test_nothing_of_a_slot_is_left_running(box):
