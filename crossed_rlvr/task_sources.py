@@ -13,10 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, Protocol
-
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
+from typing import Any, Protocol
 
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
@@ -26,9 +23,10 @@ ANSWER, CODE = "answer", "code"
 
 class TaskConf(Protocol):
     """What a source lookup reads of a ``task`` block (conf/schema.py's ``TaskConf``; this module sits below the
-    config layer, so it names the field, not the class)."""
+    config layer, so it names the fields, not the class): the loaders themselves take the schema's class."""
 
     source: str
+    split: str
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class TaskSource:
     requests: tuple[str, ...] = REQUESTS  # the requests its items may be asked under
     templates: tuple[str, ...] = TEMPLATES  # the wordings of those requests
 
-    def load(self, task_cfg: DictConfig) -> list[dict[str, Any]]:
+    def load(self, task_cfg: TaskConf) -> list[dict[str, Any]]:
         """The items of ``task_cfg.split``, from the loader the source declared."""
         if self.items is None:
             raise ValueError(f"task.source={self.name}: declares no item loader")

@@ -93,8 +93,7 @@ def test_hub_tasks_get_a_seeded_dev_split_disjoint_from_train_and_test(tmp_path)
     """GSM8K has only train and test: dev is a seeded held-out part of the train rows (issue: 'dev' split)."""
     import json
 
-    from omegaconf import OmegaConf
-
+    from crossed_rlvr.conf.schema import TaskConf, conf_of
     from crossed_rlvr.tasks.build import build_items
     from crossed_rlvr.tasks.items import ItemFileError
     from tests.task_files import gsm8k_files
@@ -105,7 +104,7 @@ def test_hub_tasks_get_a_seeded_dev_split_disjoint_from_train_and_test(tmp_path)
     train.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def split(name, **kw):
-        return build_items(OmegaConf.create({"name": "gsm8k", "source": "gsm8k", "split": name, "path": str(test),
+        return build_items(conf_of(TaskConf, {"name": "gsm8k", "source": "gsm8k", "split": name, "path": str(test),
                                              "train_path": str(train), "dev_items": 5, "dev_seed": 1, **kw}))
 
     dev, tr, te = split("dev"), split("train"), split("test")

@@ -2,15 +2,14 @@
 
 import random
 
-from omegaconf import OmegaConf
-
+from crossed_rlvr.conf.schema import TaskConf, conf_of
 from crossed_rlvr.eval.generate.plan import recorded_path
 from crossed_rlvr.records import find_response_files
 from crossed_rlvr.sft.run import warmstart_target
 from crossed_rlvr.tasks.arith import make_splits
 from crossed_rlvr.tasks.training import stratum_counts, train_items
 
-TINY = OmegaConf.create({"name": "arith_tiny", "source": "arith", "n_test": 200, "n_dev": 20, "seed": 20260908,
+TINY = conf_of(TaskConf, {"name": "arith_tiny", "source": "arith", "n_test": 200, "n_dev": 20, "seed": 20260908,
                          "strata": [1, 2], "max_operand": 9, "ops": ["+", "-"],
                          "train_per_stratum": {1: 40, 2: 3960}})
 

@@ -13,6 +13,7 @@ import torch
 from hydra import compose, initialize_config_module
 
 from crossed_rlvr.conf.checks import checked_train
+from crossed_rlvr.conf.schema import TrainConf, conf_of
 from crossed_rlvr.policies.loading import load_tokenizer
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.train.run import run_train
@@ -273,7 +274,7 @@ def test_verl_validates_the_items_trl_validates(tmp_path):
     from crossed_rlvr.train.validation import validation_config
     from crossed_rlvr.train.verl_engine import validation_rows
 
-    cfg = cfg_for(tmp_path, "validation.n_items=3", "validation.requests=[hash,boxed]")
+    cfg = conf_of(TrainConf, cfg_for(tmp_path, "validation.n_items=3", "validation.requests=[hash,boxed]"))
     rows = validation_rows(cfg)
     trl_items, _, _ = frozen_items(tmp_path / "trl", validation_config(cfg, 0, tmp_path / "model").task)
     assert [r["item_id"] for r in rows] == [it["item_id"] for it in trl_items] * 2

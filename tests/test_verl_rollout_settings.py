@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 from hydra import compose, initialize_config_module
 
+from crossed_rlvr.conf.schema import TrainConf, conf_of
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.train.translate import VerlArm, verl_overrides
 from crossed_rlvr.train.verl_engine import compose_verl
@@ -102,7 +103,7 @@ def test_the_system_message_reaches_training_prompts_as_it_reaches_the_evaluatio
     from crossed_rlvr.train.verl_engine import validation_rows, verl_rows, write_parquet
 
     system = "You are a careful solver."
-    cfg = cfg_for("recipe=tiny", "task=arith_tiny", "convention=boxed", f"model.system='{system}'")
+    cfg = conf_of(TrainConf, cfg_for("recipe=tiny", "task=arith_tiny", "convention=boxed", f"model.system='{system}'"))
     rows, val_rows = training_rows(cfg), validation_rows(cfg)  # the training rows serve both engines
     write_parquet(verl_rows(rows, "src"), tmp_path / "train.parquet")
     write_parquet(verl_rows(val_rows, "src", per_request=True), tmp_path / "val.parquet")

@@ -11,9 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import OmegaConf
-
-from crossed_rlvr.conf.schema import EvalConf, ProposalConf, StudyConf
+from crossed_rlvr.conf.schema import EvalConf, ProposalConf, StudyConf, TaskConf, conf_of
 from crossed_rlvr.errors import RunFailure
 from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.machine import torch_threads
@@ -192,7 +190,7 @@ def grpo_items(task: dict[str, Any], n: int) -> list[dict[str, Any]]:
     """The GRPO arms' training items of the task as the arms see it (the items every arm's stream is drawn from)."""
     from crossed_rlvr.tasks.training import train_items
 
-    return train_items(OmegaConf.create(task), int(n), GRPO_ITEM_SEED)
+    return train_items(conf_of(TaskConf, task), int(n), GRPO_ITEM_SEED)
 
 
 def import_verl_validation(plan: ArmPlan, stamps: Stamps, task: str, say: Callable[[str], None]) -> None:

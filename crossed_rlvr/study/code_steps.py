@@ -23,12 +23,14 @@ from crossed_rlvr.tasks.code import CodeDataset
 
 def code_task(state: StepState) -> tuple[CodeDataset, dict[str, Any]]:
     """The run's code dataset and its task config (``evaluation.n_items``: the first N tasks)."""
+    import dataclasses
+
     from crossed_rlvr.tasks.code import task_dataset
 
-    task = plain(state.cfg.task)
+    task = state.cfg.task
     if state.cfg.evaluation.n_items is not None:
-        task["n_items"] = int(state.cfg.evaluation.n_items)
-    return task_dataset(task), task
+        task = dataclasses.replace(task, n_items=int(state.cfg.evaluation.n_items))
+    return task_dataset(task), plain(task)
 
 
 class CodeSteps:

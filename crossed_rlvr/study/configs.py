@@ -49,7 +49,7 @@ class StudyConfigs:
             return {**task, "train_rows": str(path), "train_rows_sha256": task.get("train_rows_sha256")
                     or sha256_file(path)}
         if self._frozen is None:
-            self._frozen = freeze_train_rows(OmegaConf.create(task), self.layout.train_rows)
+            self._frozen = freeze_train_rows(self.cfg.task, self.layout.train_rows)  # the task as given: no rows yet
             self.say(f"    training rows frozen: {self._frozen['rows']} rows, sha256 {self._frozen['sha256'][:16]}… "
                      f"({self._frozen['file']})")
         return {**task, "train_rows": self._frozen["file"], "train_rows_sha256": self._frozen["sha256"]}

@@ -12,6 +12,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from crossed_rlvr.conf.schema import TaskConf, conf_of
 from crossed_rlvr.study.arms import frozen_strata, grpo_items
 from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import Policy, plain
@@ -103,7 +104,7 @@ def _sft_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
     c, layout = configs.cfg, configs.layout
     arm, control = c.arms.sft_arm, c.arms.sft_control
     data = {conv: layout.sft_pairs(conv) for conv in (arm, control)}
-    items = train_items(OmegaConf.create(configs.train_task()), int(c.arms.train_items), SFT_ITEM_SEED)
+    items = train_items(conf_of(TaskConf, configs.train_task()), int(c.arms.train_items), SFT_ITEM_SEED)
     n = write_pairs(items, data[arm], data[control], arm, control)
     configs.say(f"    prepared {n} content-matched SFT pairs: {data[arm]}, {data[control]}")
     return {p.name: {**p.record(), "pairs": n, "files": [str(data[p.convention].relative_to(layout.root))]}
@@ -142,7 +143,7 @@ def code_plan(configs: StudyConfigs, cfg: DictConfig) -> dict[str, Any]:
     """A code task's plan: the dataset file and its sha256, the tasks, and every policy x code request."""
     from crossed_rlvr.tasks.code import task_dataset
 
-    ds = task_dataset(cfg.task)
+    ds = task_dataset(conf_of(TaskConf, cfg.task))
     cells = [{"policy": p["name"], "path": p["path"], "request": r, "template": "original", "items": len(ds.tasks),
               "samples": int(cfg.samples)} for p in plain(cfg.policies) for r in cfg.requests]
     plan = {"task": cfg.task.name, "code_dataset": ds.path, "dataset_sha256": ds.sha256, "n_items": len(ds.tasks),

@@ -19,6 +19,8 @@ from crossed_rlvr.errors import CrossedError
 
 MAX_ABS = 10_000
 OPS = ("+", "-", "*", "/")
+STRATA = (2, 3, 4)  # operations per expression, one stratum each (App. C.1)
+MAX_OPERAND = 30
 
 
 class UnsafeExpression(CrossedError, ValueError):
@@ -155,8 +157,8 @@ def generate(n_per_stratum: dict[int, int], seed: int, exclude: AbstractSet[str]
     return items
 
 
-def make_splits(n_test: int = 500, n_dev: int = 32, seed: int = 20260908, strata_ops: tuple[int, ...] = (2, 3, 4),
-                max_operand: int = 30, ops: tuple[str, ...] = OPS) -> dict[str, list[dict]]:
+def make_splits(n_test: int = 500, n_dev: int = 32, seed: int = 20260908, strata_ops: tuple[int, ...] = STRATA,
+                max_operand: int = MAX_OPERAND, ops: tuple[str, ...] = OPS) -> dict[str, list[dict]]:
     """Disjoint dev and test sets, strata as even as possible (500 -> 167/167/166, App. C.1)."""
 
     def strata(n: int) -> dict[int, int]:

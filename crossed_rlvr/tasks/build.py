@@ -12,33 +12,50 @@ from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.task_sources import SOURCES, source_of
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig  # a task's config node, read by key (the schema's TaskConf, as composed)
+    from crossed_rlvr.conf.schema import TaskConf
 
 
 class TaskSourceError(CrossedError, ValueError):
     pass
 
 
-def arith_items(task_cfg: DictConfig) -> list[dict[str, Any]]:
+def arith_items(task_cfg: TaskConf) -> list[dict[str, Any]]:
     """The arithmetic probe's split, generated from its seed (task_sources: ``arith``)."""
     from crossed_rlvr.tasks.arith import make_splits
 
-    return make_splits(task_cfg.n_test, task_cfg.n_dev, task_cfg.seed, tuple(task_cfg.get("strata") or (2, 3, 4)),
-                       int(task_cfg.get("max_operand") or 30),
-                       tuple(task_cfg.get("ops") or ("+", "-", "*", "/")))[task_cfg.split]
+    strata, max_operand, ops = probe_shape(task_cfg)
+    return make_splits(required(task_cfg, "n_test"), required(task_cfg, "n_dev"), required(task_cfg, "seed"),
+                       strata, max_operand, ops)[task_cfg.split]
 
 
-def benchmark_items(task_cfg: DictConfig) -> list[dict[str, Any]]:
+def probe_shape(task_cfg: TaskConf) -> tuple[tuple[int, ...], int, tuple[str, ...]]:
+    """The arithmetic probe's strata, largest operand and operations; a task that leaves one unset (null) takes the
+    probe's own (App. C.1: 2-4 operations on operands up to 30, all four operations)."""
+    from crossed_rlvr.tasks.arith import MAX_OPERAND, OPS, STRATA
+
+    return (tuple(int(s) for s in task_cfg.strata or STRATA), int(task_cfg.max_operand or MAX_OPERAND),
+            tuple(task_cfg.ops or OPS))
+
+
+def required(task_cfg: TaskConf, key: str) -> int:
+    """An arithmetic probe's setting that has no default (its task file sets it)."""
+    value = getattr(task_cfg, key)
+    if value is None:
+        raise TaskSourceError(f"task={task_cfg.name}: task.{key} is not set; the arithmetic probe needs it")
+    return int(value)
+
+
+def benchmark_items(task_cfg: TaskConf) -> list[dict[str, Any]]:
     """One of paper 000's benchmarks (task_sources: ``mmlu`` ... ``bbh``): the test split only (they are evaluated,
     not trained on)."""
     from crossed_rlvr.tasks.choice import load_benchmark
 
     if task_cfg.split != "test":
         raise TaskSourceError(f"task={task_cfg.name}: only the test split is loaded for {task_cfg.source}")
-    return load_benchmark(task_cfg.source, task_cfg.get("path"), task_cfg.get("hub_config"))
+    return load_benchmark(task_cfg.source, task_cfg.path, task_cfg.hub_config)
 
 
-def build_items(task_cfg: DictConfig) -> list[dict[str, Any]]:
+def build_items(task_cfg: TaskConf) -> list[dict[str, Any]]:
     """Items of ``task_cfg.split``, from the loader its source registered (crossed_rlvr/task_sources.py)."""
     source = source_of(task_cfg)
     if source is not None and source.items is not None:

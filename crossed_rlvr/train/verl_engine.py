@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
 from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
-from crossed_rlvr.conf.schema import TrainConf, node, settings
+from crossed_rlvr.conf.schema import TrainConf
 from crossed_rlvr.files import atomic_write_json, atomic_write_text
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.train.recipe import chat_prompt
@@ -100,7 +100,7 @@ def validation_rows(cfg: TrainConf) -> list[dict[str, Any]]:
     Every row keeps the arm's convention (its score is the arm's training reward); the request is in
     the prompt, which ``crossed-import verl`` reads back to file each response under its request. The prompt is
     the evaluation's, system message included (``recipe.chat_prompt``)."""
-    from omegaconf import OmegaConf
+    import dataclasses
 
     from crossed_rlvr.prompts import user_content
     from crossed_rlvr.task_sources import is_code
@@ -109,7 +109,7 @@ def validation_rows(cfg: TrainConf) -> list[dict[str, Any]]:
     v = cfg.validation
     if is_code(cfg.task):
         return code_validation_rows(cfg)
-    items = build_items(OmegaConf.create({**settings(cfg.task), "split": v.split, "n_items": v.n_items}))
+    items = build_items(dataclasses.replace(cfg.task, split=v.split, n_items=v.n_items))
     if v.n_items:  # the first n items of the split, as crossed-eval takes them (TRL's validation)
         items = items[: v.n_items]
     cells = [(r, t) for r in v.requests for t in v.templates]
@@ -130,7 +130,7 @@ def code_validation_rows(cfg: TrainConf) -> list[dict[str, Any]]:
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
     from crossed_rlvr.tasks.code import task_dataset
 
-    ds = task_dataset(node(cfg.task))
+    ds = task_dataset(cfg.task)
     n = cfg.validation.n_items
     ids = list(ds.tasks)[:n] if n else list(ds.tasks)
     path = str(Path(ds.path).resolve())
