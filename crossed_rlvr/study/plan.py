@@ -44,7 +44,7 @@ def eval_fingerprint(gen: EvalConf | Mapping[str, Any]) -> dict[str, Any]:
     a default left unset matches what a finished stage recorded."""
     from crossed_rlvr.eval.generate.device import hashed_settings, resolved
 
-    return hashed_settings(resolved(gen))
+    return hashed_settings(resolved(conf_of(EvalConf, gen)))  # a crossed-eval config's section (a node) typed here
 
 
 def policies_of(stage_info: dict[str, Any]) -> list[Policy]:

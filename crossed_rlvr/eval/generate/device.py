@@ -14,14 +14,11 @@ is the CPU (and for vLLM, which places itself), so those cells keep their hash a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.errors import ConfigError
 
 if TYPE_CHECKING:  # a bare GPU image has torch alone: no OmegaConf, which the schema imports
-    from omegaconf import DictConfig
-
     from crossed_rlvr.conf.schema import EvalConf
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -58,30 +55,20 @@ def resolve_dtype(requested: str | None, device: str) -> str:
     return eval_dtype(str(requested))
 
 
-def settings(gen: EvalConf | Mapping[str, Any]) -> dict[str, Any]:
-    """The ``eval`` settings as a plain dict (from the schema's dataclass, a config node or any mapping)."""
-    if dataclasses.is_dataclass(gen):
-        from crossed_rlvr.conf.schema import settings as plain_settings
+def settings(gen: EvalConf) -> dict[str, Any]:
+    """The ``eval`` settings as a plain dict (``files.settings``: no OmegaConf, which a bare GPU image lacks)."""
+    from crossed_rlvr.files import settings as plain_settings
 
-        return dict(plain_settings(gen))
-    from omegaconf import OmegaConf
-
-    plain = OmegaConf.to_container(gen, resolve=True) if OmegaConf.is_config(gen) else gen
-    if not isinstance(plain, Mapping):
-        raise TypeError(f"eval settings are a mapping, not {type(gen).__name__}")
-    return {str(k): v for k, v in plain.items()}
+    return dict(plain_settings(gen))
 
 
-def resolved(gen: EvalConf | Mapping[str, Any], gpu_workers: bool | None = None) -> DictConfig:
+def resolved(gen: EvalConf, gpu_workers: bool | None = None) -> EvalConf:
     """A copy of the ``eval`` settings with ``device`` and ``dtype`` resolved (the caller's are left as given)."""
-    from omegaconf import OmegaConf
-
-    plain = settings(gen)
-    device = resolve_device(plain.get("device"), gpu_workers)
-    return OmegaConf.create({**plain, "device": device, "dtype": resolve_dtype(plain.get("dtype"), device)})
+    device = resolve_device(gen.device, gpu_workers)
+    return dataclasses.replace(gen, device=device, dtype=resolve_dtype(gen.dtype, device))
 
 
-def hashed_settings(gen: EvalConf | Mapping[str, Any]) -> dict[str, Any]:
+def hashed_settings(gen: EvalConf) -> dict[str, Any]:
     """The resolved ``eval`` settings as a cell's meta holds and hashes them: the device only where it is not the CPU
     every earlier cell ran on, and never for vLLM (it places its engine itself)."""
     out = settings(gen)

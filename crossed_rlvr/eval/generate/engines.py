@@ -20,12 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from crossed_rlvr.errors import CrossedError
 
-if TYPE_CHECKING:  # a bare GPU image has torch alone: no OmegaConf, which the schema imports
-    from omegaconf import DictConfig
+if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
     from vllm.outputs import CompletionOutput
-
-    from crossed_rlvr.conf.schema import EvalConf
 
 
 @dataclass(frozen=True)
@@ -355,10 +352,33 @@ def release(loaded: dict[str, tuple[Backend, PreTrainedTokenizerBase]]) -> None:
     loaded.clear()
 
 
-def load_backend(path: str, gen: EvalConf | DictConfig) -> tuple[Backend, PreTrainedTokenizerBase]:
+class EngineSettings(Protocol):
+    """What ``load_backend`` reads of the ``eval`` settings: the schema's ``EvalConf``, or on a bare GPU image (torch
+    alone, no OmegaConf to build the schema with) any object with these fields (scripts/device_check.py)."""
+
+    @property
+    def backend(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def dtype(self) -> str | None: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def context_limit(self) -> int: ...
+    @property
+    def cpu_kvcache_gib(self) -> int: ...
+    @property
+    def gpu_memory_utilization(self) -> float: ...
+    @property
+    def tensor_parallel_size(self) -> int: ...
+    @property
+    def enforce_eager(self) -> bool: ...
+
+
+def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTokenizerBase]:
     """The engine and tokenizer of one policy for the ``eval`` settings ``gen`` (vLLM or transformers), with
-    ``eval.device`` and ``eval.dtype`` resolved on this machine (``eval/generate/device.py``). ``gen`` is read by
-    attribute: the schema's dataclass or node, or on a bare GPU image (torch alone) any object with those fields."""
+    ``eval.device`` and ``eval.dtype`` resolved on this machine (``eval/generate/device.py``)."""
     from crossed_rlvr.eval.generate.device import resolve_device, resolve_dtype
 
     device = resolve_device(gen.device)
