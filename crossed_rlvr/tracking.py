@@ -128,13 +128,10 @@ def start_run(tracking: TrackingConf | Mapping[str, Any] | None, *, name: str, j
 
 def resolved_config(cfg: object) -> dict[str, Any]:
     """The resolved config without Hydra's own node (what a run config should hold): a command's typed config as
-    its settings (conf/schema.py), a Hydra node resolved, a dict as it is."""
+    its settings (conf/schema.py), a dict as it is (a Hydra node is typed at its command's door, never here)."""
     import dataclasses
 
-    from omegaconf import OmegaConf
-
-    plain = settings(cfg) if dataclasses.is_dataclass(cfg) else (
-        OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg)
+    plain = settings(cfg) if dataclasses.is_dataclass(cfg) else cfg
     if not isinstance(plain, Mapping):
         raise TypeError(f"a run's config is a mapping, not {type(cfg).__name__}")
     data = dict(plain)

@@ -59,17 +59,25 @@ def test_only_an_explicit_resume_with_the_same_settings_keeps_the_id(tmp_path):
 
 
 def test_verl_relaunch_resumes_only_onto_its_checkpoint(tmp_path):
+    import dataclasses
+
+    from hydra import compose, initialize_config_module
+
+    from crossed_rlvr.conf.schema import TrainConf, conf_of
     from crossed_rlvr.train.verl_engine import launch_env
 
-    cfg = OmegaConf.create({"tracking": OmegaConf.to_container(OFFLINE), "arm": "grpo-hash/s83", "study": "t",
-                            "run_dir": str(tmp_path), "recipe": {"lr": 1e-6}, "engine": {"dump_advantages": False}})
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        composed = compose(config_name="crossed_train", overrides=[
+            "engine=verl", "tracking=offline", "tracking.project=crossed-rlvr-test", "arm=grpo-hash/s83", "study=t",
+            f"run_dir={tmp_path}", "recipe.lr=1e-6"])
+    cfg = conf_of(TrainConf, composed)  # launch_env takes the arm's typed config, as crossed-train's door makes it
     first = launch_env(cfg)["WANDB_RUN_ID"]
     assert launch_env(cfg)["WANDB_RUN_ID"] != first  # scripts rewritten with no checkpoint: a new run
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("10")
     second = json.loads((tmp_path / LEDGER).read_text().splitlines()[-1])["id"]
     assert launch_env(cfg)["WANDB_RUN_ID"] == second  # the relaunch continues the checkpoint's run
-    cfg.recipe.lr = 2e-6
+    cfg = dataclasses.replace(cfg, recipe=dataclasses.replace(cfg.recipe, lr=2e-6))
     assert launch_env(cfg)["WANDB_RUN_ID"] not in (first, second)  # other settings: a new run
 
 

@@ -513,6 +513,20 @@ def conf_of(schema: type[C], cfg: object) -> C:
     return made
 
 
+def given_of(cfg: object) -> dict[str, Any]:
+    """A command's config as it was given, in plain dicts (a composed Hydra node resolved, a dict as it is), less
+    Hydra's own node: what a run records of its config beside the typed one (crossed-sft's wandb runs and their
+    ids), made at the door as ``conf_of`` is."""
+    from collections.abc import Mapping
+
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a command's config is a mapping, not {type(cfg).__name__}")
+    return {str(k): v for k, v in data.items() if k != "hydra"}
+
+
 def int_keys(schema: type, data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with the keys of every ``dict[int, ...]`` field of ``schema`` as ints again: JSON writes every key as
     a string (``task.train_per_stratum`` read back from an arm's spec or resolved config), and the schema's node
@@ -533,8 +547,8 @@ def int_keys(schema: type, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def node(conf: object) -> Any:  # Any: the OmegaConf node of a dataclass, read by key
-    """A typed config as an OmegaConf node, for code below the doors that still reads its config by key (the task
-    loaders, the evaluator): the same values, typed by the same schema."""
+    """A typed config as an OmegaConf node, the same values typed by the same schema, for a caller that still wraps
+    a section in one (the task loaders take ``TaskConf`` itself and read a node by attribute alike)."""
     from omegaconf import OmegaConf
 
     return OmegaConf.structured(conf)

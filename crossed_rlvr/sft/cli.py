@@ -7,12 +7,13 @@ import json
 
 from omegaconf import DictConfig
 
-from crossed_rlvr.sft.run import arms, warmstart
+from crossed_rlvr.sft.run import SFTJob, arms, warmstart
 
 
-def _run(cfg: DictConfig) -> None:
-    """The command's door: ``warmstart`` and ``arms`` type the config once (``sft.run.SFTJob``)."""
-    result = {"initial": warmstart(cfg)} if cfg.mode == "warmstart" else arms(cfg)
+def _run(cfg: DictConfig) -> None:  # DictConfig: Hydra's composed node, typed here, at the door
+    """The command's door: the config typed once (``sft.run.SFTJob``), then handed to ``warmstart`` or ``arms``."""
+    job = SFTJob.of(cfg)
+    result = {"initial": warmstart(job)} if job.cfg.mode == "warmstart" else arms(job)
     for name, res in result.items():
         shown = {k: v for k, v in res.items() if k != "config"} if isinstance(res, dict) else res
         print(name, json.dumps(shown))

@@ -13,13 +13,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.conf.schema import SFTCommandConf, conf_of, node, settings
+from crossed_rlvr.conf.schema import SFTCommandConf, conf_of, given_of, settings
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.files import json_lines
 from crossed_rlvr.layout import SFT_SUMMARY, RunLayout
@@ -42,11 +43,12 @@ class SFTJob:
     only: str | None = None
 
     @classmethod
-    def of(cls, cfg: Mapping[str, Any]) -> SFTJob:
-        """The job of a Hydra node or of the dict a study wrote, read by key once, here."""
-        from crossed_rlvr.tracking import resolved_config
-
-        given = resolved_config(cfg)
+    def of(cls, cfg: Mapping[str, Any] | SFTJob) -> SFTJob:
+        """The job of a Hydra node or of the dict a study wrote (or a worker read from its spec), read by key once,
+        here; a job typed already is passed on."""
+        if isinstance(cfg, SFTJob):
+            return cfg
+        given = given_of(cfg)
         only = given.get("only")
         return cls(conf_of(SFTCommandConf, {k: v for k, v in given.items() if k != "only"}), given,
                    None if only is None else str(only))
@@ -55,7 +57,7 @@ class SFTJob:
 def train_items(cfg: SFTCommandConf) -> list[dict[str, Any]]:
     from crossed_rlvr.tasks.training import train_items as build
 
-    return build(node(cfg.task), cfg.train_items.n, cfg.train_items.seed)
+    return build(cfg.task, cfg.train_items.n, cfg.train_items.seed)
 
 
 def warmstart_target(item: dict[str, Any], request: str, follow_rate: float, rng: random.Random) -> tuple[str, str]:
@@ -112,15 +114,13 @@ def band_callbacks(cfg: SFTCommandConf, base: str | Path) -> list[Any]:  # Any: 
     band = cfg.warmstart.band
     if band.every <= 0:
         return []
-    from omegaconf import OmegaConf
-
     from crossed_rlvr.eval.generate.device import resolved
     from crossed_rlvr.eval.generate.engines import GenParams
     from crossed_rlvr.policies.loading import load_tokenizer
     from crossed_rlvr.sft.band import band_callback
     from crossed_rlvr.tasks.build import build_items
 
-    items = build_items(OmegaConf.create({**settings(cfg.task), "split": "dev"}))[: band.n_items]
+    items = build_items(dataclasses.replace(cfg.task, split="dev"))[: band.n_items]
     if not items:
         raise ConfigError(f"warmstart.band needs dev items; task={cfg.task.name} has none")
     ev = cfg.eval  # sampled as the evaluation samples: greedy decoding overstates request-following
@@ -138,7 +138,7 @@ def code_warmstart_rows(cfg: SFTCommandConf, follow: float, rng: random.Random) 
     from crossed_rlvr.eval.generate.code import question
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
 
-    ds = load_code_dataset(train_file(node(cfg.task)))
+    ds = load_code_dataset(train_file(cfg.task))
     ids = list(ds.tasks)[:n] if (n := cfg.train_items.n) else list(ds.tasks)
     requests = list(cfg.warmstart.requests)
     rows = []
@@ -156,9 +156,9 @@ def code_warmstart_rows(cfg: SFTCommandConf, follow: float, rng: random.Random) 
     return rows
 
 
-def warmstart(given: Mapping[str, Any]) -> dict[str, Any]:
-    """``crossed-sft mode=warmstart``: the initial policy at ``model.path`` (``given``: the job's config, typed by
-    ``SFTJob.of``)."""
+def warmstart(given: Mapping[str, Any] | SFTJob) -> dict[str, Any]:
+    """``crossed-sft mode=warmstart``: the initial policy at ``model.path`` (``given``: the job, or its config typed
+    here by ``SFTJob.of``)."""
     job = SFTJob.of(given)
     cfg = job.cfg
     out = Path(str(cfg.model.path))
@@ -193,7 +193,7 @@ def write_arm_pairs(cfg: SFTCommandConf) -> int:
     return write_pairs(train_items(cfg), data_a, data_b, cfg.arm, cfg.control)
 
 
-def arms(given: Mapping[str, Any]) -> dict[str, Any]:
+def arms(given: Mapping[str, Any] | SFTJob) -> dict[str, Any]:
     """Every arm x seed, or only ``only`` (one arm, e.g. ``sft-hash/s83``, from pairs already written:
     arms trained side by side in processes of their own, crossed_rlvr/sft/worker.py)."""
     job = SFTJob.of(given)

@@ -60,13 +60,11 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
 
 @stops_cleanly("crossed-sft", quiet=True)
 def main(argv: list[str] | None = None) -> int:
-    from omegaconf import OmegaConf
-
-    from crossed_rlvr.sft.run import arms, warmstart
+    from crossed_rlvr.sft.run import SFTJob, arms, warmstart
 
     spec_file = Path((argv or sys.argv[1:])[0])
-    cfg = OmegaConf.create(json.loads(spec_file.read_text()))
-    result = warmstart(cfg) if cfg.get("mode") == "warmstart" else arms(cfg)
+    job = SFTJob.of(json.loads(spec_file.read_text()))  # the worker's door: its spec typed once, here
+    result = warmstart(job) if job.cfg.mode == "warmstart" else arms(job)
     if rank() == 0:
         shown = {k: ({x: y for x, y in v.items() if x != "config"} if isinstance(v, dict) else v)
                  for k, v in result.items()}
