@@ -250,9 +250,13 @@ def test_the_launch_plans_again_on_the_gpus_it_reads_from_a_device_table():
     """At launch the arm is planned again on the node's own cards (a fake device table here, as torch would read
     it): the prepared 4 x 80 GB plan fits 4 H100s, is refused on 4 A100s of 40 GB with the fixes, and one H200
     read at launch fits an arm prepared for it with the fused step."""
+    from crossed_rlvr.conf.schema import StudyConf, conf_of
     from crossed_rlvr.train.memory import replan_problem
 
-    cfg = preset()
+    def typed(*overrides: str) -> StudyConf:  # replan_problem takes the schema's dataclasses, as its callers type them
+        return conf_of(StudyConf, preset(*overrides))
+
+    cfg = typed()
     problem, said = replan_problem(cfg, [("NVIDIA H100 80GB HBM3", 79.2)] * 4)
     assert problem is None and said.startswith("memory plan on this node's 4 x NVIDIA H100 80GB HBM3 (79.2 GiB): update")
     problem, _ = replan_problem(cfg, [("NVIDIA A100-SXM4-40GB", 39.4)] * 4)
@@ -262,10 +266,10 @@ def test_the_launch_plans_again_on_the_gpus_it_reads_from_a_device_table():
     # the smallest card of the ones the arm uses counts; a fifth GPU it does not use is not read
     mixed = [("NVIDIA H100 80GB HBM3", 79.2)] * 3 + [("NVIDIA A100-SXM4-40GB", 39.4), ("NVIDIA H200", 139.8)]
     assert "39.4 GiB" in replan_problem(cfg, mixed)[1]
-    h200 = preset("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8", "engine.fused_optimizer=true")
+    h200 = typed("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8", "engine.fused_optimizer=true")
     problem, said = replan_problem(h200, [("NVIDIA H200", 139.8)])
     assert problem is None and "1 x NVIDIA H200 (139.8 GiB)" in said
-    problem, _ = replan_problem(preset("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8"), [("NVIDIA H200", 139.8)])
+    problem, _ = replan_problem(typed("engine.n_gpus_per_node=1", "engine.gpu_memory_gib=139.8"), [("NVIDIA H200", 139.8)])
     assert "fix: engine.fused_optimizer=true" in problem
     assert replan_problem(cfg, []) == (None, "no GPU read on this node: the plan is the prepared one")
 

@@ -16,7 +16,7 @@ from crossed_rlvr.conf.checks import checked_train
 from crossed_rlvr.train.run import run_train
 
 
-def _run(cfg: DictConfig) -> None:
+def _run(cfg: DictConfig) -> None:  # DictConfig: Hydra's composed node, typed here, at the door
     """The command's door: Hydra's config typed once (``TrainConf``) and checked into the type ``run_train`` takes
     (a RecipeError: one line, exit 2, errors.py)."""
     summary = run_train(checked_train(cfg))

@@ -45,13 +45,10 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from crossed_rlvr.conf.schema import EngineConf, ModelConf, StudyConf, TrainConf
 from crossed_rlvr.errors import CrossedError
-
-if TYPE_CHECKING:
-    from omegaconf import DictConfig
 
 GIB = 2**30
 OVERHEAD_GIB = 2.0
@@ -384,27 +381,18 @@ def gpu_table() -> list[tuple[str, float]]:
     return out
 
 
-def replan_problem(cfg: TrainConf | DictConfig, gpus: list[tuple[str, float]]) -> tuple[str | None, str]:
+def replan_problem(cfg: TrainConf | StudyConf, gpus: list[tuple[str, float]]) -> tuple[str | None, str]:
     """The arm's plan again on the GPUs it will use on this node (``gpus``: ``gpu_table()``, the first
     ``engine.n_gpus_per_node`` of them): a refusal with the fixes, or None, and the line that says what was
     planned on. The smallest card of the ones used counts; fewer GPUs than asked is Ray's budget check's to say.
-    ``cfg``: the arm's config, or its ``resolved_config.json`` as a node (typed here by the schema: a file written
-    before a setting existed reads its default)."""
+    ``cfg``: the arm's config (at launch its ``resolved_config.json``, typed by ``resolved_arm``), or a study's."""
     import dataclasses
 
-    from omegaconf import OmegaConf
-
-    from crossed_rlvr.conf.ranges import open_schema
-    from crossed_rlvr.conf.schema import int_keys
-
-    arm = cfg if isinstance(cfg, TrainConf) else cast(TrainConf, OmegaConf.merge(
-        open_schema("crossed_train"), int_keys(TrainConf, cast(dict, OmegaConf.to_container(cfg, resolve=True)))))
-    used = gpus[: arm.engine.n_gpus_per_node]
+    used = gpus[: cfg.engine.n_gpus_per_node]
     if not used:
         return None, "no GPU read on this node: the plan is the prepared one"
     name, card = min(used, key=lambda g: g[1])
-    here = dataclasses.replace(arm, engine=dataclasses.replace(arm.engine, gpu_memory_gib=card)) \
-        if isinstance(arm, TrainConf) else cast(TrainConf, OmegaConf.merge(arm, {"engine": {"gpu_memory_gib": card}}))
+    here = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, gpu_memory_gib=card))
     p = plan(here)
     said = (f"memory plan on this node's {len(used)} x {name} ({card:.1f} GiB): update {p.train_peak:.1f} GiB, "
             f"rollout {p.rollout_peak:.1f} GiB per GPU")

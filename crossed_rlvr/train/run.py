@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
-from crossed_rlvr.conf.schema import settings
+from crossed_rlvr.conf.schema import TrainConf, conf_of, settings
 from crossed_rlvr.files import config_sha256, json_lines
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.tracking import untracked
@@ -28,6 +28,14 @@ def resolved(cfg: CheckedTrainConf) -> dict[str, Any]:
         data.pop("validation", None)
         data.pop("eval", None)
     return data
+
+
+def read_resolved(path: Path) -> TrainConf:
+    """An arm's ``resolved_config.json`` typed again (a launch's door): the settings it holds, each other field at the
+    schema's default (a file written before a setting existed reads its default). The watching settings it leaves
+    out (``tracking.untracked``) and a TRL arm's unused eval section read their defaults: nothing that reads the file
+    back plans with them."""
+    return conf_of(TrainConf, {"tracking": {}, "eval": {}, **json.loads(path.read_text())})
 
 
 def run_train(cfg: CheckedTrainConf) -> dict[str, Any]:

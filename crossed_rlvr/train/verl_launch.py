@@ -247,16 +247,14 @@ def node_short(arm: ArmLayout | None, gpus: list[tuple[str, float]] | None = Non
     import shutil
 
     from crossed_rlvr.train.memory import gpu_table, node_problem, replan_problem
+    from crossed_rlvr.train.run import read_resolved
 
     if arm is None or not arm.memory_plan_json.is_file():
         return None  # launched by hand, without a prepared plan
     plan_file, root = arm.memory_plan_json, arm.checkpoints
     resolved = arm.resolved_config  # the arm's crossed-train config, as prepared
     if resolved.is_file():
-        from omegaconf import OmegaConf
-
-        problem, said = replan_problem(OmegaConf.create(json.loads(resolved.read_text())),
-                                       gpu_table() if gpus is None else gpus)
+        problem, said = replan_problem(read_resolved(resolved), gpu_table() if gpus is None else gpus)
         say(said)
         if problem is not None:
             return problem
