@@ -81,12 +81,13 @@ def response_files(layout: EvalLayout, policy: str, requests: tuple[str, ...] = 
 def generate_missing(policies: list[Policy], layout: EvalLayout, tasks: dict[str, CodeTask], samples: int,
                      params: GenParams, seed: int, gen: EvalConf, task_name: str, requests: tuple[str, ...] = REQUESTS,
                      settings: dict[str, Any] | None = None) -> list[Path]:
-    """Every policy's response files, generating those not on disk or made with other settings (each file's
-    ``.meta.json`` holds the sha256 of what made it: policy name, request, tasks, samples, decoding, seed,
-    ``settings`` and the policy's ``weights`` hash where it was taken, not its path: the same weights moved
-    elsewhere are the same policy); returns them all. An interrupted run keeps the files it finished."""
-    from crossed_rlvr.eval.generate.plan import cell_name
-    from crossed_rlvr.files import atomic_write_json, config_sha256
+    """Every policy's response files, generating those not on disk, made with other settings or changed since
+    (each file's ``.meta.json`` holds the sha256 of what made it: policy name, request, tasks, samples, decoding,
+    seed, ``settings`` and the policy's ``weights`` hash where it was taken, not its path: the same weights moved
+    elsewhere are the same policy; and the file's own sha256, so a file edited or cut since is made again);
+    returns them all. An interrupted run keeps the files it finished."""
+    from crossed_rlvr.eval.generate.plan import RECORDS_SHA256, cell_name
+    from crossed_rlvr.files import atomic_write_json, config_sha256, sha256_file
     from crossed_rlvr.records import write_responses
 
     files: list[Path] = []
@@ -105,13 +106,24 @@ def generate_missing(policies: list[Policy], layout: EvalLayout, tasks: dict[str
             for request, records in generate(policy, tasks, samples, params, seed, gen, task_name, missing).items():
                 targets[request].unlink(missing_ok=True)
                 write_responses(targets[request], records)
-                atomic_write_json(layout.response_meta(cell_name(name, request, "original")), metas[request])
+                atomic_write_json(layout.response_meta(cell_name(name, request, "original")),
+                                  {**metas[request], RECORDS_SHA256: sha256_file(targets[request])})
         files += targets.values()
     return files
 
 
 def _made_with(records: Path, meta: Path, sha256: str) -> bool:
-    return records.exists() and meta.exists() and json.loads(meta.read_text()).get("sha256") == sha256
+    """Whether ``records`` is on disk, made with these settings, with the bytes it was written with (a file changed
+    since is said, and made again)."""
+    from crossed_rlvr.eval.generate.plan import changed_since_written, read_meta, say_redone
+
+    made = read_meta(meta)
+    if not records.exists() or made.get("sha256") != sha256:
+        return False
+    if changed_since_written(records, made):
+        say_redone(records)
+        return False
+    return True
 
 
 def run_code_eval(cfg: EvalCommandConf) -> dict[str, Any]:

@@ -11,14 +11,20 @@ a re-run reads back the complete lines, generates only what is missing and, when
 writes the final file sorted by item and sample. Because each response depends only on its item
 seed, the files are identical to those of an uninterrupted run. Finished cells whose settings
 match are skipped; a finished cell made with other settings is refused unless ``overwrite=true``.
+
+A finished cell is reused only with the bytes it was written with: its ``.meta.json`` records the response file's
+sha256 (``records_sha256``, beside the settings' hash), so a response file edited or truncated since is said and
+generated again, not read back as this design's responses.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
 import shutil
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.generate.device import hashed_settings
 from crossed_rlvr.eval.generate.engines import Generation, GenParams
-from crossed_rlvr.files import atomic_write_json, atomic_write_jsonl, config_sha256, settings
+from crossed_rlvr.files import atomic_write_json, atomic_write_text, config_sha256, settings, sha256_file
 from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.prompts import messages, render
@@ -45,6 +51,10 @@ if TYPE_CHECKING:
 
 class RunError(CrossedError, ValueError):
     pass
+
+
+# the key of a cell's settings record that holds its response file's sha256 (outside the settings' own hash)
+RECORDS_SHA256 = "records_sha256"
 
 
 def slug(name: str) -> str:
@@ -198,16 +208,47 @@ def plan(cfg: EvalCommandConf) -> Plan:
     return Plan(cells, cfg.task.name, items_sha, items_path.name, run_dir, params, system)
 
 
+def read_meta(path: Path) -> dict[str, Any]:
+    """A cell's settings record, or {} when it is missing or unreadable (cut by a kill, edited by hand)."""
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def changed_since_written(records: Path, meta: dict[str, Any]) -> bool:
+    """Whether a finished response file's bytes differ from those its settings record says it was written with
+    (a record from before the hash was kept has none to differ from: the file is trusted, as it was then)."""
+    recorded = meta.get(RECORDS_SHA256)
+    return recorded is not None and sha256_file(records) != recorded
+
+
+def say_redone(records: Path) -> None:
+    """One line on stderr (above a progress bar, if one is drawn) for a finished file generated again."""
+    from tqdm import tqdm
+
+    tqdm.write(f"crossed-eval: {records}: changed since it was written (its bytes differ from the sha256 its "
+               f"{EvalLayout.meta_of(records).name} records); generating it again", file=sys.stderr)
+
+
 def open_cell(cell: Cell, overwrite: bool) -> dict[tuple[str, int], dict[str, Any]] | None:
     """The responses a cell already has (its scratch files read back), or None when it is finished with
-    these settings. A finished cell of other settings is refused unless ``overwrite``."""
+    these settings and these bytes. A finished cell of other settings is refused unless ``overwrite``; one whose
+    response file changed since it was written is said and removed, so that it is generated again."""
     if cell.final.exists():
-        old = json.loads(cell.meta_path.read_text()) if cell.meta_path.exists() else {}
-        if old.get("sha256") == cell.meta["sha256"]:
+        old = read_meta(cell.meta_path)
+        if old.get("sha256") != cell.meta["sha256"]:
+            if not overwrite:
+                why = "was generated with other settings" if old else f"has no readable {cell.meta_path.name}"
+                raise RunError(f"{cell.final} {why}; pass overwrite=true or use a new run_dir")
+        elif changed_since_written(cell.final, old):
+            say_redone(cell.final)
+            cell.final.unlink()
+            cell.meta_path.unlink(missing_ok=True)
+        else:
             return None
-        if not overwrite:
-            raise RunError(f"{cell.final} was generated with other settings; pass overwrite=true or use a new run_dir")
-    stale = not cell.partial_meta.exists() or json.loads(cell.partial_meta.read_text()).get("sha256") != cell.meta["sha256"]
+    stale = read_meta(cell.partial_meta).get("sha256") != cell.meta["sha256"]
     if stale:  # an interrupted cell of other settings: our own scratch, not results
         cell.partial.unlink(missing_ok=True)
         shutil.rmtree(cell.shards, ignore_errors=True)
@@ -279,8 +320,12 @@ def finish_cell(cell: Cell, done: dict[tuple[str, int], dict[str, Any]], seconds
                        "re-run to generate them")
     order = {str(it["item_id"]): k for k, it in enumerate(cell.items)}
     records = sorted(done.values(), key=lambda r: (order[r["item_id"]], r["sample_idx"]))
-    atomic_write_jsonl(cell.final, records)
-    cell.meta_path.write_text(json.dumps(cell.meta, indent=2, sort_keys=True) + "\n")
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    # the record of what made the file first, with the file's own hash (of the bytes atomic_write_jsonl would
+    # write): a kill between the two leaves the record of a file not yet in place (the cell unfinished, its scratch
+    # kept), never a file without its record
+    atomic_write_json(cell.meta_path, {**cell.meta, RECORDS_SHA256: hashlib.sha256(text.encode()).hexdigest()})
+    atomic_write_text(cell.final, text)
     cell.partial.unlink(missing_ok=True)
     shutil.rmtree(cell.shards, ignore_errors=True)
     cell.partial_meta.unlink(missing_ok=True)
