@@ -102,7 +102,24 @@ def free_gb(path: Path) -> float | None:
     return None
 
 
-def describe(folder: Path, what: str, code: int, needed_gb: float | None = None) -> str:
+# the attribute ``at`` sets on an error leaving its block: what was being written (read by ``writing``)
+WRITING_AT = "crossed_rlvr_writing"
+
+
+@contextmanager
+def at(written: str) -> Iterator[None]:
+    """Name what the block writes (``the cell X``) on an error that leaves it, so that the one line of the
+    ``writing`` around it says where the fault came (an inner name wins: it is the nearer one)."""
+    try:
+        yield
+    except Exception as err:
+        if not hasattr(err, WRITING_AT):
+            with contextlib.suppress(AttributeError):  # an error type that takes no attribute: the line says less
+                setattr(err, WRITING_AT, written)
+        raise
+
+
+def describe(folder: Path, what: str, code: int, needed_gb: float | None = None, written: str | None = None) -> str:
     fault, todo = FAULTS[code]
     if code in (errno.ENOSPC, errno.EDQUOT):
         free = free_gb(folder)
@@ -111,8 +128,9 @@ def describe(folder: Path, what: str, code: int, needed_gb: float | None = None)
             todo = f"free at least {needed_gb:.2f} GB there ({room} now; or give another run_dir)"
         else:
             todo = f"{todo}; {room} now"
-    return (f"{folder}: {what} stopped: {fault}. What finished before is kept: {todo}, then run the same command "
-            "again (the original error is in the command's log)")
+    where = f" writing {written}" if written else ""
+    return (f"{folder}: {what} stopped{where}: {fault}. What finished before is kept: {todo}, then run the same "
+            "command again (the original error is in the command's log)")
 
 
 @contextmanager
@@ -129,8 +147,10 @@ def writing(folder: Path, what: str, needed_gb: float | None = None) -> Iterator
         if code is None and signal_name is None:
             raise
         keep_in_log(err)
+        written = getattr(err, WRITING_AT, None)
         if code is not None:
-            raise MachineFault(describe(folder, what, code, needed_gb)) from err
-        raise MachineFault(f"{folder}: {what} stopped: a worker process was killed ({signal_name}; out of memory, "
+            raise MachineFault(describe(folder, what, code, needed_gb, written)) from err
+        where = f" writing {written}" if written else ""
+        raise MachineFault(f"{folder}: {what} stopped{where}: a worker process was killed ({signal_name}; out of memory, "
                            "or stopped by hand or by the scheduler). What finished before is kept: run the same "
                            "command again (the original error is in the command's log)") from err

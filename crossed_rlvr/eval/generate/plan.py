@@ -26,6 +26,7 @@ import random
 import shutil
 import sys
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.generate.device import hashed_settings
 from crossed_rlvr.eval.generate.engines import Generation, GenParams
+from crossed_rlvr.faults import at
 from crossed_rlvr.files import atomic_write_json, atomic_write_text, config_sha256, settings, sha256_file
 from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.policies.policy import Policy
@@ -264,13 +266,19 @@ def unfinished(p: Plan, overwrite: bool, bar: tqdm, summary: dict[str, Any]
     """Every cell still to generate with the responses it already has; finished cells are counted on the
     bar and summarised as skipped (the serial run and the distributed driver walk the design alike)."""
     for cell in p.cells:
-        done = open_cell(cell, overwrite)
+        with cell_writes(cell):
+            done = open_cell(cell, overwrite)
         if done is None:
             bar.update(cell.size)
             summary[cell.name] = {"skipped": True}
             continue
         bar.update(len(done))
         yield cell, done
+
+
+def cell_writes(cell: Cell) -> AbstractContextManager[None]:
+    """The block writes this cell's files: a fault of the machine in it names the cell in its one line."""
+    return at(f"the cell {cell.name}")
 
 
 def todo_of(cell: Cell, done: dict[tuple[str, int], dict[str, Any]]) -> list[tuple[int, dict[str, Any], int]]:

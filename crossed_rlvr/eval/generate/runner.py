@@ -16,7 +16,9 @@ from crossed_rlvr.conf.schema import EvalCommandConf, conf_of
 from crossed_rlvr.eval.generate.device import resolved
 from crossed_rlvr.eval.generate.engines import load_backend, release
 from crossed_rlvr.eval.generate.plan import (
+    Cell,
     Plan,
+    cell_writes,
     finish_cell,
     generate,
     make_record,
@@ -30,11 +32,13 @@ from crossed_rlvr.layout import SFT_SUMMARY, ArmLayout, EvalLayout
 from crossed_rlvr.policies.policy import Policy
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from omegaconf import DictConfig
     from tqdm import tqdm
     from transformers import PreTrainedTokenizerBase
 
-    from crossed_rlvr.eval.generate.engines import Backend
+    from crossed_rlvr.eval.generate.engines import Backend, Generation
     from crossed_rlvr.eval.generate.workers import OnEvent
     from crossed_rlvr.tracking import Tracker
 
@@ -148,23 +152,34 @@ def run_serial(cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar: tqdm
                     release(loaded)  # one policy in memory at a time, its engine shut down first
                     loaded[cell.pol.path] = load_backend(cell.pol.path, gen)
                 backend, tokenizer = loaded[cell.pol.path]
-                with cell.partial.open("a", encoding="utf-8") as fh:
-                    at = 0
-                    for outs in generate(backend, tokenizer, todo, cell.request, cell.template, p.system,
-                                         int(gen.base_seed), int(gen.batch_size), p.params):
-                        for (_k, it, s), (seed, sha, out) in zip(todo[at : at + len(outs)], outs, strict=True):
-                            rec = make_record(p, cell, it, s, seed, sha, out)
-                            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                            done[(rec["item_id"], s)] = rec
-                        at += len(outs)
-                        fh.flush()
-                        os.fsync(fh.fileno())
-                        bar.update(len(outs))
-            summary[cell.name] = finish_cell(cell, done, time.perf_counter() - start)
+                batches = generate(backend, tokenizer, todo, cell.request, cell.template, p.system,
+                                   int(gen.base_seed), int(gen.batch_size), p.params)
+                with cell_writes(cell):
+                    append_responses(p, cell, done, batches, todo, bar)
+            with cell_writes(cell):
+                summary[cell.name] = finish_cell(cell, done, time.perf_counter() - start)
             if tracker is not None:
                 tracker.log({f"{cell.name}/{k}": v for k, v in summary[cell.name].items()})
     finally:
         release(loaded)
+
+
+def append_responses(p: Plan, cell: Cell, done: dict[tuple[str, int], dict[str, Any]],
+                     batches: Iterator[list[tuple[int, str, Generation]]], todo: list[tuple[int, dict[str, Any], int]],
+                     bar: tqdm) -> None:
+    """Each batch's records appended to the cell's scratch file and synced to disk as it comes (a kill loses at
+    most the batch being generated), and added to ``done``."""
+    with cell.partial.open("a", encoding="utf-8") as fh:
+        at = 0
+        for outs in batches:
+            for (_k, it, s), (seed, sha, out) in zip(todo[at : at + len(outs)], outs, strict=True):
+                rec = make_record(p, cell, it, s, seed, sha, out)
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+                done[(rec["item_id"], s)] = rec
+            at += len(outs)
+            fh.flush()
+            os.fsync(fh.fileno())
+            bar.update(len(outs))
 
 
 def eval_tracker(cfg: EvalCommandConf) -> Tracker | None:

@@ -25,6 +25,7 @@ from crossed_rlvr.eval.generate.plan import (
     Cell,
     Plan,
     RunError,
+    cell_writes,
     finish_cell,
     generate,
     make_record,
@@ -153,7 +154,8 @@ def queue_shards(cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar: tq
         queues[cell.pol.path].extend(shards)
     for cell in p.cells:
         if cell.name in remaining and remaining[cell.name] == 0:
-            summary[cell.name] = finish_cell(cell, done_of.pop(cell.name), 0.0)
+            with cell_writes(cell):
+                summary[cell.name] = finish_cell(cell, done_of.pop(cell.name), 0.0)
     return queues, remaining, done_of
 
 
@@ -241,6 +243,10 @@ class Driver:
 
     def shard_done(self, worker: ActorHandle, shard: Shard, outs: list[tuple[int, str, Generation]]) -> None:
         """Write a finished shard whole (resume per shard), and its cell when that was the last one."""
+        with cell_writes(shard.cell):  # a fault of the machine here: its one line names the cell
+            self.write_shard(worker, shard, outs)
+
+    def write_shard(self, worker: ActorHandle, shard: Shard, outs: list[tuple[int, str, Generation]]) -> None:
         cell = shard.cell
         records = [make_record(self.p, cell, it, s, seed, sha, out)
                    for (_k, it, s), (seed, sha, out) in zip(shard.todo, outs, strict=True)]
