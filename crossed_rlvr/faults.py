@@ -151,6 +151,6 @@ def writing(folder: Path, what: str, needed_gb: float | None = None) -> Iterator
         if code is not None:
             raise MachineFault(describe(folder, what, code, needed_gb, written)) from err
         where = f" writing {written}" if written else ""
-        raise MachineFault(f"{folder}: {what} stopped{where}: a worker process was killed ({signal_name}; out of memory, "
-                           "or stopped by hand or by the scheduler). What finished before is kept: run the same "
-                           "command again (the original error is in the command's log)") from err
+        raise MachineFault(f"{folder}: {what} stopped{where}: a worker process was killed ({signal_name}; out of "
+                           "memory, or stopped by hand or by the scheduler). What finished before is kept: run the "
+                           "same command again (the original error is in the command's log)") from err
