@@ -3,10 +3,12 @@ and gpu_fixtures.py), so that no test module imports another."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.folder_lock import HELD_ENV
 from crossed_rlvr.policies.tiny import TinyConfig
 
 # the smallest tiny model that still generates: built in well under a second
@@ -93,3 +95,23 @@ def code_metrics() -> Any:
     finally:
         sys.path.remove(scripts)
     return module
+
+
+def site_with(folder: Path, code: str) -> Path:
+    """A folder holding ``code`` as ``sitecustomize.py``: put first on a command's path (``command_env``), it runs
+    first in the command's interpreter and in every Python process the command starts (a fault injected where the
+    machine would raise it)."""
+    site = folder / "site"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(code)
+    return site
+
+
+def command_env(site: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a command a test starts: no folder inherited as held (crossed_rlvr/folder_lock.py: the
+    command would count as the test's own writer, not a second one), ``site`` first on its path, and ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != HELD_ENV}
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    env.update(extra)
+    return env

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,20 +13,10 @@ from pathlib import Path
 import pytest
 
 from crossed_rlvr.faults import MachineFault, fault_errno, writing
+from tests.helpers import command_env, site_with
 
 BIN = Path(sys.executable).parent
 ENOSPC_RUST = "Error while serializing: I/O error: No space left on device (os error 28)"
-
-
-def with_site(tmp_path: Path, code: str) -> dict[str, str]:
-    """The environment of a command whose interpreter first runs ``code`` (a fault injected where the machine
-    would raise it: a library's write, the disk's free space)."""
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(code)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSED_RLVR_HELD")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
-    return env
 
 
 @pytest.mark.parametrize(("err", "said"), [
@@ -70,10 +59,11 @@ def test_the_original_error_goes_to_the_commands_log_file_only(tmp_path, capsys)
 def test_a_full_disk_inside_a_study_stage_ends_in_one_line_and_exit_1(tmp_path):
     """The study's first write of a model, as safetensors reports a full disk (its Rust I/O error): one line naming
     the run folder and the stage, exit 1, the traceback in the study's log."""
-    env = with_site(tmp_path, "import safetensors, safetensors.torch\n"
-                              "def full(*a, **k):\n"
-                              f"    raise safetensors.SafetensorError({ENOSPC_RUST!r})\n"
-                              "safetensors.torch.save_file = full\n")
+    full = ("import safetensors, safetensors.torch\n"
+            "def full(*a, **k):\n"
+            f"    raise safetensors.SafetensorError({ENOSPC_RUST!r})\n"
+            "safetensors.torch.save_file = full\n")
+    env = command_env(site_with(tmp_path, full))
     run = tmp_path / "study"
     out = subprocess.run([str(BIN / "crossed-study"), "experiment=smoke", f"run_dir={run}"], capture_output=True,
                          text=True, timeout=300, check=False, env=env, cwd=tmp_path)
@@ -87,12 +77,13 @@ def test_a_full_disk_inside_a_study_stage_ends_in_one_line_and_exit_1(tmp_path):
 
 @pytest.mark.long
 def test_a_study_that_will_not_fit_its_disk_is_refused_before_its_first_stage(tmp_path):
-    env = with_site(tmp_path, "import collections, shutil\n"
-                              "_real = shutil.disk_usage\n"
-                              "def tight(path):\n"
-                              "    u = _real(path)\n"
-                              "    return type(u)(u.total, u.total - 1_000, 1_000)\n"
-                              "shutil.disk_usage = tight\n")
+    tight = ("import collections, shutil\n"
+             "_real = shutil.disk_usage\n"
+             "def tight(path):\n"
+             "    u = _real(path)\n"
+             "    return type(u)(u.total, u.total - 1_000, 1_000)\n"
+             "shutil.disk_usage = tight\n")
+    env = command_env(site_with(tmp_path, tight))
     run = tmp_path / "study"
     out = subprocess.run([str(BIN / "crossed-study"), "experiment=smoke", f"run_dir={run}"], capture_output=True,
                          text=True, timeout=300, check=False, env=env, cwd=tmp_path)

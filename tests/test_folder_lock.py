@@ -15,13 +15,14 @@ import pytest
 
 from crossed_rlvr.folder_lock import HELD_ENV, FolderInUse, hold, holder_of, release
 from crossed_rlvr.layout import FOLDER_LOCK
+from tests.helpers import command_env
 
 BIN = Path(sys.executable).parent
 
 
 def holding(folder: Path, command: str = "crossed-study") -> subprocess.Popen[str]:
     """Another process holding ``folder`` until it is killed (as a running study would)."""
-    env = {k: v for k, v in os.environ.items() if k != HELD_ENV}
+    env = command_env()
     proc = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom crossed_rlvr.folder_lock import hold\n"
                              f"hold({str(folder)!r}, {command!r}); print('held', flush=True); time.sleep(600)"],
                             stdout=subprocess.PIPE, text=True, env=env)
@@ -82,7 +83,7 @@ def test_a_second_study_into_a_held_folder_is_refused_before_any_work(tmp_path, 
     other = holding(run)
     try:
         start = time.perf_counter()
-        env = {k: v for k, v in os.environ.items() if k != HELD_ENV}
+        env = command_env()
         out = subprocess.run([str(BIN / "crossed-study"), "experiment=smoke", f"run_dir={run}"], capture_output=True,
                              text=True, timeout=120, check=False, env=env, cwd=tmp_path)
         assert out.returncode == 2, out.stderr[-2000:]
