@@ -11,7 +11,7 @@ command run again once the fault is cleared ends with the files of a clean run.
 
 After each fault, no file of a stage finished before it changed (not even rewritten: same bytes, same mtime), the
 faulted stage is not marked finished, and the finished stages' files equal the clean run's; the last run ends with
-every file equal to the clean run's (``same_as_clean``: what is left out of that comparison, and why).
+every file equal to the clean run's (``SKIPPED``: what is left out of that comparison, and why).
 
 The faults are injected where the machine would raise them: a ``sitecustomize`` in the command's interpreter (and
 its children's) wraps Python's ``open``: from the first opening for writing of a file whose path holds the fault's
@@ -21,6 +21,14 @@ process group with SIGKILL at exactly that point. Nothing in the package knows o
 
 Cost: one clean study and one chain of faulted runs in one run folder (the faults of a stage need the stages
 before it finished, which the previous stage's faulted runs leave), at the smallest size with all five stages.
+
+**crossed-eval run alone on Ray workers** goes through the same faults, cut inside its cells: out of disk space at
+a shard's write (the line names the cell), kill -9 of its process group as its last cell is moved into place, with
+a second writer refused meanwhile (and nothing of the killed command, Ray's own processes included, left running),
+and finished cells edited or truncated by hand, each said and generated again. After each, the cells finished before are
+untouched and every finished cell equals a clean run's; the last run ends with a clean run's files (the serial
+run's: the workers write its bytes). The serial run and the code tasks' evaluation are checked against damaged
+cells too. Cost: one tiny model under two names, eight cells of 3 or 4 responses, three runs on Ray (~50 CPU s).
 """
 
 from __future__ import annotations
@@ -39,7 +47,9 @@ from pathlib import Path
 
 import pytest
 
-from crossed_rlvr.folder_lock import HELD_ENV
+from crossed_rlvr.eval.generate.runner import run_eval
+from crossed_rlvr.layout import EvalLayout
+from tests.helpers import cfg_for, command_env, overrides, site_with
 
 # every test here uses the module's run folder: one worker runs them in order (tests/conftest.py)
 WORKER_GROUP = "fault_matrix"
@@ -51,6 +61,8 @@ ARGS = ["experiment=smoke", "initial.train_items=8", "sft.epochs=1", "recipe.upd
         "arms.seeds=[83]", "arms.train_items=8", "validation.every=0", "evaluation.n_items=4",
         "evaluation.templates=[original,para_a]", "analysis.resamples=50", "tracking=off"]
 STAGES = ("initial", "arms", "eval", "score", "analyze")
+# what a stage's one line names as being written when the full disk stopped it, where the stage says
+WRITING = {"eval": "the cell grpo-boxed_s83__hash__original"}
 
 # where each stage is cut: (out of disk space from this write on, kill -9 at this write), each a text of the path
 # the stage opens for writing (in the order the stage writes them: the kill comes later in the stage, so that
@@ -125,19 +137,22 @@ builtins.open = io.open = _faulted
 
 def env(site: Path | None = None, **fault: str) -> dict[str, str]:
     """The command's environment: one torch thread (the same sums in every run), no folder inherited from a
-    holder, and the fault hook when a fault is given."""
-    out = {k: v for k, v in os.environ.items() if k != HELD_ENV}
-    out.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    if site is not None:
-        out["PYTHONPATH"] = os.pathsep.join([str(site), out.get("PYTHONPATH", "")])
-        out.update(fault)
-    return out
+    holder, and the fault hook (``HOOK`` in ``site``) when a fault is given."""
+    return command_env(site, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **fault)
 
 
-def study(run: Path, environ: dict[str, str], **popen) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "crossed_rlvr.study.cli", *ARGS, f"run_dir={run}"],
-                            env=environ, cwd=run.parent, text=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True, **popen)
+def launch(cmd: list[str], run: Path, environ: dict[str, str]) -> subprocess.Popen[str]:
+    """A command in a session of its own (its process group is what a scheduler would kill), its stderr kept."""
+    return subprocess.Popen(cmd, env=environ, cwd=run.parent, text=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+
+
+def study_cmd(run: Path) -> list[str]:
+    return [sys.executable, "-m", "crossed_rlvr.study.cli", *ARGS, f"run_dir={run}"]
+
+
+def study(run: Path, environ: dict[str, str]) -> subprocess.Popen[str]:
+    return launch(study_cmd(run), run, environ)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 600) -> tuple[int, str]:
@@ -156,10 +171,10 @@ def files(run: Path) -> dict[str, Path]:
     return {p.relative_to(run).as_posix(): p for p in sorted(run.rglob("*")) if p.is_file()}
 
 
-def content(rel: str, path: Path) -> bytes:
-    """A file as compared with the clean run's: its bytes, or a JSON record's values less its times (``TIMES``)."""
+def content(rel: str, path: Path, times: dict[str, tuple[str, ...]] = TIMES) -> bytes:
+    """A file as compared with the clean run's: its bytes, or a JSON record's values less its times (``times``)."""
     data = path.read_bytes()
-    drop = next((keys for glob, keys in TIMES.items() if fnmatch.fnmatch(rel, glob)), None)
+    drop = next((keys for glob, keys in times.items() if fnmatch.fnmatch(rel, glob)), None)
     if drop is None:
         return data
 
@@ -197,19 +212,17 @@ def untouched(run: Path, stages: tuple[str, ...]) -> dict[str, tuple[str, int]]:
 def clean(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
     """A clean study in ``run`` and what its files hold (``digests``); the run folder is then the faults'."""
     root = tmp_path_factory.mktemp("faults")
-    site = root / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(HOOK)
+    site = site_with(root, HOOK)
     run = root / "run"
     code, err = finish(study(run, env()))
     assert code == 0, err[-3000:]
     return run, digests(run), site
 
 
-def said(err: str) -> list[str]:
-    """The command's own lines (``crossed-study: …``) on stderr, progress bars and the console's lines left out (a
+def said(err: str, head: str = "crossed-study: ") -> list[str]:
+    """The command's own lines (starting ``head``) on stderr, progress bars and the console's lines left out (a
     bar the fault cut short is left without its line's end, so the line may follow it on the terminal's line)."""
-    return [line[line.index("crossed-study: "):] for line in re.split(r"[\r\n]", err) if "crossed-study: " in line]
+    return [line[line.index(head):] for line in re.split(r"[\r\n]", err) if head in line]
 
 
 @pytest.mark.long
@@ -231,9 +244,7 @@ def test_each_stage_killed_or_out_of_space_keeps_what_finished_and_resumes_to_th
         lines = [x for x in said(err) if "taking over the lock" not in x]
         assert code == 1, (stage, err[-3000:])
         assert "Traceback" not in err and len(lines) == 1, (stage, err[-3000:])
-        assert lines[0].startswith(f"crossed-study: {run}: the {stage} stage stopped: out of disk space. What "
-                                   "finished before is kept: "), (stage, lines)
-        assert lines[0].endswith("then run the same command again (the original error is in the command's log)")
+        assert out_of_space(lines[0], "crossed-study", run, f"the {stage} stage", WRITING.get(stage)), (stage, lines)
         if k > 0:  # the run after a kill
             assert f"{run.resolve()}: taking over the lock of a run that ended without finishing (pid " in err, stage
         assert "No space left on device" in (run / "crossed-study.log").read_text()
@@ -241,23 +252,8 @@ def test_each_stage_killed_or_out_of_space_keeps_what_finished_and_resumes_to_th
 
         # kill -9 inside the stage, a second writer refused while it is held there
         done_now = untouched(run, done)
-        mark.unlink(missing_ok=True)
-        proc = study(run, env(site, FAULT_ROOT=str(run), FAULT_AT=kill_at, FAULT_KIND="stop", FAULT_MARK=str(mark)))
-        try:
-            waited = time.monotonic() + 600
-            while not mark.exists() and proc.poll() is None and time.monotonic() < waited:
-                time.sleep(0.05)
-            assert mark.exists(), (stage, proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
-            second = subprocess.run([sys.executable, "-m", "crossed_rlvr.study.cli", *ARGS, f"run_dir={run}"],
-                                    env=env(), cwd=run.parent, capture_output=True, text=True, timeout=300,
-                                    check=False)
-            assert second.returncode == 2, (stage, second.stderr[-3000:])
-            assert second.stderr.count("\n") == 1 and second.stderr.startswith(
-                f"crossed-study: {run.resolve()} is being written by another run (pid {proc.pid} on "), second.stderr
-            assert "wait for it to end, or give this run another run_dir" in second.stderr
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-        code, err = finish(proc)
+        code, err = held_then_killed(study_cmd(run), run, env(site, FAULT_ROOT=str(run), FAULT_AT=kill_at,
+                                                               FAULT_KIND="stop", FAULT_MARK=str(mark)))
         assert code == -signal.SIGKILL, (stage, err[-3000:])
         check_kept(run, stage, done, done_now, reference)
 
@@ -266,6 +262,59 @@ def test_each_stage_killed_or_out_of_space_keeps_what_finished_and_resumes_to_th
     assert code == 0, err[-3000:]
     assert f"{run.resolve()}: taking over the lock of a run that ended without finishing (pid " in err
     assert digests(run) == reference, diff(digests(run), reference)
+
+
+def out_of_space(line: str, command: str, run: Path, what: str, written: str | None) -> bool:
+    """Whether ``line`` is the one line of a full disk: the folder, what stopped (writing what, where it says), the
+    fault, and the way on."""
+    where = f" writing {written}" if written else ""
+    return (line.startswith(f"{command}: {run}: {what} stopped{where}: out of disk space. What finished before is "
+                            "kept: ")
+            and line.endswith("then run the same command again (the original error is in the command's log)"))
+
+
+def held_then_killed(cmd: list[str], run: Path, environ: dict[str, str]) -> tuple[int, str]:
+    """``cmd`` started with the stop hook (``environ``) and held at its cut; meanwhile the same command, a second
+    writer into the same folder, is refused in one line naming the holder, exit 2; then the held command's process
+    group is killed with SIGKILL. Its exit status and stderr."""
+    mark = Path(environ["FAULT_MARK"])
+    mark.unlink(missing_ok=True)
+    proc = launch(cmd, run, environ)
+    try:
+        waited = time.monotonic() + 600
+        while not mark.exists() and proc.poll() is None and time.monotonic() < waited:
+            time.sleep(0.05)
+        assert mark.exists(), (proc.poll(), proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        second = subprocess.run(cmd, env=env(), cwd=run.parent, capture_output=True, text=True, timeout=300,
+                                check=False)
+        command = "crossed-study" if "crossed_rlvr.study.cli" in cmd else "crossed-eval"
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert second.stderr.count("\n") == 1 and second.stderr.startswith(
+            f"{command}: {run.resolve()} is being written by another run (pid {proc.pid} on "), second.stderr
+        assert "wait for it to end, or give this run another run_dir" in second.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+    code, err = finish(proc)
+    waited = time.monotonic() + 30
+    while session_of(proc.pid) and time.monotonic() < waited:  # Ray's own processes end as they find their driver gone
+        time.sleep(0.1)
+    assert not session_of(proc.pid), session_of(proc.pid)  # nothing of the killed command goes on running
+    return code, err
+
+
+def session_of(sid: int) -> list[str]:
+    """The names of the live processes in session ``sid`` (a command started in a session of its own, its children
+    and theirs)."""
+    names = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, _group, session = stat[stat.rindex(")") + 2 :].split()[:4]
+        if int(session) == sid and state != "Z":
+            names.append(stat[stat.index("(") + 1 : stat.rindex(")")])
+    return names
 
 
 def finished(run: Path) -> tuple[str, ...]:
@@ -362,3 +411,161 @@ def test_the_one_line_is_said_when_the_log_cannot_keep_the_original_error(tmp_pa
             logging.getLogger().removeHandler(handler)
     assert str(caught.value).startswith(f"{tmp_path}: the score stage stopped: out of disk space.")
     assert capsys.readouterr().err == ""
+
+
+# --- crossed-eval run alone, on Ray workers -----------------------------------------------------------------------
+# Two policies (one tiny model under two names, the cheapest policies tests/test_eval_workers.py uses), both requests,
+# two wordings: eight cells of 4 or 3 responses, in shards of 2 over Ray workers (each worker's start costs ~5 CPU
+# seconds: two for the kill, whose process group is killed with both at work or idle; one for the other runs)
+EVAL_POLICIES = {"initial": "training_convention: initial, train_seed: null",
+                 "grpo-hash/s1": "training_convention: hash, train_seed: 1"}
+# where the evaluation is cut (each a text of a path its driver opens for writing): out of disk space at the first
+# shard of an arm's third cell; kill -9 at the last cell generated whole, its shards written, its file not yet in
+# place (a cut at a shard would leave the shards on disk to the race of two workers)
+EVAL_CUTS = {"enospc": "grpo-hash_s1__boxed__original.shards/",
+             "stop": "responses/grpo-hash_s1__boxed__para_a.jsonl."}
+# what is compared with a clean run (every other file is the command's own: its lock, its log, Hydra's copy of its
+# config, the summary of what that invocation generated), less where each run's workers ran (the serial reference
+# ran in this process)
+EVAL_COMPARED = ("items/*", "responses/*", "run.json")
+EVAL_TIMES = {"run.json": ("machines",)}
+# a finished cell damaged by hand: (file, what is done to it)
+EVAL_EDITS = {"responses/initial__hash__original.jsonl": "a response edited",
+              "responses/grpo-hash_s1__hash__original.jsonl": "truncated to half"}
+
+
+def eval_args(run: Path, tiny: Path, *extra: str, policies: tuple[str, ...] = tuple(EVAL_POLICIES)) -> list[str]:
+    listed = ",".join(f"{{name: {name}, path: {tiny}, {EVAL_POLICIES[name]}}}" for name in policies)
+    return overrides(run, tiny, n_items=4, extra=[f"policies=[{listed}]", *extra])
+
+
+def eval_cmd(run: Path, tiny: Path, workers: int = 1) -> list[str]:
+    ray = [f"distribute.workers={workers}", "distribute.shard_size=2"]
+    return [sys.executable, "-m", "crossed_rlvr.eval.generate.cli", *eval_args(run, tiny, *ray)]
+
+
+def eval_digests(run: Path) -> dict[str, str]:
+    """What an evaluation's folder holds, as compared with a clean run's (``EVAL_COMPARED``, ``EVAL_TIMES``)."""
+    return {rel: hashlib.sha256(content(rel, path, EVAL_TIMES)).hexdigest() for rel, path in files(run).items()
+            if any(fnmatch.fnmatch(rel, g) for g in EVAL_COMPARED)}
+
+
+def finished_cells(run: Path) -> dict[str, tuple[str, int]]:
+    """The files of each finished cell (its response file in place, and its settings record): bytes' hash, mtime."""
+    done = cells_done(run)
+    return {rel: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns) for rel, p in files(run).items()
+            if rel.startswith("responses/") and rel.count("/") == 1 and EvalLayout.cell_of(p.name) in done}
+
+
+def cells_done(run: Path) -> set[str]:
+    """The cells whose response file is in place."""
+    return {EvalLayout.cell_of(p.name) for p in EvalLayout(run).responses.glob("*.jsonl")}
+
+
+def check_cells_kept(run: Path, before: dict[str, tuple[str, int]], reference: dict[str, str]) -> None:
+    """After a fault: the cells finished before it untouched (bytes and mtime), every finished cell as the clean
+    run's, and no response file in place without its settings record (the record is written first)."""
+    now = finished_cells(run)
+    assert {k: now.get(k) for k in before} == before, diff(now, before)
+    ours = {k: v for k, v in eval_digests(run).items() if k in now}
+    assert ours == {k: reference[k] for k in ours}, diff(ours, reference)
+    assert all(EvalLayout(run).response_meta(cell).is_file() for cell in cells_done(run))
+
+
+@pytest.mark.exclusive  # a Ray cluster (tests/conftest.py)
+@pytest.mark.long
+def test_crossed_eval_on_ray_workers_out_of_space_killed_or_damaged_resumes_to_the_clean_files(tmp_path, tiny):
+    """crossed-eval on Ray workers, the initial policy's cells finished before by an earlier run: out of disk space
+    at a shard's write (one line naming the folder and the cell, exit 1, the original error in the log), then kill -9
+    of its process group as its last cell is moved into place (a second writer refused meanwhile, exit 2); after
+    each, the cells finished before are untouched and every finished cell is the clean run's. Then one finished cell
+    edited by hand and another truncated: the next run takes the dead run's lock over, says each damaged cell is
+    generated again, and ends with a clean run's files."""
+    site = site_with(tmp_path, HOOK)
+    ref, run = tmp_path / "ref", tmp_path / "run"  # side by side: the records name the model by its relative path
+    run_eval(cfg_for(*eval_args(ref, tiny)), progress=False)  # the clean run, serial (the workers write its bytes)
+    reference = eval_digests(ref)
+    run_eval(cfg_for(*eval_args(run, tiny, policies=("initial",))), progress=False)
+
+    # out of disk space from a shard's write on
+    before = finished_cells(run)
+    fault = env(site, FAULT_ROOT=str(run), FAULT_AT=EVAL_CUTS["enospc"], FAULT_KIND="enospc")
+    code, err = finish(launch(eval_cmd(run, tiny), run, fault))
+    lines = said(err, f"crossed-eval: {run}")
+    assert code == 1 and "Traceback" not in err and len(lines) == 1, err[-3000:]
+    assert out_of_space(lines[0], "crossed-eval", run, "crossed-eval", "the cell grpo-hash_s1__boxed__original"), lines
+    assert "No space left on device" in (run / "crossed-eval.log").read_text()
+    check_cells_kept(run, before, reference)
+    # one worker takes the shards in the design's order: the arm's first two cells were written, the third not
+    assert cells_done(run) == cells_done(ref) - {f"grpo-hash_s1__boxed__{t}" for t in ("original", "para_a")}
+
+    # kill -9 as the last cell is moved into place, a second writer refused meanwhile
+    before = finished_cells(run)
+    fault = env(site, FAULT_ROOT=str(run), FAULT_AT=EVAL_CUTS["stop"], FAULT_KIND="stop",
+                FAULT_MARK=str(tmp_path / "stopped"))
+    code, err = held_then_killed(eval_cmd(run, tiny, workers=2), run, fault)
+    assert code == -signal.SIGKILL, err[-3000:]
+    check_cells_kept(run, before, reference)
+    # the held cell not in place, its two shards on disk to go on from (the cell before it may be finished or not:
+    # one worker may serve both shards of the last cell while the other is still on its first)
+    assert "grpo-hash_s1__boxed__para_a" not in cells_done(run)
+    assert len(list(EvalLayout(run).shards("grpo-hash_s1__boxed__para_a").glob("*.jsonl"))) == 2
+
+    # two finished cells damaged by hand; the fault cleared, the same command
+    before = finished_cells(run)
+    for rel, how in EVAL_EDITS.items():
+        damage(run / rel, how)
+    code, err = finish(launch(eval_cmd(run, tiny), run, env()))
+    assert code == 0, err[-3000:]
+    assert f"crossed-eval: {run.resolve()}: taking over the lock of a run that ended without finishing (pid " in err
+    check_redone(err, run, EVAL_EDITS, before, reference)
+
+
+def check_redone(err: str, run: Path, edits: dict[str, str], before: dict[str, tuple[str, int]],
+                 reference: dict[str, str]) -> None:
+    """After a run on damaged cells: it said each was generated again (and no other), the cells finished before and
+    not damaged are untouched, and the folder holds the clean run's files."""
+    redone = [x for x in said(err, f"crossed-eval: {run}") if "changed since it was written" in x]
+    assert sorted(redone) == sorted(f"crossed-eval: {run / rel}: changed since it was written (its bytes differ from "
+                                    f"the sha256 its {EvalLayout.meta_of(Path(rel)).name} records); generating it "
+                                    "again" for rel in edits), err[-3000:]
+    damaged = {EvalLayout.cell_of(Path(rel).name) for rel in edits}
+    kept = {k: v for k, v in before.items() if EvalLayout.cell_of(Path(k).name) not in damaged}
+    now = finished_cells(run)
+    assert {k: now.get(k) for k in kept} == kept, diff(now, kept)
+    assert eval_digests(run) == reference, diff(eval_digests(run), reference)
+
+
+def test_crossed_eval_generates_again_a_finished_cell_edited_or_truncated_by_hand(tmp_path, tiny, capsys):
+    """The serial run (no Ray): a finished cell is reused by its settings and its bytes, so a response file edited
+    or truncated since it was written is said and generated again, and the others are left untouched."""
+    run = tmp_path / "run"
+    cfg = cfg_for(*eval_args(run, tiny, policies=("initial",)))
+    run_eval(cfg, progress=False)
+    reference, before = eval_digests(run), finished_cells(run)
+    edits = {"responses/initial__hash__original.jsonl": "a response edited",
+             "responses/initial__boxed__para_a.jsonl": "truncated to half"}
+    for rel, how in edits.items():
+        damage(run / rel, how)
+    capsys.readouterr()
+    run_eval(cfg, progress=False)
+    check_redone(capsys.readouterr().err, run, edits, before, reference)
+
+
+def test_a_code_tasks_response_file_edited_by_hand_is_generated_again(tmp_path, tiny, capsys):
+    """The code tasks' evaluation keeps a finished file by its settings and its bytes alike."""
+    from crossed_rlvr.tasks.code import tiny_code_rows, write_code_dataset
+
+    data = tmp_path / "tiny_code.jsonl"
+    write_code_dataset(data, tiny_code_rows(2))
+    run = tmp_path / "run"
+    cfg = cfg_for(f"run_dir={run}", "task=humaneval_plus", f"task.path={data}", "requests=[fence,begin_done]",
+                  f"model.path={tiny}", "eval.max_new_tokens=8", "tracking=off")
+    run_eval(cfg)
+    reference, before = eval_digests(run), finished_cells(run)
+    edits = {"responses/initial__fence__original.jsonl": "a response edited"}
+    for rel, how in edits.items():
+        damage(run / rel, how)
+    capsys.readouterr()
+    run_eval(cfg)
+    check_redone(capsys.readouterr().err, run, edits, before, reference)
