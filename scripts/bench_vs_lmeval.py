@@ -156,16 +156,13 @@ def run_child(kind: str, spec: dict[str, Any], log: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- the runs
-def quoted(value: str) -> str:
-    """A Hydra override's quoted string (a path may hold characters its grammar reads)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def crossed_eval_overrides(run_dir: Path, policies: list[tuple[str, str]], backend: str, batch: int, items: int,
                            max_new_tokens: int, context: int) -> list[str]:
-    entries = ",".join(f"{{name:{quoted(n)},path:{quoted(p)},training_convention:initial,train_seed:null}}"
+    from crossed_rlvr.conf import hydra_quoted
+
+    entries = ",".join(f"{{name:{hydra_quoted(n)},path:{hydra_quoted(p)},training_convention:initial,train_seed:null}}"
                        for n, p in policies)
-    return [f"run_dir={quoted(str(run_dir))}", "model=local", f"model.path={quoted(policies[0][1])}",
+    return [f"run_dir={hydra_quoted(str(run_dir))}", "model=local", f"model.path={hydra_quoted(policies[0][1])}",
             f"policies=[{entries}]", f"task={TASK}", f"task.n_test={max(STUDY_ITEMS, items)}", f"task.n_items={items}",
             "requests=[hash,boxed]", f"templates=[{TEMPLATE}]", f"eval={EVAL_GROUPS[backend]}", "eval.device=cpu",
             "eval.dtype=float32", "eval.temperature=0", "eval.top_p=1.0", f"eval.max_new_tokens={max_new_tokens}",

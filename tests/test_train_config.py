@@ -62,6 +62,22 @@ def test_the_arms_paths_reach_verl_from_its_layout():
     assert arm.verl_latest.parent == arm.checkpoints and arm.verl_shards(3).parent.parent == arm.checkpoints
 
 
+def test_a_path_hydra_would_misread_reaches_verl_as_written_and_a_plain_one_stays_unquoted():
+    """A run folder or model path with a comma (unquoted: a sweep), parentheses or a quote (unquoted: a parse error)
+    reaches verl's composed config as the same string; a plain path is written as it is, so the overrides of
+    finished arms read as before."""
+    from crossed_rlvr.conf import hydra_value
+
+    odd = Path("/runs/it's (copy),2/study/train/hash/s83")
+    arm = VerlArm.of(cfg_for("engine=verl", "model.path='/models/Qwen2.5 (base),v2'"), ArmLayout(odd), "/pkg/r.py")
+    composed = compose_verl(verl_overrides(arm))
+    assert composed.trainer.default_local_dir == str(ArmLayout(odd).checkpoints)
+    assert composed.data.train_files == str(ArmLayout(odd).verl_train_data)
+    assert composed.actor_rollout_ref.model.path == "/models/Qwen2.5 (base),v2"
+    assert hydra_value("/runs/study/train/hash/s83/checkpoints") == "/runs/study/train/hash/s83/checkpoints"
+    assert hydra_value("2024") == "'2024'" and hydra_value("a\\") == "a\\"
+
+
 def test_verls_overrides_are_written_by_one_function_within_the_length_rule():
     """The overrides are built from the typed arm in one function (its blocks in helpers), under the 80-line rule
     with no exemption (tests/test_layout.py); the settings are read from the config once, in VerlArm.of."""

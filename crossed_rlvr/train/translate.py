@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from crossed_rlvr.conf import hydra_value
 from crossed_rlvr.conf.checks import rollout_seed
 from crossed_rlvr.conf.schema import EngineConf, TrainConf
 from crossed_rlvr.layout import ArmLayout
@@ -187,17 +188,18 @@ def verl_overrides(arm: VerlArm) -> list[str]:
         f"algorithm.norm_adv_by_std_in_grpo={arm.norm_adv_by_std}",
         f"algorithm.use_kl_in_reward={arm.kl_reward}",
         *_data(arm), *verl_seeds(arm),
-        f"actor_rollout_ref.model.path={arm.model_path}",
+        f"actor_rollout_ref.model.path={hydra_value(arm.model_path)}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={arm.gradient_checkpointing}",
         *_actor(arm), *_rollout(arm),
-        f"reward.custom_reward_function.path={arm.reward_path}", "reward.custom_reward_function.name=compute_score",
+        f"reward.custom_reward_function.path={hydra_value(arm.reward_path)}", "reward.custom_reward_function.name=compute_score",
         *_trainer(arm),
     ]
 
 
 def _data(arm: VerlArm) -> list[str]:
     return [
-        f"data.train_files={arm.layout.verl_train_data}", f"data.val_files={arm.layout.verl_val_data}",
+        f"data.train_files={hydra_value(str(arm.layout.verl_train_data))}",
+        f"data.val_files={hydra_value(str(arm.layout.verl_val_data))}",
         f"data.train_batch_size={arm.prompts_per_update}",
         f"data.max_prompt_length={arm.max_context_tokens - arm.max_response_tokens}",
         f"data.max_response_length={arm.max_response_tokens}",
@@ -251,9 +253,10 @@ def _trainer(arm: VerlArm) -> list[str]:
     return [
         f"trainer.total_training_steps={arm.updates}", "trainer.total_epochs=1000",
         f"trainer.nnodes={arm.nnodes}", f"trainer.n_gpus_per_node={arm.n_gpus_per_node}",
-        f"trainer.project_name={arm.project}", f"trainer.experiment_name={arm.name}",
+        f"trainer.project_name={hydra_value(arm.project)}", f"trainer.experiment_name={hydra_value(arm.name)}",
         # verl's checkpoints (its own files: ArmLayout.verl_latest, verl_shards) and validation dumps in the arm
-        f"trainer.default_local_dir={arm.layout.checkpoints}", f"trainer.validation_data_dir={arm.layout.validation}",
+        f"trainer.default_local_dir={hydra_value(str(arm.layout.checkpoints))}",
+        f"trainer.validation_data_dir={hydra_value(str(arm.layout.validation))}",
         # the final step is always saved (and merged into a HF directory by the launch script); with
         # recipe.save_every, every N updates too, and a relaunch resumes from the latest (verl keeps one)
         f"trainer.save_freq={arm.save_every if arm.resumable else arm.updates}", "trainer.max_actor_ckpt_to_keep=1",

@@ -36,6 +36,8 @@ import verl.utils.distributed as verl_distributed
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+from crossed_rlvr.conf import hydra_value
+
 NAME = "cpu"
 # VERL_ENGINE_DEVICE: verl's FSDP engines are registered for cuda/npu only; on this platform the (device-
 # neutral) FSDP2 engine is looked up under cuda.
@@ -88,7 +90,7 @@ VLLM_OVERRIDES = [
     "actor_rollout_ref.rollout.dtype=float32",
     "actor_rollout_ref.rollout.enable_chunked_prefill=False",
     # every sampled completion seeded by its trajectory (train/verl_agent_loop.py): verl's single-turn loop otherwise
-    f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS}",
+    f"actor_rollout_ref.rollout.agent.agent_loop_config_path={hydra_value(str(AGENT_LOOPS))}",
     f"actor_rollout_ref.rollout.agent.default_agent_loop={SEEDED_LOOP}",
 ]
 # the vLLM line that needs chunked prefill off beside per-request seeds on a CPU (a canary test reads it)

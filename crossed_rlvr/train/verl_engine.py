@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import re
 import shlex
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
+from crossed_rlvr.conf import hydra_quoted
 from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
 from crossed_rlvr.conf.schema import TrainConf
 from crossed_rlvr.files import atomic_write_json, atomic_write_text
@@ -197,11 +197,7 @@ def env_overrides(env: dict[str, str]) -> list[str]:
     """verl starts Ray with ``ray_kwargs.ray_init.runtime_env``: its env_vars reach every actor. Each value is a
     quoted Hydra string: unquoted, a run id such as ``8817e40312345678`` parses as a float (inf) or ``2024`` as
     an int, and Ray refuses an env var that is not a string."""
-    def quoted(v: str) -> str:  # Hydra's rule: backslashes are literal unless they precede a quote
-        text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", str(v))
-        return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text) + "'"
-
-    return [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={quoted(v)}" for k, v in env.items()]
+    return [f"+ray_kwargs.ray_init.runtime_env.env_vars.{k}={hydra_quoted(v)}" for k, v in env.items()]
 
 
 # flash-attn is a separate install (a source build against the installed torch); verl asks for it by
