@@ -47,6 +47,7 @@ from pathlib import Path
 
 import pytest
 
+from crossed_rlvr.eval.generate.plan import RunError
 from crossed_rlvr.eval.generate.runner import run_eval
 from crossed_rlvr.layout import EvalLayout
 from tests.helpers import cfg_for, command_env, overrides, site_with
@@ -538,7 +539,8 @@ def check_redone(err: str, run: Path, edits: dict[str, str], before: dict[str, t
 
 def test_crossed_eval_generates_again_a_finished_cell_edited_or_truncated_by_hand(tmp_path, tiny, capsys):
     """The serial run (no Ray): a finished cell is reused by its settings and its bytes, so a response file edited
-    or truncated since it was written is said and generated again, and the others are left untouched."""
+    or truncated since it was written is said and generated again, and the others are left untouched; a cell whose
+    settings record is cut short is refused in one line."""
     run = tmp_path / "run"
     cfg = cfg_for(*eval_args(run, tiny, policies=("initial",)))
     run_eval(cfg, progress=False)
@@ -550,6 +552,12 @@ def test_crossed_eval_generates_again_a_finished_cell_edited_or_truncated_by_han
     capsys.readouterr()
     run_eval(cfg, progress=False)
     check_redone(capsys.readouterr().err, run, edits, before, reference)
+    # a settings record cut short: what made the file is unknown, so it is neither reused nor replaced unasked
+    meta = EvalLayout(run).response_meta("initial__hash__para_a")
+    meta.write_text(meta.read_text()[:40])
+    with pytest.raises(RunError, match=r"initial__hash__para_a.jsonl has no readable initial__hash__para_a.meta.json; "
+                                       "pass overwrite=true or use a new run_dir"):
+        run_eval(cfg, progress=False)
 
 
 def test_a_code_tasks_response_file_edited_by_hand_is_generated_again(tmp_path, tiny, capsys):
