@@ -101,3 +101,65 @@ def test_an_sft_job_is_typed_once_and_records_its_config_as_given():
     assert job.only == "sft-hash/s83" and job.cfg.mode == "arms" and job.cfg.warmstart.band.every == 0
     assert job.cfg.task.train_per_stratum == {1: 40, 2: 3960}
     assert job.given == json.loads(json.dumps(spec))
+
+
+def old_evaluation_dict(c: Any, study_name: str, run_dir: str, policies: list[Any]) -> dict[str, Any]:
+    """crossed-eval's config as the study built it while it handed over a plain dict (the keys it set, no more): the
+    dict every finished eval stage's fingerprint was taken of."""
+    from crossed_rlvr.study.plan import plain
+
+    ev = c.evaluation
+    task = plain(c.task)
+    if ev.n_items is not None:
+        task["n_items"] = int(ev.n_items)
+    return {"model": plain(c.model), "task": task, "eval": plain(c.eval), "tracking": plain(c.tracking),
+            "study": study_name, "run_dir": run_dir, "policies": [p.entry() for p in policies],
+            "requests": list(ev.requests), "templates": list(ev.templates), "template_subset": ev.template_subset,
+            "template_subset_seed": int(ev.template_subset_seed), "samples": int(ev.samples), "overwrite": True,
+            "distribute": plain(c.distribute)}
+
+
+@pytest.mark.parametrize("overrides", [(), ("experiment=smoke", "arms.seeds=[83]", "tracking=off"),
+                                       ("evaluation.n_items=7", "evaluation.template_subset=null")])
+def test_the_study_hands_crossed_eval_its_schema_with_the_fingerprint_it_always_had(tmp_path, overrides):
+    """The study's evaluation is crossed-eval's schema (``EvalCommandConf``) made of the study's typed parts; the
+    eval stage's fingerprint (``plain`` of it, less tracking) is the one taken of the plain dict the study handed
+    over before, so a finished evaluation is reused."""
+    from crossed_rlvr.conf.schema import EvalCommandConf, PolicyConf, StudyConf
+    from crossed_rlvr.layout import RunLayout
+    from crossed_rlvr.policies.policy import Policy
+    from crossed_rlvr.study.configs import StudyConfigs
+    from crossed_rlvr.study.plan import plain
+    from crossed_rlvr.study.stamps import digest
+
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        c = conf_of(StudyConf, compose(config_name="crossed_study", overrides=[f"run_dir={tmp_path}", *overrides]))
+    configs = StudyConfigs(c, RunLayout(tmp_path), "s", lambda _: None)
+    initial = Policy.initial(str(tmp_path / "initial"))
+    arms = [Policy.trained("grpo", conv, 83, str(tmp_path / conv)) for conv in ("hash", "boxed")]
+    new = configs.evaluation(initial, arms)
+    assert isinstance(new, EvalCommandConf) and all(isinstance(p, PolicyConf) for p in new.policies or [])
+    old = old_evaluation_dict(c, "s", str(configs.layout.eval.root), configs.policies(initial, arms))
+    assert plain(new) == old
+    assert digest(untracked(plain(new))) == digest(untracked(old))
+
+
+def test_the_warm_start_gets_its_typed_job_recording_the_config_the_study_gave(tmp_path):
+    """The study's warm start is an ``SFTJob`` (typed once); its record of the config as given is the plain dict of
+    the keys the study sets, so its wandb runs' ids stay the ones earlier studies' warm starts were given."""
+    from pathlib import Path
+
+    from crossed_rlvr.conf.schema import StudyConf
+    from crossed_rlvr.layout import RunLayout
+    from crossed_rlvr.sft.run import SFTJob
+    from crossed_rlvr.study.configs import StudyConfigs
+
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        c = conf_of(StudyConf, compose(config_name="crossed_study", overrides=[f"run_dir={tmp_path}"]))
+    warm = {"requests": ["hash"], "templates": ["original"], "seed": 0, "follow_rate": 0.5}
+    job = StudyConfigs(c, RunLayout(tmp_path), "s", lambda _: None).warmstart(Path(tmp_path / "init"), warm)
+    assert isinstance(job, SFTJob) and job.cfg.model.path == str(tmp_path / "init")
+    assert job.cfg.warmstart.follow_rate == 0.5 and job.cfg.mode == "arms"
+    assert sorted(job.given) == ["eval", "model", "run_dir", "sft", "study", "task", "tracking", "train_items",
+                                 "warmstart"]
+    assert job.given["warmstart"] == warm

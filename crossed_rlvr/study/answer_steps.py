@@ -9,8 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from crossed_rlvr.layout import ArmLayout, EvalLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study import arms as arm_jobs
@@ -111,7 +109,7 @@ class AnswerSteps:
             fp["warmstart"] = study.stamps.hash(warm)
         if vscores.exists():
             fp["validation_scores"] = study.stamps.hash(vscores)
-        tracking = plain(study.cfg.tracking)
+        tracking = study.cfg.tracking
 
         def sections(folder: Path) -> list[str]:
             """The study's own report sections, written with the analysis (one report, one contents)."""
@@ -123,10 +121,10 @@ class AnswerSteps:
 
             analyze(scores, out, n_resamples=int(a.resamples), rng_seed=int(a.rng_seed), overwrite=True,
                     tracking="off", sections=sections)
-            if enabled(OmegaConf.create(tracking)):  # after the training section: the logged report is whole
+            if enabled(tracking):  # after the training section: the logged report is whole
                 from crossed_rlvr.analysis.tracking import log_analysis
 
-                log_analysis(out, OmegaConf.create(tracking), study=study.study_name, scores=scores,
+                log_analysis(out, tracking, study=study.study_name, scores=scores,
                              run_dir=study.layout.root, config=plain(study.cfg))
             return {"report": str(study.layout.report)}
 

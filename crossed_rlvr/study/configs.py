@@ -2,25 +2,28 @@
 each arm (``crossed-train``), the SFT arms and the crossed evaluation (``crossed-eval``).
 
 Each projection is checked against its command's schema where it is made (types, then declared ranges), so a
-setting that no stage could run with fails here, naming its key, before anything is trained. The projections
-stay plain dicts: the commands receive exactly the keys the study sets, so a schema default added later
-changes no finished arm's config hash.
+setting that no stage could run with fails here, naming its key, before anything is trained. The evaluation is
+handed over as crossed-eval's schema (``EvalCommandConf``) and the warm start as its typed job (``SFTJob``). What a
+command records or hashes as given stays a plain dict of the keys the study sets (the warm start's wandb config,
+each arm's and the SFT arms' JSON spec), so a schema default added later changes no finished arm's config hash.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from crossed_rlvr.conf.schema import StudyConf
+from crossed_rlvr.conf.schema import EvalCommandConf, PolicyConf, StudyConf
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.study.plan import ArmPlan, Policy, arm_pairs, plain, plan_arms, typed
 from crossed_rlvr.task_sources import freezes_train_rows
 from crossed_rlvr.tasks.training import SFT_ITEM_SEED
+
+if TYPE_CHECKING:
+    from crossed_rlvr.sft.run import SFTJob
 
 
 class StudyConfigs:
@@ -54,16 +57,20 @@ class StudyConfigs:
                      f"({self._frozen['file']})")
         return {**task, "train_rows": self._frozen["file"], "train_rows_sha256": self._frozen["sha256"]}
 
-    def warmstart(self, path: Path, warm: dict[str, Any]) -> dict[str, Any]:
-        """``crossed-sft mode=warmstart``'s config: the initial policy built at ``path``."""
+    def warmstart(self, path: Path, warm: dict[str, Any]) -> SFTJob:
+        """``crossed-sft mode=warmstart``'s job: the initial policy built at ``path``. Typed from the config as given
+        (the plain dict its wandb runs record and their ids are made from: the keys the study sets, no default
+        added later), as crossed-sft's door types its own."""
+        from crossed_rlvr.sft.run import SFTJob
+
         c = self.cfg
-        return typed("crossed_sft", {
+        return SFTJob.of(typed("crossed_sft", {
             "model": {**plain(c.model), "path": str(path)}, "task": plain(c.task), "sft": plain(c.sft),
             "eval": plain(c.eval),
             "run_dir": str(self.layout.root), "train_items": {"n": int(c.initial.train_items), "seed": SFT_ITEM_SEED},
             "tracking": plain(c.tracking), "study": self.study_name,
             "warmstart": warm,
-        })
+        }))
 
     def sft_arms(self, initial_path: str) -> dict[str, Any]:
         """The SFT arms' job (``sft/worker.py``): the marker arm and its control for every seed."""
@@ -95,18 +102,21 @@ class StudyConfigs:
         """The initial policy, then every arm's final policy in name order: the evaluation's order."""
         return [initial, *sorted(arms, key=lambda p: p.name)]
 
-    def evaluation(self, initial: Policy, arms: list[Policy]) -> DictConfig:
-        """crossed-eval's config: every policy under every request and wording, into ``<run>/eval``."""
+    def evaluation(self, initial: Policy, arms: list[Policy]) -> EvalCommandConf:
+        """crossed-eval's config: every policy under every request and wording, into ``<run>/eval``. Made of the
+        study's typed parts, so it holds every key of the schema: the same keys the study always set, so the eval
+        stage's fingerprint (``plain`` of it) is the one a finished stage recorded."""
+        from crossed_rlvr.conf.ranges import check_ranges_of
+
         c, ev = self.cfg, self.cfg.evaluation
-        task = plain(c.task)
-        if ev.n_items is not None:
-            task["n_items"] = int(ev.n_items)
-        return OmegaConf.create(typed("crossed_eval", {
-            "model": plain(c.model), "task": task, "eval": plain(c.eval), "tracking": plain(c.tracking),
-            "study": self.study_name,
-            "run_dir": str(self.layout.eval.root),
-            "policies": [p.entry() for p in self.policies(initial, arms)],  # crossed-eval reads them back whole
-            "requests": list(ev.requests), "templates": list(ev.templates), "template_subset": ev.template_subset,
-            "template_subset_seed": int(ev.template_subset_seed), "samples": int(ev.samples), "overwrite": True,
-            "distribute": plain(c.distribute),
-        }))
+        task = c.task if ev.n_items is None else dataclasses.replace(c.task, n_items=int(ev.n_items))
+        conf = EvalCommandConf(
+            model=c.model, task=task, eval=c.eval, tracking=c.tracking, study=self.study_name,
+            run_dir=str(self.layout.eval.root),
+            # every fact of each policy: crossed-eval reads them back whole
+            policies=[PolicyConf(**p.entry()) for p in self.policies(initial, arms)],
+            requests=list(ev.requests), templates=list(ev.templates), template_subset=ev.template_subset,
+            template_subset_seed=int(ev.template_subset_seed), samples=int(ev.samples), overwrite=True,
+            distribute=c.distribute)
+        check_ranges_of(conf, "crossed_eval")  # the evaluation's own ranges (e.g. its subset), before any stage runs
+        return conf

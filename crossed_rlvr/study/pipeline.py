@@ -132,7 +132,7 @@ class Study:
 
             shutil.rmtree(path, ignore_errors=True)  # a stale or half-written policy is rebuilt, never reused
             with torch_threads(c.initial.threads):
-                result = warmstart(OmegaConf.create(self.configs.warmstart(Path(path), warm)))
+                result = warmstart(self.configs.warmstart(Path(path), warm))
             shutil.rmtree(self.layout.fresh, ignore_errors=True)
             return {"path": path, "built": True, **{k: v for k, v in result.items() if k != "config"}}
 

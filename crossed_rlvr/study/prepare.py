@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from crossed_rlvr.conf.schema import TaskConf, conf_of
+from crossed_rlvr.conf.schema import EvalCommandConf, TaskConf, conf_of
 from crossed_rlvr.study.arms import frozen_strata, grpo_items
 from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import Policy, plain
@@ -139,11 +139,11 @@ def eval_plan(configs: StudyConfigs, initial: Policy, arms: list[Policy]) -> dic
     return plan
 
 
-def code_plan(configs: StudyConfigs, cfg: DictConfig) -> dict[str, Any]:
+def code_plan(configs: StudyConfigs, cfg: EvalCommandConf) -> dict[str, Any]:
     """A code task's plan: the dataset file and its sha256, the tasks, and every policy x code request."""
     from crossed_rlvr.tasks.code import task_dataset
 
-    ds = task_dataset(conf_of(TaskConf, cfg.task))
+    ds = task_dataset(cfg.task)
     cells = [{"policy": p["name"], "path": p["path"], "request": r, "template": "original", "items": len(ds.tasks),
               "samples": int(cfg.samples)} for p in plain(cfg.policies) for r in cfg.requests]
     plan = {"task": cfg.task.name, "code_dataset": ds.path, "dataset_sha256": ds.sha256, "n_items": len(ds.tasks),
