@@ -130,7 +130,8 @@ ANY_LIMIT = 20  # parameters typed ``Any`` in the whole package, each one saying
 
 
 def any_parameters(package: Path) -> list[tuple[str, int, str, str]]:
-    """(file, line, parameter, that line's text) for each parameter annotated ``Any`` (alone or ``Any | None``),
+    """(file, line, parameter, that line's text) for each parameter annotated ``Any`` (alone or ``Any | None``) and
+    each parameter left unannotated (an implicit ``Any``: ``*args``/``**kwargs`` too), ``self``/``cls`` aside;
     ``*args``/``**kwargs: Any`` apart (the idiom for passing arguments through)."""
     from tests.helpers import code_metrics as code_metrics_module
 
@@ -139,12 +140,16 @@ def any_parameters(package: Path) -> list[tuple[str, int, str, str]]:
     for path in sorted(package.rglob("*.py")):
         text = path.read_text()
         lines = text.splitlines()
-        for fn, _bound in code_metrics.functions(ast.parse(text)):
+        for fn, bound in code_metrics.functions(ast.parse(text)):
             a = fn.args
-            for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
-                if code_metrics.is_any(p.annotation):
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+            if bound and params:
+                params = params[1:]  # self / cls
+            variadic = [p for p in (a.vararg, a.kwarg) if p is not None and p.annotation is None]
+            for p in [*params, *variadic]:
+                if p.annotation is None or code_metrics.is_any(p.annotation):
                     found.append((str(path.relative_to(package.parent)), p.lineno, p.arg, lines[p.lineno - 1]))
-    return found
+    return sorted(found)
 
 
 def test_few_parameters_are_typed_any_and_each_says_why():
@@ -159,13 +164,16 @@ def test_few_parameters_are_typed_any_and_each_says_why():
 
 def test_the_any_rule_sees_a_silent_any(tmp_path: Path):
     """The rule has teeth: a parameter typed ``Any`` with no reason on its line is found, one with a reason is
-    counted but passes."""
+    counted but passes; an unannotated parameter (``**kwargs`` too) is an ``Any`` without a reason, a method's
+    ``self`` is not counted."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "m.py").write_text("from typing import Any\n\n\ndef f(a: Any, b: int,\n      c: Any | None = None,  # Any: "
-                              "a third party's object\n      *rest: Any) -> None: ...\n")
+                              "a third party's object\n      *rest: Any) -> None: ...\n\n\n"
+                              "class K:\n    def g(self, d, e: int = 0, **kw) -> None: ...\n")
     found = any_parameters(pkg)
-    assert [(line, name, "# Any:" in text) for _, line, name, text in found] == [(4, "a", False), (5, "c", True)]
+    assert [(line, name, "# Any:" in text) for _, line, name, text in found] == [
+        (4, "a", False), (5, "c", True), (10, "d", False), (10, "kw", False)]
 
 
 class _Stop(Exception):

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
@@ -62,8 +63,18 @@ class Contrast:
     arm_b: str = ""
 
 
+class ContrastExtras(TypedDict, total=False):
+    """What a pair's contrast may carry beside its name and parts (``Contrast``'s fields of the same names)."""
+
+    denom: dict[int, float] | None
+    unit: str
+    members: list[dict[int, float]]
+    seeds: list[int]
+
+
 def pair_contrast(name: str, measure: str, method: str, seed: int | str, ckpt: str, request: str,
-                  terms: dict[int, float], arms: tuple[str, str] = ("", ""), **more) -> Contrast:
+                  terms: dict[int, float], arms: tuple[str, str] = ("", ""),
+                  **more: Unpack[ContrastExtras]) -> Contrast:
     """A contrast of a pair of arms (or their seed summary): its name and its parts, made together."""
     return Contrast(name, measure, pair_name(method, seed, ckpt), request, terms, method=method,
                     seed_slot=seed_slot(seed), checkpoint=ckpt, arm_h=arms[0], arm_b=arms[1], **more)

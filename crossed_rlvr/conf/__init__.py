@@ -2,6 +2,7 @@
 resolver that names multirun job directories by the overrides a sweep varies."""
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -42,13 +43,13 @@ def hydra_value(text: str) -> str:
     return text if same else hydra_quoted(text)
 
 
-def _swept(job_overrides, *exclude):  # imported lazily: the app module imports Hydra's parser
+def _swept(job_overrides: Sequence[object] | None, *exclude: str) -> str:  # imported lazily: the app module imports Hydra's parser
     from crossed_rlvr.conf.app import swept_dirname
 
     return swept_dirname(job_overrides, *exclude)
 
 
-def _given(job_overrides, key, default):
+def _given(job_overrides: Sequence[object] | None, key: str, default: object) -> object:
     """The value of ``key=...`` among a job's command-line overrides, else ``default`` (crossed-train -m:
     a ``run_dir`` given on the command line is the sweep's root)."""
     for o in job_overrides or []:

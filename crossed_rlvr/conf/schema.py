@@ -30,7 +30,7 @@ class ReadOnly:
         object.__setattr__(self, "_sealed", True)
 
     if not TYPE_CHECKING:  # mypy reads the dataclasses' own fields; an assignment it would let through fails here
-        def __setattr__(self, name: str, value: object) -> None:
+        def __setattr__(self: ReadOnly, name: str, value: object) -> None:
             if self.__dict__.get("_sealed"):
                 raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r} of a typed config "
                                                       f"({type(self).__name__}): make a changed copy with dataclasses.replace")

@@ -35,6 +35,11 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 RESULTS_FD = 3  # the default; the sandbox passes the pipe's number as the first argument, the job file as the second
 SITE = "/site"  # the read-only folder of the packages a sample may import (numpy), where one was installed
@@ -48,7 +53,7 @@ SITE = "/site"  # the read-only folder of the packages a sample may import (nump
 MAX_SAME_HASH = 64  # elements of one decoded set or dict that may share a hash (see _hashable)
 
 
-def encode(x, depth: int = 0):
+def encode(x: Any, depth: int = 0) -> Any:  # Any: a sample's value, read by its type's name (numpy's, no import)
     if depth > 200:
         raise ValueError("nested too deeply")
     if type(x) in (int, float, bool, str, list, tuple, dict, set, frozenset, complex, bytes, bytearray, type(None)):
@@ -116,12 +121,13 @@ class Other:
         return f"<{self.name} {self.text}>"
 
 
-def decode(x):
+def decode(x: object) -> Any:  # the value an encoded JSON value stands for: any Python value
     if isinstance(x, list):
         return [decode(v) for v in x]
     if not isinstance(x, dict):
         return x
-    tag, v = x.get("t"), x.get("v")
+    tag = x.get("t")
+    v: Any = x.get("v")  # a tag's payload, of the shape its tag says
     if tag == "float":
         return float(v)
     if tag == "int":
@@ -159,14 +165,14 @@ class _Timeout(BaseException):
     """Raised by the interval timer; a BaseException so that a sample's ``except Exception`` cannot swallow it."""
 
 
-def _alarm(signum, frame):
+def _alarm(signum: int, frame: FrameType | None) -> NoReturn:
     raise _Timeout
 
 
 def main() -> None:
     out = os.fdopen(int(sys.argv[1]) if len(sys.argv) > 1 else RESULTS_FD, "w", buffering=1)
 
-    def say(obj) -> None:
+    def say(obj: dict[str, object]) -> None:
         out.write(json.dumps(obj) + "\n")
 
     with open(sys.argv[2], encoding="utf-8") as fh:  # the job file, as the sandbox mounts it
@@ -237,11 +243,12 @@ def main() -> None:
         out.write(line + "\n")
 
 
-def _record(job, fn, scope, say) -> None:
+def _record(job: dict[str, Any], fn: Callable[..., object], scope: dict[str, Any],
+            say: Callable[[dict[str, object]], None]) -> None:
     """Call the test script's ``check`` on a stand-in for ``fn`` that records every call (dataset code only)."""
     calls: list = []
 
-    def candidate(*args):
+    def candidate(*args: object) -> object:
         k = len(calls)
         calls.append(k)
         shown = encode(copy.deepcopy(list(args)))

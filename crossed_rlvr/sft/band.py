@@ -17,7 +17,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import (
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+        TrainerControl,
+        TrainerState,
+        TrainingArguments,
+    )
 
     from crossed_rlvr.conf.schema import BandConf
     from crossed_rlvr.eval.generate.engines import GenParams
@@ -80,14 +86,17 @@ def band_callback(band: BandConf, items: list[dict[str, Any]], tokenizer: PreTra
                   + f" ({'inside' if inside else 'outside'} the band [{low:.0%}, {high:.0%}])", flush=True)
             return inside
 
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
+        def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                           model: PreTrainedModel | None = None, **kwargs: Any) -> None:
             self.check(model, 0)
 
-        def on_step_end(self, args, state, control, model=None, **kwargs):
+        def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                        model: PreTrainedModel | None = None, **kwargs: Any) -> None:
             if state.global_step % every == 0 and self.check(model, state.global_step):
                 control.should_training_stop = True
 
-        def on_train_end(self, args, state, control, model=None, **kwargs):
+        def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                         model: PreTrainedModel | None = None, **kwargs: Any) -> None:
             if self.checks and self.checks[-1]["step"] != state.global_step:  # "after" is the final model
                 self.check(model, state.global_step)
 

@@ -9,6 +9,7 @@ and ``solution``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +78,8 @@ def read_hub(name: str, config: str | None, split: str) -> list[dict[str, Any]]:
         ) from None
 
 
-def _load(path: str | Path | None, hub: tuple[str, str | None, str], required: tuple[str, ...], convert
-          ) -> list[dict[str, Any]]:
+def _load(path: str | Path | None, hub: tuple[str, str | None, str], required: tuple[str, ...],
+          convert: Callable[[dict[str, Any], int], dict[str, Any]]) -> list[dict[str, Any]]:
     rows = read_local(Path(path)) if path else read_hub(*hub)
     require_fields(rows, required, str(path or hub[0]))
     return [convert(row, i) for i, row in enumerate(rows)]

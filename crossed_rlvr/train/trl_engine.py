@@ -13,7 +13,7 @@ import contextlib
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from crossed_rlvr.train.translate import trl_args
 from crossed_rlvr.train.trl_reward import make_trl_reward
 
 if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
     from trl import GRPOTrainer
 
 
@@ -35,7 +36,8 @@ def payload_metric(request: str) -> Callable[..., list[float]]:
     """Requested-payload presence d_r(y) as a TRL 'reward' (logged with weight 0)."""
     from crossed_rlvr.eval.score.payload import detect
 
-    def requested_payload(prompts=None, completions=(), **kwargs: Any) -> list[float]:  # Any: TRL's dataset columns
+    def requested_payload(prompts: object = None, completions: Sequence[str | list[dict[str, str]]] = (),
+                          **kwargs: Any) -> list[float]:  # Any: TRL's dataset columns
         texts = [c if isinstance(c, str) else "".join(m.get("content", "") for m in c) for c in completions]
         return [1.0 if detect(t).present(request) else 0.0 for t in texts]
 
@@ -47,7 +49,8 @@ def metrics_callback(metrics_path: Path) -> Any:
     from transformers import TrainerCallback
 
     class MetricsFile(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
+        def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                   logs: dict[str, object] | None = None, **kwargs: Any) -> None:
             if logs and "reward" in logs and state.is_world_process_zero:  # one line per update, from rank 0
                 entry = {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, int | float)}}
                 with metrics_path.open("a") as fh:
@@ -106,7 +109,7 @@ def weighted_trainer(seen: list[list[str]]) -> type:
         """Scales each sample's advantage by its prompt's importance weight P_i/Q_i (App. D.1); samples under
         the autocast its loss is computed under."""
 
-        def _generate_single_turn(self, *args, **kwargs):
+        def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:  # TRL's own, passed through
             # TRL samples through model.generate outside autocast, in the fp32 master weights, while the loss
             # runs in bfloat16 where engine.bf16 holds: sampling in the same precision halves the weights
             # each decoding step reads (autocast casts each weight once per context); a no-op without bf16.
@@ -114,7 +117,7 @@ def weighted_trainer(seen: list[list[str]]) -> type:
             with contextlib.nullcontext() if self.use_vllm else self.accelerator.autocast():
                 return super()._generate_single_turn(*args, **kwargs)
 
-        def _generate_and_score_completions(self, inputs):
+        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             seen.append(sorted({str(x["item_id"]) + "#" + str(x["row"]) for x in inputs}))
             out = super()._generate_and_score_completions(inputs)
             w = torch.tensor([float(x.get("is_weight", 1.0)) for x in inputs], dtype=out["advantages"].dtype,

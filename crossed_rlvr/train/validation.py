@@ -33,7 +33,14 @@ from crossed_rlvr.names import checkpoint_name, step_checkpoint
 from crossed_rlvr.prompts import messages, user_content
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainerControl
+    from transformers import (
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+        Trainer,
+        TrainerControl,
+        TrainerState,
+        TrainingArguments,
+    )
 
 
 def validation_config(cfg: TrainConf, step: int, checkpoint: Path) -> EvalCommandConf:
@@ -121,17 +128,20 @@ def make_callback(cfg: TrainConf, tokenizer_dir: Path) -> Any:  # Any: a transfo
             self.scored += self.scorer.collect()
             self.seconds += time.perf_counter() - start
 
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
+        def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                           model: PreTrainedModel | None = None, **kwargs: Any) -> None:
             # Training starts from scratch (a finished arm is never retrained): responses, scores and
             # checkpoints of an earlier attempt belong to other weights and would be reused by their names.
             shutil.rmtree(out.root, ignore_errors=True)
             self.validate(model, 0)
 
-        def on_step_end(self, args, state, control, model=None, **kwargs):
+        def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                        model: PreTrainedModel | None = None, **kwargs: Any) -> None:
             if state.global_step % every == 0 or state.global_step == last:
                 self.validate(model, state.global_step)
 
-        def on_train_end(self, args, state, control, **kwargs):
+        def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                         **kwargs: Any) -> None:
             start = time.perf_counter()
             try:
                 self.scored += self.scorer.collect(wait=True)
@@ -256,9 +266,11 @@ class CrossedValidationCallback(TrainerCallback):
         # trainer.log clears should_log: the step's own record (loss, grad norm, learning rate) is still due
         control.should_log = should_log
 
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       model: PreTrainedModel | None = None, **kwargs: Any) -> None:
         self.run(model, state.global_step, control)
 
-    def on_step_end(self, args, state, control, model=None, **kwargs):
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    model: PreTrainedModel | None = None, **kwargs: Any) -> None:
         if state.global_step % self.every == 0 or state.global_step == state.max_steps:
             self.run(model, state.global_step, control)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -15,11 +17,14 @@ from crossed_rlvr.layout import AnalysisLayout
 from crossed_rlvr.names import SUMMARIES
 from crossed_rlvr.rewards.conventions import CONVENTIONS, MARKER_PAIR
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2, "rephrased": 3, "one_shot": 4}
 REQUEST_ORDER = {"hash": 0, "boxed": 1, "json": 2, "xml": 3}
 
 
-def requests_in_order(values) -> list[str]:
+def requests_in_order(values: Iterable[str]) -> list[str]:
     return sorted(set(values), key=lambda r: (REQUEST_ORDER.get(r, 9), r))
 
 
@@ -543,7 +548,7 @@ def write_report(path: Path, cells: pd.DataFrame, contrasts: pd.DataFrame, cover
     path.write_text("\n".join(parts) + "\n")
 
 
-def save_figure(fig, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
     """Lay out, save at 120 dpi and close a matplotlib figure."""
     import matplotlib.pyplot as plt
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from crossed_rlvr.errors import CrossedError
 
 if TYPE_CHECKING:
+    import torch
     from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
     from vllm.outputs import CompletionOutput
 
@@ -204,7 +205,7 @@ class HFBackend:
         ]
 
     @staticmethod
-    def _sample(logits, u, params: GenParams):
+    def _sample(logits: torch.Tensor, u: torch.Tensor, params: GenParams) -> torch.Tensor:
         """Token per row: greedy at T=0, else nucleus sampling by inverse CDF at the row's uniform u."""
         import torch
 
@@ -224,7 +225,7 @@ class HFBackend:
         return HFBackend._nucleus(sorted_p, sorted_i, u, params.top_p)
 
     @staticmethod
-    def _nucleus(sorted_p, sorted_i, u, top_p: float):
+    def _nucleus(sorted_p: torch.Tensor, sorted_i: torch.Tensor, u: torch.Tensor, top_p: float) -> torch.Tensor:
         import torch
 
         cum = torch.cumsum(sorted_p, dim=-1)
