@@ -132,7 +132,6 @@ def run_code_eval(cfg: EvalCommandConf) -> dict[str, Any]:
     programs on that dataset's tests. Returns a summary per response file."""
     from dataclasses import replace
 
-    from crossed_rlvr.conf.schema import node
     from crossed_rlvr.eval.generate.device import resolved
     from crossed_rlvr.eval.generate.engines import GenParams
     from crossed_rlvr.eval.generate.plan import config_policies
@@ -140,7 +139,7 @@ def run_code_eval(cfg: EvalCommandConf) -> dict[str, Any]:
     from crossed_rlvr.tasks.code import task_dataset
 
     layout = EvalLayout(Path(cfg.run_dir))
-    ds = task_dataset(node(cfg.task))  # the task loaders read their config by key
+    ds = task_dataset(cfg.task)
     here = resolved(cfg.eval)
     gen = replace(cfg.eval, device=str(here.device), dtype=str(here.dtype))
     policies = config_policies(cfg)  # read once, here

@@ -98,8 +98,6 @@ def recorded_path(path: str, run_dir: Path) -> str:
 
 def frozen_items(run_dir: Path, task_cfg: TaskConf) -> tuple[list[dict[str, Any]], str, Path]:
     """The run's frozen item file: created on first use, then checked against run.json."""
-    from crossed_rlvr.conf.schema import node
-
     path = EvalLayout(run_dir).items(task_cfg.name, task_cfg.split)
     manifest_path = EvalLayout(run_dir).manifest
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
@@ -107,12 +105,12 @@ def frozen_items(run_dir: Path, task_cfg: TaskConf) -> tuple[list[dict[str, Any]
     if not path.exists():
         if expected:
             raise ItemFileError(f"{path}: item file recorded in {manifest_path} is missing; restore it or use a new run_dir")
-        expected = write_items(path, build_items(node(task_cfg)))  # the loaders read their config by key
+        expected = write_items(path, build_items(task_cfg))
         manifest.setdefault("items", {})[path.name] = expected
         if freezes_train_rows(task_cfg):  # how train/dev/test were cut, beside the hash
             from crossed_rlvr.tasks.splits import split_record
 
-            manifest.setdefault("splits", {})[path.name] = split_record(node(task_cfg))
+            manifest.setdefault("splits", {})[path.name] = split_record(task_cfg)
         atomic_write_json(manifest_path, manifest)
     items, sha = read_items(path, expected)
     if task_cfg.n_items:

@@ -53,13 +53,13 @@ class CellWorker:
     """One worker: an engine for one policy at a time, serving shards of its cells (a Ray actor)."""
 
     def __init__(self, gen: dict[str, Any], threads: int | None):
-        from omegaconf import OmegaConf
+        from crossed_rlvr.conf.schema import EvalConf, conf_of
 
         if threads:  # each worker its share of the node's cores, as the serial run has all of them
             import torch
 
             torch.set_num_threads(int(threads))
-        self.gen = OmegaConf.create(gen)
+        self.gen = conf_of(EvalConf, gen)  # sent as plain values (a Ray actor's arguments), typed here once
         self.loaded: dict[str, tuple[Backend, PreTrainedTokenizerBase]] = {}
 
     def info(self) -> dict[str, Any]:
