@@ -125,9 +125,9 @@ def eval_plan(configs: StudyConfigs, initial: Policy, arms: list[Policy]) -> dic
     for t in cfg.templates:
         chosen = template_items(items, t, cfg.template_subset, cfg.template_subset_seed)
         per_template[t] = {"items": len(chosen), "first_item_seed": item_seed(base, chosen[0], 0, 0) if chosen else None}
-    cells = [{"policy": p["name"], "path": p["path"], "request": r, "template": t,
-              "items": per_template[t]["items"], "samples": int(cfg.samples)}
-             for p in plain(cfg.policies) for r in cfg.requests for t in cfg.templates]
+    cells: list[dict[str, Any]] = [
+        {"policy": p.name, "path": p.path, "request": r, "template": t, "items": per_template[t]["items"],
+         "samples": int(cfg.samples)} for p in cfg.policies or [] for r in cfg.requests for t in cfg.templates]
     plan = {"task": cfg.task.name, "split": cfg.task.split, "items_file": str(path), "items_sha256": sha,
             "n_items": len(items), "templates": per_template, "requests": list(cfg.requests),
             "generation": plain(cfg.eval), "seeds": "item seed = base_seed + item id (row index for "
@@ -144,8 +144,9 @@ def code_plan(configs: StudyConfigs, cfg: EvalCommandConf) -> dict[str, Any]:
     from crossed_rlvr.tasks.code import task_dataset
 
     ds = task_dataset(cfg.task)
-    cells = [{"policy": p["name"], "path": p["path"], "request": r, "template": "original", "items": len(ds.tasks),
-              "samples": int(cfg.samples)} for p in plain(cfg.policies) for r in cfg.requests]
+    cells: list[dict[str, Any]] = [
+        {"policy": p.name, "path": p.path, "request": r, "template": "original", "items": len(ds.tasks),
+         "samples": int(cfg.samples)} for p in cfg.policies or [] for r in cfg.requests]
     plan = {"task": cfg.task.name, "code_dataset": ds.path, "dataset_sha256": ds.sha256, "n_items": len(ds.tasks),
             "tasks": list(ds.tasks), "requests": list(cfg.requests), "generation": plain(cfg.eval),
             "seeds": "sample seed = sha256(base_seed/task/request/sample)", "policies": plain(cfg.policies),
