@@ -176,10 +176,13 @@ def test_printing_or_forging_a_pass_gains_nothing(executor):
     "import os\ndef add(a, b):\n    os.kill(os.getppid(), 9)\n    return a + b\n",
     "import os\ndef add(a, b):\n    os.kill(-1, 9)\n    return a + b\n",
 ], ids=["its parent", "everything it can"])
-def test_killing_its_parent_kills_only_the_sample(executor, box, code):
+def test_killing_its_parent_kills_only_the_sample(executor, box, code, request):
     got = status(executor, code)
     assert got[0] in ("fail", "pass"), got  # what survives inside decides; nothing outside is touched
-    assert status(executor, "def add(a, b):\n    return a + b\n")[0] == "pass"
+    # a right answer of this case's own runs after the kill: the executor keeps each program's verdict, so the
+    # plain right answer, scored already by whichever test of the module ran before, would run nothing here
+    after = f"def add(a, b):\n    return a + b  # after the kill of {request.node.callspec.id}\n"
+    assert status(executor, after)[0] == "pass"
     no_sample_left(box)
 
 
