@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from crossed_rlvr.conf.schema import EvalCommandConf, conf_of
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.eval.generate import engines
 from crossed_rlvr.eval.generate.device import resolve_device
@@ -25,12 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 BEFORE_DEVICE = "c2999b4e848bd12c8694e086d1df4b7aeba08f9a78cde22960a7a634e74d8713"
 
 
-def small(run_dir: Path, *extra: str) -> Any:
-    """One cell (a hub-named policy that is never loaded, two items, the hash request)."""
-    return cfg_for(f"run_dir={run_dir}", "task.n_items=2", "task.n_test=30", "task.n_dev=3", "tracking=off",
+def small(run_dir: Path, *extra: str) -> EvalCommandConf:
+    """One cell (a hub-named policy that is never loaded, two items, the hash request), typed as crossed-eval's door
+    types it."""
+    return conf_of(EvalCommandConf, cfg_for(f"run_dir={run_dir}", "task.n_items=2", "task.n_test=30", "task.n_dev=3", "tracking=off",
                    "templates=[original]", "requests=[hash]",
                    "policies=[{name: initial, path: org/tiny-policy, training_convention: initial, train_seed: null}]",
-                   *extra)
+                   *extra))
 
 
 @pytest.fixture

@@ -219,8 +219,7 @@ CONFIG_NODES_ALLOWED = {
     "crossed_rlvr/train/cli.py": {"DictConfig": 1},  # crossed-train's door: _run(cfg: DictConfig)
     "crossed_rlvr/sft/cli.py": {"DictConfig": 1},  # crossed-sft's door
     "crossed_rlvr/eval/generate/cli.py": {"DictConfig": 2},  # crossed-eval's door and its device check there
-    "crossed_rlvr/eval/generate/runner.py": {"DictConfig": 2},  # run_eval/resolve_eval take a node or the dataclass
-    "crossed_rlvr/eval/generate/workers.py": {"OmegaConf.create/merge/structured()": 1},  # a worker's eval settings
+    "crossed_rlvr/eval/generate/runner.py": {"DictConfig": 1},  # run_eval: the command's door for Python callers
 }
 
 
@@ -248,6 +247,7 @@ def test_stages_below_the_doors_take_the_schemas_dataclasses_not_config_nodes():
             for path, kinds in found.items() for kind, n in kinds.items()
             if n > CONFIG_NODES_ALLOWED.get(path, {}).get(kind, 0)}
     assert over == {}, "config nodes below the doors (found: allowed)"
+    assert found == CONFIG_NODES_ALLOWED, "the allow-list names only what is there (a use removed leaves its entry)"
 
 
 def test_the_config_node_scan_sees_a_node_made_below_a_door(tmp_path: Path):

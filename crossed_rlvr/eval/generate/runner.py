@@ -54,7 +54,9 @@ def run_eval(given: EvalCommandConf | DictConfig, progress: bool = True, on_even
 
     from crossed_rlvr.task_sources import is_code
 
-    cfg = conf_of(EvalCommandConf, given)  # typed once where the command starts (an EvalCommandConf passes as is)
+    # run_eval is the command's body and its door for Python callers (the study and validation hand it the typed
+    # config; a notebook or test a composed node): typed once here, an EvalCommandConf passed as is
+    cfg = conf_of(EvalCommandConf, given)
     if is_code(cfg.task):  # programs under the code requests, scored later by execution
         from crossed_rlvr.eval.generate.code import run_code_eval
 
@@ -91,10 +93,9 @@ def run_eval(given: EvalCommandConf | DictConfig, progress: bool = True, on_even
     return summary
 
 
-def resolve_eval(given: EvalCommandConf | DictConfig) -> EvalCommandConf:
+def resolve_eval(cfg: EvalCommandConf) -> EvalCommandConf:
     """A copy of the config with ``eval.device`` and ``eval.dtype`` resolved once, here: the cells record them
     and every worker runs them (a ``cuda`` nothing can run is refused before any file is written)."""
-    cfg = conf_of(EvalCommandConf, given)
     gen = resolved(cfg.eval, gpu_workers(cfg))
     return replace(cfg, eval=replace(cfg.eval, device=str(gen.device), dtype=str(gen.dtype)))
 
