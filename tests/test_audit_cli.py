@@ -58,11 +58,13 @@ def test_the_code_presets_hold_d3s_settings_and_the_code_evaluations_defaults(tm
     """``preset=d3`` is paper 001 App. D.3 with B.4's decoding (every HumanEval+ task, 200 samples under both code
     requests, T=0.6, top-p 0.95, 8,192 tokens, vLLM), the same D.3 values as the study's code-transfer preset;
     ``preset=code`` the CPU-sized evaluation. The command line still overrides a preset's value."""
+    from crossed_rlvr.conf.schema import AuditConf, conf_of
     from crossed_rlvr.study.audit import study_config
     from crossed_rlvr.study.plan import Policy
     from tests.helpers import study_cfg
 
-    d3 = study_config(audit_cfg("preset=d3", f"initial={tmp_path}"), Policy.initial(tmp_path))
+    given = conf_of(AuditConf, audit_cfg("preset=d3", f"initial={tmp_path}"))  # typed as the command's door types it
+    d3 = study_config(given, Policy.initial(tmp_path))
     assert d3.task.name == "humaneval_plus" and d3.eval.backend == "vllm"
     assert (d3.evaluation.n_items, d3.evaluation.samples, list(d3.evaluation.requests),
             list(d3.evaluation.templates)) == (None, 200, ["fence", "begin_done"], ["original"])
@@ -83,10 +85,13 @@ def test_the_code_presets_hold_d3s_settings_and_the_code_evaluations_defaults(tm
 
 
 def _at(cfg, key: str):
+    """A dotted key's value in a typed config or a composed node, lists as lists."""
+    from functools import reduce
+
     from omegaconf import OmegaConf
 
-    value = OmegaConf.select(cfg, key)
-    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+    value = reduce(getattr, key.split("."), cfg)
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else list(value) if isinstance(value, list) else value
 
 
 def test_the_code_evaluation_has_one_front_door():

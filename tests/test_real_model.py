@@ -119,6 +119,7 @@ def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path
     import json
 
     import crossed_rlvr.eval.generate.code as code_gen
+    from crossed_rlvr.conf.schema import AuditConf, conf_of
     from crossed_rlvr.records import read_responses
     from crossed_rlvr.study.audit import Audit
 
@@ -128,6 +129,7 @@ def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path
         cfg = compose(config_name="crossed_audit", overrides=[
             "preset=code", f"initial={run / 'models' / 'initial'}", "evaluation.n_items=3", "evaluation.samples=2",
             "eval.max_new_tokens=96", "eval.batch_size=12", "analysis.resamples=200", f"run_dir={out}"])
+    cfg = conf_of(AuditConf, cfg)  # typed as the command's door types it
     Audit(cfg).run()
     table = pd.read_csv(out / "analysis" / "cells.csv")
     files = sorted((out / "eval" / "responses").glob("*.jsonl"))  # one per policy and code request, each with its settings

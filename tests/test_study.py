@@ -431,6 +431,7 @@ def test_code_task_study_evaluates_the_studys_arms_by_execution(smoke, tmp_path)
     # settings give the same responses and verdicts, in a study's folder shape
     from hydra import compose, initialize_config_module
 
+    from crossed_rlvr.conf.schema import AuditConf, conf_of
     from crossed_rlvr.study.audit import Audit
 
     g = study_cfg(out, *args).eval
@@ -441,7 +442,7 @@ def test_code_task_study_evaluates_the_studys_arms_by_execution(smoke, tmp_path)
         audit = compose(config_name="crossed_audit", overrides=[
             "preset=code", f"from_study={run}", f"task.path={data}", "evaluation.n_items=null", "evaluation.samples=1",
             *decoding, "analysis.resamples=100", f"run_dir={ce}"])
-    Audit(audit).run()
+    Audit(conf_of(AuditConf, audit)).run()  # typed as the command's door types it
     keys = ["policy", "request", "item_id", "sample_idx"]
     ours, study = (pd.read_parquet(f / "eval" / "scores.parquet").sort_values(keys).reset_index(drop=True)
                    for f in (ce, out))

@@ -20,10 +20,10 @@ its own cells.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import cast
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from rich.console import Console
 
 from crossed_rlvr.conf.checks import audit_checkpoints
@@ -106,21 +106,19 @@ def check_given(cfg: AuditConf) -> None:
 
 def study_config(cfg: AuditConf, initial: Policy) -> StudyConf:
     """The study config the answer steps read: the audit's sections, the base as the model, and no arms of a
-    study's own (``arms.kind=none``: nothing to train, no arm folders or training validation to read)."""
-    study = OmegaConf.structured(StudyConf)
-    for key in ("model", "task", "eval", "tracking", "evaluation", "analysis", "distribute"):
-        study[key] = getattr(cfg, key)
-    study.run_dir = str(cfg.run_dir)
-    study.model.path = initial.path
-    study.model.source = "local" if Path(study.model.path).is_dir() else "hub"
-    study.initial.build = "given"
-    study.arms.kind = "none"
-    if is_code(study.task):  # programs under the code requests, in the original wording (App. D.3)
+    study's own (``arms.kind=none``: nothing to train, no arm folders or training validation to read). The
+    sections an audit never reads (sft, recipe, ...) stay at the schema's defaults."""
+    base = StudyConf()
+    source = "local" if Path(initial.path).is_dir() else "hub"
+    evaluation = cfg.evaluation
+    if is_code(cfg.task):  # programs under the code requests, in the original wording (App. D.3)
         from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 
-        study.evaluation.requests, study.evaluation.templates = list(CODE_CONVENTIONS), ["original"]
-    # a node typed by StudyConf, not its dataclass: the sections an audit never reads (sft, recipe, ...) stay unset
-    return cast(StudyConf, study)
+        evaluation = replace(evaluation, requests=list(CODE_CONVENTIONS), templates=["original"])
+    return replace(base, model=replace(cfg.model, path=initial.path, source=source), task=cfg.task, eval=cfg.eval,
+                   tracking=cfg.tracking, evaluation=evaluation, analysis=cfg.analysis, distribute=cfg.distribute,
+                   run_dir=str(cfg.run_dir), initial=replace(base.initial, build="given"),
+                   arms=replace(base.arms, kind="none"))
 
 
 class Audit:
