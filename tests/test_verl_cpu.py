@@ -230,7 +230,7 @@ def test_verl_hands_each_trajectorys_row_and_session_to_the_agent_loop():
     from verl.trainer.ppo.v1 import agent_loop_tq
     from verl.utils.dataset import rl_dataset
 
-    from crossed_rlvr.train.verl_cpu import AGENT_LOOPS, SEEDED_LOOP, VLLM_OVERRIDES
+    from crossed_rlvr.train.verl_cpu import AGENT_LOOPS, SEEDED_LOOP, VLLM_OVERRIDES, launch_overrides
 
     sessions = inspect.getsource(agent_loop_tq.AgentLoopWorkerTQ._run_prompt)
     assert "for i in range(n):" in sessions and "session_id=i, **prompt" in sessions
@@ -243,3 +243,4 @@ def test_verl_hands_each_trajectorys_row_and_session_to_the_agent_loop():
     assert yaml.safe_load(AGENT_LOOPS.read_text()) == [
         {"name": SEEDED_LOOP, "_target_": "crossed_rlvr.train.verl_agent_loop.SeededAgentLoop"}]
     assert f"actor_rollout_ref.rollout.agent.default_agent_loop={SEEDED_LOOP}" in VLLM_OVERRIDES
+    assert f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOPS}" in launch_overrides(2)

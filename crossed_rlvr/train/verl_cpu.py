@@ -36,8 +36,6 @@ import verl.utils.distributed as verl_distributed
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-from crossed_rlvr.conf import hydra_value
-
 NAME = "cpu"
 # VERL_ENGINE_DEVICE: verl's FSDP engines are registered for cuda/npu only; on this platform the (device-
 # neutral) FSDP2 engine is looked up under cuda.
@@ -89,8 +87,8 @@ VLLM_OVERRIDES = [
     "actor_rollout_ref.rollout.enforce_eager=True",
     "actor_rollout_ref.rollout.dtype=float32",
     "actor_rollout_ref.rollout.enable_chunked_prefill=False",
-    # every sampled completion seeded by its trajectory (train/verl_agent_loop.py): verl's single-turn loop otherwise
-    f"actor_rollout_ref.rollout.agent.agent_loop_config_path={hydra_value(str(AGENT_LOOPS))}",
+    # every sampled completion seeded by its trajectory (train/verl_agent_loop.py): verl's single-turn loop otherwise;
+    # the loop's file joins these where a launch is composed (agent_loop_overrides)
     f"actor_rollout_ref.rollout.agent.default_agent_loop={SEEDED_LOOP}",
 ]
 # the vLLM line that needs chunked prefill off beside per-request seeds on a CPU (a canary test reads it)
@@ -113,6 +111,15 @@ def bucket_mb(model_path: str | None) -> int:
     return max(MIN_BUCKET_MB, math.ceil(largest / 2**20) + 1)
 
 
+def agent_loop_file() -> str:
+    """The override naming the agent-loop file, its path quoted where Hydra would misread it. Made at launch, not at
+    import: every verl worker process imports this plugin, and the quoting needs the config package and Hydra's
+    parser."""
+    from crossed_rlvr.conf import hydra_value
+
+    return f"actor_rollout_ref.rollout.agent.agent_loop_config_path={hydra_value(str(AGENT_LOOPS))}"
+
+
 def launch_overrides(ranks: int, model_path: str | None = None) -> list[str]:
     """``OVERRIDES`` plus a local Ray with ``ranks`` logical GPUs (the workers get ``ENV`` from verl_launch), and
     one rollout replica over all of them (its tensor-parallel size is the ranks). Each completion is sampled with
@@ -120,7 +127,7 @@ def launch_overrides(ranks: int, model_path: str | None = None) -> list[str]:
     serves it."""
     # no dashboard: nobody reads a CPU run's, and it starts ten Python processes of its own
     bucket = f"actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes={bucket_mb(model_path)}"
-    return [*OVERRIDES, *VLLM_OVERRIDES, bucket, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
+    return [*OVERRIDES, *VLLM_OVERRIDES, agent_loop_file(), bucket, f"trainer.n_gpus_per_node={ranks}", f"+ray_kwargs.ray_init.num_gpus={ranks}",
             f"actor_rollout_ref.rollout.tensor_model_parallel_size={ranks}",
             "+ray_kwargs.ray_init.include_dashboard=False"]
 
