@@ -128,9 +128,13 @@ def describe(folder: Path, what: str, code: int, needed_gb: float | None = None,
             todo = f"free at least {needed_gb:.2f} GB there ({room} now; or give another run_dir)"
         else:
             todo = f"{todo}; {room} now"
-    where = f" writing {written}" if written else ""
-    return (f"{folder}: {what} stopped{where}: {fault}. What finished before is kept: {todo}, then run the same "
+    return (f"{stopped(folder, what, written)}: {fault}. What finished before is kept: {todo}, then run the same "
             "command again (the original error is in the command's log)")
+
+
+def stopped(folder: Path, what: str, written: str | None) -> str:
+    """The start of a fault's one line: the folder, what stopped and, where ``at`` named it, what it was writing."""
+    return f"{folder}: {what} stopped" + (f" writing {written}" if written else "")
 
 
 @contextmanager
@@ -150,7 +154,6 @@ def writing(folder: Path, what: str, needed_gb: float | None = None) -> Iterator
         written = getattr(err, WRITING_AT, None)
         if code is not None:
             raise MachineFault(describe(folder, what, code, needed_gb, written)) from err
-        where = f" writing {written}" if written else ""
-        raise MachineFault(f"{folder}: {what} stopped{where}: a worker process was killed ({signal_name}; out of "
+        raise MachineFault(f"{stopped(folder, what, written)}: a worker process was killed ({signal_name}; out of "
                            "memory, or stopped by hand or by the scheduler). What finished before is kept: run the "
                            "same command again (the original error is in the command's log)") from err

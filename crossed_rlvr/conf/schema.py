@@ -547,8 +547,8 @@ def int_keys(schema: type, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def node(conf: object) -> Any:  # Any: the OmegaConf node of a dataclass, read by key
-    """A typed config as an OmegaConf node, the same values typed by the same schema, for a caller that still wraps
-    a section in one (the task loaders take ``TaskConf`` itself and read a node by attribute alike)."""
+    """A typed config as an OmegaConf node, the same values typed by the same schema, for the commands' checks
+    (``conf/checks.py``), which read a composed config by key: ``run_eval`` checks its Ray settings again with them."""
     from omegaconf import OmegaConf
 
     return OmegaConf.structured(conf)
