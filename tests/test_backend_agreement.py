@@ -150,13 +150,29 @@ def test_an_aborted_vllm_request_is_refused_not_recorded_as_a_stop(monkeypatch, 
     import sys
     import types
 
+    class FakeEngine:  # vLLM's LLMEngine as VLLMBackend.stream drives it: the second request ends aborted
+        def __init__(self):
+            self.queued: list[str] = []
+
+        def add_request(self, request_id, prompt, params):
+            self.queued.append(request_id)
+            return request_id
+
+        def has_unfinished_requests(self):
+            return bool(self.queued)
+
+        def step(self):
+            done, self.queued = self.queued, []
+            return [SimpleNamespace(request_id=r, finished=True, outputs=[
+                SimpleNamespace(text="#### 3", finish_reason=reason, token_ids=[5, 6])])
+                for r, reason in zip(done, ("stop", "abort"))]
+
+        def abort_request(self, request_ids):
+            self.queued = []
+
     class FakeLLM:
         def __init__(self, model, **kwargs):
-            pass
-
-        def generate(self, prompts, sampling):
-            return [SimpleNamespace(outputs=[SimpleNamespace(text="#### 3", finish_reason=reason, token_ids=[5, 6])])
-                    for reason in ("stop", "abort")]
+            self.llm_engine = FakeEngine()
 
     fake = types.ModuleType("vllm")
     fake.LLM, fake.SamplingParams = FakeLLM, lambda **kw: kw

@@ -20,12 +20,15 @@ FIGURES = ("responses", "response_tokens", "load_s", "generation_s", "command_s"
 def test_both_tools_are_measured_on_the_same_prompts_and_their_texts_compared(tiny, tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--models", str(tiny), "--items", "3", "--max-new-tokens",
-                           "8", "--backends", "hf", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                           "8", "--backends", "hf", "hf-onednn", "--out", str(out)], capture_output=True, text=True, timeout=300,
                           check=False, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads((out / "bench_vs_lmeval.json").read_text())
     runs = {(r["tool"], r["backend"]): r for r in report["runs"]}
-    assert set(runs) == {("crossed-eval", "hf"), ("lm-eval", "hf")}
+    assert set(runs) == {("crossed-eval", "hf"), ("crossed-eval", "hf-onednn"), ("lm-eval", "hf")}
+    packed = json.loads(next(Path(runs[("crossed-eval", "hf-onednn")]["run_dir"]).glob("responses/*.meta.json"))
+                        .read_text())
+    assert packed["generation"]["linear"] == "onednn"  # the setting reached the command and its cells
     for run in runs.values():
         assert run["ok"] and run["batch_size"] == 8, run
         f = run["figures"]

@@ -99,3 +99,20 @@ def test_nucleus_sampler_matches_a_direct_implementation():
         u = torch.rand(8, generator=gen, dtype=torch.float64)
         got = HFBackend._sample(logits, u, GenParams(temperature=temperature, top_p=top_p))
         assert got.tolist() == [direct(logits[r], float(u[r]), temperature, top_p) for r in range(8)]
+
+
+def test_canary_a_rows_uniforms_drawn_at_once_are_its_draws_one_at_a_time():
+    """The transformers backend draws a row's uniforms when it joins the batch (``engines.uniforms``), not one per
+    decoding step in Python: torch's CPU generator must give the same float64 sequence either way, or every sampled
+    response would change. If a torch release breaks this, ``uniforms`` must draw one at a time again."""
+    import torch
+
+    from crossed_rlvr.eval.generate.engines import uniforms
+
+    seeds = [20260908, 20260908 + 17, 7]
+    for n in (1, 15, 16, 96, 640):
+        one_by_one = []
+        for s in seeds:
+            g = torch.Generator().manual_seed(s)
+            one_by_one.append(torch.stack([torch.rand((), generator=g, dtype=torch.float64) for _ in range(n)]))
+        assert torch.equal(uniforms(seeds, n), torch.stack(one_by_one)), n

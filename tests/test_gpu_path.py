@@ -390,18 +390,38 @@ def test_no_generated_script_expands_an_array_that_bash_4_2_calls_unbound(paper_
         assert text.count('${ATTN[@]+"${ATTN[@]}"}') == 1
 
 
+class _FakeEngine:
+    """vLLM's ``LLMEngine`` as ``VLLMBackend.stream`` drives it: every queued request finishes at the next step."""
+
+    def __init__(self):
+        self.queued: list[str] = []
+
+    def add_request(self, request_id, prompt, params):
+        self.queued.append(request_id)
+        return request_id
+
+    def has_unfinished_requests(self):
+        return bool(self.queued)
+
+    def step(self):
+        from types import SimpleNamespace
+
+        done, self.queued = self.queued, []
+        return [SimpleNamespace(request_id=r, finished=True,
+                                outputs=[SimpleNamespace(text="#### 3", finish_reason="stop", token_ids=[1, 2])])
+                for r in done]
+
+    def abort_request(self, request_ids):
+        self.queued = []
+
+
 class _FakeLLM:
     events: ClassVar[list] = []
 
     def __init__(self, model, **kwargs):
         self.model = model
+        self.llm_engine = _FakeEngine()
         _FakeLLM.events.append(("load", Path(model).name))
-
-    def generate(self, prompts, sampling):
-        from types import SimpleNamespace
-
-        return [SimpleNamespace(outputs=[SimpleNamespace(text="#### 3", finish_reason="stop", token_ids=[1, 2])])
-                for _ in prompts]
 
     def shutdown(self):
         _FakeLLM.events.append(("shutdown", Path(self.model).name))

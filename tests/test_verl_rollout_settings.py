@@ -2,6 +2,7 @@
 own for every arm seed (shared by the hash and boxed arms of one seed), and the evaluation's prompts."""
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,8 @@ class Recorder:
     def __call__(self, text: str, add_special_tokens: bool) -> dict[str, list[int]]:
         return {"input_ids": [len(text)]}
 
-    def generate(self, prompts: list[list[int]], seeds: list[int], params: Any) -> list[None]:
-        return [None] * len(prompts)
+    def stream(self, prompts: list[list[int]], seeds: list[int], params: Any) -> Iterator[tuple[int, None]]:
+        yield from ((k, None) for k in range(len(prompts)))
 
 
 def evaluation_messages(item: dict[str, Any], request: str, system: str) -> list[dict[str, str]]:

@@ -71,6 +71,7 @@ def common(cfg: DictConfig) -> None:
     _one_of(cfg, "eval.backend", ("hf", "vllm"))
     _one_of(cfg, "eval.dtype", ("float32", "bfloat16", "float16", "auto"))
     _one_of(cfg, "eval.device", ("auto", "cpu", "cuda"))
+    _one_of(cfg, "eval.linear", ("onednn",))
     _one_of(cfg, "engine.device", ("cuda", "cpu"))
     _one_of(cfg, "template", TEMPLATES)
     _exists(cfg, "task.path")

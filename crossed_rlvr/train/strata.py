@@ -92,12 +92,11 @@ def estimate_strata(items: list[dict[str, Any]], policy: str, gen: EvalConf, k: 
         with tqdm(total=len(jobs), desc="strata: initial policy samples", unit="resp", disable=not progress) as bar:
             for request in MARKER_PAIR:  # even samples under the hash request, odd under the boxed one
                 todo = [(j, it, s) for j, it, s, req in jobs if req == request]
-                at = 0
                 for outs in generate(backend, tokenizer, todo, request, "original", system, int(gen.base_seed), bs,
                                      params):
-                    for (j, _it, s), (_seed, _sha, made) in zip(todo[at: at + len(outs)], outs, strict=True):
+                    for at, _seed, _sha, made in outs:  # as the engine finishes them: ``at`` is the todo's position
+                        j, _it, s = todo[at]
                         texts[(j, s)] = made.text
-                    at += len(outs)
                     bar.update(len(outs))
     finally:
         release(loaded)

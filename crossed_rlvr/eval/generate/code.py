@@ -19,7 +19,7 @@ from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
 
 if TYPE_CHECKING:
     from crossed_rlvr.conf.schema import EvalCommandConf, EvalConf
-    from crossed_rlvr.eval.generate.engines import GenParams
+    from crossed_rlvr.eval.generate.engines import Generation, GenParams
     from crossed_rlvr.tasks.code import CodeTask
 
 REQUESTS = tuple(CODE_CONVENTIONS)  # fence, begin_done
@@ -54,19 +54,20 @@ def generate(policy: Policy, tasks: dict[str, CodeTask], samples: int, params: G
             _text, ids, sha = render(tok, msgs)
             jobs += [(tid, request, s, ids, sha) for s in range(samples)]
     out: dict[str, list[dict[str, Any]]] = {r: [] for r in requests}
-    step = max(1, int(gen.batch_size))
+    seeds = [gen_seed(tid, req, s, seed) for tid, req, s, _, _ in jobs]
+    made: list[Generation | None] = [None] * len(jobs)
     with tqdm(total=len(jobs), desc=f"code eval: {policy.name}", unit="resp") as bar:
-        for start in range(0, len(jobs), step):
-            chunk = jobs[start:start + step]
-            seeds = [gen_seed(tid, req, s, seed) for tid, req, s, _, _ in chunk]
-            gens = backend.generate([ids for *_, ids, _ in chunk], seeds, params)
-            for (tid, request, s, _ids, sha), g, sd in zip(chunk, gens, seeds):
-                out[request].append({
-                    "item_id": tid, "task": task_name, **policy.facts(), "request": request, "template": "original",
-                    "sample_idx": s,
-                    "gen_seed": sd, "prompt_sha256": sha, "response": g.text, "finish_reason": g.finish_reason,
-                    "prompt_tokens": g.prompt_tokens, "response_tokens": g.response_tokens, "reference": tid})
-            bar.update(len(chunk))
+        # every job to the engine at once: it keeps eval.batch_size rows decoding, refilled as rows end
+        for k, g in backend.stream([ids for *_, ids, _ in jobs], seeds, params):
+            made[k] = g
+            bar.update(1)
+    for (tid, request, s, _ids, sha), g, sd in zip(jobs, made, seeds, strict=True):
+        assert g is not None  # the stream hands over every job
+        out[request].append({
+            "item_id": tid, "task": task_name, **policy.facts(), "request": request, "template": "original",
+            "sample_idx": s,
+            "gen_seed": sd, "prompt_sha256": sha, "response": g.text, "finish_reason": g.finish_reason,
+            "prompt_tokens": g.prompt_tokens, "response_tokens": g.response_tokens, "reference": tid})
     release({policy.name: (backend, tok)})
     return out
 

@@ -287,15 +287,42 @@ def todo_of(cell: Cell, done: dict[tuple[str, int], dict[str, Any]]) -> list[tup
 
 def generate(backend: Backend, tokenizer: PreTrainedTokenizerBase, todo: list[tuple[int, dict[str, Any], int]],
              request: str, template: str, system: str | None, base_seed: int, batch_size: int,
-             params: GenParams) -> Iterator[list[tuple[int, str, Generation]]]:
-    """(item seed, prompt sha256, generation) of each response of ``todo``, batch by batch. The one
+             params: GenParams) -> Iterator[list[tuple[int, int, str, Generation]]]:
+    """(position in ``todo``, item seed, prompt sha256, generation) of each response of one cell's ``todo``, as
+    ``generate_jobs`` gives them."""
+    jobs = [Job(request, template, k, it, s) for k, it, s in todo]
+    yield from generate_jobs(backend, tokenizer, jobs, system, base_seed, batch_size, params)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One response to generate: the request and wording it answers, the item, its position in its cell, the
+    sample."""
+
+    request: str
+    template: str
+    index: int
+    item: dict[str, Any]
+    sample: int
+
+
+def generate_jobs(backend: Backend, tokenizer: PreTrainedTokenizerBase, jobs: list[Job], system: str | None,
+                  base_seed: int, batch_size: int, params: GenParams
+                  ) -> Iterator[list[tuple[int, int, str, Generation]]]:
+    """(position in ``jobs``, item seed, prompt sha256, generation) of each job as the engine finishes it,
+    ``batch_size`` at a time (a kill loses at most the responses being generated). The engine gets every job at once
+    and keeps ``batch_size`` rows decoding, refilling as rows end, whichever cells the jobs belong to. The one
     generation loop of the serial run and of every distributed worker."""
-    for b in range(0, len(todo), batch_size):
-        batch = todo[b : b + batch_size]
-        rendered = [render(tokenizer, messages(it["question"], request, template, system)) for _, it, _ in batch]
-        seeds = [item_seed(base_seed, it, k, s) for k, it, s in batch]
-        outs = backend.generate([r[1] for r in rendered], seeds, params)
-        yield [(seed, sha, out) for seed, (_, _ids, sha), out in zip(seeds, rendered, outs, strict=True)]
+    rendered = [render(tokenizer, messages(j.item["question"], j.request, j.template, system)) for j in jobs]
+    seeds = [item_seed(base_seed, j.item, j.index, j.sample) for j in jobs]
+    ready: list[tuple[int, int, str, Generation]] = []
+    for k, out in backend.stream([r[1] for r in rendered], seeds, params):
+        ready.append((k, seeds[k], rendered[k][2], out))
+        if len(ready) >= batch_size:
+            yield ready
+            ready = []
+    if ready:
+        yield ready
 
 
 def make_record(p: Plan, cell: Cell, it: dict[str, Any], s: int, seed: int, sha: str, out: Generation) -> dict[str, Any]:

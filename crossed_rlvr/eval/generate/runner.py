@@ -8,19 +8,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from crossed_rlvr.conf.schema import EvalCommandConf, conf_of
+from crossed_rlvr.conf.schema import EvalCommandConf, EvalConf, conf_of
 from crossed_rlvr.eval.generate.device import resolved
 from crossed_rlvr.eval.generate.engines import load_backend, release
 from crossed_rlvr.eval.generate.plan import (
     Cell,
+    Job,
     Plan,
     cell_writes,
     finish_cell,
-    generate,
+    generate_jobs,
     make_record,
     plan,
     recorded_path,
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from tqdm import tqdm
     from transformers import PreTrainedTokenizerBase
 
-    from crossed_rlvr.eval.generate.engines import Backend, Generation
+    from crossed_rlvr.eval.generate.engines import Backend
     from crossed_rlvr.eval.generate.workers import OnEvent
     from crossed_rlvr.tracking import Tracker
 
@@ -142,45 +143,85 @@ def recorded_policies(run_dir: str | Path) -> dict[str, Policy]:
 
 
 def run_serial(cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar: tqdm, tracker: Tracker | None) -> None:
+    """One policy in memory at a time, the unfinished cells of each policy generated together: the engine decodes
+    ``eval.batch_size`` rows whichever cells they answer, so a cell's last rows never leave the batch half empty."""
+    from itertools import groupby
+
     gen = cfg.eval
     loaded: dict[str, tuple[Backend, PreTrainedTokenizerBase]] = {}
     try:
-        for cell, done in unfinished(p, bool(cfg.overwrite), bar, summary):
-            todo = todo_of(cell, done)
-            start = time.perf_counter()
-            if todo:
-                if cell.pol.path not in loaded:
-                    release(loaded)  # one policy in memory at a time, its engine shut down first
-                    loaded[cell.pol.path] = load_backend(cell.pol.path, gen)
-                backend, tokenizer = loaded[cell.pol.path]
-                batches = generate(backend, tokenizer, todo, cell.request, cell.template, p.system,
-                                   int(gen.base_seed), int(gen.batch_size), p.params)
-                with cell_writes(cell):
-                    append_responses(p, cell, done, batches, todo, bar)
-            with cell_writes(cell):
-                summary[cell.name] = finish_cell(cell, done, time.perf_counter() - start)
-            if tracker is not None:
-                tracker.log({f"{cell.name}/{k}": v for k, v in summary[cell.name].items()})
+        for path, opened in groupby(unfinished(p, bool(cfg.overwrite), bar, summary), key=lambda c: c[0].pol.path):
+            cells = [PolicyCell(cell, done, todo_of(cell, done)) for cell, done in opened]
+            if any(c.todo for c in cells) and path not in loaded:
+                release(loaded)  # one policy in memory at a time, its engine shut down first
+                loaded[path] = load_backend(path, gen)
+            backend, tokenizer = loaded.get(path, (None, None))
+            for c, seconds in generate_cells(p, cells, backend, tokenizer, gen, bar):
+                with cell_writes(c.cell):
+                    summary[c.cell.name] = finish_cell(c.cell, c.done, seconds)
+                if tracker is not None:
+                    tracker.log({f"{c.cell.name}/{k}": v for k, v in summary[c.cell.name].items()})
     finally:
         release(loaded)
 
 
-def append_responses(p: Plan, cell: Cell, done: dict[tuple[str, int], dict[str, Any]],
-                     batches: Iterator[list[tuple[int, str, Generation]]], todo: list[tuple[int, dict[str, Any], int]],
-                     bar: tqdm) -> None:
-    """Each batch's records appended to the cell's scratch file and synced to disk as it comes (a kill loses at
-    most the batch being generated), and added to ``done``."""
-    with cell.partial.open("a", encoding="utf-8") as fh:
-        at = 0
-        for outs in batches:
-            for (_k, it, s), (seed, sha, out) in zip(todo[at : at + len(outs)], outs, strict=True):
-                rec = make_record(p, cell, it, s, seed, sha, out)
-                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                done[(rec["item_id"], s)] = rec
-            at += len(outs)
-            fh.flush()
-            os.fsync(fh.fileno())
-            bar.update(len(outs))
+@dataclass
+class PolicyCell:
+    """A cell of the policy being generated: the responses it has, those it lacks, its scratch file while open."""
+
+    cell: Cell
+    done: dict[tuple[str, int], dict[str, Any]]
+    todo: list[tuple[int, dict[str, Any], int]]
+    fh: IO[str] | None = None
+
+
+def generate_cells(p: Plan, cells: list[PolicyCell], backend: Backend | None, tokenizer: PreTrainedTokenizerBase | None,
+                   gen: EvalConf, bar: tqdm) -> Iterator[tuple[PolicyCell, float]]:
+    """Each cell of one policy with its seconds, as its last response is written: every response is appended to its
+    cell's scratch file and synced to disk as the engine hands it over (a kill loses at most the responses being
+    generated). A cell's seconds are those since the policy's previous cell was finished (the cells share the engine's
+    batch), so they add up to the policy's."""
+    start = time.perf_counter()
+    for c in cells:  # nothing to generate: finished from its scratch file
+        if not c.todo:
+            yield c, 0.0
+    jobs = [(c, Job(c.cell.request, c.cell.template, k, it, s)) for c in cells for k, it, s in c.todo]
+    if not jobs:
+        return
+    assert backend is not None and tokenizer is not None
+    left = {id(c): len(c.todo) for c in cells}
+    try:
+        for c in cells:
+            if c.todo:
+                with cell_writes(c.cell):
+                    c.fh = c.cell.partial.open("a", encoding="utf-8")
+        for ready in generate_jobs(backend, tokenizer, [j for _, j in jobs], p.system, int(gen.base_seed),
+                                   int(gen.batch_size), p.params):
+            touched: dict[int, PolicyCell] = {}
+            for at, seed, sha, out in ready:
+                c, job = jobs[at]
+                rec = make_record(p, c.cell, job.item, job.sample, seed, sha, out)
+                with cell_writes(c.cell):
+                    c.fh.write(json.dumps(rec, ensure_ascii=False) + "\n")  # type: ignore[union-attr]
+                c.done[(rec["item_id"], job.sample)] = rec
+                left[id(c)] -= 1
+                touched[id(c)] = c
+            for c in touched.values():
+                with cell_writes(c.cell):
+                    c.fh.flush()  # type: ignore[union-attr]
+                    os.fsync(c.fh.fileno())  # type: ignore[union-attr]
+            bar.update(len(ready))
+            for c in touched.values():
+                if left[id(c)] == 0:
+                    c.fh.close()  # type: ignore[union-attr]
+                    c.fh = None
+                    now = time.perf_counter()
+                    yield c, now - start
+                    start = now
+    finally:
+        for c in cells:
+            if c.fh is not None:
+                c.fh.close()
 
 
 def eval_tracker(cfg: EvalCommandConf) -> Tracker | None:

@@ -78,11 +78,12 @@ class CellWorker:
             release(self.loaded)  # one policy in memory: the scheduler keeps a worker on its policy
             self.loaded[path] = load_backend(path, self.gen)
         backend, tokenizer = self.loaded[path]
-        out: list[tuple[int, str, Generation]] = []
+        out: list[tuple[int, str, Generation] | None] = [None] * len(todo)
         for batch in generate(backend, tokenizer, todo, request, template, system, int(self.gen.base_seed),
                               int(self.gen.batch_size), params):
-            out += batch
-        return out
+            for at, seed, sha, gen in batch:
+                out[at] = (seed, sha, gen)
+        return out  # type: ignore[return-value]  (in the shard's order, every one filled)
 
 
 @dataclass

@@ -1,0 +1,108 @@
+"""The transformers backend's continuous batching and crossed-eval's stream per policy.
+
+A row that finishes leaves the batch and the next prompt joins it (its cache left-padded to the batch's width), so
+the batch never decodes empty slots while prompts wait; each response is still its own (one uniform per token from
+its item seed's generator), whatever rows it shared steps with. crossed-eval hands a policy's every unfinished
+response, all its cells together, to one stream, so a cell's last rows share steps with the next cell's first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crossed_rlvr.eval.generate import engines
+from crossed_rlvr.eval.generate.engines import GenParams, HFBackend
+from crossed_rlvr.eval.generate.runner import run_eval
+from crossed_rlvr.policies.loading import load_policy
+from crossed_rlvr.prompts import messages, render
+from crossed_rlvr.tasks.arith import make_splits
+from tests.helpers import cfg_for, overrides
+
+SAMPLED = GenParams(temperature=1.0, top_p=0.9, max_new_tokens=30, context_limit=512)
+
+
+def prompts(tok: Any, n: int) -> list[list[int]]:
+    items = make_splits(n, 3)["test"][:n]
+    return [render(tok, messages(it["question"], request))[1] for it in items for request in ("hash", "boxed")]
+
+
+class Spy:
+    """The model's forward calls (rows and new positions of each) and the joins into a running batch."""
+
+    def __init__(self, model: Any, monkeypatch: pytest.MonkeyPatch):
+        self.calls: list[tuple[int, int]] = []
+        self.joins = 0
+        forward = model.forward
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            ids = kwargs["input_ids"]
+            self.calls.append((int(ids.shape[0]), int(ids.shape[1])))
+            return forward(*args, **kwargs)
+
+        monkeypatch.setattr(model, "forward", counted)
+        merge = engines._Decoding._merge
+
+        def joined(decoding: Any, *args: Any) -> None:
+            self.joins += 1
+            merge(decoding, *args)
+
+        monkeypatch.setattr(engines._Decoding, "_merge", joined)
+
+    @property
+    def steps(self) -> int:
+        return sum(1 for _rows, width in self.calls if width == 1)
+
+
+def test_rows_join_a_running_batch_and_each_response_stays_its_own(tiny, monkeypatch):
+    model, tok = load_policy(tiny)
+    ids = prompts(tok, 8)
+    seeds = [20260908 + k for k in range(len(ids))]
+    alone = HFBackend(model, tok, batch_size=1).generate(ids, seeds, SAMPLED)
+    lengths = [g.response_tokens + (g.finish_reason == "stop") for g in alone]
+    assert len(set(lengths)) > 2  # rows end at different steps, so slots free up mid-batch
+
+    spy = Spy(model, monkeypatch)
+    batched = HFBackend(model, tok, batch_size=3).generate(ids, seeds, SAMPLED)
+    assert batched == alone
+    assert spy.joins > 0 and max(rows for rows, _ in spy.calls) <= 3
+    # a batch that waited for its longest row would step sum(max of each batch) times; refilled, every step but the
+    # last few decodes 3 rows, so the steps are about the tokens over 3
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    waiting = sum(max(lengths[i] for i in order[b:b + 3]) for b in range(0, len(order), 3))
+    assert spy.steps < waiting, (spy.steps, waiting)
+    assert spy.steps <= -(-sum(lengths) // 3) + max(lengths)
+
+
+def test_a_stream_yields_each_response_as_it_finishes(tiny):
+    model, tok = load_policy(tiny)
+    ids = prompts(tok, 4)
+    seeds = list(range(len(ids)))
+    backend = HFBackend(model, tok, batch_size=2)
+    streamed = list(backend.stream(ids, seeds, SAMPLED))
+    assert sorted(k for k, _ in streamed) == list(range(len(ids)))
+    assert [g for _, g in sorted(streamed, key=lambda kg: kg[0])] == backend.generate(ids, seeds, SAMPLED)
+    ends = [g.response_tokens + (g.finish_reason == "stop") for _, g in streamed]
+    assert ends[0] == min(ends[:2])  # the first batch's shorter row is handed over first, before its batch-mate
+
+
+def test_crossed_eval_streams_all_of_a_policys_cells_at_once(tmp_path, tiny, monkeypatch):
+    """One stream per policy holding every response its cells lack; the files are those of one response at a time."""
+    sizes: list[int] = []
+    stream = HFBackend.stream
+
+    def recorded(self: HFBackend, ids: list[list[int]], *args: Any) -> Any:
+        sizes.append(len(ids))
+        return stream(self, ids, *args)
+
+    monkeypatch.setattr(HFBackend, "stream", recorded)
+    run_eval(cfg_for(*overrides(tmp_path / "together", tiny, extra=["eval.batch_size=3"])), progress=False)
+    assert sizes == [2 * 6 + 2 * 3]  # hash and boxed, 6 items original and 3 para_a: one policy, one stream
+    run_eval(cfg_for(*overrides(tmp_path / "alone", tiny, extra=["eval.batch_size=1"])), progress=False)
+
+    def files(run: Path) -> dict[str, bytes]:
+        return {p.name: p.read_bytes().replace(str(run).encode(), b"RUN")
+                for p in sorted((run / "responses").glob("*.jsonl"))}
+
+    assert files(tmp_path / "together") == files(tmp_path / "alone") and len(files(tmp_path / "alone")) == 4
