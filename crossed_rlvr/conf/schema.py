@@ -141,8 +141,8 @@ class DistributeConf(ReadOnly):
     address: str | None = None     # null: a local Ray on this machine; auto or HOST:PORT: a running cluster
     cpus_per_worker: float = num(1.0, 0.0, 1024.0, why="0: Ray reserves no CPU for a GPU worker")  # CPU workers: also their torch threads
     gpus_per_worker: float = num(0.0, 0.0, 64.0, why="0: CPU workers")  # 1 per vLLM engine (= eval.tensor_parallel_size)
-    # responses per shard, the unit of scheduling, progress and resume; null: 4 x eval.batch_size (a multiple
-    # of the batch keeps the serial run's batches, which bfloat16 vLLM's samples depend on)
+    # responses per shard, the unit of scheduling, progress and resume; null: 4 x eval.batch_size (a worker keeps
+    # its engine's batch full over a shard, as the serial run does over a policy's cells)
     shard_size: int | None = num(None, 1, BIG)
     max_retries: int = num(2, 0, 100, why="0: a shard whose worker died is reported at once")  # a shard whose worker died is retried this often, then reported
     start_timeout_s: float = num(300.0, 1.0, 86_400.0)  # a worker that does not start in time (no free resources) is given up

@@ -6,7 +6,7 @@ item set is frozen into ``<run_dir>/items/<task>.jsonl`` and its sha256 is recor
 ``<run_dir>/run.json``; a later run that finds a different item file refuses to go on. Every
 record carries that hash.
 
-Resumable: a cell's responses are appended batch by batch to ``responses/.partial/<cell>.jsonl``;
+Resumable: a cell's responses are appended as the engine finishes them to ``responses/.partial/<cell>.jsonl``;
 a re-run reads back the complete lines, generates only what is missing and, when the cell is whole,
 writes the final file sorted by item and sample. Because each response depends only on its item
 seed, the files are identical to those of an uninterrupted run. Finished cells whose settings
@@ -159,7 +159,7 @@ class Cell:
     meta: dict[str, Any]
     final: Path
     meta_path: Path
-    partial: Path       # a serial run's scratch, appended batch by batch
+    partial: Path       # a serial run's scratch, appended as responses finish
     partial_meta: Path
     shards: Path        # a distributed run's scratch: one file per finished shard (eval/generate/workers.py)
 

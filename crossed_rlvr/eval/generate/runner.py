@@ -1,6 +1,6 @@
 """The serial run of ``crossed-eval``: every missing response of the crossed design, one policy in memory
-at a time, cell by cell (or spread over Ray workers, ``workers.py``); see ``plan.py`` for the design,
-resume and file rules (paper 001 §3 "Matched evaluation").
+at a time, all of its cells in one stream of the engine (or spread over Ray workers, ``workers.py``); see
+``plan.py`` for the design, resume and file rules (paper 001 §3 "Matched evaluation").
 """
 
 from __future__ import annotations
