@@ -115,3 +115,31 @@ def command_env(site: Path | None = None, **extra: str) -> dict[str, str]:
         env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
     env.update(extra)
     return env
+
+
+class FakeVLLMEngine:
+    """vLLM's ``LLMEngine`` as ``VLLMBackend.stream`` drives it (add_request, step, abort_request), for tests on a
+    machine without the engine: every queued request finishes at the next step with the text ``#### 3``, the k-th
+    with ``reasons[k]`` as its finish reason (``stop`` past the list's end)."""
+
+    def __init__(self, reasons: tuple[str, ...] = ()):
+        self.queued: list[str] = []
+        self.reasons = reasons
+
+    def add_request(self, request_id: str, prompt: Any, params: Any) -> str:
+        self.queued.append(request_id)
+        return request_id
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.queued)
+
+    def step(self) -> list[Any]:
+        from types import SimpleNamespace
+
+        done, self.queued = self.queued, []
+        return [SimpleNamespace(request_id=r, finished=True, outputs=[SimpleNamespace(
+            text="#### 3", finish_reason=self.reasons[k] if k < len(self.reasons) else "stop", token_ids=[5, 6])])
+            for k, r in enumerate(done)]
+
+    def abort_request(self, request_ids: list[str]) -> None:
+        self.queued = []

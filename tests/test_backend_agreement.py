@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -150,29 +149,11 @@ def test_an_aborted_vllm_request_is_refused_not_recorded_as_a_stop(monkeypatch, 
     import sys
     import types
 
-    class FakeEngine:  # vLLM's LLMEngine as VLLMBackend.stream drives it: the second request ends aborted
-        def __init__(self):
-            self.queued: list[str] = []
-
-        def add_request(self, request_id, prompt, params):
-            self.queued.append(request_id)
-            return request_id
-
-        def has_unfinished_requests(self):
-            return bool(self.queued)
-
-        def step(self):
-            done, self.queued = self.queued, []
-            return [SimpleNamespace(request_id=r, finished=True, outputs=[
-                SimpleNamespace(text="#### 3", finish_reason=reason, token_ids=[5, 6])])
-                for r, reason in zip(done, ("stop", "abort"))]
-
-        def abort_request(self, request_ids):
-            self.queued = []
+    from tests.helpers import FakeVLLMEngine
 
     class FakeLLM:
         def __init__(self, model, **kwargs):
-            self.llm_engine = FakeEngine()
+            self.llm_engine = FakeVLLMEngine(reasons=("stop", "abort"))  # the second request ends aborted
 
     fake = types.ModuleType("vllm")
     fake.LLM, fake.SamplingParams = FakeLLM, lambda **kw: kw

@@ -23,7 +23,7 @@ from crossed_rlvr.study.plan import Policy
 from crossed_rlvr.train.translate import ROLLOUT_SEED_KEY, VERL_SEED_KEYS
 from crossed_rlvr.train.verl_engine import SDPA, validate_verl
 from tests.gpu_fixtures import DEV, N_VAL, task_overrides
-from tests.helpers import arm_files, study_cfg
+from tests.helpers import FakeVLLMEngine, arm_files, study_cfg
 
 # with tests/test_launch.py on one worker, so the shared session fixtures (tests/gpu_fixtures.py) are built once
 # for the tests here that are not exclusive (the exclusive ones build them again on their own worker)
@@ -390,37 +390,12 @@ def test_no_generated_script_expands_an_array_that_bash_4_2_calls_unbound(paper_
         assert text.count('${ATTN[@]+"${ATTN[@]}"}') == 1
 
 
-class _FakeEngine:
-    """vLLM's ``LLMEngine`` as ``VLLMBackend.stream`` drives it: every queued request finishes at the next step."""
-
-    def __init__(self):
-        self.queued: list[str] = []
-
-    def add_request(self, request_id, prompt, params):
-        self.queued.append(request_id)
-        return request_id
-
-    def has_unfinished_requests(self):
-        return bool(self.queued)
-
-    def step(self):
-        from types import SimpleNamespace
-
-        done, self.queued = self.queued, []
-        return [SimpleNamespace(request_id=r, finished=True,
-                                outputs=[SimpleNamespace(text="#### 3", finish_reason="stop", token_ids=[1, 2])])
-                for r in done]
-
-    def abort_request(self, request_ids):
-        self.queued = []
-
-
 class _FakeLLM:
     events: ClassVar[list] = []
 
     def __init__(self, model, **kwargs):
         self.model = model
-        self.llm_engine = _FakeEngine()
+        self.llm_engine = FakeVLLMEngine()
         _FakeLLM.events.append(("load", Path(model).name))
 
     def shutdown(self):

@@ -131,10 +131,7 @@ class HFBackend:
         self.last_only = {"logits_to_keep": 1} if accepts(model, "logits_to_keep") else {}
 
     def generate(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams) -> list[Generation]:
-        out: list[Generation | None] = [None] * len(prompt_ids)
-        for k, gen in self.stream(prompt_ids, seeds, params):
-            out[k] = gen
-        return out  # type: ignore[return-value]
+        return in_order(self.stream(prompt_ids, seeds, params), len(prompt_ids))
 
     def stream(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams
                ) -> Iterator[tuple[int, Generation]]:
@@ -189,6 +186,14 @@ class HFBackend:
         pick = torch.searchsorted(cum, u[:, None] * mass).squeeze(-1)
         pick = torch.minimum(pick, n_keep - 1)
         return sorted_i.gather(-1, pick[:, None]).squeeze(-1)
+
+
+def in_order(stream: Iterator[tuple[int, Generation]], n: int) -> list[Generation]:
+    """A stream's ``n`` generations in the order of their prompts (each backend's ``generate``)."""
+    out: list[Generation | None] = [None] * n
+    for k, gen in stream:
+        out[k] = gen
+    return out  # type: ignore[return-value]  (every prompt is handed over once)
 
 
 def uniforms(seeds: list[int], n: int) -> torch.Tensor:
@@ -386,10 +391,7 @@ class VLLMBackend:
         self.streams = 0  # request ids are unique per engine: each stream's own prefix
 
     def generate(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams) -> list[Generation]:
-        out: list[Generation | None] = [None] * len(prompt_ids)
-        for k, gen in self.stream(prompt_ids, seeds, params):
-            out[k] = gen
-        return out  # type: ignore[return-value]
+        return in_order(self.stream(prompt_ids, seeds, params), len(prompt_ids))
 
     def stream(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams
                ) -> Iterator[tuple[int, Generation]]:
