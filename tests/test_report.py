@@ -265,3 +265,16 @@ def test_sampling_runs_give_mean_and_sd_per_cell(tmp_path):
                                    for p in ("initial", "grpo-hash/s1") for r in ("hash", "boxed")], "one.parquet"),
                   tmp_path / "o1", n_resamples=20, figures=False)
     assert "`evaluation.samples=30`" in (one / "report.md").read_text()
+
+
+def test_an_interval_whose_end_is_zero_within_float_error_includes_zero():
+    """A bootstrap endpoint that is a difference of rates summing to 0 can come out as 3.6e-15 pp: the headline
+    says the interval includes 0, as it prints [+0, +23], not that the measure changed."""
+    from types import SimpleNamespace
+
+    from crossed_rlvr.analysis.report.headline import _excludes_zero
+
+    assert not _excludes_zero(SimpleNamespace(ci_low=3.552713678800501e-15, ci_high=22.5))
+    assert not _excludes_zero(SimpleNamespace(ci_low=-22.5, ci_high=-3.552713678800501e-15))
+    assert _excludes_zero(SimpleNamespace(ci_low=0.25, ci_high=22.5))
+    assert _excludes_zero(SimpleNamespace(ci_low=-22.5, ci_high=-0.25))

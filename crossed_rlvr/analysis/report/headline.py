@@ -76,8 +76,14 @@ class _Interval(Protocol):
     ci_high: float
 
 
+# pp: an endpoint that is a difference of rates summing to 0 can land a few ulps beside it (3.6e-15 on a real run),
+# which would read as an interval that excludes 0
+ZERO_PP = 1e-9
+
+
 def _excludes_zero(row: _Interval) -> bool:
-    return bool(np.isfinite(row.ci_low) and (row.ci_low > 0 or row.ci_high < 0))
+    """Whether the interval lies wholly on one side of 0; an endpoint at 0 (within float error) includes it."""
+    return bool(np.isfinite(row.ci_low) and (row.ci_low > ZERO_PP or row.ci_high < -ZERO_PP))
 
 
 def headline_rows(contrasts: pd.DataFrame) -> pd.DataFrame:
