@@ -167,12 +167,11 @@ def run_serial(cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar: tqdm
 
 @dataclass
 class PolicyCell:
-    """A cell of the policy being generated: the responses it has, those it lacks, its scratch file while open."""
+    """A cell of the policy being generated: the responses it has and those it lacks."""
 
     cell: Cell
     done: dict[tuple[str, int], dict[str, Any]]
     todo: list[tuple[int, dict[str, Any], int]]
-    fh: IO[str] | None = None
 
 
 def generate_cells(p: Plan, cells: list[PolicyCell], backend: Backend | None, tokenizer: PreTrainedTokenizerBase | None,
@@ -190,11 +189,12 @@ def generate_cells(p: Plan, cells: list[PolicyCell], backend: Backend | None, to
         return
     assert backend is not None and tokenizer is not None
     left = {id(c): len(c.todo) for c in cells}
+    files: dict[int, IO[str]] = {}  # each unfinished cell's scratch file, open while the stream runs
     try:
         for c in cells:
             if c.todo:
                 with cell_writes(c.cell):
-                    c.fh = c.cell.partial.open("a", encoding="utf-8")
+                    files[id(c)] = c.cell.partial.open("a", encoding="utf-8")
         for ready in generate_jobs(backend, tokenizer, [j for _, j in jobs], p.system, int(gen.base_seed),
                                    int(gen.batch_size), p.params):
             touched: dict[int, PolicyCell] = {}
@@ -202,26 +202,24 @@ def generate_cells(p: Plan, cells: list[PolicyCell], backend: Backend | None, to
                 c, job = jobs[at]
                 rec = make_record(p, c.cell, job.item, job.sample, seed, sha, out)
                 with cell_writes(c.cell):
-                    c.fh.write(json.dumps(rec, ensure_ascii=False) + "\n")  # type: ignore[union-attr]
+                    files[id(c)].write(json.dumps(rec, ensure_ascii=False) + "\n")
                 c.done[(rec["item_id"], job.sample)] = rec
                 left[id(c)] -= 1
                 touched[id(c)] = c
-            for c in touched.values():
+            for key, c in touched.items():
                 with cell_writes(c.cell):
-                    c.fh.flush()  # type: ignore[union-attr]
-                    os.fsync(c.fh.fileno())  # type: ignore[union-attr]
+                    files[key].flush()
+                    os.fsync(files[key].fileno())
             bar.update(len(ready))
-            for c in touched.values():
-                if left[id(c)] == 0:
-                    c.fh.close()  # type: ignore[union-attr]
-                    c.fh = None
+            for key, c in touched.items():
+                if left[key] == 0:
+                    files.pop(key).close()
                     now = time.perf_counter()
                     yield c, now - start
                     start = now
     finally:
-        for c in cells:
-            if c.fh is not None:
-                c.fh.close()
+        for fh in files.values():
+            fh.close()
 
 
 def eval_tracker(cfg: EvalCommandConf) -> Tracker | None:
