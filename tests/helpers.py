@@ -143,3 +143,20 @@ class FakeVLLMEngine:
 
     def abort_request(self, request_ids: list[str]) -> None:
         self.queued = []
+
+
+# The settings hash of small_eval()'s one cell as the code before eval.device planned it (its default eval settings,
+# float32 on the CPU): a cell finished then must be finished now, not refused or generated again; every evaluation
+# option added since, left unset, must keep it.
+BEFORE_DEVICE = "c2999b4e848bd12c8694e086d1df4b7aeba08f9a78cde22960a7a634e74d8713"
+
+
+def small_eval(run_dir: Path, *extra: str) -> Any:
+    """One cell (a hub-named policy that is never loaded, two items, the hash request), typed as crossed-eval's door
+    types it (an ``EvalCommandConf``)."""
+    from crossed_rlvr.conf.schema import EvalCommandConf, conf_of
+
+    return conf_of(EvalCommandConf, cfg_for(
+        f"run_dir={run_dir}", "task.n_items=2", "task.n_test=30", "task.n_dev=3", "tracking=off",
+        "templates=[original]", "requests=[hash]",
+        "policies=[{name: initial, path: org/tiny-policy, training_convention: initial, train_seed: null}]", *extra))

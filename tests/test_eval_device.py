@@ -12,29 +12,14 @@ from typing import Any
 
 import pytest
 
-from crossed_rlvr.conf.schema import EvalCommandConf, conf_of
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.eval.generate import engines
 from crossed_rlvr.eval.generate.device import resolve_device
 from crossed_rlvr.eval.generate.plan import plan
 from crossed_rlvr.eval.generate.runner import resolve_eval
-from tests.helpers import cfg_for
+from tests.helpers import BEFORE_DEVICE, small_eval
 
 ROOT = Path(__file__).resolve().parents[1]
-# The settings hash of small()'s one cell as the code before eval.device planned it (its default eval settings,
-# float32 on the CPU): a cell finished then must be finished now, not refused or generated again.
-BEFORE_DEVICE = "c2999b4e848bd12c8694e086d1df4b7aeba08f9a78cde22960a7a634e74d8713"
-
-
-def small(run_dir: Path, *extra: str) -> EvalCommandConf:
-    """One cell (a hub-named policy that is never loaded, two items, the hash request), typed as crossed-eval's door
-    types it."""
-    return conf_of(EvalCommandConf, cfg_for(f"run_dir={run_dir}", "task.n_items=2", "task.n_test=30", "task.n_dev=3", "tracking=off",
-                   "templates=[original]", "requests=[hash]",
-                   "policies=[{name: initial, path: org/tiny-policy, training_convention: initial, train_seed: null}]",
-                   *extra))
-
-
 @pytest.fixture
 def gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch says it sees a GPU (nothing is moved to one)."""
@@ -52,7 +37,7 @@ def no_gpu_here() -> None:
 
 def test_auto_is_the_cpu_here_in_float32(tmp_path: Path) -> None:
     no_gpu_here()
-    cfg = small(tmp_path)
+    cfg = small_eval(tmp_path)
     gen = resolve_eval(cfg).eval
     assert (gen.device, gen.dtype) == ("cpu", "float32")
     assert (cfg.eval.device, cfg.eval.dtype) == ("auto", None)  # the caller's config is left as given
@@ -61,7 +46,7 @@ def test_auto_is_the_cpu_here_in_float32(tmp_path: Path) -> None:
 def test_a_cell_made_before_eval_device_keeps_its_settings_hash(tmp_path: Path) -> None:
     no_gpu_here()
     for extra in ((), ("eval.device=cpu",), ("eval.device=auto", "eval.dtype=float32")):
-        cell = plan(resolve_eval(small(tmp_path, *extra))).cells[0]
+        cell = plan(resolve_eval(small_eval(tmp_path, *extra))).cells[0]
         assert "device" not in cell.meta["generation"] and cell.meta["generation"]["dtype"] == "float32"
         assert cell.meta["sha256"] == BEFORE_DEVICE, extra
 
@@ -83,13 +68,13 @@ def test_cuda_without_a_gpu_is_refused_in_one_line_with_exit_2(tmp_path: Path) -
 
 
 def test_a_gpu_resolves_to_cuda_in_bfloat16_unless_the_dtype_is_set(tmp_path: Path, gpu: None) -> None:
-    gen = resolve_eval(small(tmp_path)).eval
+    gen = resolve_eval(small_eval(tmp_path)).eval
     assert (gen.device, gen.dtype) == ("cuda", "bfloat16")
-    gen = resolve_eval(small(tmp_path, "eval.dtype=float32")).eval
+    gen = resolve_eval(small_eval(tmp_path, "eval.dtype=float32")).eval
     assert (gen.device, gen.dtype) == ("cuda", "float32")  # a dtype the user set is kept
-    gen = resolve_eval(small(tmp_path, "eval.device=cpu")).eval
+    gen = resolve_eval(small_eval(tmp_path, "eval.device=cpu")).eval
     assert (gen.device, gen.dtype) == ("cpu", "float32")
-    cell = plan(resolve_eval(small(tmp_path))).cells[0]  # what ran on the GPU is in the cell's settings
+    cell = plan(resolve_eval(small_eval(tmp_path))).cells[0]  # what ran on the GPU is in the cell's settings
     assert cell.meta["generation"]["device"] == "cuda" and cell.meta["sha256"] != BEFORE_DEVICE
 
 
@@ -104,17 +89,17 @@ def test_the_transformers_backend_loads_the_policy_on_the_gpu_in_bfloat16(
         return SimpleNamespace(device=device, generation_config=None), tokenizer
 
     monkeypatch.setattr("crossed_rlvr.policies.loading.load_policy", load_policy)
-    backend, _ = engines.load_backend("org/tiny-policy", small(tmp_path).eval)
+    backend, _ = engines.load_backend("org/tiny-policy", small_eval(tmp_path).eval)
     assert asked == {"path": "org/tiny-policy", "dtype": "bfloat16", "device": "cuda"}
     assert backend.device == "cuda"  # where its batches are put
 
 
 def test_ray_workers_gpus_decide_the_device(tmp_path: Path) -> None:
     no_gpu_here()  # a driver without a GPU (a head node), workers with one each
-    gen = resolve_eval(small(tmp_path, "distribute.workers=2", "distribute.gpus_per_worker=1")).eval
+    gen = resolve_eval(small_eval(tmp_path, "distribute.workers=2", "distribute.gpus_per_worker=1")).eval
     assert (gen.device, gen.dtype) == ("cuda", "bfloat16")
     with pytest.raises(ConfigError, match=r"^eval\.device=cuda but the Ray workers get no GPU"):
-        resolve_eval(small(tmp_path, "distribute.workers=2", "eval.device=cuda"))
+        resolve_eval(small_eval(tmp_path, "distribute.workers=2", "eval.device=cuda"))
 
 
 def test_a_refused_override_leaves_no_run_folder_or_log(tmp_path: Path) -> None:

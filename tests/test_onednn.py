@@ -18,8 +18,7 @@ from crossed_rlvr.eval.generate.runner import resolve_eval, run_eval
 from crossed_rlvr.policies.loading import load_policy
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.tasks.arith import make_splits
-from tests.helpers import cfg_for
-from tests.test_eval_device import BEFORE_DEVICE, small
+from tests.helpers import BEFORE_DEVICE, cfg_for, small_eval
 
 GREEDY = GenParams(temperature=0.0, top_p=1.0, max_new_tokens=24, context_limit=512)
 
@@ -57,9 +56,9 @@ def test_weights_it_cannot_pack_are_refused_in_one_line(tiny):
 
 
 def test_unset_it_stays_out_of_the_settings_and_a_cell_made_before_it_is_reused(tmp_path: Path):
-    unset = plan(resolve_eval(small(tmp_path))).cells[0]
+    unset = plan(resolve_eval(small_eval(tmp_path))).cells[0]
     assert "linear" not in unset.meta["generation"] and unset.meta["sha256"] == BEFORE_DEVICE
-    packed = plan(resolve_eval(small(tmp_path, "eval.linear=onednn"))).cells[0]
+    packed = plan(resolve_eval(small_eval(tmp_path, "eval.linear=onednn"))).cells[0]
     assert packed.meta["generation"]["linear"] == "onednn" and packed.meta["sha256"] != BEFORE_DEVICE
     # the cell as the code before the option wrote it: its settings under the hash of then, no records hash yet
     unset.final.parent.mkdir(parents=True, exist_ok=True)
@@ -67,5 +66,5 @@ def test_unset_it_stays_out_of_the_settings_and_a_cell_made_before_it_is_reused(
     records = "".join(json.dumps({**record, "item_id": str(k)}) + "\n" for k in range(2))
     unset.final.write_text(records)
     unset.meta_path.write_text(json.dumps(unset.meta))
-    summary = run_eval(small(tmp_path), progress=False)  # the policy is a hub name never loaded: nothing generates
+    summary = run_eval(small_eval(tmp_path), progress=False)  # the policy is a hub name never loaded: nothing generates
     assert summary == {unset.name: {"skipped": True}} and unset.final.read_text() == records

@@ -55,14 +55,14 @@ def generate(policy: Policy, tasks: dict[str, CodeTask], samples: int, params: G
             jobs += [(tid, request, s, ids, sha) for s in range(samples)]
     out: dict[str, list[dict[str, Any]]] = {r: [] for r in requests}
     seeds = [gen_seed(tid, req, s, seed) for tid, req, s, _, _ in jobs]
-    made: list[Generation | None] = [None] * len(jobs)
+    made: dict[int, Generation] = {}
     with tqdm(total=len(jobs), desc=f"code eval: {policy.name}", unit="resp") as bar:
         # every job to the engine at once: it keeps eval.batch_size rows decoding, refilled as rows end
-        for k, g in backend.stream([ids for *_, ids, _ in jobs], seeds, params):
-            made[k] = g
+        for k, finished in backend.stream([ids for *_, ids, _ in jobs], seeds, params):
+            made[k] = finished
             bar.update(1)
-    for (tid, request, s, _ids, sha), g, sd in zip(jobs, made, seeds, strict=True):
-        assert g is not None  # the stream hands over every job
+    for k, ((tid, request, s, _ids, sha), sd) in enumerate(zip(jobs, seeds, strict=True)):
+        g = made[k]  # the stream hands over every job
         out[request].append({
             "item_id": tid, "task": task_name, **policy.facts(), "request": request, "template": "original",
             "sample_idx": s,

@@ -190,10 +190,8 @@ class HFBackend:
 
 def in_order(stream: Iterator[tuple[int, Generation]], n: int) -> list[Generation]:
     """A stream's ``n`` generations in the order of their prompts (each backend's ``generate``)."""
-    out: list[Generation | None] = [None] * n
-    for k, gen in stream:
-        out[k] = gen
-    return out  # type: ignore[return-value]  (every prompt is handed over once)
+    out = dict(stream)
+    return [out[k] for k in range(n)]  # every prompt is handed over once
 
 
 def uniforms(seeds: list[int], n: int) -> torch.Tensor:
@@ -245,7 +243,7 @@ class _Decoding:
     def joinable(self) -> bool:
         from transformers.cache_utils import DynamicLayer
 
-        layers = getattr(self.past, "layers", None)
+        layers = getattr(self.past, "layers", None) or []
         return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
     def join(self, new: list[int], prompt_ids: list[list[int]]) -> None:

@@ -44,7 +44,7 @@ def pack_linears(model: torch.nn.Module, batch_hint: int) -> int:
                               f"{weight.dtype} on {weight.device} (leave eval.linear unset there)")
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, batch_hint)
         bias = None if module.bias is None else module.bias.detach()
-        module.forward = _packed_forward(packed, bias)  # type: ignore[method-assign]
+        module.forward = _packed_forward(packed, bias)
         n += 1
     return n
 

@@ -78,12 +78,12 @@ class CellWorker:
             release(self.loaded)  # one policy in memory: the scheduler keeps a worker on its policy
             self.loaded[path] = load_backend(path, self.gen)
         backend, tokenizer = self.loaded[path]
-        out: list[tuple[int, str, Generation] | None] = [None] * len(todo)
+        out: dict[int, tuple[int, str, Generation]] = {}
         for batch in generate(backend, tokenizer, todo, request, template, system, int(self.gen.base_seed),
                               int(self.gen.batch_size), params):
             for at, seed, sha, gen in batch:
                 out[at] = (seed, sha, gen)
-        return out  # type: ignore[return-value]  (in the shard's order, every one filled)
+        return [out[at] for at in range(len(todo))]  # in the shard's order
 
 
 @dataclass
