@@ -83,13 +83,15 @@ class Timer:
         """A generator function whose time inside each step (not its consumer's) is summed under ``name``."""
 
         def timed(*args: Any, **kwargs: Any) -> Iterator[Any]:
-            it = self.wrap(name, fn)(*args, **kwargs)
-            step = self.wrap(name, next)
+            it = fn(*args, **kwargs)
             while True:
+                start = time.perf_counter()
                 try:
-                    value = step(it)
+                    value = next(it)
                 except StopIteration:
                     return
+                finally:
+                    self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
                 yield value
 
         return timed

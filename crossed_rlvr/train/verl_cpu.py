@@ -88,7 +88,7 @@ VLLM_OVERRIDES = [
     "actor_rollout_ref.rollout.dtype=float32",
     "actor_rollout_ref.rollout.enable_chunked_prefill=False",
     # every sampled completion seeded by its trajectory (train/verl_agent_loop.py): verl's single-turn loop otherwise;
-    # the loop's file joins these where a launch is composed (agent_loop_overrides)
+    # the loop's file joins these where a launch is composed (agent_loop_file)
     f"actor_rollout_ref.rollout.agent.default_agent_loop={SEEDED_LOOP}",
 ]
 # the vLLM line that needs chunked prefill off beside per-request seeds on a CPU (a canary test reads it)
