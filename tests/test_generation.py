@@ -99,6 +99,11 @@ def test_nucleus_sampler_matches_a_direct_implementation():
         u = torch.rand(8, generator=gen, dtype=torch.float64)
         got = HFBackend._sample(logits, u, GenParams(temperature=temperature, top_p=top_p))
         assert got.tolist() == [direct(logits[r], float(u[r]), temperature, top_p) for r in range(8)]
+    # bfloat16 logits tie often: over the whole vocabulary (top_p = 1) ties take a stable sort's order
+    tied = (torch.randn(64, 5000, generator=gen) * 4).to(torch.bfloat16).double()
+    u = torch.rand(64, generator=gen, dtype=torch.float64)
+    got = HFBackend._sample(tied, u, GenParams(temperature=1.0, top_p=1.0))
+    assert got.tolist() == [direct(tied[r], float(u[r]), 1.0, 1.0) for r in range(64)]
 
 
 def test_canary_a_rows_uniforms_drawn_at_once_are_its_draws_one_at_a_time():

@@ -160,6 +160,7 @@ def check_config(cfg: TrainConf, initial_built: bool = True) -> None:
     check_ranges_of(cfg, "crossed_train")  # every number within the range its schema declares
     if cfg.engine.name == "trl":
         _trl_batch(cfg)
+    _sampler(cfg)
     if cfg.recipe.proposal.enabled and cfg.recipe.proposal.estimate_samples % 2:
         raise RecipeError(f"recipe.proposal.estimate_samples={cfg.recipe.proposal.estimate_samples}: expected an "
                           "even number (half the samples under each request)")
@@ -178,6 +179,26 @@ def check_config(cfg: TrainConf, initial_built: bool = True) -> None:
         raise RecipeError(f"template={cfg.template!r} is unknown; expected one of {', '.join(TEMPLATES)}")
     if initial_built:
         _initial_built(cfg.model)
+
+
+def _sampler(cfg: TrainConf) -> None:
+    """engine.sampler=stream replaces TRL's model.generate: a TRL arm's full weights, sampled in this process."""
+    from crossed_rlvr.train.rollout import SAMPLERS
+
+    e = cfg.engine
+    if e.sampler is None:
+        return
+    if e.sampler not in SAMPLERS:
+        raise RecipeError(f"engine.sampler={e.sampler!r} is unknown; expected one of {', '.join(SAMPLERS)} "
+                          "(or null: TRL's own generate)")
+    if e.name != "trl":
+        raise RecipeError(f"engine.sampler={e.sampler} is TRL's sampling; engine={e.name} samples with its own "
+                          "rollout (leave engine.sampler unset)")
+    if e.use_vllm:
+        raise RecipeError(f"engine.sampler={e.sampler} and engine.use_vllm=true both choose how TRL samples; set one")
+    if cfg.recipe.lora.enabled:
+        raise RecipeError(f"engine.sampler={e.sampler} samples a copy of the full weights; with "
+                          "recipe.lora.enabled=true leave it unset")
 
 
 def _trl_batch(cfg: TrainConf) -> None:

@@ -223,6 +223,9 @@ class EngineConf(ReadOnly):
     use_vllm: bool = False
     nproc_per_node: int = num(1, 1, 64)  # TRL in crossed-study: each arm across this many processes (torchrun)
     bf16: bool = False             # TRL: bfloat16 autocast over fp32 masters (GPU; CPU with AMX/AVX512-BF16)
+    # TRL: where GRPO completions come from. null: TRL's own model.generate; stream: the evaluator's continuous-batching
+    # decoder over a packed copy of the current weights, each group's prompt prefilled once (train/rollout.py)
+    sampler: str | None = field(default=None, metadata={"omit_none": True})
     # verl
     device: str = "cuda"           # cuda: GPU nodes; cpu: verl's trainer on this CPU (train/verl_cpu.py), 1 gloo rank a GPU
     nnodes: int = num(1, 1, 4096)

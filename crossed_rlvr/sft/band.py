@@ -27,14 +27,18 @@ if TYPE_CHECKING:
 
     from crossed_rlvr.conf.schema import BandConf
     from crossed_rlvr.eval.generate.engines import GenParams
+    from crossed_rlvr.eval.generate.snapshot import Snapshot
 
 
 def payload_rates(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, items: list[dict[str, Any]],
                   requests: list[str], params: GenParams,
                   base_seed: int, batch_size: int, system: str | None = None,
-                  bf16: bool = False) -> dict[str, float]:
+                  bf16: bool = False, snapshot: Snapshot | None = None) -> dict[str, float]:
     """Share of sampled responses that carry each request's payload, d_r(y) (App. B.1); ``bf16``: sampled under
-    bfloat16 autocast."""
+    bfloat16 autocast; ``snapshot``: sampled from its copy of the weights instead (``eval.linear=onednn``: the
+    evaluation's packed layers). Every request's prompts decode in one stream."""
+    import contextlib
+
     import torch
 
     from crossed_rlvr.eval.generate.engines import HFBackend
@@ -42,18 +46,21 @@ def payload_rates(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, it
     from crossed_rlvr.eval.score.payload import detect
     from crossed_rlvr.prompts import messages, render
 
-    backend = HFBackend(model, tokenizer, batch_size)
     was_training = model.training
     model.eval()
     state = torch.random.get_rng_state()
     try:  # one autocast context for every request: each weight is cast once a check
-        rates = {}
-        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16):
-            for request in requests:
-                ids = [render(tokenizer, messages(it["question"], request, "original", system))[1] for it in items]
-                seeds = [item_seed(base_seed, it, k, 0) for k, it in enumerate(items)]
-                outs = backend.generate(ids, seeds, params)
-                rates[request] = sum(detect(o.text).present(request) for o in outs) / max(1, len(outs))
+        sampled = snapshot.refresh(model) if snapshot is not None else model
+        autocast = (contextlib.nullcontext() if snapshot is not None
+                    else torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=bf16))
+        ids = [render(tokenizer, messages(it["question"], request, "original", system))[1]
+               for request in requests for it in items]
+        seeds = [item_seed(base_seed, it, k, 0) for _ in requests for k, it in enumerate(items)]
+        with autocast:
+            outs = HFBackend(sampled, tokenizer, batch_size).generate(ids, seeds, params)
+        n = len(items)
+        rates = {request: sum(detect(o.text).present(request) for o in outs[j * n:(j + 1) * n]) / max(1, n)
+                 for j, request in enumerate(requests)}
     finally:
         torch.random.set_rng_state(state)
         model.train(was_training)
@@ -62,7 +69,8 @@ def payload_rates(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, it
 
 def band_callback(band: BandConf, items: list[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, requests: list[str],
                   params: GenParams,
-                  base_seed: int, batch_size: int, system: str | None = None, bf16: bool = False) -> Any:
+                  base_seed: int, batch_size: int, system: str | None = None, bf16: bool = False,
+                  snapshot: Snapshot | None = None) -> Any:
     """A TrainerCallback that checks the band at step 0 and every ``band.every`` steps and stops inside it.
 
     Its ``summary`` (every check's rates, the step it stopped at, whether the band was reached) goes into
@@ -78,7 +86,8 @@ def band_callback(band: BandConf, items: list[dict[str, Any]], tokenizer: PreTra
 
         def check(self, model: PreTrainedModel, step: int) -> bool:
             start = time.perf_counter()
-            rates = payload_rates(model, tokenizer, items, requests, params, base_seed, batch_size, system, bf16)
+            rates = payload_rates(model, tokenizer, items, requests, params, base_seed, batch_size, system, bf16,
+                                  snapshot)
             self.seconds += time.perf_counter() - start
             self.checks.append({"step": step, **{r: round(v, 4) for r, v in rates.items()}})
             inside = all(low <= v <= high for v in rates.values())
@@ -105,7 +114,8 @@ def band_callback(band: BandConf, items: list[dict[str, Any]], tokenizer: PreTra
             last = self.checks[-1] if self.checks else {}
             return {"band": {"low": low, "high": high, "every": every, "items": len(items),
                              "temperature": params.temperature, "top_p": params.top_p,
-                             "max_new_tokens": params.max_new_tokens, "bf16": bf16},
+                             "max_new_tokens": params.max_new_tokens, "bf16": bf16,
+                             **({"linear": "onednn"} if snapshot is not None else {})},
                     "checks": self.checks, "before": self.checks[0] if self.checks else None, "after": last,
                     "reached": bool(last) and all(low <= last[r] <= high for r in requests),
                     "check_seconds": round(self.seconds, 1)}

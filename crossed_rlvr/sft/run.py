@@ -125,9 +125,17 @@ def band_callbacks(cfg: SFTCommandConf, base: str | Path) -> list[Any]:  # Any: 
         raise ConfigError(f"warmstart.band needs dev items; task={cfg.task.name} has none")
     ev = cfg.eval  # sampled as the evaluation samples: greedy decoding overstates request-following
     params = GenParams(float(ev.temperature), float(ev.top_p), int(ev.max_new_tokens), int(ev.context_limit))
-    bf16 = resolved(ev).dtype == "bfloat16"  # sampled in the evaluation's precision (unset: bf16 on a GPU)
+    gen = resolved(ev)
+    bf16 = gen.dtype == "bfloat16"  # sampled in the evaluation's precision (unset: bf16 on a GPU)
+    snapshot = None
+    if ev.linear == "onednn" and gen.device == "cpu":  # and through the evaluation's packed linear layers
+        import torch
+
+        from crossed_rlvr.eval.generate.snapshot import Snapshot
+
+        snapshot = Snapshot(torch.bfloat16 if bf16 else torch.float32, pack=True, batch_hint=int(ev.batch_size))
     return [band_callback(band, items, load_tokenizer(base), list(cfg.warmstart.requests), params,
-                          int(ev.base_seed), int(ev.batch_size), cfg.model.system, bf16)]
+                          int(ev.base_seed), int(ev.batch_size), cfg.model.system, bf16, snapshot)]
 
 
 def code_warmstart_rows(cfg: SFTCommandConf, follow: float, rng: random.Random) -> list[dict[str, Any]]:

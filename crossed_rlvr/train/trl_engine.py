@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from transformers import TrainerControl, TrainerState, TrainingArguments
     from trl import GRPOTrainer
 
+    from crossed_rlvr.train.rollout import StreamSampler
+
 
 def payload_metric(request: str) -> Callable[..., list[float]]:
     """Requested-payload presence d_r(y) as a TRL 'reward' (logged with weight 0)."""
@@ -99,9 +101,10 @@ def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool
     trainer.accelerator.wait_for_everyone()  # no rank returns before the checkpoint is in place
 
 
-def weighted_trainer(seen: list[list[str]]) -> type:
+def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None) -> type:
     """TRL's GRPOTrainer with each sample's advantage scaled by its prompt's importance weight P_i/Q_i
-    (App. D.1); the prompts of every generation batch are appended to ``seen``."""
+    (App. D.1); the prompts of every generation batch are appended to ``seen``. With ``sampler``
+    (``engine.sampler=stream``, train/rollout.py) the completions come from it instead of ``model.generate``."""
     import torch
     from trl import GRPOTrainer
 
@@ -109,13 +112,15 @@ def weighted_trainer(seen: list[list[str]]) -> type:
         """Scales each sample's advantage by its prompt's importance weight P_i/Q_i (App. D.1); samples under
         the autocast its loss is computed under."""
 
-        def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:  # TRL's own, passed through
+        def _generate_single_turn(self, prompt_ids: list[list[int]], *args: Any, **kwargs: Any) -> Any:
+            if sampler is not None:  # text-only prompts (the checks refuse it beside vLLM or LoRA)
+                return sampler.sample(self.accelerator.unwrap_model(self.model), prompt_ids), None
             # TRL samples through model.generate outside autocast, in the fp32 master weights, while the loss
             # runs in bfloat16 where engine.bf16 holds: sampling in the same precision halves the weights
             # each decoding step reads (autocast casts each weight once per context); a no-op without bf16.
             # vLLM keeps its own precision.
             with contextlib.nullcontext() if self.use_vllm else self.accelerator.autocast():
-                return super()._generate_single_turn(*args, **kwargs)
+                return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             seen.append(sorted({str(x["item_id"]) + "#" + str(x["row"]) for x in inputs}))
@@ -148,8 +153,21 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
     from crossed_rlvr.policies.loading import load_tokenizer
 
     seen: list[list[str]] = []  # the prompts this rank generated for, per generation batch
+    if cfg.model.path is None:  # the checks refuse a local or hub model without one
+        raise ValueError(f"model={cfg.model.name}: no model.path to train from")
+    model_path = Path(cfg.model.path)
+    tokenizer = load_tokenizer(model_path)
 
-    WeightedGRPOTrainer = weighted_trainer(seen)
+    bf16 = bf16_autocast(cfg.engine.bf16)
+    sampler = None
+    if cfg.engine.sampler == "stream":
+        from crossed_rlvr.train.rollout import StreamSampler
+
+        r = cfg.recipe
+        sampler = StreamSampler(tokenizer, max_new_tokens=int(r.max_response_tokens), temperature=float(r.temperature),
+                                top_p=float(r.top_p), bf16=bf16, batch_size=int(r.prompts_per_update * r.group_size),
+                                context_limit=int(r.max_context_tokens), cpu=not torch.cuda.is_available())
+    WeightedGRPOTrainer = weighted_trainer(seen, sampler)
 
     arm = ArmLayout(run_dir)
     metrics_path = arm.metrics
@@ -157,12 +175,7 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
     if world > 1 and cfg.validation.every > 0:
         raise ValueError("validation.every > 0 runs on one process; validate a multi-process arm's checkpoints "
                          "with crossed-eval, or train it on one process")
-    if cfg.model.path is None:  # the checks refuse a local or hub model without one
-        raise ValueError(f"model={cfg.model.name}: no model.path to train from")
-    model_path = Path(cfg.model.path)
-    tokenizer = load_tokenizer(model_path)
     gpu = torch.cuda.is_available()
-    bf16 = bf16_autocast(cfg.engine.bf16)
     from crossed_rlvr.tracking import resolved_config, start_run
 
     # One wandb run per arm, opened here so that transformers' callback logs into it and never into the
@@ -198,6 +211,8 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
     try:
         trainer.train()
     finally:
+        if validation is not None:  # its scoring process, also when training failed (else this process never exits)
+            validation.scorer.close()
         if run is not None:
             run.finish()
         from crossed_rlvr.train.code_reward import close_programs

@@ -16,7 +16,7 @@ same item seed gives the same response whatever batch it falls in. Both backends
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from crossed_rlvr.errors import ConfigError, CrossedError
@@ -43,6 +43,8 @@ class Generation:
     finish_reason: str  # "stop" or "length"
     prompt_tokens: int
     response_tokens: int
+    # the tokens as made, the stop token included (a trainer scores these; records keep the text)
+    token_ids: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
 
 class ContextLengthError(CrossedError, ValueError):
@@ -167,6 +169,8 @@ class HFBackend:
         # top-k mass falls short of top_p are redone with a full sort. Both paths are exact.
         k = min(probs.shape[-1], 512)
         sorted_p, sorted_i = torch.topk(probs, k, dim=-1, sorted=True)
+        if params.top_p >= 1.0:  # the whole vocabulary is the nucleus: only rows whose draw lies past the top k sort
+            return HFBackend._whole(probs, sorted_p, sorted_i, u)
         short = sorted_p.sum(dim=-1) < params.top_p
         if bool(short.any()):
             full_p, full_i = torch.sort(probs[short], dim=-1, descending=True, stable=True)
@@ -174,6 +178,28 @@ class HFBackend:
             picks[short] = HFBackend._nucleus(full_p, full_i, u[short], params.top_p)
             return picks
         return HFBackend._nucleus(sorted_p, sorted_i, u, params.top_p)
+
+    @staticmethod
+    def _whole(probs: torch.Tensor, top_p: torch.Tensor, top_i: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Inverse-CDF sampling over the whole vocabulary (top_p = 1) in the order of a stable descending sort: the
+        token where the cumulative mass first reaches u times the total. Found among the top k when it lies before the
+        k-th largest probability's ties (which ``topk`` may break otherwise than the sort), else by a full sort, which
+        was a third of a decoding step when every row took it."""
+        import torch
+
+        by_index, perm = torch.sort(top_i, dim=-1)  # the candidates by token id, then stably by probability:
+        p, order = torch.sort(top_p.gather(-1, perm), dim=-1, descending=True, stable=True)  # ties by token id
+        ids = by_index.gather(-1, order)
+        cum = torch.cumsum(p, dim=-1)
+        above = (p > p[:, -1:]).sum(dim=-1)  # candidates strictly above the k-th largest: the sort's own first ones
+        settled = torch.where(above > 0, cum.gather(-1, (above - 1).clamp(min=0)[:, None]).squeeze(-1), 0.0)
+        target = u * probs.sum(dim=-1)
+        beyond = target > settled
+        picks = ids.gather(-1, torch.searchsorted(cum, target[:, None]).clamp(max=cum.shape[-1] - 1)).squeeze(-1)
+        if bool(beyond.any()):
+            full_p, full_i = torch.sort(probs[beyond], dim=-1, descending=True, stable=True)
+            picks[beyond] = HFBackend._nucleus(full_p, full_i, u[beyond], 1.0)
+        return picks
 
     @staticmethod
     def _nucleus(sorted_p: torch.Tensor, sorted_i: torch.Tensor, u: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -251,28 +277,38 @@ class _Decoding:
         import torch
 
         dev = self.b.device
-        width = max(len(prompt_ids[k]) for k in new)
-        ids = torch.full((len(new), width), self.b.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(new), width), dtype=torch.long)
-        for r, k in enumerate(new):
-            ids[r, width - len(prompt_ids[k]):] = torch.tensor(prompt_ids[k])
-            mask[r, width - len(prompt_ids[k]):] = 1
+        # identical prompts (a GRPO group, several samples of one item) are prefilled once and their cache copied
+        first: dict[tuple[int, ...], int] = {}
+        of = [first.setdefault(tuple(prompt_ids[k]), len(first)) for k in new]
+        unique = list({tuple(prompt_ids[k]): prompt_ids[k] for k in new}.values())
+        width = max(len(p) for p in unique)
+        ids = torch.full((len(unique), width), self.b.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(unique), width), dtype=torch.long)
+        for r, p in enumerate(unique):
+            ids[r, width - len(p):] = torch.tensor(p)
+            mask[r, width - len(p):] = 1
+        for k in new:
             self.prompt_len[k] = len(prompt_ids[k])
         ids, mask = ids.to(dev), mask.to(dev)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.b.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                            **self.b.last_only)
+        past, logits = out.past_key_values, out.logits[:, -1, :]
+        if len(unique) < len(new):
+            rows = torch.tensor(of, device=dev)
+            past.batch_select_indices(rows)
+            mask, positions, logits = mask[rows], positions[rows], logits[rows]
         if self.rows:
-            self._merge(out.past_key_values, mask)
+            self._merge(past, mask)
         else:
-            self.past, self.mask = out.past_key_values, mask
+            self.past, self.mask = past, mask
         self.rows = self.rows + new
         self.positions = torch.cat([self.positions.to(dev), positions[:, -1:]])
         self.made = torch.cat([self.made, torch.zeros(len(new), dtype=torch.long)])
         self.seq = torch.cat([self.seq, torch.zeros((len(new), self.params.max_new_tokens), dtype=torch.long)])
         if not self.greedy:
             self.u = torch.cat([self.u, uniforms([self.seeds[k] for k in new], self.params.max_new_tokens)])
-        self._pick(out.logits[:, -1, :], rows=new)
+        self._pick(logits, rows=new)
 
     def step(self) -> None:
         """One decoding step of every row."""
@@ -308,10 +344,11 @@ class _Decoding:
         """The rows ``leave`` marks end (``ends``: at a stop token, else at the length budget); the rest go on."""
         for r in leave.nonzero().squeeze(-1).tolist():  # per leaving row, never per step
             k = self.rows[r]
-            ids = [t for t in self.seq[r, : int(self.made[r])].tolist() if t not in self.b.stop_ids]
+            made = self.seq[r, : int(self.made[r])].tolist()
+            ids = [t for t in made if t not in self.b.stop_ids]
             text = self.b.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
             self.done.append((k, Generation(text, "stop" if bool(ends[r]) else "length", self.prompt_len.pop(k),
-                                            len(ids))))
+                                            len(ids), tuple(made))))
         keep = (~leave).nonzero().squeeze(-1)
         if len(keep) == 0:
             self._empty()
