@@ -1,5 +1,6 @@
 """``eval.linear=onednn``: the transformers backend's linear layers on oneDNN's packed weights, a setting that stays out
-of every cell's settings until it is set (a cell finished before the option existed keeps its hash and is reused)."""
+of every cell's settings until it is set (a cell finished before the option existed keeps its hash and is reused);
+``eval.attention`` likewise."""
 
 from __future__ import annotations
 
@@ -68,3 +69,20 @@ def test_unset_it_stays_out_of_the_settings_and_a_cell_made_before_it_is_reused(
     unset.meta_path.write_text(json.dumps(unset.meta))
     summary = run_eval(small_eval(tmp_path), progress=False)  # the policy is a hub name never loaded: nothing generates
     assert summary == {unset.name: {"skipped": True}} and unset.final.read_text() == records
+
+
+def test_eval_attention_sets_the_models_attention_and_stays_out_of_the_settings_unset(tmp_path: Path, tiny):
+    from crossed_rlvr.conf.schema import EvalConf
+    from crossed_rlvr.eval.generate.engines import load_backend
+
+    backend, _tok = load_backend(str(tiny), EvalConf(attention="eager"))
+    assert backend.model.config._attn_implementation == "eager"
+    backend, _tok = load_backend(str(tiny), EvalConf())
+    assert backend.model.config._attn_implementation != "eager"
+    eager = plan(resolve_eval(small_eval(tmp_path, "eval.attention=eager"))).cells[0]
+    assert eager.meta["generation"]["attention"] == "eager" and eager.meta["sha256"] != BEFORE_DEVICE
+    assert "attention" not in plan(resolve_eval(small_eval(tmp_path))).cells[0].meta["generation"]
+    with pytest.raises(ConfigError, match=r"^eval\.attention='flash' is unknown; expected one of eager, sdpa$"):
+        common(cfg_for("eval.attention=flash"))
+    with pytest.raises(ConfigError, match=r"^eval\.attention=eager sets the transformers backend's attention; vLLM"):
+        load_backend(str(tiny), EvalConf(backend="vllm", attention="eager"))

@@ -206,3 +206,8 @@ def test_validation_settings_count_where_they_change_what_runs():
     assert verl[0] != verl[1] and verl[1]["eval"]["temperature"] == 1.0
     on = [resolved(cfg_for("recipe=tiny", "validation.every=5", f"eval.temperature={t}")) for t in (0.6, 1.0)]
     assert on[0] != on[1]
+
+
+def test_trl_arms_recompute_activations_only_where_the_engine_says():
+    assert trl_args(cfg_for("recipe=tiny"))["gradient_checkpointing"] is True  # TRL's own default, as before
+    assert trl_args(cfg_for("recipe=tiny", "engine.gradient_checkpointing=false"))["gradient_checkpointing"] is False

@@ -72,6 +72,7 @@ def common(cfg: DictConfig) -> None:
     _one_of(cfg, "eval.dtype", ("float32", "bfloat16", "float16", "auto"))
     _one_of(cfg, "eval.device", ("auto", "cpu", "cuda"))
     _one_of(cfg, "eval.linear", ("onednn",))
+    _one_of(cfg, "eval.attention", ("eager", "sdpa"))
     _one_of(cfg, "engine.device", ("cuda", "cpu"))
     _one_of(cfg, "template", TEMPLATES)
     _exists(cfg, "task.path")
@@ -161,6 +162,7 @@ def check_config(cfg: TrainConf, initial_built: bool = True) -> None:
     if cfg.engine.name == "trl":
         _trl_batch(cfg)
     _sampler(cfg)
+    _prompt_once(cfg)
     if cfg.recipe.proposal.enabled and cfg.recipe.proposal.estimate_samples % 2:
         raise RecipeError(f"recipe.proposal.estimate_samples={cfg.recipe.proposal.estimate_samples}: expected an "
                           "even number (half the samples under each request)")
@@ -199,6 +201,24 @@ def _sampler(cfg: TrainConf) -> None:
     if cfg.recipe.lora.enabled:
         raise RecipeError(f"engine.sampler={e.sampler} samples a copy of the full weights; with "
                           "recipe.lora.enabled=true leave it unset")
+
+
+def _prompt_once(cfg: TrainConf) -> None:
+    """engine.prompt_once replaces TRL's loss forward on one process: it needs each prompt's cache, which activation
+    recomputation drops, and the unwrapped model (DDP syncs gradients only through its wrapper's forward)."""
+    e = cfg.engine
+    if not e.prompt_once:
+        return
+    if e.name != "trl":
+        raise RecipeError(f"engine.prompt_once is TRL's loss forward; engine={e.name} has its own (leave it unset)")
+    if e.gradient_checkpointing:
+        raise RecipeError("engine.prompt_once continues each completion from its prompt's cache, which activation "
+                          "recomputation drops: set engine.gradient_checkpointing=false with it")
+    if e.nproc_per_node > 1:
+        raise RecipeError(f"engine.prompt_once runs on one process; engine.nproc_per_node={e.nproc_per_node}")
+    if cfg.recipe.lora.enabled:
+        raise RecipeError("engine.prompt_once runs the full model's forward; with recipe.lora.enabled=true leave it "
+                          "unset")
 
 
 def _trl_batch(cfg: TrainConf) -> None:

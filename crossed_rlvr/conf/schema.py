@@ -131,6 +131,9 @@ class EvalConf(ReadOnly):
     # packed once for oneDNN (decoding steps ~2x faster on this project's CPUs, float32 and bfloat16). Unset stays out
     # of a cell's settings, so every cell made before the option keeps its hash; vLLM packs its own weights.
     linear: str | None = field(default=None, metadata={"omit_none": True})
+    # the transformers backend's attention: null, the model's own (sdpa); eager, unfused (a decoding step's one query
+    # a row over a short cache is faster unfused on the CPU). Unset stays out of a cell's settings, as linear.
+    attention: str | None = field(default=None, metadata={"omit_none": True})
 
 
 @dataclass
@@ -226,6 +229,9 @@ class EngineConf(ReadOnly):
     # TRL: where GRPO completions come from. null: TRL's own model.generate; stream: the evaluator's continuous-batching
     # decoder over a packed copy of the current weights, each group's prompt prefilled once (train/rollout.py)
     sampler: str | None = field(default=None, metadata={"omit_none": True})
+    # TRL: each group's prompt through the model once in the loss's forward, its completions continuing from its cache,
+    # and the output layer on completion positions only (train/prompt_once.py); null keeps TRL's forward
+    prompt_once: bool | None = field(default=None, metadata={"omit_none": True})
     # verl
     device: str = "cuda"           # cuda: GPU nodes; cpu: verl's trainer on this CPU (train/verl_cpu.py), 1 gloo rank a GPU
     nnodes: int = num(1, 1, 4096)
@@ -236,7 +242,7 @@ class EngineConf(ReadOnly):
     rollout_is_threshold: float = num(2.0, 1.0, 1e6, why="the importance weights' truncation, at least 1")
     param_offload: bool = True
     optimizer_offload: bool = True
-    gradient_checkpointing: bool = True
+    gradient_checkpointing: bool = True  # both engines: activations recomputed in the backward (memory for compute)
     launch: bool = False
     cpus_per_node: int | None = num(None, 1, 4096)  # Ray's CPUs per node; null: what verl's budget needs (train/budget.py)
     tq_storage_units: int | None = num(None, 1, 1024)  # TransferQueue storage units (1 CPU each); null: 2 per node

@@ -133,7 +133,8 @@ def band_callbacks(cfg: SFTCommandConf, base: str | Path) -> list[Any]:  # Any: 
 
         from crossed_rlvr.eval.generate.snapshot import Snapshot
 
-        snapshot = Snapshot(torch.bfloat16 if bf16 else torch.float32, pack=True, batch_hint=int(ev.batch_size))
+        snapshot = Snapshot(torch.bfloat16 if bf16 else torch.float32, pack=True, batch_hint=int(ev.batch_size),
+                            attention=ev.attention)
     return [band_callback(band, items, load_tokenizer(base), list(cfg.warmstart.requests), params,
                           int(ev.base_seed), int(ev.batch_size), cfg.model.system, bf16, snapshot)]
 

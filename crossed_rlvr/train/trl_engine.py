@@ -101,10 +101,11 @@ def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool
     trainer.accelerator.wait_for_everyone()  # no rank returns before the checkpoint is in place
 
 
-def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None) -> type:
+def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None, prompt_once: bool = False) -> type:
     """TRL's GRPOTrainer with each sample's advantage scaled by its prompt's importance weight P_i/Q_i
     (App. D.1); the prompts of every generation batch are appended to ``seen``. With ``sampler``
-    (``engine.sampler=stream``, train/rollout.py) the completions come from it instead of ``model.generate``."""
+    (``engine.sampler=stream``, train/rollout.py) the completions come from it instead of ``model.generate``; with
+    ``prompt_once`` (``engine.prompt_once``, train/prompt_once.py) each distinct prompt runs once in the loss's forward."""
     import torch
     from trl import GRPOTrainer
 
@@ -121,6 +122,22 @@ def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None
             # vLLM keeps its own precision.
             with contextlib.nullcontext() if self.use_vllm else self.accelerator.autocast():
                 return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+
+        def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                               logits_to_keep: int, batch_size: int | None = None,
+                                               compute_entropy: bool = False, compute_aux_loss: bool = False,
+                                               **extra: Any) -> Any:  # Any: TRL's own signature and return
+            from crossed_rlvr.train.prompt_once import completion_logps, handles
+
+            text_only = all(v is None for v in extra.values())
+            if prompt_once and text_only and not compute_aux_loss and handles(model):
+                with self.accelerator.autocast():
+                    logps, entropies = completion_logps(model, input_ids, attention_mask, logits_to_keep,
+                                                        float(self.temperature), compute_entropy)
+                return logps, entropies, None
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **extra)
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
             seen.append(sorted({str(x["item_id"]) + "#" + str(x["row"]) for x in inputs}))
@@ -167,7 +184,7 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
         sampler = StreamSampler(tokenizer, max_new_tokens=int(r.max_response_tokens), temperature=float(r.temperature),
                                 top_p=float(r.top_p), bf16=bf16, batch_size=int(r.prompts_per_update * r.group_size),
                                 context_limit=int(r.max_context_tokens), cpu=not torch.cuda.is_available())
-    WeightedGRPOTrainer = weighted_trainer(seen, sampler)
+    WeightedGRPOTrainer = weighted_trainer(seen, sampler, bool(cfg.engine.prompt_once))
 
     arm = ArmLayout(run_dir)
     metrics_path = arm.metrics

@@ -549,6 +549,8 @@ class EngineSettings(Protocol):
     def enforce_eager(self) -> bool: ...
     @property
     def linear(self) -> str | None: ...
+    @property
+    def attention(self) -> str | None: ...
 
 
 def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTokenizerBase]:
@@ -559,6 +561,9 @@ def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTok
     device = resolve_device(gen.device)
     dtype = resolve_dtype(gen.dtype, device)
     if gen.backend == "vllm":
+        if gen.attention is not None:
+            raise ConfigError(f"eval.attention={gen.attention} sets the transformers backend's attention; vLLM "
+                              "chooses its own (leave eval.attention unset with eval.backend=vllm)")
         from crossed_rlvr.policies.loading import load_tokenizer
 
         tokenizer = load_tokenizer(path)
@@ -571,6 +576,8 @@ def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTok
     from crossed_rlvr.policies.loading import load_policy
 
     model, tokenizer = load_policy(path, dtype=dtype, device=device)
+    if gen.attention is not None:
+        model.set_attn_implementation(gen.attention)
     if gen.linear == "onednn":
         if device != "cpu":
             raise ConfigError(f"eval.linear=onednn is for the CPU, but this evaluation generates on {device}; "
