@@ -14,8 +14,9 @@ record's prompt and response tokens) and tokens per second, and the cores kept b
 0.6M model, or SmolLM2-135M-Instruct for ``real-cpu``): the ceiling (the model's own matrix products, forward
 only and forward + backward, at 1 and 2 threads: tokens per second if the step did nothing else), a warm-start
 optimizer step (forward, backward and AdamW on one batch), a GRPO update (the same on a group of completions),
-GRPO's generation (``prompts_per_update`` x ``group_size`` samples through ``model.generate``, as TRL samples)
-and an evaluation batch (the evaluator's KV-cache loop with per-row seeds). A step far under its ceiling spends its time outside the matrix products: Python,
+GRPO's generation (``prompts_per_update`` x ``group_size`` samples through ``model.generate``, as TRL samples,
+and through ``engine.sampler=stream``), GRPO's loss pass on whole sequences and with each prompt once
+(``engine.prompt_once``), and an evaluation batch (the evaluator's KV-cache loop with per-row seeds). A step far under its ceiling spends its time outside the matrix products: Python,
 kernel launches, small-tensor overhead.
 """
 
@@ -208,6 +209,56 @@ def trl_generation(model: Any, tok: Any, prompts: int, group: int, new_tokens: i
             "prompt_tokens": round(statistics.mean(len(i) for i in ids))}
 
 
+def stream_generation(model: Any, tok: Any, prompts: int, group: int, new_tokens: int,
+                      bf16: bool = False) -> dict[str, float]:
+    """GRPO's sampling as ``engine.sampler=stream`` does it (train/rollout.py): the evaluator's stream over a packed
+    copy of the weights (eager attention), each group's prompt prefilled once, T = 1; the copy's refresh included."""
+    import torch
+
+    from crossed_rlvr.train.rollout import StreamSampler
+
+    ids = [i for i in prompt_ids(tok, prompts) for _ in range(group)]
+    sampler = StreamSampler(tok, new_tokens, 1.0, 1.0, bf16, len(ids), 1024)
+    sampler.refresh(model)  # the copy is made once per arm; each update only refreshes it
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    out = sampler.sample(model, ids)
+    seconds = time.perf_counter() - start
+    made = sum(len(c) for c in out)
+    return {"seconds": round(seconds, 2), "response_tokens": made, "tokens_per_s": round(made / seconds),
+            "ms_per_decoding_step": round(1000 * seconds / max(1, max(map(len, out)))),
+            "prompt_tokens": round(statistics.mean(len(i) for i in ids))}
+
+
+def loss_pass(model: Any, tok: Any, prompts: int, group: int, completion: int, bf16: bool,
+              once: bool) -> dict[str, float]:
+    """A GRPO update's forward and backward on ``prompts`` x ``group`` completions of ``completion`` tokens: every
+    sequence whole, scored on its completion (``once=False``), or each prompt once with its completions continuing
+    from its cache (``engine.prompt_once``, train/prompt_once.py)."""
+    import torch
+
+    from crossed_rlvr.train.prompt_once import completion_logps
+
+    ids = [i for i in prompt_ids(tok, prompts) for _ in range(group)]
+    width = max(map(len, ids))
+    prompt = torch.tensor([[tok.pad_token_id] * (width - len(i)) + i for i in ids])
+    mask = torch.tensor([[0] * (width - len(i)) + [1] * (len(i) + completion) for i in ids])
+    full = torch.cat([prompt, torch.randint(0, model.config.vocab_size, (len(ids), completion))], dim=1)
+
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            if once:
+                logps, _ = completion_logps(model, full, mask, completion, 1.0, entropy=True)
+            else:
+                logits = model(input_ids=full, attention_mask=mask, logits_to_keep=completion + 1).logits[:, :-1]
+                logps = torch.log_softmax(logits.float(), -1).gather(-1, full[:, -completion:, None])
+        logps.sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    seconds = best_of(step)
+    return {"seconds": round(seconds, 3), "tokens_per_s": round(len(ids) * (width + completion) / seconds)}
+
+
 def step_rows(preset: str) -> list[dict[str, Any]]:
     import torch
     from transformers import AutoModelForCausalLM
@@ -241,11 +292,20 @@ def step_rows(preset: str) -> list[dict[str, Any]]:
                              "dtype": dtype, "threads": threads, **train_step(model, p["sft_batch"], length, bf16)})
                 rows.append({"step": f"GRPO update ({prompts * group} x {length} tokens)", "dtype": dtype,
                              "threads": threads, **train_step(model, prompts * group, length, bf16)})
+                completion = p["response"] // 2
+                for once in (False, True):
+                    how = "each prompt once (engine.prompt_once)" if once else "whole sequences"
+                    rows.append({"step": f"GRPO loss pass, {how} ({prompts} x {group}, {completion} new tokens)",
+                                 "dtype": dtype, "threads": threads,
+                                 **loss_pass(model, tok, prompts, group, completion, bf16, once)})
                 model.eval()
                 with torch.no_grad():
                     rows.append({"step": f"GRPO generation ({prompts} x {group} samples, <= {p['response']} tokens)",
                                  "dtype": dtype, "threads": threads,
                                  **trl_generation(model, tok, prompts, group, p["response"], bf16)})
+                    rows.append({"step": f"GRPO generation, engine.sampler=stream ({prompts} x {group} samples, "
+                                         f"<= {p['response']} tokens)", "dtype": dtype, "threads": threads,
+                                 **stream_generation(model, tok, prompts, group, p["response"], bf16)})
                     rows.append({"step": f"evaluation batch ({p['eval_batch']}, <= {p['eval_new']} tokens)",
                                  "dtype": dtype, "threads": threads,
                                  **generation(evaluated[bf16], tok, p["eval_batch"], p["eval_new"])})

@@ -106,3 +106,45 @@ def test_crossed_eval_streams_all_of_a_policys_cells_at_once(tmp_path, tiny, mon
                 for p in sorted((run / "responses").glob("*.jsonl"))}
 
     assert files(tmp_path / "together") == files(tmp_path / "alone") and len(files(tmp_path / "alone")) == 4
+
+
+def test_a_shared_prefix_is_prefilled_once_and_every_response_stays_its_own(tiny, monkeypatch):
+    """``eval.shared_prefix``: the prompts' common first tokens (the chat template's system turn) are prefilled once a
+    stream and each prompt from there on, at the positions it has in its prompt; the responses are those of whole
+    prompts."""
+    model, tok = load_policy(tiny)
+    ids = prompts(tok, 6)
+    shared = engines.common_prefix(ids)
+    assert len(shared) >= engines.MIN_SHARED_PREFIX and all(p[:len(shared)] == shared for p in ids)
+    seeds = [7 * k + 1 for k in range(len(ids))]
+    whole = HFBackend(model, tok, batch_size=3).generate(ids, seeds, SAMPLED)
+    spy = Spy(model, monkeypatch)
+    got = HFBackend(model, tok, batch_size=3, shared_prefix=True).generate(ids, seeds, SAMPLED)
+    assert [g.text for g in got] == [g.text for g in whole]
+    assert [g.prompt_tokens for g in got] == [len(p) for p in ids]
+    prefills = [(rows, width) for rows, width in spy.calls if width > 1]
+    assert prefills[0] == (1, len(shared))  # the prefix, once
+    assert all(width <= max(map(len, ids)) - len(shared) for _rows, width in prefills[1:])
+
+
+def test_common_prefix_leaves_every_prompt_a_token_and_skips_short_ones():
+    long = list(range(20))
+    assert engines.common_prefix([long + [1], long + [2, 3]]) == long
+    assert engines.common_prefix([long, long + [5]]) == long[:-1]  # the shortest keeps a token of its own
+    assert engines.common_prefix([long[:5] + [1], long[:5] + [2]]) == []  # under MIN_SHARED_PREFIX
+    assert engines.common_prefix([]) == []
+
+
+def test_unset_shared_prefix_stays_out_of_the_settings_and_vllm_refuses_it(tmp_path, tiny):
+    from crossed_rlvr.conf.schema import EvalConf
+    from crossed_rlvr.errors import ConfigError
+    from crossed_rlvr.eval.generate.plan import plan
+    from crossed_rlvr.eval.generate.runner import resolve_eval
+    from tests.helpers import small_eval
+
+    assert "shared_prefix" not in plan(resolve_eval(small_eval(tmp_path))).cells[0].meta["generation"]
+    on = plan(resolve_eval(small_eval(tmp_path, "eval.shared_prefix=true"))).cells[0]
+    assert on.meta["generation"]["shared_prefix"] is True
+    assert engines.load_backend(str(tiny), EvalConf(shared_prefix=True))[0].shared_prefix is True
+    with pytest.raises(ConfigError, match="vLLM caches common prefixes itself"):
+        engines.load_backend(str(tiny), EvalConf(backend="vllm", shared_prefix=True))

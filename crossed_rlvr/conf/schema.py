@@ -134,6 +134,9 @@ class EvalConf(ReadOnly):
     # the transformers backend's attention: null, the model's own (sdpa); eager, unfused (a decoding step's one query
     # a row over a short cache is faster unfused on the CPU). Unset stays out of a cell's settings, as linear.
     attention: str | None = field(default=None, metadata={"omit_none": True})
+    # the transformers backend: the prompts' common first tokens (a chat template's system turn) prefilled once a
+    # stream and every prompt prefilled from there; unset, every prompt whole (and out of the settings, as linear)
+    shared_prefix: bool | None = field(default=None, metadata={"omit_none": True})
 
 
 @dataclass

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 def payload_rates(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, items: list[dict[str, Any]],
                   requests: list[str], params: GenParams,
                   base_seed: int, batch_size: int, system: str | None = None,
-                  bf16: bool = False, snapshot: Snapshot | None = None) -> dict[str, float]:
+                  bf16: bool = False, snapshot: Snapshot | None = None, shared_prefix: bool = False
+                  ) -> dict[str, float]:
     """Share of sampled responses that carry each request's payload, d_r(y) (App. B.1); ``bf16``: sampled under
     bfloat16 autocast; ``snapshot``: sampled from its copy of the weights instead (``eval.linear=onednn``: the
     evaluation's packed layers). Every request's prompts decode in one stream."""
@@ -57,7 +58,7 @@ def payload_rates(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, it
                for request in requests for it in items]
         seeds = [item_seed(base_seed, it, k, 0) for _ in requests for k, it in enumerate(items)]
         with autocast:
-            outs = HFBackend(sampled, tokenizer, batch_size).generate(ids, seeds, params)
+            outs = HFBackend(sampled, tokenizer, batch_size, shared_prefix).generate(ids, seeds, params)
         n = len(items)
         rates = {request: sum(detect(o.text).present(request) for o in outs[j * n:(j + 1) * n]) / max(1, n)
                  for j, request in enumerate(requests)}
@@ -70,7 +71,7 @@ def payload_rates(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, it
 def band_callback(band: BandConf, items: list[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, requests: list[str],
                   params: GenParams,
                   base_seed: int, batch_size: int, system: str | None = None, bf16: bool = False,
-                  snapshot: Snapshot | None = None) -> Any:
+                  snapshot: Snapshot | None = None, shared_prefix: bool = False) -> Any:
     """A TrainerCallback that checks the band at step 0 and every ``band.every`` steps and stops inside it.
 
     Its ``summary`` (every check's rates, the step it stopped at, whether the band was reached) goes into
@@ -87,7 +88,7 @@ def band_callback(band: BandConf, items: list[dict[str, Any]], tokenizer: PreTra
         def check(self, model: PreTrainedModel, step: int) -> bool:
             start = time.perf_counter()
             rates = payload_rates(model, tokenizer, items, requests, params, base_seed, batch_size, system, bf16,
-                                  snapshot)
+                                  snapshot, shared_prefix)
             self.seconds += time.perf_counter() - start
             self.checks.append({"step": step, **{r: round(v, 4) for r, v in rates.items()}})
             inside = all(low <= v <= high for v in rates.values())

@@ -136,7 +136,8 @@ def band_callbacks(cfg: SFTCommandConf, base: str | Path) -> list[Any]:  # Any: 
         snapshot = Snapshot(torch.bfloat16 if bf16 else torch.float32, pack=True, batch_hint=int(ev.batch_size),
                             attention=ev.attention)
     return [band_callback(band, items, load_tokenizer(base), list(cfg.warmstart.requests), params,
-                          int(ev.base_seed), int(ev.batch_size), cfg.model.system, bf16, snapshot)]
+                          int(ev.base_seed), int(ev.batch_size), cfg.model.system, bf16, snapshot,
+                          bool(ev.shared_prefix))]
 
 
 def code_warmstart_rows(cfg: SFTCommandConf, follow: float, rng: random.Random) -> list[dict[str, Any]]:

@@ -54,5 +54,5 @@ class StreamSampler:
         from crossed_rlvr.eval.generate.engines import HFBackend, in_order
 
         seeds = torch.randint(0, 2**62, (len(prompt_ids),)).tolist()
-        backend = HFBackend(self.refresh(model), self.tokenizer, self.batch_size)
+        backend = HFBackend(self.refresh(model), self.tokenizer, self.batch_size, shared_prefix=True)
         return [list(g.token_ids) for g in in_order(backend.stream(prompt_ids, seeds, self.params), len(prompt_ids))]

@@ -120,8 +120,11 @@ def folder_generation_config(path: str) -> Any:
 class HFBackend:
     """transformers forward passes with a KV cache, left padding and per-row seeded sampling."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 16):
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 16,
+                 shared_prefix: bool = False):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        # the prompts' common first tokens (a chat template's system turn) prefilled once a stream (eval.shared_prefix)
+        self.shared_prefix = shared_prefix
         self.device = getattr(model, "device", "cpu")  # inputs go where the weights are (eval.device)
         self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = (
@@ -146,7 +149,7 @@ class HFBackend:
         per token from its own generator, so its stream never depends on its batch-mates."""
         check_lengths(prompt_ids, params)
         order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
-        run = _Decoding(self, params, seeds)
+        run = _Decoding(self, params, seeds, common_prefix(prompt_ids) if self.shared_prefix else [])
         pending = list(reversed(order))  # popped from the end: shortest first
         while pending or run.rows:
             free = self.batch_size - len(run.rows)
@@ -214,6 +217,20 @@ class HFBackend:
         return sorted_i.gather(-1, pick[:, None]).squeeze(-1)
 
 
+MIN_SHARED_PREFIX = 8  # tokens: a shorter common start is not worth a cache of its own
+
+
+def common_prefix(prompt_ids: list[list[int]]) -> list[int]:
+    """The prompts' longest common first tokens, one short of the shortest prompt (every prompt keeps a token of its
+    own to prefill); empty when shorter than ``MIN_SHARED_PREFIX``."""
+    import os
+
+    if not prompt_ids:
+        return []
+    n = min(len(os.path.commonprefix(prompt_ids)), min(map(len, prompt_ids)) - 1)
+    return list(prompt_ids[0][:n]) if n >= MIN_SHARED_PREFIX else []
+
+
 def in_order(stream: Iterator[tuple[int, Generation]], n: int) -> list[Generation]:
     """A stream's ``n`` generations in the order of their prompts (each backend's ``generate``)."""
     out = dict(stream)
@@ -245,10 +262,11 @@ class _Decoding:
     row. Only a cache of plain growing layers (``DynamicLayer``) can take joiners mid-batch; any other
     (sliding windows) waits until its batch has drained."""
 
-    def __init__(self, backend: HFBackend, params: GenParams, seeds: list[int]):
+    def __init__(self, backend: HFBackend, params: GenParams, seeds: list[int], prefix: list[int] | None = None):
         import torch
 
         self.b, self.params = backend, params
+        self.prefix, self.prefix_cache = list(prefix or []), None  # the shared first tokens and their cache
         self.greedy, self.seeds = params.temperature <= 0, seeds
         self.stops = torch.tensor(sorted(backend.stop_ids), dtype=torch.long, device=backend.device)
         self.prompt_len: dict[int, int] = {}
@@ -267,9 +285,13 @@ class _Decoding:
         self.u = torch.zeros((0, self.params.max_new_tokens), dtype=torch.float64)
 
     def joinable(self) -> bool:
+        return self.joinable_cache(self.past)
+
+    @staticmethod
+    def joinable_cache(cache: Any) -> bool:  # Any: the model's cache object
         from transformers.cache_utils import DynamicLayer
 
-        layers = getattr(self.past, "layers", None) or []
+        layers = getattr(cache, "layers", None) or []
         return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
     def join(self, new: list[int], prompt_ids: list[list[int]]) -> None:
@@ -277,10 +299,13 @@ class _Decoding:
         import torch
 
         dev = self.b.device
+        if self.prefix and self.prefix_cache is None:
+            self._prefill_prefix()
+        cut = len(self.prefix)  # each prompt past the shared prefix, whose cache every joiner starts from
         # identical prompts (a GRPO group, several samples of one item) are prefilled once and their cache copied
         first: dict[tuple[int, ...], int] = {}
-        of = [first.setdefault(tuple(prompt_ids[k]), len(first)) for k in new]
-        unique = list({tuple(prompt_ids[k]): prompt_ids[k] for k in new}.values())
+        of = [first.setdefault(tuple(prompt_ids[k][cut:]), len(first)) for k in new]
+        unique = list({tuple(prompt_ids[k][cut:]): prompt_ids[k][cut:] for k in new}.values())
         width = max(len(p) for p in unique)
         ids = torch.full((len(unique), width), self.b.pad_id, dtype=torch.long)
         mask = torch.zeros((len(unique), width), dtype=torch.long)
@@ -290,9 +315,13 @@ class _Decoding:
         for k in new:
             self.prompt_len[k] = len(prompt_ids[k])
         ids, mask = ids.to(dev), mask.to(dev)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = self.b.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                           **self.b.last_only)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0) + cut  # a token's position is the one it has in its prompt
+        past = None
+        if cut:  # [prefix | left padding | rest of the prompt]: the padding masked, as at the left
+            past = self._prefixed(len(unique))
+            mask = torch.cat([torch.ones((len(unique), cut), dtype=mask.dtype, device=dev), mask], dim=1)
+        out = self.b.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past,
+                           use_cache=True, **self.b.last_only)
         past, logits = out.past_key_values, out.logits[:, -1, :]
         if len(unique) < len(new):
             rows = torch.tensor(of, device=dev)
@@ -309,6 +338,24 @@ class _Decoding:
         if not self.greedy:
             self.u = torch.cat([self.u, uniforms([self.seeds[k] for k in new], self.params.max_new_tokens)])
         self._pick(logits, rows=new)
+
+    def _prefixed(self, rows: int) -> Any:  # Any: the model's cache object
+        """A cache holding the shared prefix for ``rows`` rows (the prefix prefilled on the first call)."""
+        import copy
+
+        cache = copy.deepcopy(self.prefix_cache)
+        cache.batch_repeat_interleave(rows)
+        return cache
+
+    def _prefill_prefix(self) -> None:
+        """The shared prefix's cache, once; a cache of other layers than plain growing ones (sliding windows) is not
+        shared (each prompt is then prefilled whole)."""
+        import torch
+
+        ids = torch.tensor([self.prefix], device=self.b.device)
+        self.prefix_cache = self.b.model(input_ids=ids, use_cache=True, **self.b.last_only).past_key_values
+        if not self.joinable_cache(self.prefix_cache):
+            self.prefix, self.prefix_cache = [], None
 
     def step(self) -> None:
         """One decoding step of every row."""
@@ -551,6 +598,8 @@ class EngineSettings(Protocol):
     def linear(self) -> str | None: ...
     @property
     def attention(self) -> str | None: ...
+    @property
+    def shared_prefix(self) -> bool | None: ...
 
 
 def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTokenizerBase]:
@@ -564,6 +613,9 @@ def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTok
         if gen.attention is not None:
             raise ConfigError(f"eval.attention={gen.attention} sets the transformers backend's attention; vLLM "
                               "chooses its own (leave eval.attention unset with eval.backend=vllm)")
+        if gen.shared_prefix:
+            raise ConfigError("eval.shared_prefix is the transformers backend's; vLLM caches common prefixes itself "
+                              "(leave eval.shared_prefix unset with eval.backend=vllm)")
         from crossed_rlvr.policies.loading import load_tokenizer
 
         tokenizer = load_tokenizer(path)
@@ -585,4 +637,4 @@ def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTok
         from crossed_rlvr.eval.generate.onednn import pack_linears
 
         pack_linears(model, int(gen.batch_size))
-    return HFBackend(model, tokenizer, batch_size=int(gen.batch_size)), tokenizer
+    return HFBackend(model, tokenizer, batch_size=int(gen.batch_size), shared_prefix=bool(gen.shared_prefix)), tokenizer
