@@ -226,7 +226,7 @@ def stream_generation(model: Any, tok: Any, prompts: int, group: int, new_tokens
     seconds = time.perf_counter() - start
     made = sum(len(c) for c in out)
     return {"seconds": round(seconds, 2), "response_tokens": made, "tokens_per_s": round(made / seconds),
-            "ms_per_decoding_step": round(1000 * seconds / max(1, max(map(len, out)))),
+            "ms_per_decoding_step": round(1000 * seconds / max(1, *map(len, out))),
             "prompt_tokens": round(statistics.mean(len(i) for i in ids))}
 
 

@@ -129,9 +129,9 @@ def test_a_shared_prefix_is_prefilled_once_and_every_response_stays_its_own(tiny
 
 def test_common_prefix_leaves_every_prompt_a_token_and_skips_short_ones():
     long = list(range(20))
-    assert engines.common_prefix([long + [1], long + [2, 3]]) == long
-    assert engines.common_prefix([long, long + [5]]) == long[:-1]  # the shortest keeps a token of its own
-    assert engines.common_prefix([long[:5] + [1], long[:5] + [2]]) == []  # under MIN_SHARED_PREFIX
+    assert engines.common_prefix([[*long, 1], [*long, 2, 3]]) == long
+    assert engines.common_prefix([long, [*long, 5]]) == long[:-1]  # the shortest keeps a token of its own
+    assert engines.common_prefix([[*long[:5], 1], [*long[:5], 2]]) == []  # under MIN_SHARED_PREFIX
     assert engines.common_prefix([]) == []
 
 

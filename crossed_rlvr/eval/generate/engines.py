@@ -223,12 +223,12 @@ MIN_SHARED_PREFIX = 8  # tokens: a shorter common start is not worth a cache of 
 def common_prefix(prompt_ids: list[list[int]]) -> list[int]:
     """The prompts' longest common first tokens, one short of the shortest prompt (every prompt keeps a token of its
     own to prefill); empty when shorter than ``MIN_SHARED_PREFIX``."""
-    import os
-
     if not prompt_ids:
         return []
-    n = min(len(os.path.commonprefix(prompt_ids)), min(map(len, prompt_ids)) - 1)
-    return list(prompt_ids[0][:n]) if n >= MIN_SHARED_PREFIX else []
+    first, n = prompt_ids[0], min(map(len, prompt_ids)) - 1
+    for prompt in prompt_ids[1:]:
+        n = next((k for k in range(n) if prompt[k] != first[k]), n)
+    return list(first[:n]) if n >= MIN_SHARED_PREFIX else []
 
 
 def in_order(stream: Iterator[tuple[int, Generation]], n: int) -> list[Generation]:
