@@ -103,3 +103,13 @@ def test_a_run_json_written_before_the_facts_were_recorded_still_reads(tmp_path)
 
     (tmp_path / "run.json").write_text(json.dumps({"policies": {"grpo-hash/s1": {"path": "m", "weights_sha256": "x"}}}))
     assert recorded_policies(tmp_path) == {}
+
+
+def test_a_stamp_read_back_from_json_names_no_input_as_changed():
+    """A stamp's inputs come back from JSON with text keys (``"1"`` for the stratum 1): only real differences are
+    named when a stage is redone."""
+    from crossed_rlvr.study.stamps import changed_inputs
+
+    now = {"task": {"train_per_stratum": {1: 100, 2: 100}}, "seed": 83}
+    assert changed_inputs(json.loads(json.dumps(now)), now) == []
+    assert changed_inputs(json.loads(json.dumps(now)), {**now, "seed": 84}) == ["seed"]

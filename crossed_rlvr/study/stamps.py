@@ -144,10 +144,12 @@ class StageCache:
 
 
 def changed_inputs(old: object, new: object, prefix: str = "") -> list[str]:
-    """Dotted names of the inputs that differ between two stamps (for the console, at most 6)."""
+    """Dotted names of the inputs that differ between two stamps (for the console, at most 6). Keys compare as text:
+    a stamp read back from JSON has ``"1"`` where the inputs computed now have ``1``."""
     if isinstance(old, dict) and isinstance(new, dict):
+        was, now = {str(k): v for k, v in old.items()}, {str(k): v for k, v in new.items()}
         out: list[str] = []
-        for key in sorted(set(old) | set(new), key=str):
-            out += changed_inputs(old.get(key), new.get(key), f"{prefix}{key}.")
+        for key in sorted(set(was) | set(now)):
+            out += changed_inputs(was.get(key), now.get(key), f"{prefix}{key}.")
         return out[:6]
     return [] if old == new else [prefix[:-1] or "inputs"]

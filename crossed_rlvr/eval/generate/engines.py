@@ -17,7 +17,7 @@ same item seed gives the same response whatever batch it falls in. Both backends
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from crossed_rlvr.errors import ConfigError, CrossedError
 
@@ -266,7 +266,8 @@ class _Decoding:
         import torch
 
         self.b, self.params = backend, params
-        self.prefix, self.prefix_cache = list(prefix or []), None  # the shared first tokens and their cache
+        # the shared first tokens and their cache (Any: the model's cache object)
+        self.prefix, self.prefix_cache = list(prefix or []), cast(Any, None)
         self.greedy, self.seeds = params.temperature <= 0, seeds
         self.stops = torch.tensor(sorted(backend.stop_ids), dtype=torch.long, device=backend.device)
         self.prompt_len: dict[int, int] = {}
@@ -340,7 +341,7 @@ class _Decoding:
         self._pick(logits, rows=new)
 
     def _prefixed(self, rows: int) -> Any:  # Any: the model's cache object
-        """A cache holding the shared prefix for ``rows`` rows (the prefix prefilled on the first call)."""
+        """A cache holding the shared prefix (prefilled at the first join) for ``rows`` rows."""
         import copy
 
         cache = copy.deepcopy(self.prefix_cache)
