@@ -27,12 +27,15 @@ def composed(*overrides: str) -> Any:
 def node_settings(cfg: Any) -> dict[str, Any]:
     """The arm's settings as they were read from the Hydra node before the config was typed: the resolved node less
     the watching settings, and less validation and eval for a TRL arm that does not validate; the arm's model
-    carries the initial weights' hash only where a study bound one, its eval settings ``eval.linear`` only where set."""
+    carries the initial weights' hash only where a study bound one, and each option added later (``eval.linear``,
+    ``engine.sampler`` ...) only where set."""
     data = untracked(OmegaConf.to_container(cfg, resolve=True))
     if data["model"].get("weights_sha256") is None:
         data["model"].pop("weights_sha256", None)
-    if data.get("eval", {}).get("linear") is None:  # an evaluation option added unset stays out of every hash
-        data.get("eval", {}).pop("linear", None)
+    for group, key in (("eval", "linear"), ("eval", "attention"), ("eval", "shared_prefix"),
+                       ("engine", "sampler"), ("engine", "prompt_once")):
+        if data.get(group, {}).get(key) is None:  # an option added unset stays out of every hash
+            data.get(group, {}).pop(key, None)
     if data["engine"]["name"] == "trl" and not data["validation"]["every"]:
         data.pop("validation")
         data.pop("eval")

@@ -183,10 +183,12 @@ def check_config(cfg: TrainConf, initial_built: bool = True) -> None:
         _initial_built(cfg.model)
 
 
-def _sampler(cfg: TrainConf) -> None:
-    """engine.sampler=stream replaces TRL's model.generate: a TRL arm's full weights, sampled in this process."""
-    from crossed_rlvr.train.rollout import SAMPLERS
+SAMPLERS = ("stream",)  # engine.sampler's values (null: TRL's own generate)
 
+
+def _sampler(cfg: TrainConf) -> None:
+    """engine.sampler=stream replaces TRL's model.generate (train/rollout.py): a TRL arm's full weights, sampled in
+    its own process."""
     e = cfg.engine
     if e.sampler is None:
         return

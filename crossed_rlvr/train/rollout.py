@@ -21,9 +21,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-SAMPLERS = ("stream",)
-
-
 class StreamSampler:
     """GRPO completions (token ids, the stop token included, as TRL's ``generate`` path returns them) from a
     packed copy of the trained model's current weights, ``batch_size`` rows decoding at once."""

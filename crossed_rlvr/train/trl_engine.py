@@ -123,7 +123,8 @@ def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None
             with contextlib.nullcontext() if self.use_vllm else self.accelerator.autocast():
                 return super()._generate_single_turn(prompt_ids, *args, **kwargs)
 
-        def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+        def _get_per_token_logps_and_entropies(self, model: Any,  # Any: the trainer's model, wrapped or not
+                                               input_ids: torch.Tensor, attention_mask: torch.Tensor,
                                                logits_to_keep: int, batch_size: int | None = None,
                                                compute_entropy: bool = False, compute_aux_loss: bool = False,
                                                **extra: Any) -> Any:  # Any: TRL's own signature and return
@@ -161,6 +162,21 @@ def validation_callback(cfg: CheckedTrainConf, model_path: Path, lora: bool) -> 
     return make_callback(cfg, model_path)
 
 
+def stream_sampler(cfg: TrainConf, tokenizer: Any, bf16: bool) -> StreamSampler | None:  # Any: a tokenizer
+    """The arm's sampler where ``engine.sampler=stream`` (train/rollout.py): the recipe's sampling, one update's
+    completions decoding at once; else None (TRL's own generate)."""
+    if cfg.engine.sampler != "stream":
+        return None
+    import torch
+
+    from crossed_rlvr.train.rollout import StreamSampler
+
+    r = cfg.recipe
+    return StreamSampler(tokenizer, max_new_tokens=int(r.max_response_tokens), temperature=float(r.temperature),
+                         top_p=float(r.top_p), bf16=bf16, batch_size=int(r.prompts_per_update * r.group_size),
+                         context_limit=int(r.max_context_tokens), cpu=not torch.cuda.is_available())
+
+
 def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
     """Train one GRPO arm on ``rows``; returns time, final checkpoint, metrics file (and what the ranks did)."""
     import torch
@@ -176,15 +192,7 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
     tokenizer = load_tokenizer(model_path)
 
     bf16 = bf16_autocast(cfg.engine.bf16)
-    sampler = None
-    if cfg.engine.sampler == "stream":
-        from crossed_rlvr.train.rollout import StreamSampler
-
-        r = cfg.recipe
-        sampler = StreamSampler(tokenizer, max_new_tokens=int(r.max_response_tokens), temperature=float(r.temperature),
-                                top_p=float(r.top_p), bf16=bf16, batch_size=int(r.prompts_per_update * r.group_size),
-                                context_limit=int(r.max_context_tokens), cpu=not torch.cuda.is_available())
-    WeightedGRPOTrainer = weighted_trainer(seen, sampler, bool(cfg.engine.prompt_once))
+    WeightedGRPOTrainer = weighted_trainer(seen, stream_sampler(cfg, tokenizer, bf16), bool(cfg.engine.prompt_once))
 
     arm = ArmLayout(run_dir)
     metrics_path = arm.metrics
