@@ -5,8 +5,9 @@ prompt is prefilled once per completion (8 times at ``recipe.group_size=8``). It
 vLLM path fails at the first weight sync on vLLM's CPU build (whose linear layers repack their weights and drop the
 loader a sync calls), and its paged path casts the trained model to bfloat16 in place. This sampler instead hands the
 update's prompts to the transformers backend's continuous-batching stream (``HFBackend.stream``): a row that ends
-leaves the batch, identical prompts are prefilled once, and on the CPU the linear layers read oneDNN-packed copies of
-the weights (``eval/generate/onednn.py``), which is where a small model's decoding step spends its time.
+leaves the batch, identical prompts are prefilled once (and the prompts' common start, the chat template's system
+turn, once an update), and on the CPU the linear layers read oneDNN-packed copies of the weights
+(``eval/generate/onednn.py``), which is where a small model's decoding step spends its time.
 
 It samples a copy of the current weights in the precision the loss is computed in (bfloat16 under ``engine.bf16``,
 as TRL's own sampling under autocast; else float32), refreshed before every generation. Each completion draws its
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 
 class StreamSampler:
     """GRPO completions (token ids, the stop token included, as TRL's ``generate`` path returns them) from a
