@@ -85,9 +85,11 @@ def test_the_batch_splits_over_ranks_or_is_refused():
                                        "clip_ratio": 0.2, "kl_loss": False, "loss_agg": "seq-mean-token-mean",
                                        "norm_adv_by_std": True, "entropy_coeff": 0.0, "temperature": 1.0,
                                        "top_p": 1.0, "max_response_tokens": 8, "updates": 3},
-                            "engine": {"micro_batch": 16, "use_vllm": False}, "seed": 1, "data_seed": 1})
+                            "engine": {"micro_batch": 16, "use_vllm": False, "gradient_checkpointing": False},
+                            "seed": 1, "data_seed": 1})
     one, two = trl_args(cfg, 1), trl_args(cfg, 2)
     assert (one["per_device_train_batch_size"], one["gradient_accumulation_steps"]) == (16, 4)
+    assert one["gradient_checkpointing"] is False  # TRL's own default is on: the engine's setting must reach it
     assert (two["per_device_train_batch_size"], two["gradient_accumulation_steps"]) == (16, 2)
     with pytest.raises(ValueError, match=r"does not split into engine.micro_batch=16 x 3 processes"):
         trl_args(cfg, 3)
