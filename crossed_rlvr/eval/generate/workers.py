@@ -5,8 +5,9 @@ at a time; the driver splits every unfinished cell into shards of ``distribute.s
 responses, gives each idle worker a shard of the policy it already holds (else of the policy with
 the most work left), and writes every finished shard whole into the cell's scratch folder. Records
 are built by the driver with the serial run's own code (``runner.make_record``) from what the
-workers return, and every response depends only on its item seed, so the files are byte for byte
-those of a serial run: resumable per shard after a worker or the driver is killed. A worker that
+workers return, and every response depends only on its item seed, so in float32 the files are byte for
+byte those of a serial run (in bfloat16 a row's arithmetic depends on its batch-mates: docs/cluster-eval.md);
+resumable per shard after a worker or the driver is killed. A worker that
 dies is replaced and its shard retried (``distribute.max_retries``); a shard that still fails is
 reported with its cell, and its cell is not written.
 """
