@@ -319,8 +319,8 @@ def transformers_eval(work: Path) -> dict[str, Any]:
     expected = ("cuda", "bfloat16") if cuda() else ("cpu", "float32")
     path = tiny_policy(work / "policy")
     start = time.perf_counter()
-    backend, tok = load_backend(str(path), Settings(backend="hf", device="auto", dtype=None, batch_size=4, linear=None,
-                                                             attention=None, shared_prefix=None))
+    gen = Settings(backend="hf", device="auto", dtype=None, batch_size=4, linear=None, attention=None, shared_prefix=None)
+    backend, tok = load_backend(str(path), gen)
     weights = next(backend.model.parameters())
     placed = (weights.device.type, str(weights.dtype).removeprefix("torch."))
     out: dict[str, Any] = {"device": placed[0], "dtype": placed[1], "load_s": round(time.perf_counter() - start, 1)}
