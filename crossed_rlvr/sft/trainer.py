@@ -2,7 +2,8 @@
 
 Defaults are the paper's recipe: 2 epochs, learning rate 1e-5 with cosine decay and 3% warmup,
 effective batch 32, maximum length 1024, fp32 master weights under bfloat16 autocast on GPUs. The loss
-is on the completion only (prompt tokens are masked). The same trainer serves the warm start of a
+is on the completion only (prompt tokens are masked, and the output layer runs on completion positions
+only). The same trainer serves the warm start of a
 tiny initial policy and the marker-swapped arms.
 
 One recipe on any number of processes: launched by ``torchrun`` (or ``deepspeed``/``accelerate``), each
@@ -89,6 +90,73 @@ def _collate(pad_id: int):
     return collate
 
 
+def completion_rows(labels: Any) -> Any:
+    """Positions whose next token is a completion token: the only positions the loss reads."""
+    import torch
+
+    rows = torch.zeros_like(labels, dtype=torch.bool)
+    rows[:, :-1] = labels[:, 1:] != -100
+    return rows
+
+
+def _completion_loss_trainer():
+    """A ``Trainer`` whose causal-LM loss runs the output layer only where the loss reads it.
+
+    The loss is the model's own (next-token cross-entropy over completion tokens, summed and divided by the
+    accumulated batch's completion tokens, as transformers' ``ForCausalLMLoss``), but the output layer
+    projects only the positions that predict a completion token: prompt and padding positions are most of a
+    warm-start row and SmolLM2's output layer (49,152 rows) ~20% of its matrix products. A forward pre-hook
+    on the output layer selects those positions, so any wrapping (DDP, DeepSpeed) still runs the model's own
+    forward. Measured on SmolLM2-135M at 2 threads, bf16 autocast, 16 rows: one step 6.8 s -> ~4.5 s.
+    """
+    import torch
+    from transformers import Trainer
+
+    class CompletionLossTrainer(Trainer):
+        _rows: Any = None
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.model_accepts_loss_kwargs = True  # the loss below divides by the accumulated batch's tokens
+
+        def select_completion_positions(self, model: Any) -> None:
+            head = model.get_output_embeddings()
+            if head is None:
+                raise SFTRecipeError(f"{type(model).__name__} has no output layer to compute the loss from")
+
+            def pick(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+                if self._rows is None:  # generation (the band checks) and anything else: the whole input
+                    return None
+                return (args[0][self._rows], *args[1:])
+
+            head.register_forward_pre_hook(pick)
+
+        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
+                         num_items_in_batch: Any = None) -> Any:
+            labels = inputs["labels"]
+            self._rows = completion_rows(labels)
+            try:
+                outputs = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+            finally:
+                self._rows = None
+            targets = labels[:, 1:][labels[:, 1:] != -100]
+            logits = outputs.logits.float()
+            if logits.shape[:-1] != targets.shape:
+                raise SFTRecipeError(f"{type(self.accelerator.unwrap_model(model)).__name__}: the output layer "
+                                     f"returned logits of shape {tuple(outputs.logits.shape)} for "
+                                     f"{targets.numel()} completion positions")
+            loss = torch.nn.functional.cross_entropy(logits, targets.to(logits.device), reduction="sum")
+            if num_items_in_batch is None:
+                loss = loss / max(targets.numel(), 1)
+            else:
+                loss = loss / num_items_in_batch
+                if self.args.average_tokens_across_devices:  # as Trainer.compute_loss: the gradients are averaged
+                    loss = loss * self.accelerator.num_processes
+            return (loss, outputs) if return_outputs else loss
+
+    return CompletionLossTrainer
+
+
 def batch_plan(effective: int, per_device: int, world: int) -> tuple[int, int]:
     """(per-device batch, accumulation) with per-device x accumulation x world = ``effective``
     (App. D.2.1's effective batch on any number of processes). A per-device batch larger than the
@@ -137,7 +205,7 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
     A callback with a ``summary`` (the warm start's request-following band, ``sft/band.py``) adds it to
     the summary."""
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig, Trainer, TrainingArguments, set_seed
+    from transformers import AutoModelForCausalLM, GenerationConfig, TrainingArguments, set_seed
 
     from crossed_rlvr.policies.loading import load_tokenizer
 
@@ -170,8 +238,9 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
     )
     # fp32 master weights; with bf16 the Trainer computes under bfloat16 autocast (App. D.2.1)
     model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
-    trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=_collate(tokenizer.pad_token_id),
-                      callbacks=callbacks)
+    trainer = _completion_loss_trainer()(model=model, args=args, train_dataset=data,
+                                         data_collator=_collate(tokenizer.pad_token_id), callbacks=callbacks)
+    trainer.select_completion_positions(model)
     if trainer.args.n_gpu > 1 and world == 1:
         trainer.args._n_gpu = 1  # one GPU per arm (App. D.2.1), never nn.DataParallel over the node
     first = trainer.is_world_process_zero()
