@@ -25,13 +25,15 @@ pytestmark = pytest.mark.timeout(1500)
 # What the tests below read, and no more: two warm-start steps of 4 items, each with its sampled check, one GRPO
 # update per arm of completions cut at 32 tokens (no validation during training: none is asserted here; the
 # rewards only need to come from the reward programs), 4 items crossed at the evaluation's 64. Decoding a 135M
-# model is memory-bound on a CPU (~50 ms a step at any small batch), so the sampled tokens are what costs.
+# model is memory-bound on a CPU (~50 ms a step at any small batch), so the sampled tokens are what costs. The
+# evaluation of 4 items runs serially: Ray workers would start for less work than their start-up.
 SHRINK = ["experiment=real-cpu", "tracking=off", "initial.train_items=8", "sft.effective_batch=4",
           "sft.per_device_batch=4", "sft.epochs=1", "initial.band.every=1", "initial.band.n_items=2",
           "recipe.updates=1", "recipe.prompts_per_update=2", "recipe.group_size=4", "recipe.max_response_tokens=32",
           "engine.micro_batch=8",
           "arms.seeds=[83]", "arms.train_items=8", "validation.every=0", "evaluation.n_items=4",
-          "evaluation.templates=[original]", "analysis.resamples=100", "eval.max_new_tokens=64"]
+          "evaluation.templates=[original]", "analysis.resamples=100", "eval.max_new_tokens=64",
+          "distribute.workers=0"]
 
 
 @pytest.fixture(scope="module")

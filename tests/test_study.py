@@ -255,6 +255,7 @@ def test_presets_compose(tmp_path):
     assert real.initial.build == "warmstart" and real.initial.band.low < real.initial.band.high
     assert real.initial.band.every > 0 and study_cfg(tmp_path).initial.band.every == 0
     assert real.engine.bf16 is True and list(real.arms.seeds) == [83, 84] and real.validation.every > 0
+    assert (real.distribute.workers, real.distribute.cpus_per_worker) == (2, 1)  # the evaluation on both cores
     tiny = study_cfg(tmp_path)
     assert tiny.experiment_name == "tiny" and list(tiny.arms.seeds) == [83, 84]
     assert list(tiny.arms.conventions) == ["hash", "boxed"] and tiny.initial.build == "warmstart"
