@@ -72,3 +72,23 @@ def test_the_output_layer_sees_completion_positions_only_during_the_loss(setup):
 def test_completion_rows_mark_positions_that_predict_a_completion_token():
     labels = torch.tensor([[-100, -100, 5, 6, -100], [-100, 7, 8, 9, 2]])
     assert completion_rows(labels).tolist() == [[False, True, True, False, False], [True, True, True, True, False]]
+
+
+def test_the_recipes_attention_is_the_models_while_fine_tuning(tmp_path):
+    """``sft.attention`` loads the model with that attention for training; unset, the model's own."""
+    from transformers import TrainerCallback
+
+    from crossed_rlvr.sft.trainer import SFTConfig, train_sft
+
+    seen = []
+
+    class Attention(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            seen.append(model.config._attn_implementation)
+
+    base = build_tiny_model(tmp_path / "m", SMALL)
+    for attention in ("eager", None):
+        cfg = SFTConfig(epochs=1, effective_batch=4, per_device_batch=4, attention=attention)
+        summary = train_sft(base, ROWS, tmp_path / f"out-{attention}", cfg, callbacks=[Attention()])
+        assert summary["steps"] == 1 and summary["examples"] == len(ROWS)
+    assert seen[0] == "eager" and seen[1] != "eager"

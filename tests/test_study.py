@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from crossed_rlvr.conf.checks import common
+from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import FOLDER_LOCK
 from crossed_rlvr.study.cli import NeedsGPU, check_device
 from crossed_rlvr.study.pipeline import ArmsNotTrained, Study
@@ -256,11 +258,30 @@ def test_presets_compose(tmp_path):
     assert real.initial.band.every > 0 and study_cfg(tmp_path).initial.band.every == 0
     assert real.engine.bf16 is True and list(real.arms.seeds) == [83, 84] and real.validation.every > 0
     assert (real.distribute.workers, real.distribute.cpus_per_worker) == (2, 1)  # the evaluation on both cores
+    assert real.sft.attention == "eager" and real.engine.attention == "eager"
     tiny = study_cfg(tmp_path)
     assert tiny.experiment_name == "tiny" and list(tiny.arms.seeds) == [83, 84]
     assert list(tiny.arms.conventions) == ["hash", "boxed"] and tiny.initial.build == "warmstart"
     paper = study_cfg(tmp_path, "experiment=qwen2.5-7b-gsm8k-crossed")
     assert paper.engine.name == "verl" and paper.eval.backend == "vllm" and paper.recipe.lr == 1e-6
+
+
+def test_an_unset_fine_tuning_attention_stays_out_of_the_warm_starts_fingerprint(tmp_path):
+    """``sft.attention`` unset is left out of the recipe the warm start is fingerprinted by, so a study finished
+    before the setting existed reuses its warm start; set, it is part of it."""
+    from crossed_rlvr.conf.schema import StudyConf, conf_of
+    from crossed_rlvr.files import settings
+    from crossed_rlvr.study.plan import plain
+
+    unset = conf_of(StudyConf, study_cfg(tmp_path))
+    assert "attention" not in settings(unset.sft)
+    assert settings(unset.sft) == {k: v for k, v in plain(unset.sft).items() if k != "attention"}
+    assert settings(conf_of(StudyConf, study_cfg(tmp_path, "sft.attention=eager")).sft)["attention"] == "eager"
+    with pytest.raises(ConfigError, match=r"^sft\.attention='flash' is unknown; expected one of eager, sdpa$"):
+        common(study_cfg(tmp_path, "sft.attention=flash"))
+    with pytest.raises(ConfigError, match=r"^engine\.attention='flash' is unknown; expected one of auto, eager, sdpa, "
+                                          r"flash_attention_2$"):
+        common(study_cfg(tmp_path, "engine.attention=flash"))
 
 
 def test_output_hash_ignores_tracking_logs(tmp_path):

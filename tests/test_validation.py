@@ -54,9 +54,12 @@ def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
         "template_subset": None, "template_subset_seed": 0, "samples": 1, "overwrite": False})
     run_eval(again, progress=False)
     assert records(tmp_path / "again" / "responses" / "grpo-hash_s83@step1__boxed__original.jsonl") == step1
-    # step 0's validation policy is the arm's own step-0 checkpoint, linked rather than written a second time
+    # the arm's step-0 checkpoint is the initial policy's own weight files, and step 0's validation policy that
+    # checkpoint: linked, not written again
     arm_step0, val_step0 = tmp_path / "arm" / "checkpoints" / "step-0", tmp_path / "arm" / "validation" / "checkpoints" / "step-0"
-    assert (val_step0 / "model.safetensors").stat().st_ino == (arm_step0 / "model.safetensors").stat().st_ino
+    inode = (tmp_path / "model" / "model.safetensors").stat().st_ino
+    assert (val_step0 / "model.safetensors").stat().st_ino == (arm_step0 / "model.safetensors").stat().st_ino == inode
+    assert (arm_step0 / "tokenizer_config.json").is_file() and (arm_step0 / "config.json").is_file()
     assert sorted(p.name for p in val_step0.iterdir()) == sorted(p.name for p in arm_step0.iterdir())
     # validation items come from the dev split, never from training or test
     items = (tmp_path / "arm" / "validation" / "items" / "arith_tiny-dev.jsonl").read_text()

@@ -73,6 +73,8 @@ def common(cfg: DictConfig) -> None:
     _one_of(cfg, "eval.device", ("auto", "cpu", "cuda"))
     _one_of(cfg, "eval.linear", ("onednn",))
     _one_of(cfg, "eval.attention", ("eager", "sdpa"))
+    _one_of(cfg, "sft.attention", ("eager", "sdpa"))
+    _one_of(cfg, "engine.attention", ("auto", "eager", "sdpa", "flash_attention_2"))
     _one_of(cfg, "engine.device", ("cuda", "cpu"))
     _one_of(cfg, "template", TEMPLATES)
     _exists(cfg, "task.path")

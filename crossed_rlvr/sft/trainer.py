@@ -237,7 +237,8 @@ def train_sft(base_dir: str | Path, rows: list[dict[str, Any]], out_dir: str | P
         remove_unused_columns=False,
     )
     # fp32 master weights; with bf16 the Trainer computes under bfloat16 autocast (App. D.2.1)
-    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    attention = {"attn_implementation": cfg.attention} if cfg.attention else {}
+    model = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32, **attention)
     trainer = _completion_loss_trainer()(model=model, args=args, train_dataset=data,
                                          data_collator=_collate(tokenizer.pad_token_id), callbacks=callbacks)
     trainer.select_completion_positions(model)

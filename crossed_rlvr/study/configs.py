@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.conf.schema import EvalCommandConf, PolicyConf, StudyConf
 from crossed_rlvr.errors import ConfigError
+from crossed_rlvr.files import settings
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.study.plan import ArmPlan, Policy, arm_pairs, plain, plan_arms, typed
 from crossed_rlvr.task_sources import freezes_train_rows
@@ -65,7 +66,7 @@ class StudyConfigs:
 
         c = self.cfg
         return SFTJob.of(typed("crossed_sft", {
-            "model": {**plain(c.model), "path": str(path)}, "task": plain(c.task), "sft": plain(c.sft),
+            "model": {**plain(c.model), "path": str(path)}, "task": plain(c.task), "sft": settings(c.sft),
             "eval": plain(c.eval),
             "run_dir": str(self.layout.root), "train_items": {"n": int(c.initial.train_items), "seed": SFT_ITEM_SEED},
             "tracking": plain(c.tracking), "study": self.study_name,
@@ -75,7 +76,7 @@ class StudyConfigs:
     def sft_arms(self, initial_path: str) -> dict[str, Any]:
         """The SFT arms' job (``sft/worker.py``): the marker arm and its control for every seed."""
         c = self.cfg
-        return {"model": {**plain(c.model), "path": initial_path}, "task": self.train_task(), "sft": plain(c.sft),
+        return {"model": {**plain(c.model), "path": initial_path}, "task": self.train_task(), "sft": settings(c.sft),
                 "run_dir": str(self.layout.root), "seeds": [int(s) for s in c.arms.seeds], "arm": c.arms.sft_arm,
                 "control": c.arms.sft_control, "train_items": {"n": int(c.arms.train_items), "seed": SFT_ITEM_SEED},
                 "tracking": plain(c.tracking), "study": self.study_name}

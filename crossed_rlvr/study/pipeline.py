@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 
 from crossed_rlvr.conf.schema import StudyConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
+from crossed_rlvr.files import settings
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study import answer_steps, code_steps  # noqa: F401  (each registers its task kind's steps)
@@ -113,7 +114,7 @@ class Study:
         if c.initial.build != "warmstart":
             raise ConfigError(f"initial.build must be warmstart or given, not {c.initial.build!r}")
         # where a built policy is kept for other studies does not change it: not part of the fingerprint
-        fp = {"model": plain(c.model), "task": plain(c.task), "sft": plain(c.sft),
+        fp = {"model": plain(c.model), "task": plain(c.task), "sft": settings(c.sft),
               "initial": {k: v for k, v in plain(c.initial).items() if k != "cache_dir"}}
         warm = {"requests": list(c.initial.requests), "templates": list(c.initial.templates),
                 "seed": int(c.initial.seed), "follow_rate": float(c.initial.follow_rate)}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.conf.checks import CheckedTrainConf
 from crossed_rlvr.conf.schema import TrainConf
+from crossed_rlvr.files import link_files
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.policies.loading import copy_tokenizer_files
@@ -82,6 +83,23 @@ def lora_config(cfg: TrainConf) -> Any:  # Any: peft's LoraConfig (peft is read 
     return LoraConfig(r=int(lora.r), lora_alpha=int(lora.alpha), lora_dropout=0.0,
                       target_modules=lora.target_modules if isinstance(lora.target_modules, str)
                       else list(lora.target_modules), task_type="CAUSAL_LM")
+
+
+def initial_checkpoint(model: Any, model_path: Path, out: Path) -> None:  # Any: a PreTrainedModel
+    """The arm's step-0 checkpoint: where the initial policy is a local folder of safetensors weights, its own
+    files linked (the same weights, no second 0.5 GB write for a 135M model); else the loaded model saved."""
+    weights = sorted(p.name for p in model_path.glob("*.safetensors")) if model_path.is_dir() else []
+    if weights and (model_path / "config.json").is_file():
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        names = ["config.json", *weights, *(n for n in ("generation_config.json", "model.safetensors.index.json")
+                                              if (model_path / n).is_file())]
+        link_files(model_path, tmp, names)
+        copy_tokenizer_files(model_path, tmp)
+        tmp.rename(out)
+    else:
+        model.save_pretrained(out)
+        copy_tokenizer_files(model_path, out)
 
 
 def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool, first: bool, run_dir: Path) -> None:
@@ -215,11 +233,11 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
         log_completions=False, disable_tqdm=not first, ddp_backend="gloo" if world > 1 and not gpu else None,
         **trl_args(cfg, world),
     )
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32)
+    attention = {} if cfg.engine.attention == "auto" else {"attn_implementation": str(cfg.engine.attention)}
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32, **attention)
     step0 = arm.checkpoint(0)
     if first and not step0.exists():
-        model.save_pretrained(step0)
-        copy_tokenizer_files(model_path, step0)
+        initial_checkpoint(model, model_path, step0)
     dataset = training_dataset(rows)
     peft_config = lora_config(cfg)
     validation = validation_callback(cfg, model_path, peft_config is not None)

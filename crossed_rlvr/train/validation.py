@@ -28,6 +28,7 @@ from transformers import TrainerCallback
 from crossed_rlvr.conf.schema import EvalCommandConf, ModelConf, TrainConf, conf_of, settings
 from crossed_rlvr.eval.score.payload import detect
 from crossed_rlvr.eval.score.readers import STRICT, get_reader
+from crossed_rlvr.files import link_files
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.names import checkpoint_name, step_checkpoint
 from crossed_rlvr.prompts import messages, user_content
@@ -84,21 +85,6 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def link_folder(src: Path, dst: Path) -> None:
-    """``dst`` holding ``src``'s files as hard links (copies across file systems); files are only ever replaced
-    whole, never written in place, so the two folders cannot drift apart."""
-    import os
-
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.is_file():
-            (dst / f.name).unlink(missing_ok=True)
-            try:
-                os.link(f, dst / f.name)
-            except OSError:
-                shutil.copy2(f, dst / f.name)
-
-
 def make_callback(cfg: TrainConf, tokenizer_dir: Path) -> Any:  # Any: a transformers TrainerCallback
     """A TrainerCallback that validates the arm crossed at step 0, every N updates and at the end."""
     from transformers import TrainerCallback
@@ -129,7 +115,7 @@ def make_callback(cfg: TrainConf, tokenizer_dir: Path) -> Any:  # Any: a transfo
             was_training = model.training
             saved = arm.checkpoint(step)
             if step == 0 and (saved / "config.json").exists():
-                link_folder(saved, ckpt)  # the weights the arm wrote before its first update: no second 0.5 GB write
+                link_files(saved, ckpt)  # the weights the arm wrote before its first update: no second 0.5 GB write
             else:
                 model.save_pretrained(ckpt)
                 copy_tokenizer_files(tokenizer_dir, ckpt)
