@@ -15,14 +15,23 @@ from tests.helpers import SMALL
 
 @pytest.mark.parametrize("lora", [False, True])
 @pytest.mark.long
-def test_trl_arm_writes_checkpoints_and_metrics(tmp_path, lora):
+def test_trl_arm_writes_checkpoints_and_metrics(tmp_path, monkeypatch, lora):
+    """Also: ``engine.attention`` is the attention the arm's model is loaded with (auto: the model's own)."""
+    from transformers import AutoModelForCausalLM
+
     build_tiny_model(tmp_path / "model", SMALL)
+    attention = "auto" if lora else "eager"
+    loaded, load = [], AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: loaded.append(k.get("attn_implementation")) or load(*a, **k))
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_train", overrides=[
             "tracking=off", "recipe=tiny", "recipe.updates=2", "recipe.prompts_per_update=2",
             "recipe.max_response_tokens=24", "train_items.n=64", f"run_dir={tmp_path}/arm",
-            f"model.path={tmp_path}/model", "convention=boxed", f"recipe.lora.enabled={lora}", "recipe.lora.r=4"])
+            f"model.path={tmp_path}/model", "convention=boxed", f"recipe.lora.enabled={lora}", "recipe.lora.r=4",
+            f"engine.attention={attention}"])
     summary = run_train(checked_train(cfg))
+    assert loaded == [None if lora else "eager"]
     arm = tmp_path / "arm"
     steps = [json.loads(x) for x in (arm / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == [1, 2]
