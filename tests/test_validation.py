@@ -60,6 +60,10 @@ def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
     inode = (tmp_path / "model" / "model.safetensors").stat().st_ino
     assert (val_step0 / "model.safetensors").stat().st_ino == (arm_step0 / "model.safetensors").stat().st_ino == inode
     assert (arm_step0 / "tokenizer_config.json").is_file() and (arm_step0 / "config.json").is_file()
+    # the final checkpoint is the last step's validation policy with Trainer's arguments beside it
+    final, val_final = tmp_path / "arm" / "checkpoints" / "step-2", tmp_path / "arm" / "validation" / "checkpoints" / "step-2"
+    assert (final / "model.safetensors").stat().st_ino == (val_final / "model.safetensors").stat().st_ino
+    assert {p.name for p in final.iterdir()} == {p.name for p in val_final.iterdir()} | {"training_args.bin"}
     assert sorted(p.name for p in val_step0.iterdir()) == sorted(p.name for p in arm_step0.iterdir())
     # validation items come from the dev split, never from training or test
     items = (tmp_path / "arm" / "validation" / "items" / "arith_tiny-dev.jsonl").read_text()

@@ -102,16 +102,28 @@ def initial_checkpoint(model: Any, model_path: Path, out: Path) -> None:  # Any:
         copy_tokenizer_files(model_path, out)
 
 
-def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool, first: bool, run_dir: Path) -> None:
-    """The final checkpoint as a plain HF directory (LoRA adapters merged in), written whole then renamed."""
+def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool, first: bool, run_dir: Path,
+               validated: Path | None = None) -> None:
+    """The final checkpoint as a plain HF directory (LoRA adapters merged in), written whole then renamed.
+    ``validated``: the folder crossed validation saved the final weights to; its files are linked, not written again."""
+    import torch
+
     tmp = final.with_name(final.name + ".tmp")
+    linked = merged is False and validated is not None and (validated / "config.json").is_file()
     if merged:  # the evaluator loads plain HF directories: merge the adapters in
         if first:
             trainer.model.merge_and_unload().save_pretrained(str(tmp))
+    elif linked:  # validation runs on one process, which is the first
+        from transformers.trainer import TRAINING_ARGS_NAME
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        link_files(validated, tmp)  # the weights with the initial policy's tokenizer files, as below
+        torch.save(trainer.args, tmp / TRAINING_ARGS_NAME)  # what Trainer.save_model writes beside the weights
     else:
         trainer.save_model(str(tmp))  # written by rank 0
     if first:
-        copy_tokenizer_files(model_path, tmp)
+        if not linked:  # (a linked file is never written through)
+            copy_tokenizer_files(model_path, tmp)
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
@@ -264,7 +276,10 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
     seconds = time.perf_counter() - start
     final = arm.checkpoint(int(cfg.recipe.updates))
     ranks = across_ranks(trainer, seen) if world > 1 else None
-    save_final(trainer, final, model_path, peft_config is not None, first, run_dir)
+    last = int(cfg.recipe.updates)
+    validated = ArmLayout(run_dir).validation_checkpoint(last) if validation is not None and last in validation.done \
+        else None
+    save_final(trainer, final, model_path, peft_config is not None, first, run_dir, validated)
     result = {"seconds": round(seconds, 1), "final_checkpoint": str(final), "metrics": str(metrics_path),
               "world_size": world, "bf16": bf16, "threads": torch.get_num_threads()}
     if ranks is not None:
