@@ -417,6 +417,7 @@ OTHER_TOOLS_FILES = {
     "special_tokens_map.json": "Hugging Face: a tokenizer's special tokens",
     "generation_config.json": "Hugging Face: a model's decoding defaults",
     "model.safetensors": "Hugging Face: a model's weights",
+    "model.safetensors.index.json": "Hugging Face: a sharded model's map of weights to files",
     "training_args.bin": "transformers' Trainer: its arguments, saved into a checkpoint",
     "model_world_size_*_rank_*.pt": "verl: one rank's FSDP shard of a checkpoint",
     "samples_*.jsonl": "lm-eval: the samples its --log_samples writes",

@@ -54,11 +54,13 @@ def test_validation_records_equal_crossed_eval_of_the_checkpoint(tmp_path):
         "template_subset": None, "template_subset_seed": 0, "samples": 1, "overwrite": False})
     run_eval(again, progress=False)
     assert records(tmp_path / "again" / "responses" / "grpo-hash_s83@step1__boxed__original.jsonl") == step1
-    # the arm's step-0 checkpoint is the initial policy's own weight files, and step 0's validation policy that
-    # checkpoint: linked, not written again
+    # the arm's step-0 checkpoint is a copy of the initial policy's own weight files (never a link: damage to the
+    # initial policy must not reach the arm), and step 0's validation policy that checkpoint, linked within the arm
     arm_step0, val_step0 = tmp_path / "arm" / "checkpoints" / "step-0", tmp_path / "arm" / "validation" / "checkpoints" / "step-0"
-    inode = (tmp_path / "model" / "model.safetensors").stat().st_ino
-    assert (val_step0 / "model.safetensors").stat().st_ino == (arm_step0 / "model.safetensors").stat().st_ino == inode
+    initial = tmp_path / "model" / "model.safetensors"
+    assert (arm_step0 / "model.safetensors").read_bytes() == initial.read_bytes()
+    assert (arm_step0 / "model.safetensors").stat().st_ino != initial.stat().st_ino
+    assert (val_step0 / "model.safetensors").stat().st_ino == (arm_step0 / "model.safetensors").stat().st_ino
     assert (arm_step0 / "tokenizer_config.json").is_file() and (arm_step0 / "config.json").is_file()
     # the final checkpoint is the last step's validation policy with Trainer's arguments beside it
     final, val_final = tmp_path / "arm" / "checkpoints" / "step-2", tmp_path / "arm" / "validation" / "checkpoints" / "step-2"

@@ -118,7 +118,7 @@ def test_the_paper_design_trains_on_two_ranks_and_the_study_reports_its_crossed_
     strata = [json.loads(x) for x in strata_file.read_text().splitlines()]
     counts = Counter(r["stratum"] for r in strata)
     assert sorted(counts) == list(STRATA) and all(counts[s] > 0 for s in STRATA), counts
-    assert all(r["k"] == 4 for r in strata)
+    assert all(r["k"] == 2 for r in strata)  # the preset's samples an item
     for conv in ("hash", "boxed"):
         proposal = resolved(arm(run, conv)).recipe.proposal
         assert proposal.enabled and proposal.strata_file == str(strata_file.resolve())

@@ -34,7 +34,8 @@ from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.ranks import world_size
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DEEPSPEED_DIR = CONF_DIR / "sft" / "deepspeed"
 
@@ -90,7 +91,7 @@ def _collate(pad_id: int):
     return collate
 
 
-def completion_rows(labels: Any) -> Any:
+def completion_rows(labels: torch.Tensor) -> torch.Tensor:
     """Positions whose next token is a completion token: the only positions the loss reads."""
     import torch
 
@@ -119,20 +120,20 @@ def _completion_loss_trainer():
             super().__init__(*args, **kwargs)
             self.model_accepts_loss_kwargs = True  # the loss below divides by the accumulated batch's tokens
 
-        def select_completion_positions(self, model: Any) -> None:
+        def select_completion_positions(self, model: PreTrainedModel) -> None:
             head = model.get_output_embeddings()
-            if head is None:
-                raise SFTRecipeError(f"{type(model).__name__} has no output layer to compute the loss from")
 
-            def pick(_module: Any, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+            def pick(_module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...] | None:
                 if self._rows is None:  # generation (the band checks) and anything else: the whole input
                     return None
                 return (args[0][self._rows], *args[1:])
 
+            if not isinstance(head, torch.nn.Module):
+                raise SFTRecipeError(f"{type(model).__name__} has no output layer to compute the loss from")
             head.register_forward_pre_hook(pick)
 
-        def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False,
-                         num_items_in_batch: Any = None) -> Any:
+        def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
+                         num_items_in_batch: torch.Tensor | int | None = None) -> Any:
             labels = inputs["labels"]
             self._rows = completion_rows(labels)
             try:

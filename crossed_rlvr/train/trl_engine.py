@@ -86,15 +86,18 @@ def lora_config(cfg: TrainConf) -> Any:  # Any: peft's LoraConfig (peft is read 
 
 
 def initial_checkpoint(model: Any, model_path: Path, out: Path) -> None:  # Any: a PreTrainedModel
-    """The arm's step-0 checkpoint: where the initial policy is a local folder of safetensors weights, its own
-    files linked (the same weights, no second 0.5 GB write for a 135M model); else the loaded model saved."""
+    """The arm's step-0 checkpoint: where the initial policy is a local folder of safetensors weights, a copy of its
+    own files (the same bytes, faster than serializing the weights again; a copy, not a link, so that damage to the
+    initial policy's files never reaches a finished arm); else the loaded model saved."""
     weights = sorted(p.name for p in model_path.glob("*.safetensors")) if model_path.is_dir() else []
     if weights and (model_path / "config.json").is_file():
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
         names = ["config.json", *weights, *(n for n in ("generation_config.json", "model.safetensors.index.json")
                                               if (model_path / n).is_file())]
-        link_files(model_path, tmp, names)
+        for name in names:
+            shutil.copy2(model_path / name, tmp / name)
         copy_tokenizer_files(model_path, tmp)
         tmp.rename(out)
     else:
@@ -109,11 +112,12 @@ def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool
     import torch
 
     tmp = final.with_name(final.name + ".tmp")
-    linked = merged is False and validated is not None and (validated / "config.json").is_file()
+    if merged or (validated is not None and not (validated / "config.json").is_file()):
+        validated = None
     if merged:  # the evaluator loads plain HF directories: merge the adapters in
         if first:
             trainer.model.merge_and_unload().save_pretrained(str(tmp))
-    elif linked:  # validation runs on one process, which is the first
+    elif validated is not None:  # validation runs on one process, which is the first
         from transformers.trainer import TRAINING_ARGS_NAME
 
         shutil.rmtree(tmp, ignore_errors=True)
@@ -122,7 +126,7 @@ def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool
     else:
         trainer.save_model(str(tmp))  # written by rank 0
     if first:
-        if not linked:  # (a linked file is never written through)
+        if validated is None:  # a linked folder has them already (and a linked file is never written through)
             copy_tokenizer_files(model_path, tmp)
         if final.exists():
             shutil.rmtree(final)
