@@ -148,10 +148,11 @@ def test_the_paper_design_trains_on_two_ranks_and_the_study_reports_its_crossed_
     con = pd.read_csv(run / "analysis" / "contrasts.csv")
     inter = con[(con.name == "interaction") & (con.measure == "payload")]
     assert len(inter) and inter[["ci_low", "ci_high"]].notna().all().all()
-    # the report's I_P on the 16 evaluation items, measured at +181.25 [+162.5, +193.75] (the full preset, two seeds of
-    # three updates: +168.75 [+150, +184.4]): a lower bound above +100 pp keeps 50 pp to spare
+    # the report's I_P on the 16 evaluation items: measured +181.25 [+162.5, +193.75], and +118.75 [+81.25, +150] from
+    # a warm start that differed only in the last bits of its loss (whose strata also moved): how far 16 items and one
+    # seed's two updates carry, so the bound is the over-training one, +50 pp, far above a pair that did not move apart
     headline = inter[(inter.template == "original") & (inter.policy == "grpo/mean")]
-    assert headline["ci_low"].item() > 100, headline
+    assert headline["ci_low"].item() > 50, headline
 
 
 def actor_logprobs(model_dir: Path, state: dict | None = None) -> torch.Tensor:
