@@ -40,19 +40,20 @@ def config_sha256(obj: object) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def link_files(src: Path, dst: Path, names: Iterator[str] | list[str] | None = None) -> None:
-    """``dst`` holding ``src``'s files (``names``, else every file) as hard links, copies across file systems.
-    For the same weights in two folders without a second write: files here are only ever replaced whole,
-    never written in place, so linked folders cannot drift apart."""
+def link_files(src: Path, dst: Path) -> None:
+    """``dst`` holding ``src``'s files as hard links (copies across file systems): the same weights in two folders of
+    one stage without a second write. Files here are only ever replaced whole, never written in place, so linked
+    folders cannot drift apart; a link never crosses stages, whose outputs are checked and redone apart."""
     import shutil
 
     dst.mkdir(parents=True, exist_ok=True)
-    for name in names if names is not None else (f.name for f in src.iterdir() if f.is_file()):
-        (dst / name).unlink(missing_ok=True)
-        try:
-            os.link(src / name, dst / name)
-        except OSError:
-            shutil.copy2(src / name, dst / name)
+    for f in src.iterdir():
+        if f.is_file():
+            (dst / f.name).unlink(missing_ok=True)
+            try:
+                os.link(f, dst / f.name)
+            except OSError:
+                shutil.copy2(f, dst / f.name)
 
 
 def sha256_file(path: str | Path) -> str:

@@ -112,9 +112,8 @@ def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool
     import torch
 
     tmp = final.with_name(final.name + ".tmp")
-    if merged or (validated is not None and not (validated / "config.json").is_file()):
-        validated = None
     if merged:  # the evaluator loads plain HF directories: merge the adapters in
+        validated = None  # (validation runs on full-weight arms only)
         if first:
             trainer.model.merge_and_unload().save_pretrained(str(tmp))
     elif validated is not None:  # validation runs on one process, which is the first
@@ -281,8 +280,7 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
     final = arm.checkpoint(int(cfg.recipe.updates))
     ranks = across_ranks(trainer, seen) if world > 1 else None
     last = int(cfg.recipe.updates)
-    validated = ArmLayout(run_dir).validation_checkpoint(last) if validation is not None and last in validation.done \
-        else None
+    validated = arm.validation_checkpoint(last) if validation is not None and last in validation.done else None
     save_final(trainer, final, model_path, peft_config is not None, first, run_dir, validated)
     result = {"seconds": round(seconds, 1), "final_checkpoint": str(final), "metrics": str(metrics_path),
               "world_size": world, "bf16": bf16, "threads": torch.get_num_threads()}
