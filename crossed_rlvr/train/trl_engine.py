@@ -108,12 +108,12 @@ def initial_checkpoint(model: Any, model_path: Path, out: Path) -> None:  # Any:
 def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool, first: bool, run_dir: Path,
                validated: Path | None = None) -> None:
     """The final checkpoint as a plain HF directory (LoRA adapters merged in), written whole then renamed.
-    ``validated``: the folder crossed validation saved the final weights to; its files are linked, not written again."""
+    ``validated``: the folder crossed validation saved the final weights to (full-weight arms only: validation refuses
+    LoRA); its files are linked, not written again."""
     import torch
 
     tmp = final.with_name(final.name + ".tmp")
     if merged:  # the evaluator loads plain HF directories: merge the adapters in
-        validated = None  # (validation runs on full-weight arms only)
         if first:
             trainer.model.merge_and_unload().save_pretrained(str(tmp))
     elif validated is not None:  # validation runs on one process, which is the first
