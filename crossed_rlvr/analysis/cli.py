@@ -12,6 +12,7 @@ from crossed_rlvr.analysis.contrasts import AmbiguousPolicies
 from crossed_rlvr.analysis.report.code import analyze_code, code_scores
 from crossed_rlvr.analysis.report.folder import analyze
 from crossed_rlvr.conf.schema import RESAMPLES_RANGE, SEED_RANGE
+from crossed_rlvr.extras import MissingExtra, require
 from crossed_rlvr.interrupt import stops_cleanly
 from crossed_rlvr.layout import AnalysisLayout
 from crossed_rlvr.limits import Parser, add_number
@@ -44,13 +45,15 @@ def parser() -> Parser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.tracking != "off":
+            require("track")
         if code_scores(Path(args.scores)):
             analyze_code(Path(args.scores), Path(args.out), args.resamples, args.rng_seed, args.overwrite)
             print(f"crossed-analyze: {AnalysisLayout(Path(args.out)).report}")
         else:
             analyze(args.scores, args.out, args.resamples, args.rng_seed, args.overwrite, not args.no_figures,
                     args.tracking, args.project, args.entity, args.group, args.allow_partial)
-    except (AnalysisError, AmbiguousPolicies, FileExistsError) as err:
+    except (AnalysisError, AmbiguousPolicies, FileExistsError, MissingExtra) as err:
         print(f"crossed-analyze: {err}", file=sys.stderr)
         return 2
     return 0

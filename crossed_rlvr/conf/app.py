@@ -93,12 +93,29 @@ def job_run_dir(cfg: DictConfig) -> bool:
 COMMAND_CHECKS: dict[str, Callable[..., None]] = {}
 
 
+def needed_extras(cfg: DictConfig) -> list[str]:
+    """The extras (crossed_rlvr/extras.py) a Hydra command's composed config needs: every such command loads a model
+    (``train``); the verl engine needs ``verl``, the vLLM backend ``vllm``, tracking other than off ``track``."""
+    from omegaconf import OmegaConf
+
+    names = ["train"]
+    if OmegaConf.select(cfg, "engine.name") == "verl":
+        names.append("verl")
+    if OmegaConf.select(cfg, "eval.backend") == "vllm":
+        names.append("vllm")
+    if OmegaConf.select(cfg, "tracking.mode") not in (None, "off"):
+        names.append("track")
+    return names
+
+
 def refuse_or_pass(command: str, cfg: DictConfig) -> None:
     """Every check of the command's composed config; a refusal is one line on stderr and exit 2."""
     from crossed_rlvr.conf.checks import check_command
     from crossed_rlvr.errors import BAD_INPUT, CrossedError
+    from crossed_rlvr.extras import require
 
     try:
+        require(*needed_extras(cfg))  # the engines this config loads are installed
         check_command(command, cfg)
         if command in COMMAND_CHECKS:
             COMMAND_CHECKS[command](cfg)

@@ -205,6 +205,26 @@ def write_report(out: Path, table: pd.DataFrame, result: dict, spreads: pd.DataF
     return files.report
 
 
+def chosen_harnesses(named: str | None) -> tuple[list[str], str]:
+    """The extractors to run and a sentence naming those left out. Unnamed: every registered extractor whose
+    package is installed (lm-eval's and the installed verl's call those packages, which the light install lacks);
+    the report names the rest. Named: each must exist and be installed."""
+    if named is None:
+        absent = [h for h in REGISTRY.values() if not h.installed()]
+        how = ", ".join(sorted({f"{h.package} (pip install {h.package})" for h in absent}))
+        return [h for h in REGISTRY if REGISTRY[h].installed()], (
+            f"{', '.join(h.name for h in absent)}; they call {how}" if absent else "")
+    names = named.split(",")
+    unknown = [h for h in names if h not in REGISTRY]
+    if unknown:
+        raise ValueError(f"--harness {', '.join(unknown)} unknown; known: {', '.join(REGISTRY)}")
+    absent = [REGISTRY[h] for h in names if not REGISTRY[h].installed()]
+    if absent:
+        raise ValueError(f"--harness {absent[0].name} calls the installed {absent[0].package}, which is not "
+                         f"installed here: pip install {absent[0].package}")
+    return names, ""
+
+
 @stops_cleanly("crossed-rescore")
 def main(argv: list[str] | None = None) -> int:
     from crossed_rlvr.records import ResponseFileError, read_responses
@@ -218,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="crossed-rescore", description=__doc__.splitlines()[0], epilog=CODE_SUBCOMMAND)
     parser.add_argument("inputs", nargs="+", help="response files or folders")
     parser.add_argument("--pair", action="append", required=True, help="BASE=RL policy names")
-    parser.add_argument("--harness", default=",".join(REGISTRY), help=f"extractors (default all: {', '.join(REGISTRY)})")
+    parser.add_argument("--harness", default=None,
+                        help=f"extractors (default: every one whose package is installed: {', '.join(REGISTRY)})")
     add_number(parser, "--options", 2, 26, default=4, help="options per multiple-choice item without an item file")
     parser.add_argument("--items", nargs="*", default=[], help="item files with n_options per item (MMLU-Pro: A-J)")
     add_number(parser, "--resamples", 10, 1_000_000, default=RESAMPLES, help="item resamples (paper 000: 10,000)")
@@ -231,9 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [tuple(p.split("=", 1)) for p in args.pair]
         if any(len(p) != 2 or not all(p) for p in pairs):
             raise ValueError("--pair must be BASE=RL")
-        unknown = [h for h in args.harness.split(",") if h not in REGISTRY]
-        if unknown:
-            raise ValueError(f"--harness {', '.join(unknown)} unknown; known: {', '.join(REGISTRY)}")
+        harnesses, left_out = chosen_harnesses(args.harness)
         if args.options < 2 or args.options > len(LETTERS):
             raise ValueError(f"--options {args.options} must lie in 2..{len(LETTERS)}")
         rs = read_responses(args.inputs, different_prompts="record", prompt_names=True)
@@ -243,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         missing = sorted({x for p in pairs for x in p} - names)
         if missing:
             raise ValueError(f"no outputs of {', '.join(missing)}; have {', '.join(sorted(names))}")
-        table, extra = comparisons(runs, pairs, args.harness.split(","), args.resamples)
+        table, extra = comparisons(runs, pairs, harnesses, args.resamples)
         table.attrs["omega"] = args.omega
         if len(table):
             # a pair whose models saw different prompts (their own chat templates) is reported but kept out of
@@ -257,10 +276,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     result = pooled(table, extra)
     report = write_report(Path(args.out), table, result, spread(table))
+    if left_out:
+        with report.open("a", encoding="utf-8") as fh:
+            fh.write(f"\nNot run (their packages are not installed here): {left_out}.\n")
     if not args.no_audit:
         from crossed_rlvr.analysis.report.audit import audit_section
 
-        rates, examples = audit_runs(runs, args.harness.split(","))
+        rates, examples = audit_runs(runs, harnesses)
         files = RescoreLayout(Path(args.out))
         rates.to_csv(files.reader_audit, index=False, float_format="%.10g")
         examples.to_json(files.reader_audit_examples, orient="records", lines=True, force_ascii=False)

@@ -38,6 +38,10 @@ class Harness:
     extract: Callable[..., str | None]
     uses_item: bool = False  # called as extract(text, {"benchmark": ..., "key": ...})
     normalize_key: Callable[[str], str] | None = None  # a harness that normalises the key too (Qwen2.5-Math)
+    package: str | None = None  # the installed package it calls (None: transcribed or written here)
+
+    def installed(self) -> bool:
+        return self.package is None or _version(self.package) != "not installed"
 
     def read(self, text: str, benchmark: str = "", key: str = "") -> str | None:
         return self.extract(text, {"benchmark": benchmark, "key": key}) if self.uses_item else self.extract(text)
@@ -105,22 +109,23 @@ def verl_math_boxed(text: str) -> str | None:
 
 REGISTRY: dict[str, Harness] = {h.name: h for h in (
     Harness("lm-eval-gsm8k-strict", f"lm-evaluation-harness {_version('lm-eval')}: gsm8k.yaml strict-match",
-            ("free",), _lm_eval("strict-match")),
+            ("free",), _lm_eval("strict-match"), package="lm-eval"),
     Harness("lm-eval-gsm8k-flexible", f"lm-evaluation-harness {_version('lm-eval')}: gsm8k.yaml flexible-extract",
-            ("free",), _lm_eval("flexible-extract")),
+            ("free",), _lm_eval("flexible-extract"), package="lm-eval"),
     # the copy the paper used (its pairs' training reward) and the installed verl's, under their own names
     Harness("verl-gsm8k-strict", "hkust-nlp/simpleRL-reason 2204dd1 verl/utils/reward_score/gsm8k.py strict "
             "(paper 000; transcribed, rescore/pinned.py)", ("free",), lambda t: pinned.simplerl_gsm8k(t, "strict")),
     Harness("verl-gsm8k-flexible", "hkust-nlp/simpleRL-reason 2204dd1 verl/utils/reward_score/gsm8k.py flexible "
             "(paper 000; transcribed)", ("free",), lambda t: pinned.simplerl_gsm8k(t, "flexible")),
     Harness("verl-installed-gsm8k-strict", f"verl {_version('verl')}: utils/reward_score/gsm8k.py extract_solution "
-            "strict (the last '####' in the final 300 characters; not the paper's)", ("free",), _verl_gsm8k("strict")),
+            "strict (the last '####' in the final 300 characters; not the paper's)", ("free",), _verl_gsm8k("strict"),
+            package="verl"),
     Harness("verl-installed-gsm8k-flexible", f"verl {_version('verl')}: utils/reward_score/gsm8k.py extract_solution "
-            "flexible (not the paper's)", ("free",), _verl_gsm8k("flexible")),
+            "flexible (not the paper's)", ("free",), _verl_gsm8k("flexible"), package="verl"),
     Harness("math-boxed", "hendrycks/math 940d1bf last_boxed_only_string + remove_boxed (paper 000; transcribed)",
             ("mc", "free"), pinned.math_boxed),
     Harness("verl-installed-math-boxed", f"verl {_version('verl')}: math_reward.py's copy of the MATH reader (adds a "
-            "'\\boxed ' branch; not the paper's)", ("mc", "free"), verl_math_boxed),
+            "'\\boxed ' branch; not the paper's)", ("mc", "free"), verl_math_boxed, package="verl"),
     Harness("orz-boxed", "Open-Reasoner-Zero f6d1ec7 orz/ppo/tools/math_utils.py get_answer_str, applied to the "
             "whole response (paper 000; transcribed)", ("mc", "free"), pinned.orz_boxed),
     Harness("simple-evals-mc", "openai/simple-evals 5e623c2 common.py ANSWER_PATTERN_MULTICHOICE (transcribed)",
