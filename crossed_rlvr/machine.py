@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from importlib import metadata
 from typing import Any
 
+from crossed_rlvr import numerics
+
 LIBRARIES = ("crossed-rlvr", "torch", "transformers", "trl", "tokenizers", "accelerate", "numpy", "pandas", "scipy",
              "pyarrow", "math-verify", "sympy", "latex2sympy2_extended", "hydra-core", "wandb", "verl", "vllm",
              "lm-eval")
@@ -47,6 +49,7 @@ def machine() -> dict[str, Any]:
         "python": sys.version.split()[0],
         "threads": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ},
         "versions": versions(),
+        "numerics": numerics.in_effect(),  # which kernels the CPU ran (portable: AVX2 on any x86-64 CPU)
     }
     if "torch" in sys.modules:  # never import torch just to describe the machine
         torch = sys.modules["torch"]
@@ -121,6 +124,8 @@ def native_bf16() -> bool:
 
     if torch.cuda.is_available():
         return True
+    if numerics.in_effect()["mode"] == "portable":  # kernels held to AVX2, which has no bfloat16 instructions
+        return False
     return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"})
 
 

@@ -67,6 +67,12 @@ if RAY_FOLDER_OWN:
 # read by every Ray cluster a test starts, in this process or in the commands it runs
 os.environ.setdefault("RAY_worker_niceness", "0")
 
+# The commands' default numerics in this process and every command a test runs, set before anything loads torch:
+# what the tests assert about training then holds on any x86-64 CPU with AVX2 (crossed_rlvr/numerics.py).
+from crossed_rlvr.numerics import apply  # noqa: E402 (after the environment above, before torch)
+
+apply("portable")
+
 # session fixtures of several modules (defined once, so built once per worker)
 pytest_plugins = ["tests.gpu_fixtures"]
 

@@ -102,15 +102,23 @@ def test_a_policys_hash_is_its_weights_not_its_run_records(tmp_path):
     assert tree_sha256(tmp_path, skip=RUN_RECORDS) != before
 
 
-@pytest.mark.parametrize("flags, expected", [({"avx2"}, "float32"), ({"avx2", "amx_bf16"}, "bfloat16")])
-def test_auto_dtype_is_bfloat16_only_where_computed_natively(tmp_path, tiny, monkeypatch, flags, expected):
+@pytest.mark.parametrize("flags, numerics, expected", [({"avx2"}, "native", "float32"),
+                                                       ({"avx2", "amx_bf16"}, "native", "bfloat16"),
+                                                       ({"avx2", "amx_bf16"}, "portable", "float32")])
+def test_auto_dtype_is_bfloat16_only_where_computed_natively(tmp_path, tiny, monkeypatch, flags, numerics, expected):
     """``eval.dtype=auto``: emulated CPU bfloat16 is several times slower than float32, so ``auto`` runs float32
-    unless the CPU has AMX/AVX512-BF16; the resolved dtype is what the cells and their summary record."""
+    unless the CPU has AMX/AVX512-BF16 and its kernels are the CPU's own (portable numerics hold them to AVX2,
+    which has no bfloat16); the resolved dtype is what the cells and their summary record."""
     import json
 
     import torch
 
     from crossed_rlvr import machine
+    from crossed_rlvr.numerics import PORTABLE
+
+    if numerics == "native":  # what the run records as its numerics (the suite's torch keeps its kernels)
+        for key in PORTABLE:
+            monkeypatch.delenv(key, raising=False)
 
     monkeypatch.setattr(machine, "cpu_flags", lambda: flags)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

@@ -121,7 +121,10 @@ def old_evaluation_dict(c: Any, study_name: str, run_dir: str, policies: list[An
             "study": study_name, "run_dir": run_dir, "policies": [p.entry() for p in policies],
             "requests": list(ev.requests), "templates": list(ev.templates), "template_subset": ev.template_subset,
             "template_subset_seed": int(ev.template_subset_seed), "samples": int(ev.samples), "overwrite": True,
-            "distribute": plain(c.distribute)}
+            "distribute": plain(c.distribute),
+            # the CPU numerics it runs with (crossed_rlvr/numerics.py), recorded since portable numerics became
+            # the default: a stage made with the machine's own kernels has other files
+            "numerics": c.numerics}
 
 
 @pytest.mark.parametrize("overrides", [(), ("experiment=smoke", "arms.seeds=[83]", "tracking=off"),

@@ -90,8 +90,26 @@ def training_rows(weights: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _kind(m: dict[str, Any]) -> dict[str, Any]:
-    """What makes two machines' float results differ: CPU, threads, GPU, library versions."""
-    return {k: m.get(k) for k in ("cpu", "threads", "gpu", "versions")}
+    """What makes two machines' float results differ: CPU kernels, threads, GPU, library versions. Under portable
+    numerics the CPU model does not (every x86-64 CPU with AVX2 runs the same kernels: crossed_rlvr/numerics.py)."""
+    kind = {k: m.get(k) for k in ("cpu", "threads", "gpu", "versions")}
+    mode = (m.get("numerics") or {}).get("mode")
+    if mode == "portable":
+        kind["cpu"] = "portable"
+    return kind
+
+
+def _numerics(m: dict[str, Any]) -> str:
+    """The CPU kernels a machine ran: portable (AVX2 on any x86-64 CPU) or the machine's own, with the
+    instruction sets it offers (a native run's numbers are those of CPUs that offer the same)."""
+    n = m.get("numerics")
+    if not n:
+        return "CPU numerics not recorded"
+    offered = ", ".join(n.get("instruction_sets") or []) or "unknown"
+    kernels = f"torch {n['torch_kernels']} kernels; " if n.get("torch_kernels") else ""
+    if n.get("mode") == "portable":
+        return f"portable CPU numerics ({kernels}AVX2 on any x86-64 CPU; this one offers {offered})"
+    return f"native CPU numerics ({kernels}this CPU's own: {offered})"
 
 
 def _machine_line(m: dict[str, Any]) -> str:
@@ -99,7 +117,8 @@ def _machine_line(m: dict[str, Any]) -> str:
     acc = (f"{gpu['count']} × {gpu['name']} (CUDA {gpu.get('cuda')}, driver {gpu.get('driver') or 'unknown'})"
            if gpu else "no GPU")
     threads = ", ".join(f"{k}={v}" for k, v in sorted((m.get("threads") or {}).items())) or "default threads"
-    return f"{m.get('cpu', '?')} ({m.get('cpu_count', '?')} cores; {threads}); {acc}; Python {m.get('python', '?')}"
+    return (f"{m.get('cpu', '?')} ({m.get('cpu_count', '?')} cores; {threads}); {acc}; {_numerics(m)}; "
+            f"Python {m.get('python', '?')}")
 
 
 def protocol_section(card: dict[str, Any]) -> str:

@@ -212,6 +212,9 @@ def hydra_app(command: str, config_name: str, run: Callable[[C], None],
             from crossed_rlvr.faults import writing
 
             try:
+                from crossed_rlvr.numerics import apply
+
+                apply(str(cfg.numerics))  # before torch loads: this process's kernels and every one it starts
                 with writing(Path(str(cfg.run_dir)), command):  # a fault of the machine: one line (faults.py)
                     run(cast(C, cfg))  # the node: a command that reads it as its schema types it at its door
             except CrossedError as err:  # inside Hydra's job: its handler would print a traceback

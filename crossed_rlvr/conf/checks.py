@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from crossed_rlvr.conf.schema import AuditConf, EngineConf, ModelConf, TrainConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
 from crossed_rlvr.limits import SEED
+from crossed_rlvr.numerics import MODES
 from crossed_rlvr.task_sources import SOURCES, is_code, source_of
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ def _model_path(key: str, path: str | None) -> None:
 def common(cfg: DictConfig) -> None:
     from crossed_rlvr.rewards.conventions import TEMPLATES
 
+    _one_of(cfg, "numerics", MODES)
     _one_of(cfg, "tracking.mode", ("off", "offline", "online", False))
     _one_of(cfg, "model.source", ("local", "hub", "gguf-smollm2"))
     _one_of(cfg, "task.source", tuple(SOURCES))  # the registered sources (crossed_rlvr/task_sources.py)

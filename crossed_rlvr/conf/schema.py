@@ -328,6 +328,7 @@ class TrainConf(ReadOnly):
     validation: ValidationConf = field(default_factory=ValidationConf)
     seed: int = num(83, *SEED)
     data_seed: int = num(83, *SEED)
+    numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = MISSING
     arm: str = MISSING
     study: str | None = None
@@ -355,6 +356,7 @@ class EvalCommandConf(ReadOnly):
     task: TaskConf = MISSING
     eval: EvalConf = MISSING
     tracking: TrackingConf = MISSING
+    numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = MISSING
     study: str | None = None
     policies: list[PolicyConf] | None = None
@@ -393,6 +395,7 @@ class SFTCommandConf(ReadOnly):
     task: TaskConf = MISSING
     sft: SFTRecipeConf = MISSING
     tracking: TrackingConf = MISSING
+    numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = MISSING
     study: str | None = None
     eval: EvalConf = field(default_factory=EvalConf)  # the sampling of warmstart.band's checks
@@ -466,6 +469,7 @@ class StudyConf(ReadOnly):
     eval: EvalConf = MISSING
     tracking: TrackingConf = MISSING
     experiment_name: str | None = None
+    numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = MISSING
     stages: str = "all"            # all | prepare | rehearse | fetch (download hub models and data, then stop)
     requires_gpu: bool = False
@@ -487,6 +491,7 @@ class AuditConf(ReadOnly):
     task: TaskConf = MISSING
     eval: EvalConf = MISSING
     tracking: TrackingConf = MISSING
+    numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = "runs/audit"
     initial: str | None = None
     hash: Any = None               # a path or hub name, or a list of them (str | list[str]: OmegaConf has no unions)

@@ -117,6 +117,6 @@ class StudyConfigs:
             policies=[PolicyConf(**p.entry()) for p in self.policies(initial, arms)],
             requests=list(ev.requests), templates=list(ev.templates), template_subset=ev.template_subset,
             template_subset_seed=int(ev.template_subset_seed), samples=int(ev.samples), overwrite=True,
-            distribute=c.distribute)
+            distribute=c.distribute, numerics=c.numerics)
         check_ranges_of(conf, "crossed_eval")  # the evaluation's own ranges (e.g. its subset), before any stage runs
         return conf

@@ -32,7 +32,7 @@ from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study import prepare as dress
 from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain, policies_of
-from crossed_rlvr.study.stamps import StageCache, digest
+from crossed_rlvr.study.stamps import StageCache, digest, with_numerics
 from crossed_rlvr.study.steps import steps_for
 from crossed_rlvr.tracking import untracked
 
@@ -140,8 +140,8 @@ class Study:
             from crossed_rlvr.study.warm_cache import fetch_or_build
 
             # a tiny model's path is where it is built (in this run directory), not an input
-            key = digest({**fp, "model": {k: v for k, v in fp["model"].items() if k != "path"}}
-                         if c.model.tiny else fp)
+            key = digest(with_numerics({**fp, "model": {k: v for k, v in fp["model"].items() if k != "path"}}
+                                       if c.model.tiny else fp))
             return self.stage("initial", fp, [Path(path)],
                               lambda: fetch_or_build(Path(str(cache)), key, Path(path), build, self.say))
         return self.stage("initial", fp, [Path(path)], build)

@@ -119,6 +119,7 @@ class StageCache:
     def __call__(self, name: str, inputs: dict[str, Any], outputs: list[Path], fn: Callable[[], dict[str, Any]]
                  ) -> dict[str, Any]:
         head = f"[bold]\\[{self.stages.index(name) + 1}/{len(self.stages)}] {name}[/bold]"
+        inputs = with_numerics(inputs)
         fingerprint = digest(inputs)
         stamp = self.stamps.fresh(name, fingerprint, outputs)
         if stamp is not None:
@@ -141,6 +142,16 @@ class StageCache:
                             "changed": changed}
         self.say(f"    {name} done in {seconds:.1f} s")
         return info
+
+
+def with_numerics(inputs: dict[str, Any]) -> dict[str, Any]:
+    """A stage's inputs with the CPU numerics its process runs (crossed_rlvr/numerics.py) where they are portable:
+    the same seeds give other files under the machine's own kernels, which every stage made before numerics were
+    recorded ran (so their stamps, which name none, still match a native run)."""
+    from crossed_rlvr.numerics import in_effect
+
+    mode = in_effect()["mode"]
+    return inputs if mode == "native" else {**inputs, "numerics": mode}
 
 
 def changed_inputs(old: object, new: object, prefix: str = "") -> list[str]:
