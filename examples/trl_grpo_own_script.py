@@ -5,7 +5,7 @@ asked with the hash request, the hash training reward read from the dataset's ow
 validation under both requests every few updates, logged through the trainer (add ``--report-to wandb`` to send
 it to wandb). Runs on a CPU in under a minute:
 
-    python trl_grpo_own_script.py --steps 4 --out /tmp/own-grpo
+    python trl_grpo_own_script.py --steps 4 --out own-grpo
 """
 
 from __future__ import annotations
@@ -34,15 +34,38 @@ def training_dataset(pairs: list[tuple[str, str]]):
                               for q, a in pairs])
 
 
-def tiny_policy(folder: Path):
-    """A fresh tiny Qwen2 model and its tokenizer, built locally and loaded as any hub model would be."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
-    from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
 
-    path = build_tiny_model(folder, TinyConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                               num_attention_heads=2, num_key_value_heads=1))
-    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+def tiny_policy(folder: Path, seed: int):
+    """A fresh tiny Qwen2 model with a byte-level tokenizer (one token per byte, a ChatML chat template), built here
+    with transformers and tokenizers, saved and loaded as any hub model would be: it stands in for your own."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        PreTrainedTokenizerFast,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {token: k for k, token in enumerate([*specials, *sorted(pre_tokenizers.ByteLevel.alphabet())])}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|endoftext|>", eos_token="<|im_end|>",
+                                        additional_special_tokens=specials[1:], chat_template=CHAT_TEMPLATE)
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id)
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder, padding_side="left")
 
 
 def grpo_config(args: argparse.Namespace):
@@ -67,7 +90,7 @@ def main() -> None:
 
     from trl import GRPOTrainer
 
-    model, tokenizer = tiny_policy(args.out / "model")
+    model, tokenizer = tiny_policy(args.out / "model", args.seed)
     trainer = GRPOTrainer(model=model, args=grpo_config(args), processing_class=tokenizer,
                           reward_funcs=[cr.make_trl_reward("hash", reference_column="answer")],
                           train_dataset=training_dataset(arithmetic(64, args.seed)))

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -48,5 +47,10 @@ def tables(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--tables"]
-    (tables if "--tables" in sys.argv else main)(args[0] if args else "runs")
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", nargs="?", default="runs", help="the folder to search (default: runs)")
+    parser.add_argument("--tables", action="store_true", help="the schema of every wandb.Table each run logged")
+    args = parser.parse_args()
+    (tables if args.tables else main)(args.folder)

@@ -58,6 +58,26 @@ def test_every_exported_name_resolves_to_its_definition():
         _ = crossed_rlvr.no_such_name
 
 
+def test_the_examples_use_the_public_api_only():
+    """An example is what a user copies: it may import ``crossed_rlvr`` and the names of ``__all__`` only (an internal
+    module it reached into would break it with any refactor the stability promise allows)."""
+    for path in sorted(EXAMPLES.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        aliases, used = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    assert a.name == "crossed_rlvr" or not a.name.startswith("crossed_rlvr."), (path.name, a.name)
+                    aliases |= {a.asname or a.name} if a.name == "crossed_rlvr" else set()
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("crossed_rlvr"):
+                assert node.module == "crossed_rlvr", (path.name, node.module)
+                used |= {a.name for a in node.names}
+        used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                 and n.value.id in aliases}
+        assert aliases or used, f"{path.name} does not use crossed_rlvr"
+        assert used <= set(crossed_rlvr.__all__), (path.name, sorted(used - set(crossed_rlvr.__all__)))
+
+
 def test_trl_reward_reads_a_named_reference_column():
     """TRL hands the reward every dataset column by name: a user's final answers may sit in ``answer``."""
     from datasets import Dataset
@@ -88,22 +108,28 @@ def test_validation_callback_refuses_unknown_requests_and_an_unattached_run():
         crossed_rlvr.CrossedValidationCallback([("q", "1")], ["latex"], tokenizer=None)
 
 
+# the example's command as examples/README.md and the script's docstring quote it (tests/test_quoted_commands.py
+# counts it as run here)
+QUOTED_EXAMPLE = ['--steps', '4', '--out', 'own-grpo']
+
+
 @pytest.mark.long  # handed out early (tests/conftest.py)
 def test_trl_example_runs_as_a_users_own_script(tmp_path):
-    """The example copied into a folder of its own trains two GRPO updates on the CPU; the callback's metrics reach
-    the trainer's log at step 0 and step 2, beside (not instead of) the step's own record."""
+    """The example copied into a folder of its own, run as its README quotes it, trains four GRPO updates on the CPU;
+    the callback's metrics reach the trainer's log at steps 0, 2 and 4, beside (not instead of) the step's own
+    record."""
     shutil.copy(EXAMPLES / "trl_grpo_own_script.py", tmp_path)
-    proc = user_python(["trl_grpo_own_script.py", "--steps", "2", "--every", "2", "--out", "out"], tmp_path)
+    proc = user_python(["trl_grpo_own_script.py", *QUOTED_EXAMPLE], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    history = json.loads((tmp_path / "out" / "log_history.json").read_text())
+    history = json.loads((tmp_path / "own-grpo" / "log_history.json").read_text())
     keys = [f"eval_crossed/{r}/{m}" for r in ("hash", "boxed") for m in ("payload", "strict")]
     crossed = [e for e in history if keys[0] in e]
-    assert [e["step"] for e in crossed] == [0, 2]
+    assert [e["step"] for e in crossed] == [0, 2, 4]
     assert all(0.0 <= e[k] <= 1.0 for e in crossed for k in keys)
-    assert {e["step"] for e in history if "loss" in e} == {1, 2}  # the trainer's own records were all written
+    assert {e["step"] for e in history if "loss" in e} == {1, 2, 3, 4}  # the trainer's own records were all written
     assert any("rewards/hash_reward/mean" in e for e in history)
     printed = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"step"')]
-    assert [p["step"] for p in printed] == [0, 2]
+    assert [p["step"] for p in printed] == [0, 2, 4]
 
 
 def verl_overrides(node: dict, prefix: str = "") -> list[str]:

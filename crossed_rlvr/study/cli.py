@@ -1,6 +1,6 @@
 """``crossed-study`` (Hydra): the whole crossed design in one command; ``experiment=`` picks a preset.
 
-    crossed-study                                   # the tiny default (about 12 minutes on 2 CPU cores)
+    crossed-study                                   # the tiny default (minutes on 2 CPU cores: docs/results-on-cpu.md)
     crossed-study experiment=smoke run_dir=/tmp/s   # every stage at the smallest size
     crossed-study experiment=qwen2.5-7b-gsm8k-crossed   # the paper's setting (GPU cluster)
     crossed-study experiment=qwen2.5-7b-gsm8k-crossed stages=prepare   # dress rehearsal, any machine
