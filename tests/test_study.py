@@ -508,3 +508,15 @@ def test_real_lm_eval_run_of_the_study_is_imported_crossed(smoke, tmp_path):
     assert (out / "rescore" / "spread.png").exists()  # Fig. 5
     assert (out / "rescore" / "where_omega.png").exists() and "Pooled format share" in (
         out / "rescore" / "report.md").read_text()
+
+
+def test_the_console_ends_with_the_studys_result(smoke):
+    """crossed-study prints the report's opening sentences (one per task, wording and pair, with I_P) after its
+    stages, so `make study` shows what training changed, not only where the report is."""
+    from crossed_rlvr.study.cli import headline
+
+    _run, summary = smoke
+    lines = headline(summary["report"])
+    assert [line.split("**")[1] for line in lines] == [f"arith_tiny · `{t}` · hashxboxed · grpo"
+                                                       for t in ("original", "para_a", "para_b")]
+    assert all("(I_P +" in line and "Caveats" not in line for line in lines), lines

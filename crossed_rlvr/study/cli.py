@@ -109,8 +109,27 @@ def _run(given: DictConfig) -> None:
     for name, t in summary["stages"].items():
         table.add_row(name, f"{t['seconds']:.1f}", "yes" if t["reused"] else "no")
     console.print(table)
+    for line in headline(summary["report"]):
+        console.print(line, markup=False, highlight=False)
     console.print(f"report: {summary['report']}")
     print(json.dumps(summary))
+
+
+def headline(report: str) -> list[str]:
+    """The report's opening sentences (one per task, wording and pair: what training changed, with I_P), so the
+    console ends with the study's result and not only where it is."""
+    from pathlib import Path
+
+    path = Path(report)
+    if not path.is_file():
+        return []
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("| "):  # the interactions table follows the sentences
+            break
+        if line.startswith("**"):
+            lines.append(line.split(" Caveats:")[0])
+    return lines
 
 
 def main() -> None:
