@@ -176,7 +176,7 @@ def run_child(kind: str, spec: dict[str, Any], log: Path) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- the runs
 def crossed_eval_overrides(run_dir: Path, policies: list[tuple[str, str]], backend: str, batch: int, items: int,
-                           max_new_tokens: int, context: int) -> list[str]:
+                           max_new_tokens: int, context: int, numerics: str = "portable") -> list[str]:
     from crossed_rlvr.conf import hydra_quoted
 
     entries = ",".join(f"{{name:{hydra_quoted(n)},path:{hydra_quoted(p)},training_convention:initial,train_seed:null}}"
@@ -185,7 +185,7 @@ def crossed_eval_overrides(run_dir: Path, policies: list[tuple[str, str]], backe
             f"policies=[{entries}]", f"task={TASK}", f"task.n_test={max(STUDY_ITEMS, items)}", f"task.n_items={items}",
             "requests=[hash,boxed]", f"templates=[{TEMPLATE}]", f"eval={EVAL_GROUPS[backend]}", "eval.device=cpu",
             "eval.dtype=float32", "eval.temperature=0", "eval.top_p=1.0", f"eval.max_new_tokens={max_new_tokens}",
-            f"eval.context_limit={context}", f"eval.batch_size={batch}", "tracking=off",
+            f"eval.context_limit={context}", f"eval.batch_size={batch}", "tracking=off", f"numerics={numerics}",
             *BACKEND_OVERRIDES.get(backend, [])]
 
 
@@ -194,7 +194,8 @@ def crossed_eval_run(out: Path, label: str, policies: list[tuple[str, str]], bac
     run_dir = out / "runs" / label
     shutil.rmtree(run_dir, ignore_errors=True)  # a finished cell would be skipped, not timed
     spec = {"overrides": crossed_eval_overrides(run_dir, policies, backend, batch, args.items, args.max_new_tokens,
-                                                context), "result": str(out / "timers" / f"{label}.json")}
+                                                context, args.numerics),
+            "result": str(out / "timers" / f"{label}.json")}
     (out / "timers").mkdir(parents=True, exist_ok=True)
     run = run_child("crossed-eval", spec, out / "logs" / f"{label}.log")
     return {"label": label, "tool": "crossed-eval", "backend": backend, "batch_size": batch, "run_dir": str(run_dir),
@@ -457,6 +458,8 @@ def main() -> int:
                         help="a second round, each tool at its own default batch size")
     parser.add_argument("--backends", nargs="+", default=["hf"], choices=sorted(EVAL_GROUPS),
                         help="crossed-eval's backends (eval.backend)")
+    parser.add_argument("--numerics", choices=["portable", "native"], default="portable",
+                        help="both tools' CPU kernels (crossed_rlvr/numerics.py): held to AVX2, or the machine's own")
     parser.add_argument("--out", type=Path, default=Path("runs/bench-vs-lmeval"))
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     parser.add_argument("spec", nargs="?", help=argparse.SUPPRESS)
@@ -468,6 +471,14 @@ def main() -> int:
         from crossed_rlvr.policies.smollm import smollm2_135m_dir
 
         args.models = [smollm2_135m_dir()]
+    from crossed_rlvr.numerics import PORTABLE
+
+    # both tools' processes under the same numerics: lm-eval's inherits this environment, crossed-eval sets it too
+    for key, value in PORTABLE.items():
+        if args.numerics == "portable":
+            os.environ[key] = value
+        else:
+            os.environ.pop(key, None)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     policies = policy_names(args.models)
@@ -484,6 +495,7 @@ def main() -> int:
     report = {"settings": {"models": policies, "items": len(items), "task": TASK, "requests": ["hash", "boxed"],
                            "template": TEMPLATE, "max_new_tokens": args.max_new_tokens, "dtype": "float32",
                            "decoding": "greedy", "batch_size": args.batch_size, "context_limit": context,
+                           "numerics": args.numerics,
                            "cores": len(os.sched_getaffinity(0))},
               "runs": rows}
     path = out / "bench_vs_lmeval.json"

@@ -24,6 +24,7 @@ def test_both_tools_are_measured_on_the_same_prompts_and_their_texts_compared(ti
                           check=False, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = json.loads((out / "bench_vs_lmeval.json").read_text())
+    assert report["settings"]["numerics"] == "portable"  # both tools under the same kernels (--numerics)
     runs = {(r["tool"], r["backend"]): r for r in report["runs"]}
     assert set(runs) == {("crossed-eval", "hf"), ("crossed-eval", "hf-onednn"), ("lm-eval", "hf")}
     packed = json.loads(next(Path(runs[("crossed-eval", "hf-onednn")]["run_dir"]).glob("responses/*.meta.json"))
