@@ -140,7 +140,7 @@ def test_the_paper_design_trains_on_two_ranks_and_the_study_reports_its_crossed_
     # I_P read as its interval: after the last update it starts above +50 pp on the 6 validation items. This module's
     # arms are the paper preset's seed 83 for its first two updates. The suite runs portable numerics (the same on any
     # x86-64 CPU): +100 [+66.7, +150] after update 2; with this machine's own AVX-512 kernels +133.3 [+100, +167.1],
-    # with an AVX-512 Xeon's the report's low end fell to +32.9. Far above an arm pair that did not move apart
+    # an AVX-512 Xeon's own kernels +83.3 [+32.9, +133.8]. Far above an arm pair that did not move apart
     last = over[(over.step == UPDATES) & (over.contrast == "I_P") & (over.seed == "mean")]
     assert last["ci_low"].item() > 50, last
     report = (run / "analysis" / "report.md").read_text()
