@@ -15,6 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from crossed_rlvr import numerics
+from crossed_rlvr.numerics import cpu_flags  # machine's view of the CPU: one reader of /proc/cpuinfo
 
 LIBRARIES = ("crossed-rlvr", "torch", "transformers", "trl", "tokenizers", "accelerate", "numpy", "pandas", "scipy",
              "pyarrow", "math-verify", "sympy", "latex2sympy2_extended", "hydra-core", "wandb", "verl", "vllm",
@@ -106,17 +107,6 @@ def cpu_build() -> bool:
     return True
 
 
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def native_bf16() -> bool:
     """Whether this machine computes bfloat16 natively: a GPU, or a CPU with AMX or AVX512-BF16. Elsewhere CPU
     bfloat16 is emulated: a SmolLM2-135M evaluation ran over 10 minutes in bfloat16 on an AVX2-only CPU."""
@@ -124,7 +114,7 @@ def native_bf16() -> bool:
 
     if torch.cuda.is_available():
         return True
-    if numerics.in_effect()["mode"] == "portable":  # kernels held to AVX2, which has no bfloat16 instructions
+    if numerics.mode() == "portable":  # kernels held to AVX2, which has no bfloat16 instructions
         return False
     return bool(cpu_flags() & {"amx_bf16", "avx512_bf16"})
 

@@ -23,11 +23,10 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import Any, Literal
+from typing import Any
 
 from crossed_rlvr.errors import CrossedError
 
-Numerics = Literal["portable", "native"]
 MODES: tuple[str, ...] = ("portable", "native")
 
 # Each library's own control, held to AVX2. MKL's STRICT mode also makes its results independent of how the
@@ -65,22 +64,29 @@ def check(mode: str) -> None:
                             f"{env} in the environment (this CPU may lack AVX2), or set numerics=native")
 
 
+def mode() -> str:
+    """The numerics this process's environment gives: portable where every setting of ``PORTABLE`` is in place."""
+    return "portable" if x86() and all(os.environ.get(k) == v for k, v in PORTABLE.items()) else "native"
+
+
 def in_effect() -> dict[str, Any]:
     """What a run's numbers were computed with (stage stamps, manifests, the report's protocol card)."""
     env = {k: os.environ[k] for k in KEYS if k in os.environ}
-    portable = x86() and all(os.environ.get(k) == v for k, v in PORTABLE.items())
-    out: dict[str, Any] = {"mode": "portable" if portable else "native", "environment": env,
-                           "instruction_sets": offered()}
+    out: dict[str, Any] = {"mode": mode(), "environment": env,
+                           "instruction_sets": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "avx512_fp16",
+                                                                     "amx_bf16", "amx_tile"})}
     if "torch" in sys.modules:  # never import torch just to describe the kernels
         out["torch_kernels"] = sys.modules["torch"].backends.cpu.get_cpu_capability()
     return out
 
 
-def offered() -> list[str]:
-    """The vector instruction sets this CPU offers that the libraries choose between."""
+def cpu_flags() -> set[str]:
+    """The instruction-set flags this CPU offers (/proc/cpuinfo; empty where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            flags = next((set(line.split(":", 1)[1].split()) for line in fh if line.startswith("flags")), set())
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
     except OSError:
-        return []
-    return sorted(f for f in flags if f in {"avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"})
+        pass
+    return set()

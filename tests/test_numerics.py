@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from crossed_rlvr.numerics import PORTABLE, offered
+from crossed_rlvr.numerics import PORTABLE, cpu_flags
 from tests.helpers import command_env
 
 pytestmark = pytest.mark.long
@@ -59,7 +59,7 @@ def test_natively_a_larger_cpu_trains_other_weights_than_a_smaller_one(runs):
     this, smaller = files(runs[("native", "this")]), files(runs[("native", "smaller")])
     weights = [k for k in this if k.endswith(".safetensors")]
     differ = [k for k in weights if this[k] != smaller[k]]
-    if "avx512f" in offered():  # this CPU's own kernels are AVX-512's: the warm start already ends elsewhere
+    if "avx512f" in cpu_flags():  # this CPU's own kernels are AVX-512's: the warm start already ends elsewhere
         assert "models/initial/model.safetensors" in differ, differ
     else:  # an AVX2 CPU is the smaller one
         assert differ == []
@@ -87,7 +87,7 @@ def test_a_process_whose_torch_chose_other_kernels_is_refused_portable_numerics(
             "try:\n    apply('portable')\nexcept NumericsError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                          check=True).stdout
-    if "avx512f" in offered():
+    if "avx512f" in cpu_flags():
         assert out.startswith("numerics=portable: torch already runs AVX512 kernels in this process; start it with "
                               "ATEN_CPU_CAPABILITY=avx2"), out
     else:
@@ -107,5 +107,5 @@ def test_portable_numerics_hold_bfloat16_back_and_are_recorded(runs):
         for stage in ("initial", "arms", "eval", "score", "analyze"):
             recorded = json.loads((run / "stages" / f"{stage}.json").read_text())["machine"]["numerics"]
             assert recorded["mode"] == numerics, (run, stage, recorded)
-        kernels = "AVX512" if numerics == "native" and name == "this" and "avx512f" in offered() else "AVX2"
+        kernels = "AVX512" if numerics == "native" and name == "this" and "avx512f" in cpu_flags() else "AVX2"
         assert f"{numerics} CPU numerics (torch {kernels} kernels" in (run / "analysis" / "report.md").read_text()

