@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from crossed_rlvr.rewards.conventions import MARKER_PAIR
+from crossed_rlvr.rewards.conventions import MARKER_DROPPED, MARKER_PAIR
 
 INITIAL = "initial"
 # the methods a study trains: its own names are checked against the records' convention and seed
@@ -180,7 +180,7 @@ def pair_of(name: str) -> PairName:
 
 
 # the arms of the contrasts whose request does not name them (analysis/contrasts.py)
-_FIXED_ARMS = {"attenuation_reward": ("hash", "answer_only"), "attenuation_convention": MARKER_PAIR,
+_FIXED_ARMS = {"attenuation_reward": MARKER_DROPPED, "attenuation_convention": MARKER_PAIR,
                "arm_to_arm_D": MARKER_PAIR, "arm_to_arm_D_sd": MARKER_PAIR}
 
 
@@ -200,7 +200,7 @@ def contrast_parts(name: str, policy: str, request: str) -> dict[str, str]:
                 "arm_h": named.convention, "arm_b": ""}
     pair = pair_of(policy)
     labels = {pair_label(h, b): (h, b) for h, b in CROSSED_PAIRS}
-    arms = _FIXED_ARMS.get(name) or labels.get(request) or labels.get(request.removesuffix("-answer_only"), ("", ""))
+    arms = _FIXED_ARMS.get(name) or labels.get(request) or labels.get(request.removesuffix(f"-{MARKER_DROPPED[1]}"), ("", ""))
     if name in ("delta_P", "delta_P_sd"):  # convention names hold no "-"
         arms = (pair.method.rsplit("-", 1)[-1], "")
     return {"method": pair.method, "seed": pair.seed, "checkpoint": pair.checkpoint, "arm_h": arms[0],

@@ -10,7 +10,7 @@ the study all read the same declaration. A kind other than ``answer`` and ``code
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any, Protocol
@@ -37,7 +37,7 @@ class TaskSource:
     kind: str = ANSWER  # the study steps and reward programs its items take
     items: str | None = None  # "module:function" loading a split's items from the task config (lazy import)
     frozen_train_rows: bool = False  # training rows cut from a hub split, frozen by content (paper 001 §3, B.1)
-    requests: tuple[str, ...] = REQUESTS  # the requests its items may be asked under
+    requests: Sequence[str] = REQUESTS  # the requests its items may be asked under
     templates: tuple[str, ...] = TEMPLATES  # the wordings of those requests
 
     def load(self, task_cfg: TaskConf) -> list[dict[str, Any]]:

@@ -18,8 +18,10 @@ def audit_cfg(*overrides: str):
     """The composed ``crossed_audit`` config with these overrides."""
     from hydra import compose, initialize_config_module
 
+    from crossed_rlvr.conf.app import spelled
+
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
-        return compose(config_name="crossed_audit", overrides=list(overrides))
+        return compose(config_name="crossed_audit", overrides=spelled("crossed-audit", list(overrides)))
 
 
 def audit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -30,7 +32,7 @@ def audit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def test_help_shows_the_one_command_example():
     out = subprocess.run([AUDIT, "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
     assert "crossed-audit initial=BASE hash=HASH_CKPT boxed=BOXED_CKPT task=gsm8k eval=vllm" in out
-    assert "boxed=[SEED0_CKPT,SEED1_CKPT]" in out and "answer_only" in out
+    assert "boxed=[SEED0_CKPT,SEED1_CKPT]" in out and "any convention's name" in out
 
 
 @pytest.mark.parametrize(("args", "said"), [

@@ -73,7 +73,7 @@ def test_one_shot_shows_one_example_in_the_requested_convention(request_name):
 def test_answer_only_arms_of_either_request_share_the_answer_only_reward():
     """App. D.2's crossed reward control: the request decides the prompt, the reward ignores the marker."""
     h, b = CONVENTIONS["answer_only_hash"], CONVENTIONS["answer_only_boxed"]
-    assert (h.request, b.request) == ("hash", "boxed") and h.program == b.program == "answer_only"
+    assert (h.request, b.request) == ("hash", "boxed") and h.program == b.program and b.program.name == "answer_only"
     assert b.suffix() == request_suffix("boxed") and b.mark("7") == "\\boxed{7}"
     for name in ("answer_only_hash", "answer_only_boxed", "answer_only"):
         assert reward(name, "so the total is 18 apples.", "18") == 1.0

@@ -6,7 +6,7 @@ of every module (function bodies included, where the coupling hides), this test 
 - an import that climbs from an earlier layer into a later one.
 
 The layers are declared once, here, in import order: a module may import its own layer and earlier ones
-(the reward programs, then the base: records, text, files, machine, cluster, tracking). Generation and scoring come before training because training uses them (rollouts for strata
+(the conventions and reward programs with their text primitives, then the base: records, files, machine, cluster, tracking). Generation and scoring come before training because training uses them (rollouts for strata
 estimation, crossed validation scored by the readers), as verl's trainer uses its rollout workers and
 ``reward_score``; entry points that drive several stages (``crossed-analyze``, ``crossed-study``, the panel
 CLI) come last.
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1] / "crossed_rlvr"
 # (layer, module prefixes); a module belongs to the layer of its longest matching prefix
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("rewards", ("crossed_rlvr.rewards",)),  # standard library only (test below): importable by verl and TRL
-    ("base", ("crossed_rlvr", "crossed_rlvr.names", "crossed_rlvr.layout", "crossed_rlvr.records", "crossed_rlvr.text", "crossed_rlvr.files",
+    ("base", ("crossed_rlvr", "crossed_rlvr.names", "crossed_rlvr.layout", "crossed_rlvr.records", "crossed_rlvr.files",
               "crossed_rlvr.machine", "crossed_rlvr.interrupt", "crossed_rlvr.ranks", "crossed_rlvr.tracking",
               "crossed_rlvr.cluster", "crossed_rlvr.limits", "crossed_rlvr.sandbox")),
     ("conf", ("crossed_rlvr.conf",)),

@@ -46,14 +46,15 @@ def test_slow_reader_over_limit_is_unreadable_not_a_hang(monkeypatch):
 @pytest.mark.exclusive
 def test_every_reader_over_limit_gives_unreadable_row(monkeypatch):
     monkeypatch.setattr(mathverify, "verify_text", _hanging_verify)
-    real = readers.StrictFirstHash.extract
+    strict = readers.READERS["strict_first_hash"]
+    real = strict.extract
 
-    def hanging_extract(self, response, request=None):
+    def hanging_extract(response, request=None):
         if "HANG" in response:
             time.sleep(60)
-        return real(self, response, request)
+        return real(response, request)
 
-    monkeypatch.setattr(readers.StrictFirstHash, "extract", hanging_extract)
+    monkeypatch.setattr(strict, "extract", hanging_extract)
     rows = score_many([Item("HANG #### 18", "18"), Item("#### 5", "5")], workers=1, limit_s=1.0)
     assert rows[0]["timed_out"] is True
     assert not any(v for k, v in rows[0].items() if k not in ("timed_out", "category", "read_cap_chars"))

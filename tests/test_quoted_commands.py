@@ -800,10 +800,11 @@ def compose_checked(command: str, args: list[str], run_dir: Path) -> object:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    from crossed_rlvr.conf.app import spelled
     from crossed_rlvr.conf.ranges import check_overrides, check_ranges, check_relations
 
-    overrides = [a for a in args if a not in ("-m", "--multirun") and "=" in a and not a.startswith("-")
-                 and "..." not in a]
+    overrides = spelled(command, [a for a in args if a not in ("-m", "--multirun") and "=" in a
+                                  and not a.startswith("-") and "..." not in a])
     parsed = OverridesParser.create().parse_overrides(overrides)
     batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
     first = list(batches[0][0]) if batches and batches[0] else overrides

@@ -119,7 +119,8 @@ def test_trl_reward_unknown_convention_fails_early():
 
 
 def test_every_convention_has_a_program():
-    assert set(REWARD_PROGRAMS) == {"hash", "boxed", "json", "xml", "answer_only"}
+    """One program per convention; the answer-only arms of either request share one (App. D.2)."""
+    assert set(REWARD_PROGRAMS) == {"hash", "boxed", "json", "xml", "answer_only", "boxed_math"}
 
 
 # ---------------------------------------------------------------- native-boxed MATH training (App. D.3.1)

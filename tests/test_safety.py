@@ -79,7 +79,7 @@ def test_multi_megabyte_and_deeply_nested_responses_are_fast():
 @given(text=st.lists(st.sampled_from(["1", "23", ",", ".", "-", "x", " ", "4,567", "$", "\n", "a.5"]), max_size=80)
        .map("".join))
 def test_fast_last_number_equals_full_scan(text):
-    from crossed_rlvr import text as tx
+    from crossed_rlvr.rewards import text as tx
 
     full = tx.numbers(text)
     assert tx.last_number(text) == (full[-1] if full else None)
@@ -143,7 +143,7 @@ def test_readers_are_linear_without_the_cap(pattern, size):
     recursion over nesting, no copy of the rest of a line per marker (measured <= 30 bytes and ~1.4 us a char)."""
     import tracemalloc
 
-    from crossed_rlvr import text as tx
+    from crossed_rlvr.rewards import text as tx
 
     text = pattern * (size // len(pattern))
     old, tx.READ_CAP_CHARS = tx.READ_CAP_CHARS, 10**9
@@ -162,7 +162,7 @@ def test_readers_are_linear_without_the_cap(pattern, size):
 
 
 def test_read_window_keeps_head_and_tail_and_is_recorded():
-    from crossed_rlvr import text as tx
+    from crossed_rlvr.rewards import text as tx
 
     filler = "We add the numbers one by one. " * 2_000  # ~62 KB
     long = "#### 5\n" + filler + "\nSo the answer is \\boxed{7}"

@@ -14,6 +14,7 @@ convention's training reward program (App. D.1 re-scoring).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,8 +41,8 @@ def reader_names(scores: pd.DataFrame) -> list[str]:
 
 
 
-def _pick(scores: pd.DataFrame, mapping: dict[str, str], suffix: str,
-          symbolic: dict[str, str] | None = None) -> pd.Series:
+def _pick(scores: pd.DataFrame, mapping: Mapping[str, str], suffix: str,
+          symbolic: Mapping[str, str] | None = None) -> pd.Series:
     """Per row, column ``<reader>.<suffix>`` of the reader ``mapping`` names for its request (``symbolic``
     for rows of a symbolic task); NaN where the request has no such reader (or the column is absent)."""
     out = pd.Series(np.nan, index=scores.index, dtype=object)

@@ -10,7 +10,7 @@ one product with the shared draws of the cell statistics.
 - ``delta_P`` / ``delta_q`` / ``gain`` (Tables 8, 9, 12): trained minus initial, same request.
 - ``reader_gap_reduction`` F (eq. 5): (γ0 - γRL) with γ = Acc_lenient - Acc_strict, so that
   Δ_S = F + Δ_len holds exactly.
-- ``attenuation_reward`` ρ (eq. 7, I1): 1 - Δ_S(answer_only arm) / Δ_S(hash arm), hash request.
+- ``attenuation_reward`` ρ (eq. 7, I1): 1 - Δ_S(answer-only arm) / Δ_S(hash arm), hash request.
 - ``attenuation_convention`` ρ (eq. 7, I2): 1 - Δ_S(boxed arm, boxed request) / Δ_S(hash arm, hash request).
 - ``preference_D`` (eq. 8): Acc(π, hash request, strict) - Acc(π, boxed request, strict).
 - ``arm_to_arm_D`` (§2.4, I4): [D(H) - D(0)] - [D(B) - D(0)] within a method and seed.
@@ -34,7 +34,13 @@ from crossed_rlvr.analysis.cells import Group
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.readers import LENIENT
 from crossed_rlvr.names import pair_name, seed_slot
-from crossed_rlvr.rewards.conventions import CONVENTIONS, CROSSED_PAIRS, MARKER_PAIR, pair_label
+from crossed_rlvr.rewards.conventions import (
+    CONVENTIONS,
+    CROSSED_PAIRS,
+    MARKER_DROPPED,
+    MARKER_PAIR,
+    pair_label,
+)
 
 # (arm H, arm B, request h, request b): each matched pair crossed with its two arms' requests (eq. 1);
 # the answer-only pair (App. D.2) is crossed under the hash and boxed requests like the marker pair.
@@ -226,7 +232,7 @@ def reward_differences(d: Design) -> list[Contrast]:
         other = dict(d.interactions[(method, ckpt, answer, m)])
         for seed, terms in seeds:
             if seed in other:
-                out.append(pair_contrast("reward_difference", m, method, seed, ckpt, f"{marker}-answer_only",
+                out.append(pair_contrast("reward_difference", m, method, seed, ckpt, f"{marker}-{MARKER_DROPPED[1]}",
                                          _sub(terms, other[seed]), d.pair_arms[marker], seeds=[seed]))
     return out
 
@@ -335,11 +341,11 @@ def attenuations(d: Design) -> list[Contrast]:
         if h is None or not g.has(h, "hash"):
             continue
         ctrl = gain(h, "hash")
-        treat = convs.get("answer_only")
+        treat = convs.get(MARKER_DROPPED[1])
         if treat is not None and g.has(treat, "hash"):
             t = gain(treat, "hash")
             out.append(pair_contrast("attenuation_reward", "acc.strict", method, seed, ckpt, "hash", t,
-                                     ("hash", "answer_only"), denom=ctrl, unit="ratio", seeds=[seed]))
+                                     MARKER_DROPPED, denom=ctrl, unit="ratio", seeds=[seed]))
             by_method[(method, ckpt)]["reward"].append((t, ctrl, seed))
         b = convs.get("boxed")
         if b is not None and g.has(b, "boxed") and g.has("initial", "boxed"):
@@ -351,7 +357,7 @@ def attenuations(d: Design) -> list[Contrast]:
         for kind, pairs in kinds.items():
             t, c = _mean([p[0] for p in pairs]), _mean([p[1] for p in pairs])
             req = "hash" if kind == "reward" else "own"
-            arms = ("hash", "answer_only") if kind == "reward" else MARKER_PAIR
+            arms = MARKER_DROPPED if kind == "reward" else MARKER_PAIR
             out.append(pair_contrast(f"attenuation_{kind}", "acc.strict", method, "mean", ckpt, req, t, arms,
                                      denom=c, unit="ratio", seeds=[p[2] for p in pairs]))
     return out

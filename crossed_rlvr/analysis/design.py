@@ -56,7 +56,7 @@ def design_gaps(scores: pd.DataFrame) -> list[Gap]:
             held = set(pol.request)
             # the initial policy: every request of the table; an arm: its own and its partner's, where the table
             # holds them (a table of one request is a convention-matched evaluation, complete as such)
-            # (answer_only, the I1 control of §2.4, is read under its own request only: it has no crossed partner)
+            # (the answer-only arm, the I1 control of §2.4, is read under its own request only: it has no crossed partner)
             own = CONVENTIONS[conv].request if conv in CONVENTIONS else conv
             crossed = {own, PARTNER.get(own)} if conv in ARM_PARTNER else {own}
             need = set(requests) if conv == "initial" else crossed & set(requests)

@@ -38,7 +38,8 @@ EXAMPLES = {
     "crossed-audit": ["crossed-audit initial=BASE hash=HASH_CKPT boxed=BOXED_CKPT task=gsm8k eval=vllm "
                       "run_dir=runs/audit",
                       "crossed-audit initial=BASE boxed=[SEED0_CKPT,SEED1_CKPT] task=math500   # one per seed",
-                      "   (hash, boxed, json, xml, answer_only: folders or hub names; initial: the base)",
+                      "   (any convention's name (crossed_rlvr/rewards/conventions.py): folders or hub names; "
+                      "initial: the base)",
                       "crossed-audit preset=d3 from_study=RUN_DIR run_dir=runs/d3   # App. D.3: a study's arms on code",
                       "   (a code task's policies: fence, begin_done; step=N: the study's checkpoints at update N)"],
 }
@@ -177,6 +178,30 @@ def with_checks_first(argv: list[str], command: str) -> list[str]:
     return [*argv[:at], *extra, *argv[at:]]
 
 
+def as_trained(overrides: list[str]) -> list[str]:
+    """crossed-audit's ``CONVENTION=CKPT`` (any registered convention's name, an answer task's or a code task's) as
+    the schema's ``trained.CONVENTION``: a policy is named by the convention its training rewarded, and the schema
+    keeps every convention's in one mapping, so a convention added later needs no field of its own."""
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
+    from crossed_rlvr.rewards.conventions import CONVENTIONS
+
+    out = []
+    for arg in overrides:
+        key, eq, value = arg.partition("=")
+        out.append(f"++trained.{key}={value}" if eq and (key in CONVENTIONS or key in CODE_CONVENTIONS) else arg)
+    return out
+
+
+# A command's own spelling of some overrides, as its schema's keys: applied to the command line before Hydra reads it
+SPELLINGS: dict[str, Callable[[list[str]], list[str]]] = {"crossed-audit": as_trained}
+
+
+def spelled(command: str, overrides: list[str]) -> list[str]:
+    """The overrides as the command's schema reads them (``SPELLINGS``)."""
+    spell = SPELLINGS.get(command)
+    return spell(overrides) if spell is not None else overrides
+
+
 def hydra_app(command: str, config_name: str, run: Callable[[C], None],
               check: Callable[[C], None] | None = None) -> Callable[[], None]:
     """``main()`` of a Hydra command: help, composition against the schema, checks, then ``run(cfg)`` with the composed
@@ -249,7 +274,21 @@ def hydra_app(command: str, config_name: str, run: Callable[[C], None],
         finally:
             sys.argv = argv
 
-    return main
+    return respelled(command, main)
+
+
+def respelled(command: str, main: Callable[[], None]) -> Callable[[], None]:
+    """``main`` reading the command line as the schema reads it (``SPELLINGS``), restored after."""
+
+    def run() -> None:
+        given = sys.argv
+        sys.argv = [given[0], *spelled(command, given[1:])]
+        try:
+            main()
+        finally:
+            sys.argv = given
+
+    return run
 
 
 def swept_dirname(job_overrides: Sequence[object] | None, *exclude: str) -> str:

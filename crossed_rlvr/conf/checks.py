@@ -9,6 +9,7 @@ fails in seconds, not after training.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ def _one_of(cfg: DictConfig, key: str, allowed: tuple[str | bool, ...]) -> None:
         raise ConfigError(f"{key}={value!r} is unknown; expected one of {shown}")
 
 
-def _all_of(cfg: DictConfig, key: str, allowed: tuple[str, ...], nonempty: bool = True) -> None:
+def _all_of(cfg: DictConfig, key: str, allowed: Sequence[str], nonempty: bool = True) -> None:
     values = _get(cfg, key)
     if values is None:
         return
@@ -347,7 +348,7 @@ def check_eval(cfg: DictConfig) -> None:
         _policy_name_agrees(f"policies[{k}]", pol.name, pol.training_convention, pol.train_seed)
 
 
-def _evaluation_requests(cfg: DictConfig, requests: str, templates: str, math_requests: tuple[str, ...],
+def _evaluation_requests(cfg: DictConfig, requests: str, templates: str, math_requests: Sequence[str],
                          wordings: tuple[str, ...]) -> None:
     """A code task is asked for programs in the code delimiters (``fence``, ``begin_done``) in the original wording;
     every other task for answers in the answer conventions."""
@@ -453,17 +454,21 @@ def audit_checkpoints(cfg: AuditConf | DictConfig) -> tuple[str | None, dict[str
     from crossed_rlvr.rewards.conventions import CONVENTIONS
 
     conventions, others = (CODE_CONVENTIONS, CONVENTIONS) if _code(cfg) else (CONVENTIONS, CODE_CONVENTIONS)
-    wrong = [conv for conv in others if getattr(cfg, conv, None) is not None]
+    given = {str(k): v for k, v in cfg.trained.items() if v is not None}
+    if unknown := [conv for conv in given if conv not in conventions and conv not in others]:
+        raise ConfigError(f"{unknown[0]}={given[unknown[0]]}: no convention of that name; expected one of "
+                          f"{', '.join(conventions)}")
+    wrong = [conv for conv in given if conv in others]
     if wrong:
-        raise ConfigError(f"{wrong[0]}={getattr(cfg, wrong[0])}: task={cfg.task.name} takes policies trained to "
+        raise ConfigError(f"{wrong[0]}={given[wrong[0]]}: task={cfg.task.name} takes policies trained to "
                           f"{', '.join(conventions)}")
     if not cfg.initial and not cfg.from_study:  # a study's own initial policy is its base
         raise ConfigError("initial=PATH is required (or from_study=RUN_DIR): the base the trained policies are "
                           "compared with")
     base = _model_location(str(cfg.initial), "initial") if cfg.initial else None
-    given = {conv: [_model_location(p, f"{conv}[{k}]")
-                    for k, p in enumerate(_checkpoints(getattr(cfg, conv, None), conv))] for conv in conventions}
-    return base, {conv: paths for conv, paths in given.items() if paths}
+    paths = {conv: [_model_location(p, f"{conv}[{k}]") for k, p in enumerate(_checkpoints(given.get(conv), conv))]
+             for conv in conventions}
+    return base, {conv: found for conv, found in paths.items() if found}
 
 
 def _checkpoints(value: object, key: str) -> list[str]:

@@ -237,8 +237,8 @@ def check_relations(cfg: DictConfig) -> None:
     if conventions and get("arms.kind") == "grpo":
         from crossed_rlvr.rewards.conventions import ARM_PARTNER, CROSSED_PAIRS
 
-        # a design of arms that have no crossed partner (boxed_math, answer_only: gains against the initial policy
-        # only, D.3.1) is complete as it is; one that could pair but does not has forgotten an arm
+        # a design of arms that have no crossed partner (boxed_math, the answer-only control: gains against the
+        # initial policy only, D.3.1) is complete as it is; one that could pair but does not has forgotten an arm
         pairable = [c for c in conventions if c in ARM_PARTNER]
         if pairable and not any(ARM_PARTNER[c] in conventions for c in pairable):
             pairs = [f"{a} + {b}" for a, b in CROSSED_PAIRS]

@@ -494,13 +494,10 @@ class AuditConf(ReadOnly):
     numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = "runs/audit"
     initial: str | None = None
-    hash: Any = None               # a path or hub name, or a list of them (str | list[str]: OmegaConf has no unions)
-    boxed: Any = None
-    json: Any = None
-    xml: Any = None
-    answer_only: Any = None
-    fence: Any = None              # a code task's conventions (paper 001 App. D.3): programs in ```python blocks
-    begin_done: Any = None         # ... or between [BEGIN] and [DONE]
+    # each given policy by the convention its training rewarded (an answer task's, or a code task's: App. D.3): a
+    # path or hub name, or a list of them, one per seed (str | list[str]: OmegaConf has no unions). The command
+    # line spells it ``hash=CKPT`` (conf/app.py: ``as_trained``)
+    trained: dict[str, Any] = field(default_factory=dict)
     from_study: str | None = None  # a finished study's run_dir: its initial policy and arms join the given ones
     step: int | None = num(None, 0, BIG, why="0 is the initial weights, saved as step-0")  # from_study's checkpoints
     evaluation: EvaluationConf = field(default_factory=EvaluationConf)

@@ -52,7 +52,7 @@ def _last(pattern: re.Pattern[str], text: str) -> str | None:
 
 def last_boxed(text: str) -> str | None:
     """Content of the last balanced ``\\boxed{...}`` (None if there is none): the panel's own box scan."""
-    from crossed_rlvr.text import box_spans
+    from crossed_rlvr.rewards.text import box_spans
 
     spans = box_spans(text)
     return text[spans[-1][0]:spans[-1][1]] if spans else None

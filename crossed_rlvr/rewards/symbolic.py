@@ -27,38 +27,18 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
+from crossed_rlvr.rewards import text as tx
+
 WINDOW_CHARS = 300
 PAYLOAD_MAX_CHARS = 4_000  # as the evaluation's symbolic readers: longer is not an answer
 HARD_LIMIT_S = 10.0  # per comparison, parse and verify together (Math-Verify's own limits are 3 s + 3 s)
 WORKERS = min(4, os.cpu_count() or 1)  # a batch of rollouts is compared in parallel (score_many)
-_OPEN = "\\boxed{"
 
 
 def box_payloads(text: str) -> list[str]:
-    """The content of every balanced ``\\boxed{...}`` of ``text`` that closes, in order of opening.
-
-    One pass over the characters with a stack of open braces (written out: the window is at most 300
-    characters and this package imports only the standard library)."""
-    out: list[tuple[int, str]] = []
-    stack: list[tuple[int, bool]] = []  # (index of the content start, opened by \boxed{)
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            if text.startswith(_OPEN, i):
-                stack.append((i + len(_OPEN), True))
-                i += len(_OPEN)
-                continue
-            i += 2  # an escaped character (\{, \}) or a command's first letter: never a structural brace
-            continue
-        if c == "{":
-            stack.append((i + 1, False))
-        elif c == "}" and stack:
-            start, boxed = stack.pop()
-            if boxed:
-                out.append((start, text[start:i]))
-        i += 1
-    return [payload for _, payload in sorted(out)]
+    """The content of every balanced ``\\boxed{...}`` of ``text`` that closes, in order of opening (the one
+    balanced scanner, :func:`crossed_rlvr.rewards.text.box_spans`: escaped braces are literal)."""
+    return [text[a:b] for a, b in tx.box_spans(text)]
 
 
 def last_box(response: str) -> str | None:
@@ -134,7 +114,7 @@ def equivalent(payload: str, reference: str, limit_s: float | None = None) -> bo
 
 @dataclass(frozen=True)
 class SymbolicBoxedProgram:
-    """The ``boxed_math`` program, with the interface of :class:`crossed_rlvr.rewards.programs.RewardProgram`."""
+    """The ``boxed_math`` program, with the interface of :class:`crossed_rlvr.rewards.conventions.RewardProgram`."""
 
     name: str = "boxed_math"
     limit_s: float | None = None
@@ -165,6 +145,3 @@ class SymbolicBoxedProgram:
         for (k, _a, _ref), ok in zip(todo, verdicts, strict=True):
             out[k] = 1.0 if ok else 0.0
         return out
-
-
-SYMBOLIC_PROGRAMS: dict[str, SymbolicBoxedProgram] = {"boxed_math": SymbolicBoxedProgram()}

@@ -62,11 +62,12 @@ def train_items(cfg: SFTCommandConf) -> list[dict[str, Any]]:
 
 def warmstart_target(item: dict[str, Any], request: str, follow_rate: float, rng: random.Random) -> tuple[str, str]:
     """The target's ending: the requested marker with probability ``follow_rate``, else the partner
-    request's marker or a plain sentence (half each). Returns (completion, ending)."""
+    request's marker or a plain sentence (half each; a request without a partner: the sentence). Returns
+    (completion, ending)."""
     if rng.random() < follow_rate:
         return target(item, request), request
-    if rng.random() < 0.5:
-        return target(item, PARTNER[request]), PARTNER[request]
+    if rng.random() < 0.5 and (other := PARTNER.get(request)):
+        return target(item, other), other
     body = str(item.get("solution", "")).rstrip()
     return f"{body}\nThe answer is {item['reference']}.", "plain"
 

@@ -4,8 +4,8 @@
     crossed-audit initial=BASE boxed=[SEED0_CKPT,SEED1_CKPT] task=math500
     crossed-audit preset=d3 from_study=runs/qwen7b run_dir=runs/d3      # App. D.3: a study's policies on code
 
-Each policy is named by the convention its training rewarded (``hash``, ``boxed``, ``json``, ``xml``,
-``answer_only``; on a code task ``fence`` and ``begin_done``; a list is one checkpoint per seed, seeds 0, 1, ... in
+Each policy is named by the convention its training rewarded (``hash``, ``boxed`` or any registered convention
+(``crossed_rlvr/rewards/conventions.py``); on a code task ``fence`` and ``begin_done``; a list is one checkpoint per seed, seeds 0, 1, ... in
 its order) and ``initial`` is the base. A code task's policies write programs, run in the sandbox and analysed by
 pass@k and γ (App. D.3: the code study's own steps; ``preset=code`` and ``preset=d3`` hold its settings).
 ``from_study=RUN_DIR`` adds a finished study's initial policy and arms, as its arms stage recorded them, under

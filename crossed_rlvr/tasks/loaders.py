@@ -34,7 +34,7 @@ def gsm8k_item(row: dict[str, Any], index: int) -> dict[str, Any]:
 
 def last_box(text: str) -> str | None:
     """Content of the last balanced ``\\boxed{}`` (MATH train rows carry their answer only there)."""
-    from crossed_rlvr.text import box_spans
+    from crossed_rlvr.rewards.text import box_spans
 
     spans = box_spans(text)
     return text[spans[-1][0]:spans[-1][1]].strip() if spans else None

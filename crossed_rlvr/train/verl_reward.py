@@ -23,24 +23,21 @@ the import, never inside verl's reward loop.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 from crossed_rlvr.rewards.conventions import CONVENTIONS
 from crossed_rlvr.rewards.programs import REWARD_PROGRAMS, reward
-from crossed_rlvr.rewards.symbolic import SYMBOLIC_PROGRAMS
 
 # Keyword arguments verl 0.9.1's reward managers add on their own (with a reward model's router): accepted and
 # unused. Any other keyword came from reward_kwargs, and one we do not know is refused rather than ignored.
 VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
 
-@cache
 def known_conventions() -> tuple[str, ...]:
     """Every name a row or reward_kwargs may give: the answer conventions, their programs and the code delimiters."""
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 
-    return tuple(sorted({*CONVENTIONS, *REWARD_PROGRAMS, *SYMBOLIC_PROGRAMS, *CODE_CONVENTIONS}))
+    return tuple(sorted({*CONVENTIONS, *REWARD_PROGRAMS, *CODE_CONVENTIONS}))
 
 
 def row_convention(data_source: str | None, info: dict[str, Any], convention: str | None) -> str:

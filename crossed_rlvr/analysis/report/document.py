@@ -15,17 +15,16 @@ from crossed_rlvr.analysis.report.tables import interval, markdown_table, signed
 from crossed_rlvr.eval.score.symbolic import is_symbolic_task
 from crossed_rlvr.layout import AnalysisLayout
 from crossed_rlvr.names import SUMMARIES
-from crossed_rlvr.rewards.conventions import CONVENTIONS, MARKER_PAIR
+from crossed_rlvr.rewards.conventions import CONVENTIONS, MARKER_PAIR, request_order
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 TEMPLATE_ORDER = {"original": 0, "para_a": 1, "para_b": 2, "rephrased": 3, "one_shot": 4}
-REQUEST_ORDER = {"hash": 0, "boxed": 1, "json": 2, "xml": 3}
 
 
 def requests_in_order(values: Iterable[str]) -> list[str]:
-    return sorted(set(values), key=lambda r: (REQUEST_ORDER.get(r, 9), r))
+    return sorted(set(values), key=lambda r: (request_order(r), r))
 
 
 def _ci(row: pd.Series, digits: int = 2) -> str:
@@ -373,7 +372,7 @@ def examples_section(examples: pd.DataFrame, width: int = 240) -> str:
         out.append(f"\n**`{template}` · item {item}** (reference `{grp.reference.iloc[0]}`)\n")
         rows = []
         order = sorted(range(len(grp)), key=lambda k: (grp.policy.iloc[k] != "initial", grp.policy.iloc[k],
-                                                        REQUEST_ORDER.get(grp.request.iloc[k], 9)))
+                                                        request_order(grp.request.iloc[k])))
         for r in grp.iloc[order].itertuples():
             text = r.response.replace("\n", " ⏎ ")
             text = text if len(text) <= width else text[: width - 1] + "…"

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 import crossed_rlvr.eval.score.mathverify as mathverify
 import crossed_rlvr.eval.score.symbolic as symbolic
-from crossed_rlvr import text as tx
-from crossed_rlvr.eval.score.payload import COUNTERS, detect
+from crossed_rlvr.eval.score.payload import detect
 from crossed_rlvr.eval.score.readers import READERS, STRICT
+from crossed_rlvr.rewards import text as tx
+from crossed_rlvr.rewards.conventions import REQUESTS
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -59,7 +60,7 @@ def columns(slow: bool = True) -> list[str]:
     cols: list[str] = []
     for name in reader_names(slow):
         cols += [f"{name}.answer", f"{name}.correct"]
-    cols += [f"payload.{c}" for c in COUNTERS] + ["category", "requested_payload", "extractable", "timed_out"]
+    cols += [f"payload.{c}" for c in REQUESTS] + ["category", "requested_payload", "extractable", "timed_out"]
     cols += ["read_truncated", "read_cap_chars"]
     cols += list(symbolic.DIAGNOSTICS)
     return cols
@@ -103,7 +104,7 @@ def unreadable_row(request: str, response: str = "") -> dict[str, Any]:
     row: dict[str, Any] = {}
     for name in reader_names(True):
         row[f"{name}.answer"], row[f"{name}.correct"] = None, False
-    for conv in COUNTERS:
+    for conv in REQUESTS:
         row[f"payload.{conv}"] = False
     row.update(category="neither", requested_payload=False, extractable=False, timed_out=True)
     row.update(read_truncated=len(response) > tx.READ_CAP_CHARS, read_cap_chars=tx.READ_CAP_CHARS)

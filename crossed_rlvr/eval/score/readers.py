@@ -5,7 +5,7 @@ returns a :class:`Reading`: the answer it extracted (``None`` = bottom) and whet
 credited against the reference. Readers are frozen: never tuned on outputs, never evaluate text
 as code.
 
-Evaluation readers (App. C.1, B.2):
+Evaluation readers (App. C.1, B.2), each convention's own declared with it (``Convention.readers``):
 - ``strict_first_hash`` / ``strict_last_hash``: first / last ``####`` followed by a number.
 - ``lenient_hash_fallback``: the strict answer, else the last number (satisfies A1 by construction).
 - ``last_number``: the last number anywhere.
@@ -20,12 +20,11 @@ Numeric readers compare GSM8K-style with tolerance 1e-3.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from crossed_rlvr import text as tx
-from crossed_rlvr.rewards.programs import REWARD_PROGRAMS, RewardProgram
+from crossed_rlvr.rewards import text as tx
+from crossed_rlvr.rewards.conventions import Convention, RewardProgram, on_register, requests
 
 
 @dataclass(frozen=True)
@@ -79,73 +78,21 @@ def reader(name: str) -> Callable[[type[Reader]], type[Reader]]:
     return wrap
 
 
-@reader("strict_first_hash")
-class StrictFirstHash(Reader):
+class ConventionReader(Reader):
+    """A convention's own reader (``Convention.readers``): its extraction, credited numerically."""
+
+    def __init__(self, name: str, extract: Callable[[str], str | None]) -> None:
+        self.name, self._extract = name, extract
+
     def extract(self, response: str, request: str | None = None) -> str | None:
-        found = tx.hash_numbers(response)
-        return found[0] if found else None
+        return self._extract(response)
 
 
-@reader("strict_last_hash")
-class StrictLastHash(Reader):
-    def extract(self, response: str, request: str | None = None) -> str | None:
-        found = tx.hash_numbers(response)
-        return found[-1] if found else None
-
-
-@reader("lenient_hash_fallback")
-class LenientHashFallback(Reader):
-    def extract(self, response: str, request: str | None = None) -> str | None:
-        found = tx.hash_numbers(response)
-        return found[0] if found else tx.last_number(response)
-
-
-@reader("last_number")
 class LastNumber(Reader):
+    name = "last_number"
+
     def extract(self, response: str, request: str | None = None) -> str | None:
         return tx.last_number(response)
-
-
-@reader("boxed_first")
-class BoxedFirst(Reader):
-    def extract(self, response: str, request: str | None = None) -> str | None:
-        spans = tx.box_spans(response)
-        return tx.box_number(response, spans[0] if spans else None)
-
-
-@reader("boxed_last")
-class BoxedLast(Reader):
-    def extract(self, response: str, request: str | None = None) -> str | None:
-        spans = tx.box_spans(response)
-        return tx.box_number(response, spans[-1] if spans else None)
-
-
-_JSON_ANSWER = re.compile(r'\{\s*+"answer"\s*+:\s*+"?\s*+([^"{}\n]*+)')
-_XML_ANSWER = re.compile(r"<answer>([^<]*+)</answer>")
-
-
-@reader("lenient_boxed_fallback")
-class LenientBoxedFallback(Reader):
-    """The boxed analogue of the hash-first/fallback reader: A1 holds by construction (§2.2)."""
-
-    def extract(self, response: str, request: str | None = None) -> str | None:
-        spans = tx.box_spans(response)
-        answer = tx.box_number(response, spans[0] if spans else None)
-        return answer if answer is not None else tx.last_number(response)
-
-
-@reader("json_first")
-class JsonFirst(Reader):
-    def extract(self, response: str, request: str | None = None) -> str | None:
-        m = _JSON_ANSWER.search(response) if '"answer"' in response else None
-        return tx.last_number_in(m.group(1)) if m else None
-
-
-@reader("xml_first")
-class XmlFirst(Reader):
-    def extract(self, response: str, request: str | None = None) -> str | None:
-        m = _XML_ANSWER.search(response) if "<answer>" in response else None
-        return tx.last_number_in(m.group(1)) if m else None
 
 
 class RewardReader(Reader):
@@ -163,15 +110,51 @@ class RewardReader(Reader):
         return Reading(answer, score == 1.0)
 
 
-for _program in REWARD_PROGRAMS.values():
-    register(RewardReader(_program))
+def _add_readers_of(conv: Convention) -> None:
+    """A registered convention's readers, then its reward program's reader (a program shared by several
+    conventions once; the symbolic program is read by the symbolic readers)."""
+    for name, extract in conv.readers:
+        if name not in READERS:
+            register(ConventionReader(name, extract))
+    if isinstance(conv.program, RewardProgram) and f"reward_{conv.program.name}" not in READERS:
+        register(RewardReader(conv.program))
 
-# The reader maps, owned here and used by scoring, the scores-table checks, validation and the analysis.
+
+# The panel's columns in the order every scores table has had them: each request's readers (the last number after
+# the first's), then the reward programs; a convention registered later adds its own at the end.
+for _k, _conv in enumerate(requests()):
+    for _name, _extract in _conv.readers:
+        register(ConventionReader(_name, _extract))
+    if _k == 0:
+        register(LastNumber())
+on_register(_add_readers_of)
+
+
+class _ByRequest(Mapping[str, str]):
+    """A reader name per request, read from the registry as it is now (``Convention.strict``, ``.lenient``, ...)."""
+
+    def __init__(self, pick: Callable[[Convention], str]) -> None:
+        self._pick = pick
+
+    def _all(self) -> dict[str, str]:
+        return {c.name: name for c in requests() if (name := self._pick(c))}
+
+    def __getitem__(self, request: str) -> str:
+        return self._all()[request]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+# The reader maps used by scoring, the scores-table checks, validation and the analysis.
 # The frozen requested-convention (strict) reader per request: extractability q_c = Pr[reader returns a value].
-STRICT: dict[str, str] = {"hash": "strict_first_hash", "boxed": "boxed_first", "json": "json_first", "xml": "xml_first"}
+STRICT: Mapping[str, str] = _ByRequest(lambda c: c.strict)
 # The lenient reader per request (the strict answer, else a fallback: A1 by construction).
-LENIENT: dict[str, str] = {"hash": "lenient_hash_fallback", "boxed": "lenient_boxed_fallback"}
+LENIENT: Mapping[str, str] = _ByRequest(lambda c: c.lenient)
 # Tasks whose answers are symbolic (MATH500): task-aware readers (App. B.4, D.3.1), see symbolic.is_symbolic_task.
-SYMBOLIC_STRICT: dict[str, str] = {"hash": "math_strict", "boxed": "math_strict"}
-SYMBOLIC_LENIENT: dict[str, str] = {"hash": "math_lenient", "boxed": "math_lenient"}
-SYMBOLIC_PAYLOAD: dict[str, str] = {"hash": "payload_any.hash", "boxed": "payload.boxed"}
+SYMBOLIC_STRICT: Mapping[str, str] = _ByRequest(lambda c: c.symbolic[0] if c.symbolic else "")
+SYMBOLIC_LENIENT: Mapping[str, str] = _ByRequest(lambda c: c.symbolic[1] if c.symbolic else "")
+SYMBOLIC_PAYLOAD: Mapping[str, str] = _ByRequest(lambda c: c.symbolic[2] if c.symbolic else "")

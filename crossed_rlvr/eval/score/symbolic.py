@@ -23,9 +23,9 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 
-from crossed_rlvr import text as tx
 from crossed_rlvr.eval.score.mathverify import answer_text, parse, parse_reference, verify
 from crossed_rlvr.eval.score.readers import Reader, Reading, reader
+from crossed_rlvr.rewards import text as tx
 
 # Outer wrappers a model puts around a reported answer: Markdown emphasis/code and math delimiters.
 _WRAPPERS = (("**", "**"), ("__", "__"), ("`", "`"), ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"),

@@ -1,4 +1,4 @@
-"""Shared text primitives for the readers and the payload detector.
+"""Shared text primitives for the conventions' payload detectors, readers and reward programs.
 
 Everything here is linear-time: regexes without nested ambiguous quantifiers (possessive where a
 class repeats), and one stack pass for brace matching, so multi-MB responses and deeply nested
