@@ -19,6 +19,12 @@ from crossed_rlvr.task_sources import ANSWER
 from crossed_rlvr.tracking import untracked
 
 
+def evaluate_cells(study: StudyState, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
+    """The eval stage of every task kind: ``crossed-eval``'s cells (every policy under every request and wording;
+    a code task's programs under the code requests), resumed cell by cell, on Ray workers where the study says."""
+    return AnswerSteps().evaluate(study, initial, arms)
+
+
 class AnswerSteps:
     # ------------------------------------------------------------------ 3. crossed evaluation
     def evaluate(self, study: StudyState, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
