@@ -10,7 +10,6 @@ programs (``eval/score/code.py``: strict and lenient readers, base and plus test
 
 from __future__ import annotations
 
-import os
 import weakref
 from pathlib import Path
 from typing import Any
@@ -59,21 +58,18 @@ class CodeSteps:
         return evaluate_cells(study, initial, arms)
 
     def score(self, study: StepState) -> dict[str, Any]:
-        from crossed_rlvr.eval.score.code import score_code
-        from crossed_rlvr.records import read_responses
+        from crossed_rlvr.eval.score.scoring import score_run
 
         ds, _task = self.dataset(study)
         layout = study.layout.eval
         fp = {"responses": study.stamps.hash(layout.responses), "dataset_sha256": ds.sha256}
 
         def run_stage() -> dict[str, Any]:
-            files = sorted(layout.responses.glob("*.jsonl"))
-            records = read_responses(files, prompt_names=True).records  # code requests are prompt names to the records
+            import pyarrow.parquet as pq
+
             layout.scores.unlink(missing_ok=True)
-            slots = self.slots or max(1, len(os.sched_getaffinity(0)))
-            scores = score_code(records, ds, slots, self.oracle_cache)
-            scores.to_parquet(layout.scores, index=False)
-            return {"scores": str(layout.scores), "responses": len(scores)}
+            score_run(layout.root, layout.scores, self.slots, overwrite=True, oracle_cache=self.oracle_cache)
+            return {"scores": str(layout.scores), "responses": pq.read_metadata(layout.scores).num_rows}
 
         return study.stage("score", fp, [layout.scores], run_stage)
 
