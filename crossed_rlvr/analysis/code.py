@@ -97,7 +97,11 @@ def contrasts(scores: pd.DataFrame, samples: int, resamples: int = 10_000, rng_s
         tasks = sorted(set.intersection(*(set(c.index) for c in cells.values())))
         for measure in ("payload", "strict", "lenient"):
             rate = {key: (c.loc[tasks, measure] / c.loc[tasks, "n"]).to_numpy(float) for key, c in cells.items()}
-            diff = crossed_interaction(lambda pol, req: rate[(pol, req)], (fence, begin_done), REQUESTS)
+
+            def per_task(policy: str, request: str, rate: dict[tuple[str, str], np.ndarray] = rate) -> np.ndarray:
+                return rate[(policy, request)]
+
+            diff = crossed_interaction(per_task, (fence, begin_done), ("fence", "begin_done"))
             add(f"interaction_{measure}", pair, pair_label("fence", "begin_done"), diff)
     return pd.DataFrame(rows)
 

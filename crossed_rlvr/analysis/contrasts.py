@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
@@ -41,9 +41,6 @@ from crossed_rlvr.rewards.conventions import CONVENTIONS, CROSSED_PAIRS, MARKER_
 PAIRS = tuple((a, b, CONVENTIONS[a].request, CONVENTIONS[b].request) for a, b in CROSSED_PAIRS)
 # App. D.2's matched reward control: marker-required minus answer-only interaction, same method and seed.
 REWARD_CONTROL = (pair_label(*MARKER_PAIR), pair_label("answer_only_hash", "answer_only_boxed"))
-
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -116,7 +113,7 @@ class Terms(dict[int, float]):
         return Terms(_scale(self, k))
 
 
-def crossed_interaction(cell: Callable[[str, str], T], arms: tuple[str, str], requests: tuple[str, str]) -> T:
+def crossed_interaction(cell: Callable[[str, str], Any], arms: tuple[str, str], requests: tuple[str, str]) -> Any:
     """The crossed interaction (paper 001 eq. 1), 100 × [(A(H, h) − A(B, h)) − (A(H, b) − A(B, b))] of a pair's
     arms H, B under their requests h, b: of cell statistics' terms (answer tasks' bootstrap) or of per-task rates
     (code tasks, App. D.3) alike."""
@@ -212,7 +209,10 @@ def interactions(d: Design) -> list[Contrast]:
             if not all(g.has(p, r) for p in (H, B) for r in (rh, rb)):
                 continue
             for m in d.cross_measures:
-                terms = dict(crossed_interaction(lambda p, r, m=m: Terms({d.A(p, r, m): 1.0}), (H, B), (rh, rb)))
+                def cell(policy: str, request: str, m: str = m) -> Terms:
+                    return Terms({d.A(policy, request, m): 1.0})
+
+                terms = dict(crossed_interaction(cell, (H, B), (rh, rb)))
                 label = pair_label(ah, ab)
                 d.pair_arms[label] = (ah, ab)
                 out.append(pair_contrast("interaction", m, method, seed, ckpt, label, terms, (ah, ab), seeds=[seed]))

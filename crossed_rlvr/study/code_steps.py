@@ -14,7 +14,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain
+from crossed_rlvr.study.plan import Policy, plain
 from crossed_rlvr.study.steps import StepState, StudyState, register_steps
 from crossed_rlvr.task_sources import CODE
 from crossed_rlvr.tasks.code import CodeDataset

@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from crossed_rlvr.conf.schema import EvalCommandConf, TaskConf, conf_of
+from crossed_rlvr.conf.schema import TaskConf, conf_of
 from crossed_rlvr.study.arms import frozen_strata, grpo_items
 from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import Policy, plain
