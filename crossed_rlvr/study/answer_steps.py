@@ -76,10 +76,10 @@ class AnswerSteps:
             fp["validation"] = {str(d.relative_to(study.layout.root)): study.stamps.hash(d) for d in vdirs}
 
         def run() -> dict[str, Any]:
-            from crossed_rlvr.eval.score.scoring import score_files
+            from crossed_rlvr.eval.score.scoring import score_files, score_run
 
             out.unlink(missing_ok=True)  # the stage is stale or its output was changed: score again
-            score_files([ev.root], out, overwrite=True)
+            score_run(ev.root, out, overwrite=True)
             info: dict[str, Any] = {"scores": str(out)}
             vout.unlink(missing_ok=True)
             if vdirs:

@@ -197,8 +197,7 @@ def score_run(run_dir: Path, output: Path, workers: int | None = None, overwrite
     code = evaluated_dataset(run_dir)
     if code is not None:
         return score_code_run(run_dir, code, output, workers, overwrite, oracle_cache)
-    responses = EvalLayout(run_dir).responses
-    return score_files([responses if responses.is_dir() else run_dir], output, workers=workers, overwrite=overwrite)
+    return score_files([run_dir], output, workers=workers, overwrite=overwrite)  # its responses/ alone are read
 
 
 def score_code_run(run_dir: Path, ds: CodeDataset, output: Path, workers: int | None, overwrite: bool,
