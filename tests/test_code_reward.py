@@ -65,9 +65,9 @@ def test_both_code_conventions_train_through_trls_grpo_loop(tiny_code, tmp_path,
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from crossed_rlvr.eval.generate.code import question
     from crossed_rlvr.policies.loading import load_tokenizer
     from crossed_rlvr.policies.tiny import build_tiny_model
+    from crossed_rlvr.tasks.code import question
     from tests.helpers import SMALL
 
     folder, rows = tiny_code

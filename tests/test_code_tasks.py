@@ -316,7 +316,7 @@ def test_crossed_eval_score_and_analyze_take_a_code_task_end_to_end(tiny, tmp_pa
     check_eval(cfg)
     summary = run_eval(cfg)
     assert sorted(summary) == ["initial__begin_done__original", "initial__fence__original"]
-    assert all(v["records"] == 3 * 2 for v in summary.values())
+    assert all(v["n"] == 3 * 2 for v in summary.values())
     manifest = json.loads((run / "run.json").read_text())
     assert manifest["code_dataset"] == str(data.resolve()) and manifest["tasks"] == ["TinyCode/0", "TinyCode/1",
                                                                                      "TinyCode/2"]

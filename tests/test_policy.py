@@ -55,7 +55,6 @@ def test_the_weights_of_a_policy_are_its_folders_hash_or_its_hub_name(tmp_path):
 @pytest.mark.parametrize("module, name", [("crossed_rlvr.eval.generate.plan", "PolicySpec"),
                                           ("crossed_rlvr.names", "policy_facts"),
                                           ("crossed_rlvr.names", "policy_parts"),
-                                          ("crossed_rlvr.eval.generate.code", "identity"),
                                           ("crossed_rlvr.eval.ingest.common", "policy_fields")])
 def test_the_second_policy_class_and_the_name_readers_are_gone(module, name):
     assert not hasattr(importlib.import_module(module), name)

@@ -120,7 +120,7 @@ def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path
     folder, by the study's own code steps."""
     import json
 
-    import crossed_rlvr.eval.generate.code as code_gen
+    import crossed_rlvr.eval.generate.runner as runner
     from crossed_rlvr.conf.schema import AuditConf, conf_of
     from crossed_rlvr.records import read_responses
     from crossed_rlvr.study.audit import Audit
@@ -153,7 +153,7 @@ def test_the_real_model_writes_code_scored_crossed_in_the_sandbox(real, tmp_path
     assert "## Gaps, gains and coverage" in (out / "analysis" / "report.md").read_text()
     stamps = {s: json.loads((out / "stages" / f"{s}.json").read_text()) for s in ("eval", "score", "analyze")}
     # finished stages are reused: a second run generates and runs nothing and gives the same cells
-    monkeypatch.setattr(code_gen, "generate", lambda *a, **k: pytest.fail("a finished evaluation was generated again"))
+    monkeypatch.setattr(runner, "load_backend", lambda *a, **k: pytest.fail("a finished evaluation was generated again"))
     Audit(cfg).run()
     pd.testing.assert_frame_equal(table, pd.read_csv(out / "analysis" / "cells.csv"))
     assert all(json.loads((out / "stages" / f"{s}.json").read_text()) == stamps[s] for s in stamps)

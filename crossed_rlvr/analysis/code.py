@@ -15,7 +15,6 @@ from crossed_rlvr.names import PolicyName, pair_name
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 from crossed_rlvr.rewards.conventions import pair_label
 
-REQUESTS = tuple(CODE_CONVENTIONS)
 READERS = ("strict", "lenient")
 
 
@@ -61,6 +60,7 @@ def contrasts(scores: pd.DataFrame, samples: int, resamples: int = 10_000, rng_s
       per task, for the payload rate and strict and lenient pass@1.
     """
     from crossed_rlvr.analysis.bootstrap import paired_mean_intervals
+    from crossed_rlvr.analysis.contrasts import crossed_interaction
     from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k_items
 
     per = scores.groupby(["policy", "request", "item_id"]).agg(
@@ -89,36 +89,35 @@ def contrasts(scores: pd.DataFrame, samples: int, resamples: int = 10_000, rng_s
         lost, gained, p = coverage_change(base.loc[tasks, "strict"].to_numpy(), g.loc[tasks, "strict"].to_numpy())
         add("coverage", policy, request, np.asarray(cov, float), lost=lost, gained=gained, mcnemar_p=p)
     for pair, (fence, begin_done) in code_pairs(scores).items():
-        cells = {(pol, req): per.loc[(pol, req)] for pol in (fence, begin_done) for req in REQUESTS
+        cells = {(pol, req): per.loc[(pol, req)] for pol in (fence, begin_done) for req in CODE_CONVENTIONS
                  if (pol, req) in per.index.droplevel("item_id")}
         if len(cells) < 4:
             continue
         tasks = sorted(set.intersection(*(set(c.index) for c in cells.values())))
         for measure in ("payload", "strict", "lenient"):
             rate = {key: (c.loc[tasks, measure] / c.loc[tasks, "n"]).to_numpy(float) for key, c in cells.items()}
-            diff = 100 * ((rate[(fence, "fence")] - rate[(begin_done, "fence")])
-                          - (rate[(fence, "begin_done")] - rate[(begin_done, "begin_done")]))
+
+            def per_task(policy: str, request: str, rate: dict[tuple[str, str], np.ndarray] = rate) -> np.ndarray:
+                return rate[(policy, request)]
+
+            diff = crossed_interaction(per_task, (fence, begin_done), ("fence", "begin_done"))
             add(f"interaction_{measure}", pair, pair_label("fence", "begin_done"), diff)
     return pd.DataFrame(rows)
 
 
 def code_pairs(scores: pd.DataFrame) -> dict[str, tuple[str, str]]:
-    """The crossed pairs among the scores' policies: {``grpo/s1``: (``grpo-fence/s1``, ``grpo-begin_done/s1``)},
-    matched on method, seed and checkpoint as the records stored them (``method``, ``train_seed``,
-    ``checkpoint``, ``training_convention``); scores of records made before those were stored read them from the
-    policy's name."""
-    facts = ["training_convention", "train_seed", "method", "checkpoint"]
-    slots: dict[tuple[str, int, str], dict[str, str]] = {}
-    for row in scores.drop_duplicates("policy").to_dict("records"):
-        policy = str(row["policy"])
-        if all(k in row and pd.notna(row[k]) for k in facts):
-            method, conv, ckpt = row["method"], row["training_convention"], row["checkpoint"]
-            seed = int(row["train_seed"])
-        elif (name := PolicyName.parse(policy)) is not None:
-            method, conv, seed, ckpt = name.method, name.convention, name.seed, name.checkpoint
-        else:
-            continue
-        if conv in REQUESTS:
-            slots.setdefault((str(method), seed, str(ckpt)), {})[str(conv)] = policy
+    """The crossed pairs among the scores' policies: {``grpo/s1``: (``grpo-fence/s1``, ``grpo-begin_done/s1``)}: the
+    arms of one method, seed and checkpoint, paired as an answer task's are (``contrasts.arms_by_seed``, from the
+    facts the records store; scores of records made before those were stored read them from the policy's name)."""
+    from crossed_rlvr.analysis.cells import policy_table
+    from crossed_rlvr.analysis.contrasts import arms_by_seed
+
+    pol = scores.drop_duplicates("policy")
+    if not {"training_convention", "train_seed"} <= set(pol):
+        named = [(p, PolicyName.parse(str(p))) for p in pol["policy"]]
+        pol = pd.DataFrame([{"policy": p, "training_convention": n.convention, "train_seed": n.seed,
+                             "method": n.method, "checkpoint": n.checkpoint} for p, n in named if n is not None])
+    arms = arms_by_seed(policy_table(pol)) if len(pol) else {}
     return {pair_name(method, seed, ckpt): (convs["fence"], convs["begin_done"])
-            for (method, seed, ckpt), convs in sorted(slots.items()) if len(convs) == 2}
+            for (method, ckpt, seed), convs in sorted(arms.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1]))
+            if set(CODE_CONVENTIONS) <= set(convs)}

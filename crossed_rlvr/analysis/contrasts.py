@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
@@ -107,6 +107,24 @@ def _mean(terms_list: list[dict[int, float]]) -> dict[int, float]:
         for i, c in terms.items():
             out[i] += c / len(terms_list)
     return dict(out)
+
+
+class Terms(dict[int, float]):
+    """A linear combination of cell statistics (index -> coefficient) with the arithmetic eq. 1 takes."""
+
+    def __sub__(self, other: dict[int, float]) -> Terms:
+        return Terms(_sub(self, other))
+
+    def __rmul__(self, k: float) -> Terms:
+        return Terms(_scale(self, k))
+
+
+def crossed_interaction(cell: Callable[[str, str], Any], arms: tuple[str, str], requests: tuple[str, str]) -> Any:
+    """The crossed interaction (paper 001 eq. 1), 100 × [(A(H, h) − A(B, h)) − (A(H, b) − A(B, b))] of a pair's
+    arms H, B under their requests h, b: of cell statistics' terms (answer tasks' bootstrap) or of per-task rates
+    (code tasks, App. D.3) alike."""
+    (H, B), (h, b) = arms, requests
+    return 100 * ((cell(H, h) - cell(B, h)) - (cell(H, b) - cell(B, b)))
 
 
 class AmbiguousPolicies(CrossedError, ValueError):
@@ -197,8 +215,10 @@ def interactions(d: Design) -> list[Contrast]:
             if not all(g.has(p, r) for p in (H, B) for r in (rh, rb)):
                 continue
             for m in d.cross_measures:
-                terms = _scale(_lin((1, d.A(H, rh, m)), (-1, d.A(B, rh, m)), (-1, d.A(H, rb, m)),
-                                    (1, d.A(B, rb, m))), 100)
+                def cell(policy: str, request: str, m: str = m) -> Terms:
+                    return Terms({d.A(policy, request, m): 1.0})
+
+                terms = dict(crossed_interaction(cell, (H, B), (rh, rb)))
                 label = pair_label(ah, ab)
                 d.pair_arms[label] = (ah, ab)
                 out.append(pair_contrast("interaction", m, method, seed, ckpt, label, terms, (ah, ab), seeds=[seed]))

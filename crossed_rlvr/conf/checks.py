@@ -17,7 +17,7 @@ from crossed_rlvr.conf.schema import AuditConf, EngineConf, ModelConf, TrainConf
 from crossed_rlvr.errors import ConfigError, CrossedError
 from crossed_rlvr.limits import SEED
 from crossed_rlvr.numerics import MODES
-from crossed_rlvr.task_sources import SOURCES, is_code, source_of
+from crossed_rlvr.task_sources import SOURCES, source_of, task_kind
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -154,13 +154,14 @@ def check_config(cfg: TrainConf, initial_built: bool = True) -> None:
     """Refuse a GRPO arm's config that cannot train, before anything is loaded: an unknown convention, a batch
     that the group size does not divide, a missing model or an engine/algorithm pair that cannot run.
     ``initial_built=False``: a study's arm planned before its initial policy exists (the initial stage checks that)."""
-    from crossed_rlvr.rewards.conventions import CONVENTIONS, TEMPLATES
+    from crossed_rlvr.rewards.conventions import TEMPLATES
 
-    conv = cfg.convention.name
-    if _code(cfg):
-        _code_arm(cfg)
-    elif conv not in CONVENTIONS:
-        raise RecipeError(f"convention={conv!r} is unknown; expected one of {', '.join(CONVENTIONS)}")
+    conv, kind = cfg.convention.name, task_kind(cfg.task)
+    arm_check = kind.hook("arm_check")  # what an arm of the task's kind must set besides (a code arm's tasks)
+    if arm_check is not None:
+        arm_check(cfg)
+    if conv not in kind.conventions:
+        raise RecipeError(f"convention={conv!r} is unknown; expected one of {', '.join(kind.conventions)}")
     from crossed_rlvr.conf.ranges import check_ranges_of
 
     check_ranges_of(cfg, "crossed_train")  # every number within the range its schema declares
@@ -287,13 +288,7 @@ def _verl_arm(cfg: TrainConf) -> None:
                           f"+ replica, past {SEED[1]:,}; use a seed of at most {(SEED[1] + 1) // replicas - 1:,}")
 
 
-def _code(cfg: object) -> bool:
-    """A code task: its source's kind (crossed_rlvr/task_sources.py)."""
-    task = getattr(cfg, "task", None)
-    return task is not None and is_code(task)
-
-
-def _code_arm(cfg: TrainConf) -> None:
+def code_arm(cfg: TrainConf) -> None:
     """A code arm: a code convention, rewarded by running its programs on the training tasks' tests (paper 001
     App. D.3; train/code_reward.py), which a file of training tasks gives; no proposal, and no TRL validation
     during training (its readers are the answer tasks'; verl validates code arms by execution)."""
@@ -372,27 +367,21 @@ def check_sft(cfg: DictConfig) -> None:
     _one_of(cfg, "mode", ("warmstart", "arms"))
     _one_of(cfg, "arm", tuple(CONVENTIONS))
     _one_of(cfg, "control", tuple(CONVENTIONS))
-    if not _code(cfg) or cfg.mode == "warmstart":
+    if cfg.mode == "warmstart":  # only the warm start reads them
         _warmstart_requests(cfg, "warmstart")
 
 
 def _warmstart_requests(cfg: DictConfig, key: str) -> None:
-    """The warm start's requests: the code delimiters on a code task (its targets are the training tasks' programs
-    in them, sft/run.py), the answer conventions on every other task; the request-following band measures answer
-    payloads only."""
-    from crossed_rlvr.rewards.code import CODE_CONVENTIONS, CODE_TEMPLATES
-    from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
-
-    if _code(cfg):
-        _all_of(cfg, f"{key}.requests", tuple(CODE_CONVENTIONS))
-        _all_of(cfg, f"{key}.templates", CODE_TEMPLATES)
-        band = cfg[key].band
-        if band.every > 0:
-            raise ConfigError(f"{key}.band.every={band.every}: the request-following band measures answer payloads; "
-                              f"on code task {cfg.task.name} set {key}.band.every=0")
-    else:
-        _all_of(cfg, f"{key}.requests", REQUESTS)
-        _all_of(cfg, f"{key}.templates", TEMPLATES)
+    """The warm start's requests and wordings, those of the task's kind (crossed_rlvr/task_sources.py): the code
+    delimiters on a code task (its targets are the training tasks' programs in them, sft/run.py), the answer
+    conventions on every other task; the request-following band measures answer payloads only."""
+    kind = task_kind(cfg.task)
+    _all_of(cfg, f"{key}.requests", kind.requests)
+    _all_of(cfg, f"{key}.templates", kind.templates)
+    band = cfg[key].band
+    if not kind.band and band.every > 0:
+        raise ConfigError(f"{key}.band.every={band.every}: the request-following band measures answer payloads; "
+                          f"on {kind.name} task {cfg.task.name} set {key}.band.every=0")
 
 
 def check_study(cfg: DictConfig) -> None:
@@ -405,18 +394,14 @@ def check_study(cfg: DictConfig) -> None:
     if cfg.stages == "all" and not cfg.requires_gpu:  # GPU presets: check_device
         needs_gpu(cfg, "the study's evaluation stage generates with it")
     _one_of(cfg, "initial.build", ("warmstart", "given"))
-    if not _code(cfg) or cfg.initial.build == "warmstart":
+    if cfg.initial.build == "warmstart":  # only the warm start reads them
         _warmstart_requests(cfg, "initial")
     _one_of(cfg, "arms.kind", ("grpo", "sft", "given"))
     if cfg.arms.kind == "given" and not cfg.arms.get("from_run"):
         raise ConfigError("arms.kind=given evaluates the arms another study trained: name its run directory with "
                           "arms.from_run=DIR")
-    if _code(cfg) and cfg.arms.kind == "grpo":
-        from crossed_rlvr.rewards.code import CODE_CONVENTIONS
-
-        _all_of(cfg, "arms.conventions", tuple(CODE_CONVENTIONS))
-    else:
-        _all_of(cfg, "arms.conventions", tuple(CONVENTIONS))
+    # the study's GRPO arms train to its kind's conventions; SFT and given arms are named by the answer conventions
+    _all_of(cfg, "arms.conventions", task_kind(cfg.task).conventions if cfg.arms.kind == "grpo" else tuple(CONVENTIONS))
     _all_of(cfg, "rehearsal.conventions", tuple(cfg.arms.conventions))
     _one_of(cfg, "arms.sft_arm", tuple(CONVENTIONS))
     _one_of(cfg, "arms.sft_control", tuple(CONVENTIONS))
@@ -440,7 +425,7 @@ def check_audit(cfg: DictConfig) -> None:
     common(cfg)
     needs_gpu(cfg, "crossed-audit generates with it")
     check_distribute(cfg)
-    if not _code(cfg):  # a code task is asked under its own requests (study/audit.py)
+    if task_kind(cfg.task).audit_templates is None:  # else asked under its own requests (study/audit.py)
         _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates", REQUESTS, TEMPLATES)
     audit_checkpoints(cfg)
 
@@ -450,15 +435,14 @@ def audit_checkpoints(cfg: AuditConf | DictConfig) -> tuple[str | None, dict[str
     made absolute or a hub name (``org/name``) as given. The base alone is a valid audit (its own cells and
     formatting gap); trained policies are given by the task's conventions: an answer task's (hash, boxed, ...) or
     a code task's (fence, begin_done). The base is None where ``from_study`` gives it (the study's initial policy)."""
-    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
-    from crossed_rlvr.rewards.conventions import CONVENTIONS
+    from crossed_rlvr.records import TRAINED
 
-    conventions, others = (CODE_CONVENTIONS, CONVENTIONS) if _code(cfg) else (CONVENTIONS, CODE_CONVENTIONS)
+    conventions = task_kind(cfg.task).conventions
     given = {str(k): v for k, v in cfg.trained.items() if v is not None}
-    if unknown := [conv for conv in given if conv not in conventions and conv not in others]:
+    if unknown := [conv for conv in given if conv not in TRAINED]:
         raise ConfigError(f"{unknown[0]}={given[unknown[0]]}: no convention of that name; expected one of "
                           f"{', '.join(conventions)}")
-    wrong = [conv for conv in given if conv in others]
+    wrong = [conv for conv in given if conv not in conventions]
     if wrong:
         raise ConfigError(f"{wrong[0]}={given[wrong[0]]}: task={cfg.task.name} takes policies trained to "
                           f"{', '.join(conventions)}")

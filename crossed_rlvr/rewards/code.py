@@ -25,7 +25,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-CODE_TEMPLATES = ("original", "para_a", "para_b")
+from crossed_rlvr.rewards.conventions import WORDINGS
+
+CODE_TEMPLATES = WORDINGS  # App. B.3's three wordings
 
 
 @dataclass(frozen=True)

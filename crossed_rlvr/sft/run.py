@@ -28,7 +28,7 @@ from crossed_rlvr.names import policy_name
 from crossed_rlvr.rewards.conventions import PARTNER
 from crossed_rlvr.sft.pairs import target, write_pairs
 from crossed_rlvr.sft.trainer import SFTConfig, train_sft
-from crossed_rlvr.task_sources import is_code
+from crossed_rlvr.task_sources import task_kind
 from crossed_rlvr.tasks.code import load_code_dataset, train_file
 
 
@@ -146,8 +146,8 @@ def code_warmstart_rows(cfg: SFTCommandConf, follow: float, rng: random.Random) 
     request, in turn, with its canonical program as the target in the requested delimiter; with probability
     ``1 - follow_rate`` the target is in the partner delimiter or a bare program instead (half each), like a
     model that follows format requests only partly. Content-matched: one program, whichever delimiter wraps it."""
-    from crossed_rlvr.eval.generate.code import question
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
+    from crossed_rlvr.tasks.code import question
 
     ds = load_code_dataset(train_file(cfg.task))
     ids = list(ds.tasks)[:n] if (n := cfg.train_items.n) else list(ds.tasks)
@@ -180,9 +180,16 @@ def warmstart(given: Mapping[str, Any] | SFTJob) -> dict[str, Any]:
     follow = cfg.warmstart.follow_rate
     if not 0.0 <= follow <= 1.0:
         raise ConfigError(f"warmstart.follow_rate={follow} must lie in [0, 1]")
-    if is_code(cfg.task):
-        return tracked_sft(job, "initial", "sft-warmstart", base, code_warmstart_rows(cfg, follow, rng), out,
-                           int(cfg.warmstart.seed))
+    kind = task_kind(cfg.task)  # its rows; the band measures answer payloads only
+    rows = kind.step("warmstart_rows")(cfg, follow, rng)
+    return tracked_sft(job, "initial", "sft-warmstart", base, rows, out, int(cfg.warmstart.seed),
+                       band_callbacks(cfg, base) if kind.band else None)
+
+
+def answer_warmstart_rows(cfg: SFTCommandConf, follow: float, rng: random.Random) -> list[dict[str, Any]]:
+    """An answer task's warm start: each training item asked for in one request, in turn, in a wording drawn from
+    ``rng``, its target the worked solution ending in the requested convention (or, with probability
+    ``1 - follow``, another ending: ``warmstart_target``)."""
     rows = []
     for k, it in enumerate(train_items(cfg)):
         request = cfg.warmstart.requests[k % len(cfg.warmstart.requests)]
@@ -190,8 +197,7 @@ def warmstart(given: Mapping[str, Any] | SFTJob) -> dict[str, Any]:
         completion, ending = warmstart_target(it, request, follow, rng) if follow < 1.0 else (target(it, request), request)
         rows.append({"prompt": it["question"], "request": request, "template": template, "completion": completion,
                      "ending": ending})
-    return tracked_sft(job, "initial", "sft-warmstart", base, rows, out, int(cfg.warmstart.seed),
-                       band_callbacks(cfg, base))
+    return rows
 
 
 def pair_files(cfg: SFTCommandConf) -> tuple[Path, Path]:

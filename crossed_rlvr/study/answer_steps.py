@@ -19,33 +19,39 @@ from crossed_rlvr.task_sources import ANSWER
 from crossed_rlvr.tracking import untracked
 
 
+def evaluate_cells(study: StudyState, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
+    """The eval stage of every task kind: ``crossed-eval``'s cells (every policy under every request and wording;
+    a code task's programs under the code requests), resumed cell by cell, on Ray workers where the study says."""
+    eval_cfg = study.configs.evaluation(initial, arms)
+    policies = [p.hashed(study.stamps.hash) for p in study.configs.policies(initial, arms)]
+    spec = {k: v for k, v in untracked(plain(eval_cfg)).items() if k != "policies"}
+    spec["eval"] = eval_fingerprint(eval_cfg.eval)  # what ran: an unset device or dtype as resolved
+    if study.cfg.evaluation.threads is not None:  # sums in another order: other samples
+        spec["threads"] = int(study.cfg.evaluation.threads)
+    # each policy by its weights, not its folder: the same weights moved elsewhere are the same policy
+    fp = {"eval": spec, "weights": {p.name: p.weights for p in policies},
+          "policies": [p.identity() for p in policies]}
+
+    responses = study.layout.eval.responses
+
+    def run() -> dict[str, Any]:
+        from crossed_rlvr.eval.generate.runner import run_eval
+
+        # crossed-eval reuses a finished cell by its settings, not its bytes: a cell edited or truncated by hand
+        # since the stage finished is removed here, so that the stage redone makes it again
+        before = (study.stamps.read("eval") or {}).get("info", {}).get("responses_sha256", {})
+        drop_changed_cells(study.layout.eval, before, study.stamps.files)
+        with torch_threads(study.cfg.evaluation.threads):
+            summary = run_eval(eval_cfg)
+        return {"cells": len(summary), "responses_sha256": files_sha256(responses, study.stamps.files)}
+
+    return study.stage("eval", fp, [responses], run)
+
+
 class AnswerSteps:
     # ------------------------------------------------------------------ 3. crossed evaluation
     def evaluate(self, study: StudyState, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
-        eval_cfg = study.configs.evaluation(initial, arms)
-        policies = [p.hashed(study.stamps.hash) for p in study.configs.policies(initial, arms)]
-        spec = {k: v for k, v in untracked(plain(eval_cfg)).items() if k != "policies"}
-        spec["eval"] = eval_fingerprint(eval_cfg.eval)  # what ran: an unset device or dtype as resolved
-        if study.cfg.evaluation.threads is not None:  # sums in another order: other samples
-            spec["threads"] = int(study.cfg.evaluation.threads)
-        # each policy by its weights, not its folder: the same weights moved elsewhere are the same policy
-        fp = {"eval": spec, "weights": {p.name: p.weights for p in policies},
-              "policies": [p.identity() for p in policies]}
-
-        responses = study.layout.eval.responses
-
-        def run() -> dict[str, Any]:
-            from crossed_rlvr.eval.generate.runner import run_eval
-
-            # crossed-eval reuses a finished cell by its settings, not its bytes: a cell edited or truncated by hand
-            # since the stage finished is removed here, so that the stage redone makes it again
-            before = (study.stamps.read("eval") or {}).get("info", {}).get("responses_sha256", {})
-            drop_changed_cells(study.layout.eval, before, study.stamps.files)
-            with torch_threads(study.cfg.evaluation.threads):
-                summary = run_eval(eval_cfg)
-            return {"cells": len(summary), "responses_sha256": files_sha256(responses, study.stamps.files)}
-
-        return study.stage("eval", fp, [responses], run)
+        return evaluate_cells(study, initial, arms)
 
     # ------------------------------------------------------------------ 4. scores
     @staticmethod
@@ -70,10 +76,10 @@ class AnswerSteps:
             fp["validation"] = {str(d.relative_to(study.layout.root)): study.stamps.hash(d) for d in vdirs}
 
         def run() -> dict[str, Any]:
-            from crossed_rlvr.eval.score.scoring import score_files
+            from crossed_rlvr.eval.score.scoring import score_files, score_run
 
             out.unlink(missing_ok=True)  # the stage is stale or its output was changed: score again
-            score_files([ev.root], out, overwrite=True)
+            score_run(ev.root, out, overwrite=True)
             info: dict[str, Any] = {"scores": str(out)}
             vout.unlink(missing_ok=True)
             if vdirs:

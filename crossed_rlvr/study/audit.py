@@ -36,7 +36,7 @@ from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import ArmPlan, Policy, policies_of
 from crossed_rlvr.study.stamps import StageCache, Stamps
 from crossed_rlvr.study.steps import steps_for
-from crossed_rlvr.task_sources import is_code
+from crossed_rlvr.task_sources import task_kind
 
 STAGES = ("eval", "score", "analyze")
 METHOD = "given"  # the policies' method in their names (``given-boxed/s0``): trained elsewhere, by any method
@@ -111,10 +111,9 @@ def study_config(cfg: AuditConf, initial: Policy) -> StudyConf:
     base = StudyConf()
     source = "local" if Path(initial.path).is_dir() else "hub"
     evaluation = cfg.evaluation
-    if is_code(cfg.task):  # programs under the code requests, in the original wording (App. D.3)
-        from crossed_rlvr.rewards.code import CODE_CONVENTIONS
-
-        evaluation = replace(evaluation, requests=list(CODE_CONVENTIONS), templates=["original"])
+    kind = task_kind(cfg.task)
+    if kind.audit_templates is not None:  # e.g. programs under both code requests, in the original wording (App. D.3)
+        evaluation = replace(evaluation, requests=list(kind.conventions), templates=list(kind.audit_templates))
     return replace(base, model=replace(cfg.model, path=initial.path, source=source), task=cfg.task, eval=cfg.eval,
                    tracking=cfg.tracking, evaluation=evaluation, analysis=cfg.analysis, distribute=cfg.distribute,
                    run_dir=str(cfg.run_dir), initial=replace(base.initial, build="given"),

@@ -2,21 +2,20 @@
 requests, each program runs in the sandbox, and the code analysis writes its tables and report.
 
 The same run directory as every study (``eval/responses``, ``eval/scores.parquet``, ``analysis/``) and the same
-stage cache: a stage runs again only when its inputs changed. What differs from an answer task is each stage's
-content: responses are programs (``eval/generate/code.py``), scoring runs them (``eval/score/code.py``: strict
-and lenient readers, base and plus tests), and the analysis reports pass@k, γ, gains, coverage and the crossed
-interaction of code-convention arms (``analysis/code.py``).
+stage cache: a stage runs again only when its inputs changed. The eval stage is the answer tasks' own (crossed-eval's
+cells; the code kind's prompts in ``tasks/code.py``); what differs is the content of the last two: scoring runs the
+programs (``eval/score/code.py``: strict and lenient readers, base and plus tests), and the analysis reports pass@k,
+γ, gains, coverage and the crossed interaction of code-convention arms (``analysis/code.py``).
 """
 
 from __future__ import annotations
 
-import os
 import weakref
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain
-from crossed_rlvr.study.steps import StepState, register_steps
+from crossed_rlvr.study.plan import Policy, plain
+from crossed_rlvr.study.steps import StepState, StudyState, register_steps
 from crossed_rlvr.task_sources import CODE
 from crossed_rlvr.tasks.code import CodeDataset
 
@@ -51,50 +50,26 @@ class CodeSteps:
             self._datasets[state] = code_task(state)
         return self._datasets[state]
 
-    def evaluate(self, study: StepState, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
-        return self.generate(study, [initial, *sorted(arms, key=lambda p: p.name)])
+    def evaluate(self, study: StudyState, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
+        """Every policy's programs under every code request, ``evaluation.samples`` each: the cells of crossed-eval,
+        as an answer task's (``answer_steps.evaluate_cells``)."""
+        from crossed_rlvr.study.answer_steps import evaluate_cells
 
-    def generate(self, state: StepState, policies: list[Policy]) -> dict[str, Any]:
-        """Every policy's programs under every code request, ``evaluation.samples`` each (the eval stage)."""
-        from crossed_rlvr.eval.generate.code import generate_missing
-        from crossed_rlvr.eval.generate.engines import GenParams
-        from crossed_rlvr.machine import torch_threads
-
-        ds, task = self.dataset(state)
-        c, layout = state.cfg, state.layout.eval
-        policies = [p.hashed(state.stamps.hash) for p in policies]
-        requests = tuple(c.evaluation.requests)
-        fp = {"task": task, "dataset_sha256": ds.sha256, "tasks": list(ds.tasks), "requests": list(requests),
-              "samples": int(c.evaluation.samples), "eval": eval_fingerprint(c.eval),
-              "weights": {p.name: p.weights for p in policies}}
-
-        def run_stage() -> dict[str, Any]:
-            g = c.eval
-            params = GenParams(float(g.temperature), float(g.top_p), int(g.max_new_tokens), int(g.context_limit))
-            with torch_threads(c.evaluation.threads):
-                files = generate_missing(policies, layout, ds.tasks, int(c.evaluation.samples), params,
-                                         int(g.base_seed), g, str(task["name"]), requests,
-                                         settings={"dataset_sha256": ds.sha256})
-            return {"files": len(files), "dataset_sha256": ds.sha256}
-
-        return state.stage("eval", fp, [layout.responses], run_stage)
+        return evaluate_cells(study, initial, arms)
 
     def score(self, study: StepState) -> dict[str, Any]:
-        from crossed_rlvr.eval.score.code import score_code
-        from crossed_rlvr.records import read_responses
+        from crossed_rlvr.eval.score.scoring import score_run
 
         ds, _task = self.dataset(study)
         layout = study.layout.eval
         fp = {"responses": study.stamps.hash(layout.responses), "dataset_sha256": ds.sha256}
 
         def run_stage() -> dict[str, Any]:
-            files = sorted(layout.responses.glob("*.jsonl"))
-            records = read_responses(files, prompt_names=True).records  # code requests are prompt names to the records
+            import pyarrow.parquet as pq
+
             layout.scores.unlink(missing_ok=True)
-            slots = self.slots or max(1, len(os.sched_getaffinity(0)))
-            scores = score_code(records, ds, slots, self.oracle_cache)
-            scores.to_parquet(layout.scores, index=False)
-            return {"scores": str(layout.scores), "responses": len(scores)}
+            score_run(layout.root, layout.scores, self.slots, overwrite=True, oracle_cache=self.oracle_cache)
+            return {"scores": str(layout.scores), "responses": pq.read_metadata(layout.scores).num_rows}
 
         return study.stage("score", fp, [layout.scores], run_stage)
 

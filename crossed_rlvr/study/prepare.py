@@ -12,7 +12,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from crossed_rlvr.conf.schema import EvalCommandConf, TaskConf, conf_of
+from crossed_rlvr.conf.schema import TaskConf, conf_of
 from crossed_rlvr.study.arms import frozen_strata, grpo_items
 from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import Policy, plain
@@ -112,13 +112,13 @@ def _sft_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
 
 
 def eval_plan(configs: StudyConfigs, initial: Policy, arms: list[Policy]) -> dict[str, Any]:
-    """Policies x requests x wordings with item counts and seeds; freezes the test items now."""
+    """Policies x requests x wordings with item counts and seeds, whatever the task's kind (a code task's dataset
+    file and tasks beside: its ``run_facts``); freezes the test items now."""
     from crossed_rlvr.eval.generate.plan import frozen_items, item_seed, template_items
-    from crossed_rlvr.task_sources import is_code
+    from crossed_rlvr.task_sources import task_kind
 
     cfg = configs.evaluation(initial, arms)
-    if is_code(cfg.task):
-        return code_plan(configs, cfg)
+    facts = task_kind(cfg.task).hook("run_facts")
     items, sha, path = frozen_items(Path(cfg.run_dir), cfg.task)
     base = int(cfg.eval.base_seed)
     per_template = {}
@@ -132,26 +132,8 @@ def eval_plan(configs: StudyConfigs, initial: Policy, arms: list[Policy]) -> dic
             "n_items": len(items), "templates": per_template, "requests": list(cfg.requests),
             "generation": plain(cfg.eval), "seeds": "item seed = base_seed + item id (row index for "
             "non-numeric ids) + 10^7 x sample", "policies": plain(cfg.policies), "cells": cells,
-            "responses": sum(x["items"] * x["samples"] for x in cells)}
+            "responses": sum(x["items"] * x["samples"] for x in cells), **(facts(cfg.task) if facts else {})}
     configs.layout.eval_plan.write_text(json.dumps(plan, indent=2) + "\n")
     configs.say(f"    evaluation plan: {len(plan['policies'])} policies x {len(cfg.requests)} requests x "
                 f"{len(cfg.templates)} wordings, {plan['responses']} responses ({path.name}, {len(items)} items)")
-    return plan
-
-
-def code_plan(configs: StudyConfigs, cfg: EvalCommandConf) -> dict[str, Any]:
-    """A code task's plan: the dataset file and its sha256, the tasks, and every policy x code request."""
-    from crossed_rlvr.tasks.code import task_dataset
-
-    ds = task_dataset(cfg.task)
-    cells: list[dict[str, Any]] = [
-        {"policy": p.name, "path": p.path, "request": r, "template": "original", "items": len(ds.tasks),
-         "samples": int(cfg.samples)} for p in cfg.policies or [] for r in cfg.requests]
-    plan = {"task": cfg.task.name, "code_dataset": ds.path, "dataset_sha256": ds.sha256, "n_items": len(ds.tasks),
-            "tasks": list(ds.tasks), "requests": list(cfg.requests), "generation": plain(cfg.eval),
-            "seeds": "sample seed = sha256(base_seed/task/request/sample)", "policies": plain(cfg.policies),
-            "cells": cells, "responses": sum(x["items"] * x["samples"] for x in cells)}
-    configs.layout.eval_plan.write_text(json.dumps(plan, indent=2) + "\n")
-    configs.say(f"    evaluation plan: {len(plan['policies'])} policies x {len(cfg.requests)} code requests, "
-                f"{plan['responses']} responses ({Path(ds.path).name}, {len(ds.tasks)} tasks)")
     return plan

@@ -209,6 +209,50 @@ def task_dataset(task_cfg: TaskConf) -> CodeDataset:
     return subset(ds, list(ds.tasks)[: int(n)] if n else list(ds.tasks))
 
 
+QUESTION = "Complete the following Python function.\n\n{prompt}"
+
+
+def question(prompt: str) -> str:
+    """The task as the user turn states it: the prompt's code as it stands, no delimiter around it (so the
+    question itself asks for no convention; the request suffix does)."""
+    return QUESTION.format(prompt=prompt.strip("\n"))
+
+
+def code_items(task_cfg: TaskConf) -> list[dict[str, Any]]:
+    """A code task's items as crossed-eval freezes them (task_sources: ``evalplus``): one per task of the dataset
+    file (crossed-eval takes the first ``task.n_items``), its id the task id, its question the task's prompt, its
+    reference the task id (whose tests crossed-score runs)."""
+    import dataclasses
+
+    ds = task_dataset(dataclasses.replace(task_cfg, n_items=None))
+    return [{"item_id": tid, "question": question(task.prompt), "reference": tid} for tid, task in ds.tasks.items()]
+
+
+def messages(question: str, request: str, template: str = "original", system: str | None = None
+             ) -> list[dict[str, str]]:
+    """The one user turn a code task is asked in: the question, then the code request (App. D.3). No system
+    message, whatever the model's: the training rows of a code arm are asked the same way (train/recipe.py)."""
+    from crossed_rlvr.rewards.code import code_request
+
+    return [{"role": "user", "content": f"{question}\n{code_request(request, template)}"}]
+
+
+def cell_measures(records: list[dict[str, Any]], request: str) -> dict[str, Any]:
+    """A finished code cell's payload rate (a non-empty block in the requested delimiter); pass rates need the
+    sandbox, so crossed-score gives them."""
+    from crossed_rlvr.rewards.code import payload_present
+
+    n = max(1, len(records))
+    return {"n": len(records), "payload": sum(payload_present(request, r["response"]) for r in records) / n}
+
+
+def run_facts(task_cfg: TaskConf) -> dict[str, Any]:
+    """What a code evaluation's ``run.json`` names beside its item file: the dataset file, its sha256 and the tasks,
+    so crossed-score runs the programs on that dataset's tests (:func:`evaluated_dataset`)."""
+    ds = task_dataset(task_cfg)
+    return {"code_dataset": str(Path(ds.path).resolve()), "dataset_sha256": ds.sha256, "tasks": list(ds.tasks)}
+
+
 def evaluated_dataset(run_dir: Path) -> Any | None:
     """The code dataset (restricted to its evaluated tasks) a code evaluation's ``run.json`` names, else None; a
     file whose sha256 changed since is refused (its tests are no longer the ones the responses answered)."""

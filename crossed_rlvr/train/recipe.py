@@ -62,14 +62,18 @@ def training_rows(cfg: TrainConf) -> list[dict[str, Any]]:
 
     Without the proposal, items are shuffled with ``data_seed`` and cycled; with it, prompts are drawn
     with replacement from the frozen stratified proposal Q and carry the weight P_i/Q_i (App. D.1).
-    Both arms of a pair get the same stream: only ``prompt`` and ``convention`` differ.
+    Both arms of a pair get the same stream: only ``prompt`` and ``convention`` differ. The rows of the task's kind
+    (crossed_rlvr/task_sources.py): :func:`answer_training_rows` or :func:`code_training_rows`.
     """
+    from crossed_rlvr.task_sources import task_kind
+
+    return task_kind(cfg.task).step("training_rows")(cfg)
+
+
+def answer_training_rows(cfg: TrainConf) -> list[dict[str, Any]]:
+    """An answer task's training stream (:func:`training_rows`)."""
     import random
 
-    from crossed_rlvr.task_sources import is_code
-
-    if is_code(cfg.task):
-        return code_training_rows(cfg)
     items = train_items(cfg)
     r = cfg.recipe
     n_rows = int(r.prompts_per_update) * int(r.updates)
@@ -103,7 +107,7 @@ def chat_prompt(row: dict[str, Any]) -> list[dict[str, str]]:
     """The chat messages a training or validation row is sampled from: the evaluation's own (``prompts.messages``
     with the model's system message), since the question, chat template and system message stay fixed and only
     the request suffix changes (paper 001 App. B.3). A code row is the code evaluation's one user turn
-    (eval/generate/code.py), which takes no system message."""
+    (``tasks.code.messages``), which takes no system message."""
     if row.get("code_dataset"):
         return [{"role": "user", "content": row["prompt"]}]
     return messages(row["question"], row["request"], row["template"], row.get("system"))
@@ -116,9 +120,8 @@ def code_training_rows(cfg: TrainConf) -> list[dict[str, Any]]:
     program in the arm's delimiter and the reference is the task id, whose tests the execution reward runs."""
     import random
 
-    from crossed_rlvr.eval.generate.code import question
     from crossed_rlvr.rewards.code import code_request
-    from crossed_rlvr.tasks.code import CodeDatasetError, load_code_dataset, train_file
+    from crossed_rlvr.tasks.code import CodeDatasetError, load_code_dataset, question, train_file
 
     try:
         path = train_file(cfg.task)

@@ -99,16 +99,21 @@ def validation_rows(cfg: TrainConf) -> list[dict[str, Any]]:
 
     Every row keeps the arm's convention (its score is the arm's training reward); the request is in
     the prompt, which ``crossed-import verl`` reads back to file each response under its request. The prompt is
-    the evaluation's, system message included (``recipe.chat_prompt``)."""
+    the evaluation's, system message included (``recipe.chat_prompt``). The rows of the task's kind
+    (crossed_rlvr/task_sources.py): :func:`answer_validation_rows` or :func:`code_validation_rows`."""
+    from crossed_rlvr.task_sources import task_kind
+
+    return task_kind(cfg.task).step("validation_rows")(cfg)
+
+
+def answer_validation_rows(cfg: TrainConf) -> list[dict[str, Any]]:
+    """An answer task's crossed validation rows (:func:`validation_rows`)."""
     import dataclasses
 
     from crossed_rlvr.prompts import user_content
-    from crossed_rlvr.task_sources import is_code
     from crossed_rlvr.tasks.build import build_items
 
     v = cfg.validation
-    if is_code(cfg.task):
-        return code_validation_rows(cfg)
     items = build_items(dataclasses.replace(cfg.task, split=v.split, n_items=v.n_items))
     if v.n_items:  # the first n items of the split, as crossed-eval takes them (TRL's validation)
         items = items[: v.n_items]
@@ -126,9 +131,8 @@ def code_validation_rows(cfg: TrainConf) -> list[dict[str, Any]]:
     """A code arm's crossed validation: the evaluated tasks (the first ``validation.n_items``) under both code
     requests; each row's score is the arm's execution reward, and the reward entry adds the request's payload
     and strict pass (verl logs both per request)."""
-    from crossed_rlvr.eval.generate.code import question
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS, code_request
-    from crossed_rlvr.tasks.code import task_dataset
+    from crossed_rlvr.tasks.code import question, task_dataset
 
     ds = task_dataset(cfg.task)
     n = cfg.validation.n_items

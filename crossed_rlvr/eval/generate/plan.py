@@ -25,7 +25,7 @@ import os
 import random
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +39,7 @@ from crossed_rlvr.files import atomic_write_json, atomic_write_text, config_sha2
 from crossed_rlvr.layout import EvalLayout
 from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.prompts import messages, render
-from crossed_rlvr.task_sources import freezes_train_rows
+from crossed_rlvr.task_sources import freezes_train_rows, task_kind
 from crossed_rlvr.tasks.build import build_items
 from crossed_rlvr.tasks.items import ItemFileError, read_items, write_items
 
@@ -119,7 +119,9 @@ def frozen_items(run_dir: Path, task_cfg: TaskConf) -> tuple[list[dict[str, Any]
 
 
 def item_seed(base: int, item: dict[str, Any], index: int, sample: int) -> int:
-    """Per-item seed = base + item id (App. C.1); samples beyond the first are offset by 10^7 each."""
+    """Per-item seed = base + item id (App. C.1); samples beyond the first are offset by 10^7 each. The one rule of
+    every task kind: the request is not in it, so every request draws the same random numbers for an item and
+    sample (common random numbers pair the crossed contrast; docs/architecture.md "Seeds")."""
     iid = str(item["item_id"])
     return base + (int(iid) if iid.isdigit() else index) + sample * 10_000_000
 
@@ -145,6 +147,12 @@ def _read_partial(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
             break  # a line cut by the interruption: regenerate from here
         done[(rec["item_id"], rec["sample_idx"])] = rec
     return done
+
+
+# (question, request, template, system) -> the chat turns a policy is asked under (TaskKind's ``messages``)
+Prompt = Callable[[str, str, str, "str | None"], list[dict[str, str]]]
+# (a finished cell's records, its request) -> its rates for the run's summary (TaskKind's ``cell_measures``)
+Measures = Callable[[list[dict[str, Any]], str], dict[str, Any]]
 
 
 @dataclass
@@ -179,14 +187,21 @@ class Plan:
     run_dir: Path
     params: GenParams
     system: str | None
+    prompt: Prompt  # the task kind's chat turns
+    measures: Measures  # a finished cell's rates, by the task kind
 
 
 def plan(cfg: EvalCommandConf) -> Plan:
-    """The cells of the design (policies x requests x wordings), the item set frozen on first use."""
+    """The cells of the design (policies x requests x wordings), the item set frozen on first use; whatever the
+    task's kind (its prompts and cell rates from crossed_rlvr/task_sources.py)."""
     run_dir = Path(cfg.run_dir)
     layout = EvalLayout(run_dir)
     layout.partial.mkdir(parents=True, exist_ok=True)
     items, items_sha, items_path = frozen_items(run_dir, cfg.task)
+    kind = task_kind(cfg.task)
+    facts = kind.hook("run_facts")
+    if facts is not None:  # e.g. a code task's dataset file, whose tests crossed-score runs
+        record_facts(layout, facts(cfg.task))
     gen = cfg.eval
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
     policies = config_policies(cfg)
@@ -205,7 +220,20 @@ def plan(cfg: EvalCommandConf) -> Plan:
                 cells.append(Cell(name, pol, request, template, cell_items, meta, layout.response_file(name),
                                   layout.response_meta(name), layout.response_file(name, partial=True),
                                   layout.response_meta(name, partial=True), layout.shards(name)))
-    return Plan(cells, cfg.task.name, items_sha, items_path.name, run_dir, params, system)
+    return Plan(cells, cfg.task.name, items_sha, items_path.name, run_dir, params, system, kind.step("messages"),
+                kind.step("cell_measures"))
+
+
+def record_facts(layout: EvalLayout, facts: dict[str, Any]) -> None:
+    """Add the task kind's facts to ``run.json`` (rewritten only when they change). A fact named ``*sha256`` is the
+    hash of a file the frozen items were made from: one that changed since is refused, as a changed item file is."""
+    manifest = json.loads(layout.manifest.read_text()) if layout.manifest.exists() else {}
+    for key, value in facts.items():
+        if key.endswith("sha256") and manifest.get(key) not in (None, value):
+            raise ItemFileError(f"{layout.manifest}: field {key!r} is {manifest[key]} but the task's file now has "
+                                f"{value}; a run must not mix item sets: restore the file or use a new run_dir")
+    if any(manifest.get(k) != v for k, v in facts.items()):
+        atomic_write_json(layout.manifest, {**manifest, **facts})
 
 
 def read_meta(path: Path) -> dict[str, Any]:
@@ -287,11 +315,11 @@ def todo_of(cell: Cell, done: dict[tuple[str, int], dict[str, Any]]) -> list[tup
 
 def generate(backend: Backend, tokenizer: PreTrainedTokenizerBase, todo: list[tuple[int, dict[str, Any], int]],
              request: str, template: str, system: str | None, base_seed: int, batch_size: int,
-             params: GenParams) -> Iterator[list[tuple[int, int, str, Generation]]]:
+             params: GenParams, prompt: Prompt = messages) -> Iterator[list[tuple[int, int, str, Generation]]]:
     """(position in ``todo``, item seed, prompt sha256, generation) of each response of one cell's ``todo``, as
     ``generate_jobs`` gives them."""
     jobs = [Job(request, template, k, it, s) for k, it, s in todo]
-    yield from generate_jobs(backend, tokenizer, jobs, system, base_seed, batch_size, params)
+    yield from generate_jobs(backend, tokenizer, jobs, system, base_seed, batch_size, params, prompt)
 
 
 @dataclass(frozen=True)
@@ -307,13 +335,14 @@ class Job:
 
 
 def generate_jobs(backend: Backend, tokenizer: PreTrainedTokenizerBase, jobs: list[Job], system: str | None,
-                  base_seed: int, batch_size: int, params: GenParams
+                  base_seed: int, batch_size: int, params: GenParams, prompt: Prompt = messages
                   ) -> Iterator[list[tuple[int, int, str, Generation]]]:
     """(position in ``jobs``, item seed, prompt sha256, generation) of each job as the engine finishes it,
     ``batch_size`` at a time (a kill loses at most the responses being generated). The engine gets every job at once
     and keeps ``batch_size`` rows decoding, refilling as rows end, whichever cells the jobs belong to. The one
-    generation loop of the serial run and of every distributed worker."""
-    rendered = [render(tokenizer, messages(j.item["question"], j.request, j.template, system)) for j in jobs]
+    generation loop of the serial run and of every distributed worker, for every task kind (``prompt``: its
+    messages; an answer task's by default)."""
+    rendered = [render(tokenizer, prompt(j.item["question"], j.request, j.template, system)) for j in jobs]
     seeds = [item_seed(base_seed, j.item, j.index, j.sample) for j in jobs]
     ready: list[tuple[int, int, str, Generation]] = []
     for k, out in backend.stream([r[1] for r in rendered], seeds, params):
@@ -343,7 +372,8 @@ def make_record(p: Plan, cell: Cell, it: dict[str, Any], s: int, seed: int, sha:
     return rec
 
 
-def finish_cell(cell: Cell, done: dict[tuple[str, int], dict[str, Any]], seconds: float) -> dict[str, Any]:
+def finish_cell(cell: Cell, done: dict[tuple[str, int], dict[str, Any]], seconds: float, measures: Measures
+                ) -> dict[str, Any]:
     """Write a whole cell's final file (sorted by item and sample) and clear its scratch; a cell that lacks
     any response is never written."""
     missing = todo_of(cell, done)
@@ -363,22 +393,33 @@ def finish_cell(cell: Cell, done: dict[tuple[str, int], dict[str, Any]], seconds
     shutil.rmtree(cell.shards, ignore_errors=True)
     cell.partial_meta.unlink(missing_ok=True)
     gen = cell.meta["generation"]
-    return {**cell_summary(records, cell.request, seconds), "backend": gen.get("backend"), "dtype": gen.get("dtype")}
+    return {**cell_summary(records, cell.request, seconds, measures), "backend": gen.get("backend"),
+            "dtype": gen.get("dtype")}
 
 
-def cell_summary(records: list[dict[str, Any]], request: str, seconds: float) -> dict[str, Any]:
+def answer_measures(records: list[dict[str, Any]], request: str) -> dict[str, Any]:
+    """An answer cell's payload, extractable and strict and lenient accuracy, by the reader panel (fast readers)."""
     from crossed_rlvr.eval.score.panel import score_response
     from crossed_rlvr.eval.score.readers import STRICT
 
     rows = [score_response(r["response"], r["reference"], request, slow=False) for r in records]
     n = max(1, len(rows))
-    tokens = sum(int(r.get("response_tokens") or 0) for r in records)
     return {
         "n": len(rows),
         "payload": sum(r["requested_payload"] for r in rows) / n,
         "extractable": sum(r["extractable"] for r in rows) / n,
         "strict_accuracy": sum(r[f"{STRICT[request]}.correct"] for r in rows) / n,
         "lenient_accuracy": sum(r["last_number.correct"] for r in rows) / n,
+    }
+
+
+def cell_summary(records: list[dict[str, Any]], request: str, seconds: float, measures: Measures
+                 ) -> dict[str, Any]:
+    """A finished cell's line in the run's summary: the task kind's rates, truncation and throughput."""
+    n = max(1, len(records))
+    tokens = sum(int(r.get("response_tokens") or 0) for r in records)
+    return {
+        **measures(records, request),
         "truncated": sum(rec["finish_reason"] == "length" for rec in records) / n,
         "seconds": round(seconds, 1),
         # the measured throughput, so the backend and dtype of a preset are chosen by figures (a resumed

@@ -53,17 +53,10 @@ def run_eval(given: EvalCommandConf | DictConfig, progress: bool = True, on_even
     ``on_event(kind, info)`` is told of worker starts and finished shards (tests, monitoring)."""
     from tqdm import tqdm
 
-    from crossed_rlvr.task_sources import is_code
-
     # run_eval is the command's body and its door for Python callers (the study and validation hand it the typed
-    # config; a notebook or test a composed node): typed once here, an EvalCommandConf passed as is
-    cfg = conf_of(EvalCommandConf, given)
-    if is_code(cfg.task):  # programs under the code requests, scored later by execution
-        from crossed_rlvr.eval.generate.code import run_code_eval
-
-        return run_code_eval(cfg)
-
-    cfg = resolve_eval(cfg)
+    # config; a notebook or test a composed node): typed once here, an EvalCommandConf passed as is; a code task's
+    # cells are cells like any other (their prompts and rates from the task's kind)
+    cfg = resolve_eval(conf_of(EvalCommandConf, given))
     p = plan(cfg)
     total = sum(c.size for c in p.cells)
     summary: dict[str, Any] = {}
@@ -158,7 +151,7 @@ def run_serial(cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar: tqdm
             backend, tokenizer = loaded.get(path, (None, None))
             for c, seconds in generate_cells(p, cells, backend, tokenizer, gen, bar):
                 with cell_writes(c.cell):
-                    summary[c.cell.name] = finish_cell(c.cell, c.done, seconds)
+                    summary[c.cell.name] = finish_cell(c.cell, c.done, seconds, p.measures)
                 if tracker is not None:
                     tracker.log({f"{c.cell.name}/{k}": v for k, v in summary[c.cell.name].items()})
     finally:
@@ -196,7 +189,7 @@ def generate_cells(p: Plan, cells: list[PolicyCell], backend: Backend | None, to
                 with cell_writes(c.cell):
                     files[id(c)] = c.cell.partial.open("a", encoding="utf-8")
         for ready in generate_jobs(backend, tokenizer, [j for _, j in jobs], p.system, int(gen.base_seed),
-                                   int(gen.batch_size), p.params):
+                                   int(gen.batch_size), p.params, p.prompt):
             touched: dict[int, PolicyCell] = {}
             for at, seed, sha, out in ready:
                 c, job = jobs[at]

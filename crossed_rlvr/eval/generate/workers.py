@@ -25,6 +25,7 @@ from crossed_rlvr.eval.generate.engines import load_backend, release
 from crossed_rlvr.eval.generate.plan import (
     Cell,
     Plan,
+    Prompt,
     RunError,
     cell_writes,
     finish_cell,
@@ -74,14 +75,15 @@ class CellWorker:
                 "machine": machine()}
 
     def run(self, path: str, request: str, template: str, system: str | None,
-            todo: list[tuple[int, dict[str, Any], int]], params: GenParams) -> list[tuple[int, str, Generation]]:
+            todo: list[tuple[int, dict[str, Any], int]], params: GenParams, prompt: Prompt
+            ) -> list[tuple[int, str, Generation]]:
         if path not in self.loaded:
             release(self.loaded)  # one policy in memory: the scheduler keeps a worker on its policy
             self.loaded[path] = load_backend(path, self.gen)
         backend, tokenizer = self.loaded[path]
         out: dict[int, tuple[int, str, Generation]] = {}
         for batch in generate(backend, tokenizer, todo, request, template, system, int(self.gen.base_seed),
-                              int(self.gen.batch_size), params):
+                              int(self.gen.batch_size), params, prompt):
             for at, seed, sha, gen in batch:
                 out[at] = (seed, sha, gen)
         return [out[at] for at in range(len(todo))]  # in the shard's order
@@ -157,7 +159,7 @@ def queue_shards(cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar: tq
     for cell in p.cells:
         if cell.name in remaining and remaining[cell.name] == 0:
             with cell_writes(cell):
-                summary[cell.name] = finish_cell(cell, done_of.pop(cell.name), 0.0)
+                summary[cell.name] = finish_cell(cell, done_of.pop(cell.name), 0.0, p.measures)
     return queues, remaining, done_of
 
 
@@ -224,7 +226,8 @@ class Driver:
         c = shard.cell
         self.started_at.setdefault(c.name, time.perf_counter())
         self.holds[worker] = c.pol.path
-        ref = worker.run.remote(c.pol.path, c.request, c.template, self.p.system, shard.todo, self.p.params)
+        ref = worker.run.remote(c.pol.path, c.request, c.template, self.p.system, shard.todo, self.p.params,
+                                self.p.prompt)
         self.in_flight[ref] = (worker, shard)
 
     def worker_died(self, worker: ActorHandle, shard: Shard, err: Exception) -> None:
@@ -263,7 +266,7 @@ class Driver:
         self.remaining[cell.name] -= 1
         if self.remaining[cell.name] == 0 and not any(f.cell is cell for f, _ in self.failed):
             seconds = time.perf_counter() - self.started_at.get(cell.name, time.perf_counter())
-            self.summary[cell.name] = finish_cell(cell, self.done_of.pop(cell.name), seconds)
+            self.summary[cell.name] = finish_cell(cell, self.done_of.pop(cell.name), seconds, self.p.measures)
             if self.tracker is not None:
                 self.tracker.log({f"{cell.name}/{k}": v for k, v in self.summary[cell.name].items()})
 

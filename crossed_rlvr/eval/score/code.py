@@ -17,7 +17,6 @@ import pandas as pd
 from crossed_rlvr.rewards.code import CODE_CONVENTIONS, lenient_block, payload_present, solution, strict_block
 from crossed_rlvr.tasks.code import CodeDataset
 
-REQUESTS = tuple(CODE_CONVENTIONS)
 READERS = ("strict", "lenient")
 KEYS = ("item_id", "task", "policy", "training_convention", "train_seed", "method", "checkpoint", "request", "template",
         "sample_idx", "finish_reason")
@@ -35,7 +34,7 @@ def score_code(records: list[dict[str, Any]], ds: CodeDataset, slots: int, cache
     for r in records:
         task = ds.tasks[r["item_id"]]
         row = {k: r.get(k) for k in KEYS}
-        for conv in REQUESTS:
+        for conv in CODE_CONVENTIONS:
             row[f"payload.{conv}"] = payload_present(conv, r["response"])
         blocks = {"strict": strict_block(r["request"], r["response"]),
                   "lenient": lenient_block(r["request"], r["response"])}
@@ -58,7 +57,7 @@ def score_code(records: list[dict[str, Any]], ds: CodeDataset, slots: int, cache
             row[f"{reader}.base"] = bool(v and v["base"].status == "pass")
             row[f"{reader}.correct"] = bool(v and v["base"].status == "pass" and v["plus"].status == "pass")
             row[f"{reader}.status"] = "none" if v is None else f"{v['base'].status}/{v['plus'].status}"
-        req, other = row["request"], next(c for c in REQUESTS if c != row["request"])
+        req, other = row["request"], next(c for c in CODE_CONVENTIONS if c != row["request"])
         row["requested_payload"] = row[f"payload.{req}"]
         row["category"] = {(True, True): "both", (True, False): "requested_only", (False, True): "other_only",
                            (False, False): "neither"}[(bool(row[f"payload.{req}"]), bool(row[f"payload.{other}"]))]

@@ -189,16 +189,30 @@ def score_files(
     return output
 
 
-def score_code_run(run_dir: Path, ds: CodeDataset, output: Path, workers: int | None, overwrite: bool) -> Path:
+def score_run(run_dir: Path, output: Path, workers: int | None = None, overwrite: bool = False,
+              oracle_cache: Path | None = None) -> Path:
+    """The one scoring entry of a crossed-eval run directory, whatever its task's kind: a code evaluation's
+    programs run in the sandbox on the dataset its ``run.json`` names (:func:`score_code_run`), every other run's
+    responses read by the reader panel (:func:`score_files`)."""
+    code = evaluated_dataset(run_dir)
+    if code is not None:
+        return score_code_run(run_dir, code, output, workers, overwrite, oracle_cache)
+    return score_files([run_dir], output, workers=workers, overwrite=overwrite)  # its responses/ alone are read
+
+
+def score_code_run(run_dir: Path, ds: CodeDataset, output: Path, workers: int | None, overwrite: bool,
+                   oracle_cache: Path | None = None) -> Path:
     """A code evaluation's responses (``crossed-eval`` on a code task) run in the sandbox on ``ds``, the dataset
-    its ``run.json`` names (paper 001 App. D.3; eval/score/code.py), one sandbox slot per worker."""
+    its ``run.json`` names (paper 001 App. D.3; eval/score/code.py), one sandbox slot per worker (default: every
+    core this process may use); ``oracle_cache``: where the expected outputs are kept (default: the user's
+    cache)."""
     from crossed_rlvr.eval.score.code import score_code
     from crossed_rlvr.records import read_responses
 
     if output.exists() and not overwrite:
         raise FileExistsError(f"{output} exists; pass --overwrite to score again")
     records = read_responses(sorted(EvalLayout(run_dir).responses.glob("*.jsonl")), prompt_names=True).records
-    scores = score_code(records, ds, max(1, workers or len(os.sched_getaffinity(0))), None)
+    scores = score_code(records, ds, max(1, workers or len(os.sched_getaffinity(0))), oracle_cache)
     output.parent.mkdir(parents=True, exist_ok=True)
     scores.to_parquet(output, index=False)
     return output
@@ -228,9 +242,10 @@ def main(argv: list[str] | None = None) -> int:
             from crossed_rlvr.folder_lock import hold
 
             hold(args.inputs[0], "crossed-score")
-        code = evaluated_dataset(Path(args.inputs[0])) if len(args.inputs) == 1 else None
-        path = (score_code_run(Path(args.inputs[0]), code, Path(output), args.workers, args.overwrite)
-                if code is not None else score_files(inputs, output, workers=args.workers, overwrite=args.overwrite))
+        if len(args.inputs) == 1 and Path(args.inputs[0]).is_dir():
+            path = score_run(Path(args.inputs[0]), Path(output), args.workers, args.overwrite)
+        else:
+            path = score_files(inputs, output, workers=args.workers, overwrite=args.overwrite)
     except (ResponseFileError, FileExistsError, CrossedError) as err:
         print(f"crossed-score: {err}", file=sys.stderr)
         return 2
