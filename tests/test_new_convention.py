@@ -3,7 +3,7 @@ GSM8K request (the answer on its own last line, ``ANSWER: <answer>``), one :clas
 registered by naming it in ``CROSSED_RLVR_CONVENTIONS``, with no package file edited. It is registered in a child
 process (``python -m tests.test_new_convention``) and every process that one starts, so the suite's own processes keep the registry
 as the package ships it. The child trains an arm on the new convention's reward from the smoke study's warm-started
-policy (crossed validation under both requests at every update), evaluates it and the initial policy crossed under the
+policy (one update, crossed validation under both requests before and after it), evaluates it and the initial policy crossed under the
 hash and the new request, scores every response and writes the report, then says what the engines' reward entries
 and the panel make of a few responses.
 """
@@ -59,8 +59,8 @@ def child(run_dir: Path, warm_cache: Path) -> dict:
     assert CONVENTIONS["answer_line"].marker_phrase == CONVENTION.marker_phrase  # registered from the environment
     summary = Study(study_cfg(run_dir, "experiment=smoke", f"initial.cache_dir={warm_cache}", "arms.seeds=[83]",
                               "arms.conventions=[answer_line]", "evaluation.requests=[hash,answer_line]",
-                              "validation.requests=[hash,answer_line]", "evaluation.templates=[original,para_a]",
-                              "tracking=off")).run_all()
+                              "validation.requests=[hash,answer_line]", "evaluation.templates=[original]",
+                              "recipe.updates=1", "evaluation.n_items=8", "tracking=off")).run_all()
     trl = make_trl_reward("answer_line")
     said = ["Work it out.\nANSWER: 18", "#### 18", "ANSWER: 17", "It is 18.\nANSWER: $ANSWER"]
     return {
@@ -105,7 +105,7 @@ def test_a_convention_registered_outside_the_package_runs_through_the_whole_stud
     assert (arm / "checkpoints").is_dir(), sorted(p.name for p in arm.iterdir())
     scores = pd.read_parquet(run / "eval" / "scores.parquet")
     assert set(scores.policy) == {"initial", "grpo-answer_line/s83"}
-    assert set(scores.request) == {"hash", "answer_line"} and set(scores.template) == {"original", "para_a"}
+    assert set(scores.request) == {"hash", "answer_line"} and set(scores.template) == {"original"}
     assert {"payload.answer_line", "answer_line_last.correct", "reward_answer_line.correct"} <= set(scores.columns)
     mine = scores[scores.request == "answer_line"]
     assert (mine["extractable"] == mine["answer_line_last.answer"].notna()).all()
