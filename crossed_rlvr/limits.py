@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
@@ -53,6 +54,33 @@ class Range:
         every one and the bounds are finite, so infinities fail too, and a huge int is never made a float."""
         return (value <= self.high) & ((value > self.low) if self.low_open else (value >= self.low))
 
+
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The values a string setting (each value of a list setting) may take, declared beside its field as a Range is:
+    a fixed tuple, or a registry read when the value is checked (``among`` callable: the registered task sources,
+    conventions, requests). ``nonempty``: a list setting needs at least one value."""
+
+    among: Sequence[str | bool] | Callable[[], Iterable[str]]
+    nonempty: bool = True
+
+    def names(self) -> tuple[str | bool, ...]:
+        return tuple(self.among() if callable(self.among) else self.among)
+
+    def refusal(self, key: str, value: object) -> str | None:
+        """One line naming the key and what it admits when ``value`` is not admitted (None, unset: admitted)."""
+        if value is None:
+            return None
+        names = self.names()
+        shown = ", ".join(str(a) for a in names if a is not False)  # YAML's `off` reads as False
+        if not isinstance(value, list | tuple):
+            return None if value in names else f"{key}={value!r} is unknown; expected one of {shown}"
+        if self.nonempty and not value:
+            return f"{key}=[] is empty; give at least one of {shown}"
+        bad = [v for v in value if v not in names]
+        return f"{key}: {', '.join(map(repr, bad))} unknown; expected among {shown}" if bad else None
 
 
 # Decoding of a response: the eval schema's fields and the records' optional fields (one definition).

@@ -80,6 +80,40 @@ def test_every_numeric_field_refuses_nan_inf_zero_minus_one_and_huge(bad):
     assert checked > 150
 
 
+# the settings from a fixed set, each declared beside its field (schema.choice, schema.choices)
+CHOICE_KEYS = {"numerics", "tracking.mode", "model.source", "task.source", "task.split", "eval.backend", "eval.dtype",
+               "eval.device", "eval.linear", "eval.attention", "sft.attention", "engine.attention", "engine.device",
+               "template", "mode", "arm", "control", "stages", "initial.build", "arms.kind", "arms.sft_arm",
+               "arms.sft_control", "validation.requests", "validation.templates"}
+
+
+@pytest.mark.parametrize("command", ["crossed_train", "crossed_eval", "crossed_sft", "crossed_study", "crossed_audit"])
+def test_every_choice_field_refuses_a_value_outside_its_declared_set(command):
+    """A composed config with one setting changed to a value outside its field's choices is refused, in one line
+    naming the key and the choices; a list setting refuses an unknown entry and the empty list. The registries'
+    choices are read when checked (a convention or task source registered later is admitted)."""
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.conf.ranges import choice_fields
+
+    fields = choice_fields(command)
+    assert {c.key for c in fields} <= CHOICE_KEYS and len(fields) >= 3
+    with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
+        cfg = compose(config_name=command, overrides=["initial=MODEL"] if command == "crossed_audit" else [])
+    check_ranges(cfg, command)
+    for c in fields:
+        names = [n for n in c.choices.names() if n is not False]
+        is_list = OmegaConf.is_list(OmegaConf.select(cfg, c.key))
+        for bad, said in ([["nonsense"], f"{c.key}: 'nonsense' unknown; expected among {', '.join(names)}"],
+                          [[], f"{c.key}=[] is empty; give at least one of"]) if is_list else \
+                [("nonsense", f"{c.key}='nonsense' is unknown; expected one of {', '.join(names)}")]:
+            changed = OmegaConf.to_container(cfg)
+            OmegaConf.update(node := OmegaConf.create(changed), c.key, bad, force_add=True)
+            with pytest.raises(ConfigError) as info:
+                check_ranges(node, command)
+            assert str(info.value).startswith(said), (c.key, str(info.value))
+
+
 def test_zero_admitting_fields_say_what_zero_means_in_docs():
     """docs/settings.md is the generated table of every range; it must be current."""
     from crossed_rlvr.conf.ranges import settings_table

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.conf.schema import AuditConf, EngineConf, ModelConf, TrainConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
-from crossed_rlvr.limits import SEED
-from crossed_rlvr.numerics import MODES
-from crossed_rlvr.task_sources import SOURCES, source_of, task_kind
+from crossed_rlvr.limits import SEED, Choices
+from crossed_rlvr.task_sources import source_of, task_kind
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -29,22 +28,15 @@ def _get(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key, throw_on_missing=False)
 
 
-def _one_of(cfg: DictConfig, key: str, allowed: tuple[str | bool, ...]) -> None:
+def _among(cfg: DictConfig, key: str, allowed: Sequence[str]) -> None:
+    """A cross-field rule's set for a list setting (the requests a task's source asks under, ...), refused as a
+    field's own declared choices are (``limits.Choices``)."""
+    from omegaconf import OmegaConf
+
     value = _get(cfg, key)
-    if value is not None and value not in allowed:
-        shown = ", ".join(str(a) for a in allowed if a is not False)  # YAML's `off` reads as False
-        raise ConfigError(f"{key}={value!r} is unknown; expected one of {shown}")
-
-
-def _all_of(cfg: DictConfig, key: str, allowed: Sequence[str], nonempty: bool = True) -> None:
-    values = _get(cfg, key)
-    if values is None:
-        return
-    if nonempty and len(values) == 0:
-        raise ConfigError(f"{key}=[] is empty; give at least one of {', '.join(allowed)}")
-    bad = [v for v in values if v not in allowed]
-    if bad:
-        raise ConfigError(f"{key}: {', '.join(map(repr, bad))} unknown; expected among {', '.join(allowed)}")
+    why = Choices(allowed).refusal(key, OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
+    if why:
+        raise ConfigError(why)
 
 
 def _exists(cfg: DictConfig, key: str) -> None:
@@ -64,22 +56,7 @@ def _model_path(key: str, path: str | None) -> None:
 
 
 def common(cfg: DictConfig) -> None:
-    from crossed_rlvr.rewards.conventions import TEMPLATES
-
-    _one_of(cfg, "numerics", MODES)
-    _one_of(cfg, "tracking.mode", ("off", "offline", "online", False))
-    _one_of(cfg, "model.source", ("local", "hub", "gguf-smollm2"))
-    _one_of(cfg, "task.source", tuple(SOURCES))  # the registered sources (crossed_rlvr/task_sources.py)
-    _one_of(cfg, "task.split", ("test", "dev", "train"))
-    _one_of(cfg, "eval.backend", ("hf", "vllm"))
-    _one_of(cfg, "eval.dtype", ("float32", "bfloat16", "float16", "auto"))
-    _one_of(cfg, "eval.device", ("auto", "cpu", "cuda"))
-    _one_of(cfg, "eval.linear", ("onednn",))
-    _one_of(cfg, "eval.attention", ("eager", "sdpa"))
-    _one_of(cfg, "sft.attention", ("eager", "sdpa"))
-    _one_of(cfg, "engine.attention", ("auto", "eager", "sdpa", "flash_attention_2"))
-    _one_of(cfg, "engine.device", ("cuda", "cpu"))
-    _one_of(cfg, "template", TEMPLATES)
+    """What every command checks beyond each field's declared range and choices (conf/ranges.py): the files named."""
     _exists(cfg, "task.path")
     _exists(cfg, "task.train_path")
 
@@ -154,8 +131,6 @@ def check_config(cfg: TrainConf, initial_built: bool = True) -> None:
     """Refuse a GRPO arm's config that cannot train, before anything is loaded: an unknown convention, a batch
     that the group size does not divide, a missing model or an engine/algorithm pair that cannot run.
     ``initial_built=False``: a study's arm planned before its initial policy exists (the initial stage checks that)."""
-    from crossed_rlvr.rewards.conventions import TEMPLATES
-
     conv, kind = cfg.convention.name, task_kind(cfg.task)
     arm_check = kind.hook("arm_check")  # what an arm of the task's kind must set besides (a code arm's tasks)
     if arm_check is not None:
@@ -183,8 +158,6 @@ def check_config(cfg: TrainConf, initial_built: bool = True) -> None:
         raise RecipeError("algorithm=reinforce_pp runs only with engine=verl")
     if cfg.engine.name == "verl":
         _verl_arm(cfg)
-    if cfg.template not in TEMPLATES:
-        raise RecipeError(f"template={cfg.template!r} is unknown; expected one of {', '.join(TEMPLATES)}")
     if initial_built:
         _initial_built(cfg.model)
 
@@ -309,11 +282,7 @@ def code_arm(cfg: TrainConf) -> None:
 
 
 def check_train(cfg: DictConfig) -> None:
-    from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
-
     common(cfg)
-    _all_of(cfg, "validation.requests", REQUESTS)
-    _all_of(cfg, "validation.templates", TEMPLATES)
     try:
         check_config(conf_of(TrainConf, cfg))
     except RecipeError as err:
@@ -348,8 +317,8 @@ def _evaluation_requests(cfg: DictConfig, requests: str, templates: str, math_re
     """A code task is asked for programs in the code delimiters (``fence``, ``begin_done``) in the original wording;
     every other task for answers in the answer conventions."""
     source = source_of(cfg.task)  # a source asks its items under its own requests and wordings
-    _all_of(cfg, requests, source.requests if source is not None else math_requests)
-    _all_of(cfg, templates, source.templates if source is not None else wordings)
+    _among(cfg, requests, source.requests if source is not None else math_requests)
+    _among(cfg, templates, source.templates if source is not None else wordings)
 
 
 def _policy_name_agrees(key: str, name: str, convention: str, seed: int | None) -> None:
@@ -361,12 +330,7 @@ def _policy_name_agrees(key: str, name: str, convention: str, seed: int | None) 
 
 
 def check_sft(cfg: DictConfig) -> None:
-    from crossed_rlvr.rewards.conventions import CONVENTIONS
-
     common(cfg)
-    _one_of(cfg, "mode", ("warmstart", "arms"))
-    _one_of(cfg, "arm", tuple(CONVENTIONS))
-    _one_of(cfg, "control", tuple(CONVENTIONS))
     if cfg.mode == "warmstart":  # only the warm start reads them
         _warmstart_requests(cfg, "warmstart")
 
@@ -376,8 +340,8 @@ def _warmstart_requests(cfg: DictConfig, key: str) -> None:
     delimiters on a code task (its targets are the training tasks' programs in them, sft/run.py), the answer
     conventions on every other task; the request-following band measures answer payloads only."""
     kind = task_kind(cfg.task)
-    _all_of(cfg, f"{key}.requests", kind.requests)
-    _all_of(cfg, f"{key}.templates", kind.templates)
+    _among(cfg, f"{key}.requests", kind.requests)
+    _among(cfg, f"{key}.templates", kind.templates)
     band = cfg[key].band
     if not kind.band and band.every > 0:
         raise ConfigError(f"{key}.band.every={band.every}: the request-following band measures answer payloads; "
@@ -390,27 +354,20 @@ def check_study(cfg: DictConfig) -> None:
     from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
 
     common(cfg)
-    _one_of(cfg, "stages", ("all", "prepare", "rehearse", "fetch"))
     if cfg.stages == "all" and not cfg.requires_gpu:  # GPU presets: check_device
         needs_gpu(cfg, "the study's evaluation stage generates with it")
-    _one_of(cfg, "initial.build", ("warmstart", "given"))
     if cfg.initial.build == "warmstart":  # only the warm start reads them
         _warmstart_requests(cfg, "initial")
-    _one_of(cfg, "arms.kind", ("grpo", "sft", "given"))
     if cfg.arms.kind == "given" and not cfg.arms.get("from_run"):
         raise ConfigError("arms.kind=given evaluates the arms another study trained: name its run directory with "
                           "arms.from_run=DIR")
     # the study's GRPO arms train to its kind's conventions; SFT and given arms are named by the answer conventions
-    _all_of(cfg, "arms.conventions", task_kind(cfg.task).conventions if cfg.arms.kind == "grpo" else tuple(CONVENTIONS))
-    _all_of(cfg, "rehearsal.conventions", tuple(cfg.arms.conventions))
-    _one_of(cfg, "arms.sft_arm", tuple(CONVENTIONS))
-    _one_of(cfg, "arms.sft_control", tuple(CONVENTIONS))
+    _among(cfg, "arms.conventions", task_kind(cfg.task).conventions if cfg.arms.kind == "grpo" else tuple(CONVENTIONS))
+    _among(cfg, "rehearsal.conventions", tuple(cfg.arms.conventions))
     if not cfg.arms.seeds:
         raise ConfigError("arms.seeds=[] is empty; give at least one training seed")
     check_distribute(cfg)
     _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates", REQUESTS, TEMPLATES)
-    _all_of(cfg, "validation.requests", REQUESTS)
-    _all_of(cfg, "validation.templates", TEMPLATES)
     if cfg.initial.build == "warmstart" and cfg.model.source == "local" and not cfg.model.get("tiny"):
         _model_path("model.path", cfg.model.path)  # a given local model to warm-start (the tiny one is built)
     if cfg.initial.build == "given" and cfg.model.source == "local":

@@ -1,4 +1,5 @@
-"""One check for every numeric setting: each value against the range its schema field declares.
+"""One check for every numeric setting: each value against the range its schema field declares; and one for every
+setting from a fixed set: its value against the choices declared beside its field (``schema.choice``).
 
 Every ``int``/``float`` field of every schema (and each number of a list or dict field) carries a
 :class:`~crossed_rlvr.limits.Range` in its metadata; ``numeric_fields`` finds them all, so a new field
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.conf.schema import SCHEMAS
 from crossed_rlvr.errors import ConfigError
-from crossed_rlvr.limits import Range
+from crossed_rlvr.limits import Choices, Range
 from crossed_rlvr.task_sources import SOURCES
 
 if TYPE_CHECKING:
@@ -69,6 +70,28 @@ def _walk(cls: type, prefix: str) -> Iterator[NumericField]:
             if rng is None:
                 raise TypeError(f"{cls.__name__}.{f.name}: a numeric field without a declared Range")
             yield NumericField(key, rng, element is int, container, optional)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChoiceField:
+    key: str                 # dotted key in the command's config
+    choices: Choices         # what its value (each value of a list) may be
+
+
+def _choice_walk(cls: type, prefix: str) -> Iterator[ChoiceField]:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, _optional = _unwrap_optional(hints[f.name])
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            yield from _choice_walk(tp, f"{prefix}{f.name}.")
+        elif "choices" in f.metadata:
+            yield ChoiceField(f"{prefix}{f.name}", f.metadata["choices"])
+
+
+@cache
+def choice_fields(command: str) -> tuple[ChoiceField, ...]:
+    """Every field of a command's schema whose value comes from a declared set, with that set."""
+    return tuple(_choice_walk(SCHEMAS[command], ""))
 
 
 @cache
@@ -117,7 +140,8 @@ def _select(cfg: DictConfig, key: str) -> Any:
 
 
 def check_ranges(cfg: DictConfig, command: str, present_only: bool = False) -> None:
-    """Every numeric value of a composed config against its declared range (ConfigError on the first).
+    """Every numeric value of a composed config against its declared range, and every value from a declared set
+    against its choices (ConfigError on the first).
     ``present_only``: a config that holds only some of the schema's keys (see ``check_ranges_of``)."""
     from omegaconf import OmegaConf
 
@@ -135,6 +159,11 @@ def check_ranges(cfg: DictConfig, command: str, present_only: bool = False) -> N
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value)
         why = refusal(f, value)
+        if why:
+            raise ConfigError(why)
+    for c in choice_fields(command):
+        value = _select(cfg, c.key)
+        why = c.choices.refusal(c.key, OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
         if why:
             raise ConfigError(why)
 

@@ -9,15 +9,16 @@ are checked right after composition by :mod:`crossed_rlvr.conf.checks`, also bef
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from omegaconf import MISSING
 
 from crossed_rlvr.files import settings  # noqa: F401  (the settings of a typed config: conf.schema.settings)
-from crossed_rlvr.limits import BIG, DECODING, SEED, Range
-from crossed_rlvr.rewards.conventions import MARKER_PAIR
+from crossed_rlvr.limits import BIG, DECODING, SEED, Choices, Range
+from crossed_rlvr.numerics import MODES
+from crossed_rlvr.rewards.conventions import MARKER_PAIR, REQUESTS, TEMPLATES
 
 
 class ReadOnly:
@@ -41,6 +42,29 @@ def num(default: float | None, low: float, high: float, *, low_open: bool = Fals
         why: str = "") -> Any:  # Any: the field's default, an int or a float (or None)
     """A numeric field with its declared range (``default`` may be None for an optional field)."""
     return field(default=default, metadata={"range": Range(low, high, low_open, why)})
+
+
+def choice(default: str | None, among: Sequence[str | bool] | Callable[[], Iterable[str]],
+           **meta: object) -> Any:  # Any: the field's default, a string (or None)
+    """A string field with its declared choices (``among`` callable: a registry read when the value is checked)."""
+    return field(default=default, metadata={"choices": Choices(among), **meta})
+
+
+def choices(factory: Callable[[], list[str]], among: Sequence[str] | Callable[[], Iterable[str]]) -> Any:
+    """A list field, each value among its declared choices, at least one."""
+    return field(default_factory=factory, metadata={"choices": Choices(among)})
+
+
+def _conventions() -> tuple[str, ...]:
+    from crossed_rlvr.rewards.conventions import CONVENTIONS
+
+    return tuple(CONVENTIONS)
+
+
+def _sources() -> tuple[str, ...]:
+    from crossed_rlvr.task_sources import SOURCES
+
+    return tuple(SOURCES)  # the registered sources (crossed_rlvr/task_sources.py)
 
 
 def nums(factory: Callable[[], object] | None, low: float, high: float, *, low_open: bool = False,
@@ -68,7 +92,7 @@ class TinyConf(ReadOnly):
 @dataclass
 class ModelConf(ReadOnly):
     name: str = MISSING
-    source: str = MISSING          # local | hub | gguf-smollm2
+    source: str = choice(MISSING, ("local", "hub", "gguf-smollm2"))
     path: str | None = None
     system: str | None = None
     tiny: TinyConf | None = None
@@ -85,8 +109,8 @@ class TrainModelConf(ModelConf):
 @dataclass
 class TaskConf(ReadOnly):
     name: str = MISSING
-    source: str = MISSING          # arith | gsm8k | math500
-    split: str = "test"
+    source: str = choice(MISSING, _sources)  # arith | gsm8k | math500 | ...
+    split: str = choice("test", ("test", "dev", "train"))
     n_items: int | None = num(None, 1, BIG)
     path: str | None = None
     # arithmetic probe
@@ -113,10 +137,11 @@ class TaskConf(ReadOnly):
 
 @dataclass
 class EvalConf(ReadOnly):
-    backend: str = "hf"            # hf | vllm
+    backend: str = choice("hf", ("hf", "vllm"))
     # null: bfloat16 on a GPU, float32 on the CPU; float32 | bfloat16 | float16 | auto (bfloat16 where computed natively)
-    dtype: str | None = None
-    device: str = "auto"           # the transformers backend's: auto (a GPU torch sees, else the CPU) | cpu | cuda
+    dtype: str | None = choice(None, ("float32", "bfloat16", "float16", "auto"))
+    # the transformers backend's: auto (a GPU torch sees, else the CPU) | cpu | cuda
+    device: str = choice("auto", ("auto", "cpu", "cuda"))
     batch_size: int = num(16, 1, 65_536)
     temperature: float = field(default=0.6, metadata={"range": DECODING["temperature"]})
     top_p: float = field(default=0.95, metadata={"range": DECODING["top_p"]})
@@ -130,10 +155,10 @@ class EvalConf(ReadOnly):
     # the transformers backend's matrix products on the CPU: null, torch's own; onednn, each linear layer's weight
     # packed once for oneDNN (decoding steps ~2x faster on this project's CPUs, float32 and bfloat16). Unset stays out
     # of a cell's settings, so every cell made before the option keeps its hash; vLLM packs its own weights.
-    linear: str | None = field(default=None, metadata={"omit_none": True})
+    linear: str | None = choice(None, ("onednn",), omit_none=True)
     # the transformers backend's attention: null, the model's own (sdpa); eager, unfused (a decoding step's one query
     # a row over a short cache is faster unfused on the CPU). Unset stays out of a cell's settings, as linear.
-    attention: str | None = field(default=None, metadata={"omit_none": True})
+    attention: str | None = choice(None, ("eager", "sdpa"), omit_none=True)
     # the transformers backend: the prompts' common first tokens (a chat template's system turn) prefilled once a
     # stream and every prompt prefilled from there; unset, every prompt whole (and out of the settings, as linear)
     shared_prefix: bool | None = field(default=None, metadata={"omit_none": True})
@@ -157,7 +182,7 @@ class DistributeConf(ReadOnly):
 
 @dataclass
 class TrackingConf(ReadOnly):
-    mode: str = "offline"          # off | offline | online
+    mode: str = choice("offline", ("off", "offline", "online", False))  # YAML's `off` reads as False
     project: str = "crossed-rlvr"
     entity: str | None = None
     group: str | None = None
@@ -236,7 +261,8 @@ class EngineConf(ReadOnly):
     # and the output layer on completion positions only (train/prompt_once.py); null keeps TRL's forward
     prompt_once: bool | None = field(default=None, metadata={"omit_none": True})
     # verl
-    device: str = "cuda"           # cuda: GPU nodes; cpu: verl's trainer on this CPU (train/verl_cpu.py), 1 gloo rank a GPU
+    # cuda: GPU nodes; cpu: verl's trainer on this CPU (train/verl_cpu.py), 1 gloo rank a GPU
+    device: str = choice("cuda", ("cuda", "cpu"))
     nnodes: int = num(1, 1, 4096)
     n_gpus_per_node: int = num(4, 1, 64)
     micro_batch_per_gpu: int = num(1, 1, 65_536)
@@ -253,7 +279,7 @@ class EngineConf(ReadOnly):
     # verl: auto (flash_attention_2 when flash-attn is installed, else sdpa), flash_attention_2 or sdpa; TRL: auto
     # (the model's own), sdpa, eager (unfused: an update's loss 6.5 s instead of 7.4 s at one CPU thread for SmolLM2)
     # or flash_attention_2
-    attention: str = "auto"
+    attention: str = choice("auto", ("auto", "eager", "sdpa", "flash_attention_2"))
     save_optimizer: bool = False
     # the memory plan (train/memory.py): usable memory of one GPU (torch.cuda.mem_get_info's total: H100/H200
     # 80 GB 79.6, H200 140.4, A100 80 GB 79.2, A100 40 GB 39.4) and the AdamW step without a foreach copy
@@ -285,7 +311,7 @@ class SFTRecipeConf(ReadOnly):
     parallel_arms: int = num(1, 1, 64)  # the study trains this many arms side by side, one process (GPU) each
     # the model's attention while fine-tuning: null, its own (sdpa); eager, unfused (a 16-row step of SmolLM2 at
     # 2 threads: 4.25 s instead of 4.8 s); unset, left out of the recipe's settings
-    attention: str | None = field(default=None, metadata={"omit_none": True})
+    attention: str | None = choice(None, ("eager", "sdpa"), omit_none=True)
 
 
 @dataclass
@@ -297,8 +323,8 @@ class TrainItemsConf(ReadOnly):
 @dataclass
 class ValidationConf(ReadOnly):
     every: int = num(0, 0, 1_000_000, why="0: no validation during training")
-    requests: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
-    templates: list[str] = field(default_factory=lambda: ["original"])
+    requests: list[str] = choices(lambda: list(MARKER_PAIR), REQUESTS)
+    templates: list[str] = choices(lambda: ["original"], TEMPLATES)
     n_items: int | None = num(None, 1, BIG)
     split: str = "dev"
     score_workers: int = num(1, 1, 256)
@@ -328,12 +354,12 @@ class TrainConf(ReadOnly):
     validation: ValidationConf = field(default_factory=ValidationConf)
     seed: int = num(83, *SEED)
     data_seed: int = num(83, *SEED)
-    numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
+    numerics: str = choice("portable", MODES)  # CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = MISSING
     arm: str = MISSING
     study: str | None = None
     overwrite: bool = False
-    template: str = "original"
+    template: str = choice("original", TEMPLATES)
     train_items: TrainItemsConf = field(default_factory=TrainItemsConf)
 
 
@@ -356,7 +382,7 @@ class EvalCommandConf(ReadOnly):
     task: TaskConf = MISSING
     eval: EvalConf = MISSING
     tracking: TrackingConf = MISSING
-    numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
+    numerics: str = choice("portable", MODES)  # CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = MISSING
     study: str | None = None
     policies: list[PolicyConf] | None = None
@@ -395,21 +421,21 @@ class SFTCommandConf(ReadOnly):
     task: TaskConf = MISSING
     sft: SFTRecipeConf = MISSING
     tracking: TrackingConf = MISSING
-    numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
+    numerics: str = choice("portable", MODES)  # CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = MISSING
     study: str | None = None
     eval: EvalConf = field(default_factory=EvalConf)  # the sampling of warmstart.band's checks
-    mode: str = "arms"
+    mode: str = choice("arms", ("warmstart", "arms"))
     seeds: list[int] = nums(lambda: [83], *SEED)
-    arm: str = "hash"
-    control: str = "boxed"
+    arm: str = choice("hash", _conventions)
+    control: str = choice("boxed", _conventions)
     train_items: TrainItemsConf = field(default_factory=lambda: TrainItemsConf(seed=7))
     warmstart: WarmstartConf = field(default_factory=WarmstartConf)
 
 
 @dataclass
 class InitialConf(ReadOnly):
-    build: str = "warmstart"       # warmstart | given
+    build: str = choice("warmstart", ("warmstart", "given"))
     train_items: int = num(4000, 1, BIG)
     follow_rate: float = num(0.5, 0.0, 1.0, why="share of targets in the requested convention; 0: all in the other")
     requests: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
@@ -422,14 +448,14 @@ class InitialConf(ReadOnly):
 
 @dataclass
 class ArmsConf(ReadOnly):
-    kind: str = "grpo"             # grpo | sft | given (the final checkpoints of another study's arms)
+    kind: str = choice("grpo", ("grpo", "sft", "given"))  # given: the final checkpoints of another study's arms
     from_run: str | None = None    # kind=given: that study's run_dir (its train/<convention>/s<seed>/checkpoints)
     conventions: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
     seeds: list[int] = nums(lambda: [83, 84], *SEED)
     parallel: int = num(2, 1, 64)
     train_items: int = num(4000, 1, BIG)
-    sft_arm: str = "hash"
-    sft_control: str = "boxed"
+    sft_arm: str = choice("hash", _conventions)
+    sft_control: str = choice("boxed", _conventions)
     threads: int | None = num(1, 1, 1024)  # torch threads of arms trained in the study's own process (parallel=1)
 
 
@@ -469,9 +495,9 @@ class StudyConf(ReadOnly):
     eval: EvalConf = MISSING
     tracking: TrackingConf = MISSING
     experiment_name: str | None = None
-    numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
+    numerics: str = choice("portable", MODES)  # CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = MISSING
-    stages: str = "all"            # all | prepare | rehearse | fetch (download hub models and data, then stop)
+    stages: str = choice("all", ("all", "prepare", "rehearse", "fetch"))  # fetch: download hub models and data, stop
     requires_gpu: bool = False
     initial: InitialConf = field(default_factory=InitialConf)
     arms: ArmsConf = field(default_factory=ArmsConf)
@@ -491,7 +517,7 @@ class AuditConf(ReadOnly):
     task: TaskConf = MISSING
     eval: EvalConf = MISSING
     tracking: TrackingConf = MISSING
-    numerics: str = "portable"     # portable | native: CPU kernels held to AVX2, or the machine's own (numerics.py)
+    numerics: str = choice("portable", MODES)  # CPU kernels held to AVX2, or the machine's own (numerics.py)
     run_dir: str = "runs/audit"
     initial: str | None = None
     # each given policy by the convention its training rewarded (an answer task's, or a code task's: App. D.3): a
