@@ -173,6 +173,7 @@ class Study:
 
         def train() -> dict[str, Any]:
             arm_jobs.drop_changed_arms(self.stamps, self.plans)  # a final model damaged since: trained again
+            arm_jobs.carry_over_arms(jobs, self.stamps.content(Read.weights(ipath), whole=True))
             results = arm_jobs.train_arms(c, jobs)  # each config was checked when its arm was planned
             missing = [str(p) for p in final if not p.exists()]
             if missing:  # e.g. engine=verl without engine.launch: the launch scripts are ready, not run
