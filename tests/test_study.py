@@ -588,14 +588,14 @@ def test_each_input_of_each_stage_redoes_exactly_the_stages_that_read_it(smoke, 
             lambda: _rebuilt_identically(run, tmp_path / "cache", warm_cache), ["initial", "analyze"]),
         "arms setting (arms.seeds)": (lambda: ["arms.seeds=[83]"], ["arms", "eval", "score", "analyze"]),
         "an arm's checkpoint weights": (
-            lambda: (arm / "checkpoints" / "step-3" / "model.safetensors").write_bytes(b"damaged") or [],
+            lambda: (arm / "checkpoints" / "step-3" / "model.safetensors").write_bytes(b"damaged") and [],
             ["arms", "analyze"]),  # retrained to the same weights; its metrics hold the step times
         "eval setting (evaluation.samples)": (lambda: ["evaluation.samples=2"], ["eval", "score", "analyze"]),
         "a response file": (lambda: _edit_last(responses, "response") or [], ["eval"]),
         "an arm's validation responses": (
             lambda: _edit_last(sorted((arm / "validation" / "responses").glob("*.jsonl"))[0], "response") or [],
             ["score", "analyze"]),
-        "the scores": (lambda: (run / "eval" / "scores.parquet").write_bytes(b"not a table") or [], ["score"]),
+        "the scores": (lambda: (run / "eval" / "scores.parquet").write_bytes(b"not a table") and [], ["score"]),
         "analysis setting (analysis.resamples)": (lambda: ["analysis.resamples=300"], ["analyze"]),
         "an arm's training metrics": (lambda: _edit_last(arm / "metrics.jsonl", "step_time") or [], ["analyze"]),
     }
