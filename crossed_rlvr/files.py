@@ -95,6 +95,14 @@ def tree_sha256(path: str | Path, file_sha256: Callable[[Path], str] = sha256_fi
     return h.hexdigest()
 
 
+def policy_sha256(path: str | Path, file_sha256: Callable[[Path], str] = sha256_file) -> str:
+    """The one hash of a policy's folder: its weights, tokenizer and config, never the records of the run that made
+    it (``layout.RUN_RECORDS``: timings, pickled arguments), so an identical rebuild hashes the same."""
+    from crossed_rlvr.layout import RUN_RECORDS
+
+    return tree_sha256(path, file_sha256, skip=RUN_RECORDS)
+
+
 @dataclass(frozen=True)
 class Source:
     path: str

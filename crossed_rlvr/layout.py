@@ -24,6 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SFT_SUMMARY = "sft_summary.json"  # inside a policy trained by SFT: its figures, and the sign that it is finished
+# What a trainer leaves beside a policy's weights that is a record of the run, not the policy: its timings and its
+# pickled arguments (with the run's own paths). Left out of every hash of a policy (files.policy_sha256), so the same
+# weights, tokenizer and config rebuilt are the same policy.
+RUN_RECORDS = (SFT_SUMMARY, "training_args.bin")
 ARM_STAMP = "crossed_rlvr_arm.json"  # inside a GRPO arm's merged final policy: which arm trained it, and with what
 TRACKING_LEDGER = Path("wandb") / "crossed-runs.jsonl"  # under any command's run_dir: the wandb runs it started
 FOLDER_LOCK = ".crossed-rlvr.lock"  # in every folder a command writes: its writer (folder_lock.py)

@@ -87,19 +87,18 @@ def test_cli_error_is_one_clear_line(tmp_path):
 def test_a_policys_hash_is_its_weights_not_its_run_records(tmp_path):
     """The protocol card's weights sha256 (runner.policy_hashes) leaves out the trainer's timings and pickled
     arguments, so the same seeds give the same report; the weights themselves still count."""
-    from crossed_rlvr.eval.generate.runner import RUN_RECORDS
-    from crossed_rlvr.files import tree_sha256
+    from crossed_rlvr.files import policy_sha256, tree_sha256
 
     (tmp_path / "model.safetensors").write_bytes(b"weights")
     (tmp_path / "sft_summary.json").write_text('{"seconds": 1.0}')
     (tmp_path / "training_args.bin").write_bytes(b"run A")
-    before = tree_sha256(tmp_path, skip=RUN_RECORDS)
+    before = policy_sha256(tmp_path)
     (tmp_path / "sft_summary.json").write_text('{"seconds": 2.5}')
     (tmp_path / "training_args.bin").write_bytes(b"run B")
-    assert tree_sha256(tmp_path, skip=RUN_RECORDS) == before
-    assert tree_sha256(tmp_path) != tree_sha256(tmp_path, skip=RUN_RECORDS)
+    assert policy_sha256(tmp_path) == before
+    assert tree_sha256(tmp_path) != policy_sha256(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"other weights")
-    assert tree_sha256(tmp_path, skip=RUN_RECORDS) != before
+    assert policy_sha256(tmp_path) != before
 
 
 @pytest.mark.parametrize("flags, numerics, expected", [({"avx2"}, "native", "float32"),

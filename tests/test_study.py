@@ -520,3 +520,122 @@ def test_the_console_ends_with_the_studys_result(smoke):
     assert [line.split("**")[1] for line in lines] == [f"arith_tiny · `{t}` · hashxboxed · grpo"
                                                        for t in ("original", "para_a", "para_b")]
     assert all("(I_P +" in line and "Caveats" not in line for line in lines), lines
+
+
+def _perturbed_warmstart(source: Path):
+    """A stand-in for the warm start (sft.run.warmstart) that writes the smoke's initial policy with other weights:
+    what a changed warm-start setting makes, without training for minutes."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    def build(job):
+        dest = Path(str(job.cfg.model.path))
+        shutil.copytree(source, dest, dirs_exist_ok=True)
+        for f in dest.glob("*.safetensors"):
+            tensors = load_file(f)
+            first = sorted(tensors)[0]
+            tensors[first] = tensors[first] + 1e-3
+            save_file(tensors, f, metadata={"format": "pt"})
+        return {}
+
+    return build
+
+
+def _edit_last(path: Path, key: str) -> None:
+    """Another value of ``key`` in the last record of a JSON Lines file (a response's text, a step's time)."""
+    lines = path.read_text().splitlines()
+    last = json.loads(lines[-1])
+    last[key] = f"{last[key]} 98765" if isinstance(last[key], str) else last[key] + 1  # a last number read anew
+    path.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+
+
+def _rebuilt_identically(run: Path, cache: Path, warm_cache: Path) -> list[str]:
+    """The initial policy removed, and the warm-start cache holding the same policy with other run records (the
+    seconds of another build, other pickled arguments): what an identical rebuild leaves."""
+    import shutil
+
+    shutil.rmtree(run / "models" / "initial")
+    shutil.copytree(warm_cache, cache)
+    for summary in cache.rglob("sft_summary.json"):
+        summary.write_text(json.dumps({**json.loads(summary.read_text()), "seconds": 12345.6}) + "\n")
+        (summary.parent / "training_args.bin").write_bytes(b"another build's arguments")
+    return [f"initial.cache_dir={cache}"]
+
+
+@pytest.mark.long
+def test_each_input_of_each_stage_redoes_exactly_the_stages_that_read_it(smoke, warm_cache, tmp_path, monkeypatch):
+    """The one freshness rule (study/stamps.py), input by input: a setting of each stage and a file each stage reads
+    is changed in turn in a copy of the smoke study, and exactly the stages whose inputs then differ are redone (a
+    stage that rewrites a changed output with the same bytes leaves the stages after it fresh). The copy is restored
+    at the smoke study's own path (stamps name absolute paths; file hashes are cached by path, size and mtime)."""
+    import shutil
+
+    run, _ = smoke
+    base = ("experiment=smoke",)  # no warm-start cache: a changed initial stage must not store its stand-in there
+    Study(study_cfg(run, *base)).run_all()  # the tests before may have left another analysis: settle it
+    pristine = tmp_path / "pristine"
+    shutil.copytree(run, pristine, symlinks=True)
+    arm = run / "train" / "hash" / "s83"
+    responses = sorted((run / "eval" / "responses").glob("*.jsonl"))[0]
+    cases = {
+        "nothing": (lambda: [], []),
+        "initial setting (initial.follow_rate), other weights": (
+            lambda: monkeypatch.setattr("crossed_rlvr.sft.run.warmstart",
+                                        _perturbed_warmstart(pristine / "models" / "initial"))
+            or ["initial.follow_rate=0.6"], ["initial", "arms", "eval", "score", "analyze"]),
+        "initial policy rebuilt identically (other run records)": (
+            lambda: _rebuilt_identically(run, tmp_path / "cache", warm_cache), ["initial", "analyze"]),
+        "arms setting (arms.seeds)": (lambda: ["arms.seeds=[83]"], ["arms", "eval", "score", "analyze"]),
+        "an arm's checkpoint weights": (
+            lambda: (arm / "checkpoints" / "step-3" / "model.safetensors").write_bytes(b"damaged") and [],
+            ["arms", "analyze"]),  # retrained to the same weights; its metrics hold the step times
+        "eval setting (evaluation.samples)": (lambda: ["evaluation.samples=2"], ["eval", "score", "analyze"]),
+        "a response file": (lambda: _edit_last(responses, "response") or [], ["eval"]),
+        "an arm's validation responses": (
+            lambda: _edit_last(sorted((arm / "validation" / "responses").glob("*.jsonl"))[0], "response") or [],
+            ["score", "analyze"]),
+        "the scores": (lambda: (run / "eval" / "scores.parquet").write_bytes(b"not a table") and [], ["score"]),
+        "analysis setting (analysis.resamples)": (lambda: ["analysis.resamples=300"], ["analyze"]),
+        "an arm's training metrics": (lambda: _edit_last(arm / "metrics.jsonl", "step_time") or [], ["analyze"]),
+    }
+    table = {}
+    try:
+        for what, (change, _expected) in cases.items():
+            shutil.rmtree(run)
+            shutil.copytree(pristine, run, symlinks=True)
+            overrides = change()
+            summary = Study(study_cfg(run, *base, *overrides)).run_all()
+            monkeypatch.undo()
+            table[what] = [s for s, t in summary["stages"].items() if not t["reused"]]
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+        shutil.copytree(pristine, run, symlinks=True)
+    print("\n".join(f"{what} -> {', '.join(redone) or 'none'}" for what, redone in table.items()))
+    assert table == {what: expected for what, (_change, expected) in cases.items()}
+
+
+def test_a_stamp_of_the_earlier_rule_is_carried_over_once(tmp_path):
+    """A stamp written when a policy was hashed by every file of its folder (its run records too) still matches while
+    those files are unchanged: it is rewritten once under the one rule and the stage is not redone; a real change of
+    the policy's weights redoes the stage."""
+    from crossed_rlvr.files import atomic_write_json, tree_sha256
+    from crossed_rlvr.study.stamps import RULE, Read, StageCache, digest, with_numerics
+
+    policy, out = tmp_path / "policy", tmp_path / "out.txt"
+    policy.mkdir()
+    (policy / "model.safetensors").write_bytes(b"weights")
+    (policy / "sft_summary.json").write_text('{"seconds": 81.4}')
+    out.write_text("made")
+    cache = StageCache(tmp_path / "run", ("eval",), lambda _: None)
+    old_inputs = with_numerics({"weights": {"initial": tree_sha256(policy)}})
+    atomic_write_json(cache.stamps.path("eval"), {"fingerprint": digest(old_inputs), "inputs": old_inputs,
+                                                  "outputs_sha256": {str(out): tree_sha256(out)}, "info": {"n": 1},
+                                                  "seconds": 1.0, "finished": "then"})
+    runs = []
+    inputs = {"weights": {"initial": Read.weights(policy)}}
+    assert cache("eval", inputs, [out], lambda: runs.append(1) or {"n": 2}) == {"n": 1} and runs == []
+    assert cache.stamps.read("eval")["rule"] == RULE
+    assert StageCache(tmp_path / "run", ("eval",), lambda _: None)("eval", inputs, [out], lambda: {"n": 2}) == {"n": 1}
+    (policy / "model.safetensors").write_bytes(b"other weights")
+    assert StageCache(tmp_path / "run", ("eval",), lambda _: None)("eval", inputs, [out], lambda: {"n": 2}) == {"n": 2}

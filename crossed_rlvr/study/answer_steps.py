@@ -14,6 +14,7 @@ from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain
 from crossed_rlvr.study.sections import study_sections
+from crossed_rlvr.study.stamps import Read
 from crossed_rlvr.study.steps import StudyState, register_steps
 from crossed_rlvr.task_sources import ANSWER
 from crossed_rlvr.tracking import untracked
@@ -23,13 +24,13 @@ def evaluate_cells(study: StudyState, initial: Policy, arms: list[Policy]) -> di
     """The eval stage of every task kind: ``crossed-eval``'s cells (every policy under every request and wording;
     a code task's programs under the code requests), resumed cell by cell, on Ray workers where the study says."""
     eval_cfg = study.configs.evaluation(initial, arms)
-    policies = [p.hashed(study.stamps.hash) for p in study.configs.policies(initial, arms)]
+    policies = study.configs.policies(initial, arms)
     spec = {k: v for k, v in untracked(plain(eval_cfg)).items() if k != "policies"}
     spec["eval"] = eval_fingerprint(eval_cfg.eval)  # what ran: an unset device or dtype as resolved
     if study.cfg.evaluation.threads is not None:  # sums in another order: other samples
         spec["threads"] = int(study.cfg.evaluation.threads)
     # each policy by its weights, not its folder: the same weights moved elsewhere are the same policy
-    fp = {"eval": spec, "weights": {p.name: p.weights for p in policies},
+    fp = {"eval": spec, "weights": {p.name: Read.weights(p.path) for p in policies},
           "policies": [p.identity() for p in policies]}
 
     responses = study.layout.eval.responses
@@ -71,9 +72,9 @@ class AnswerSteps:
         ev = study.layout.eval
         out, vout = ev.scores, ev.validation_scores
         vdirs = self.validation_dirs(study)
-        fp: dict[str, Any] = {"responses": study.stamps.hash(ev.responses)}
+        fp: dict[str, Any] = {"responses": Read(str(ev.responses))}
         if vdirs:  # one scores table of every arm's validation steps, for the interactions over training
-            fp["validation"] = {str(d.relative_to(study.layout.root)): study.stamps.hash(d) for d in vdirs}
+            fp["validation"] = {str(d.relative_to(study.layout.root)): Read(str(d)) for d in vdirs}
 
         def run() -> dict[str, Any]:
             from crossed_rlvr.eval.score.scoring import score_files, score_run
@@ -107,14 +108,14 @@ class AnswerSteps:
         # a GRPO arm's metrics beside its checkpoints (another study's, for arms.kind=given); SFT arms log none
         metrics = {name: arm.metrics for name, arm in self.arm_folders(study, arms).items() if arm.metrics.exists()}
         conventions = {p.name: p.convention for p in (*(plan.policy for plan in study.plans), *arms)}
-        fp = {"scores": study.stamps.hash(scores), "analysis": plain(a),
-              "metrics": {k: study.stamps.hash(v) for k, v in metrics.items()}}
+        fp = {"scores": Read(str(scores)), "analysis": plain(a),
+              "metrics": {k: Read(str(v)) for k, v in metrics.items()}}
         summary = study.layout.warmstart_summary  # the warm start's figures, when built here
         warm = summary if study.cfg.initial.build == "warmstart" and summary.exists() else None
         if warm is not None:
-            fp["warmstart"] = study.stamps.hash(warm)
+            fp["warmstart"] = Read(str(warm))
         if vscores.exists():
-            fp["validation_scores"] = study.stamps.hash(vscores)
+            fp["validation_scores"] = Read(str(vscores))
         tracking = study.cfg.tracking
 
         def sections(folder: Path) -> list[str]:

@@ -80,6 +80,31 @@ def drop_changed_arms(stamps: Stamps, plans: list[ArmPlan]) -> list[str]:
     return [plan.name for plan in changed]
 
 
+def carry_over_arms(jobs: list[Job], whole: str) -> list[str]:
+    """Arms finished before a policy's hash left out its run records name the initial policy by every file of its
+    folder (``whole``): the summary and resolved config of each such arm are rewritten to the config it has now, so
+    crossed-train reuses it (it reuses an arm by its config's hash) rather than training it again for the change of
+    rule alone. The names of the arms carried over."""
+    from crossed_rlvr.conf.checks import planned_arm
+    from crossed_rlvr.files import atomic_write_text, config_sha256
+    from crossed_rlvr.train.run import resolved
+
+    carried = []
+    for plan, cfg in jobs:
+        path = plan.layout.summary
+        if cfg["model"]["weights_sha256"] == whole or not path.exists():
+            continue
+        old = json.loads(path.read_text())
+        was = {**cfg, "model": {**cfg["model"], "weights_sha256": whole}}
+        if old.get("config_sha256") != config_sha256(resolved(planned_arm(was))):
+            continue  # trained from other weights or with other settings: crossed-train decides
+        now = resolved(planned_arm(cfg))
+        atomic_write_text(plan.layout.resolved_config, json.dumps(now, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(path, json.dumps({**old, "config_sha256": config_sha256(now)}, indent=2) + "\n")
+        carried.append(plan.name)
+    return carried
+
+
 def _one_by_one(jobs: list[Job], bar: tqdm, updates: int,
                 train: Callable[[ArmPlan, dict[str, Any]], dict[str, Any]]) -> dict[str, dict[str, Any]]:
     results = {}

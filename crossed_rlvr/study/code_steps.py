@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.study.plan import Policy, plain
+from crossed_rlvr.study.stamps import Read
 from crossed_rlvr.study.steps import StepState, StudyState, register_steps
 from crossed_rlvr.task_sources import CODE
 from crossed_rlvr.tasks.code import CodeDataset
@@ -62,7 +63,7 @@ class CodeSteps:
 
         ds, _task = self.dataset(study)
         layout = study.layout.eval
-        fp = {"responses": study.stamps.hash(layout.responses), "dataset_sha256": ds.sha256}
+        fp = {"responses": Read(str(layout.responses)), "dataset_sha256": ds.sha256}
 
         def run_stage() -> dict[str, Any]:
             import pyarrow.parquet as pq
@@ -81,7 +82,7 @@ class CodeSteps:
 
         ds, _task = self.dataset(study)
         a, scores, out = study.cfg.analysis, study.layout.eval.scores, study.layout.analysis
-        fp = {"scores": study.stamps.hash(scores), "analysis": plain(a)}
+        fp = {"scores": Read(str(scores)), "analysis": plain(a)}
 
         def run_stage() -> dict[str, Any]:
             def write(folder: Path) -> None:

@@ -32,7 +32,7 @@ from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study import prepare as dress
 from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain, policies_of
-from crossed_rlvr.study.stamps import StageCache, digest, with_numerics
+from crossed_rlvr.study.stamps import Read, StageCache
 from crossed_rlvr.study.steps import steps_for
 from crossed_rlvr.tracking import untracked
 
@@ -101,7 +101,7 @@ class Study:
 
     def initial(self) -> Policy:
         """The initial policy, its weights hashed (what the arms started from)."""
-        return Policy.initial(self._initial()["path"]).hashed(self.stamps.hash)
+        return Policy.initial(self._initial()["path"]).hashed(self.stamps.weights)
 
     def _initial(self) -> dict[str, Any]:
         c = self.cfg
@@ -140,8 +140,8 @@ class Study:
             from crossed_rlvr.study.warm_cache import fetch_or_build
 
             # a tiny model's path is where it is built (in this run directory), not an input
-            key = digest(with_numerics({**fp, "model": {k: v for k, v in fp["model"].items() if k != "path"}}
-                                       if c.model.tiny else fp))
+            tiny = {**fp, "model": {k: v for k, v in fp["model"].items() if k != "path"}}
+            _inputs, key = self.stage.fingerprint(tiny if c.model.tiny else fp)
             return self.stage("initial", fp, [Path(path)],
                               lambda: fetch_or_build(Path(str(cache)), key, Path(path), build, self.say))
         return self.stage("initial", fp, [Path(path)], build)
@@ -150,9 +150,9 @@ class Study:
     def arms(self, initial: Policy) -> list[Policy]:
         """Every arm's final policy: trained here (GRPO or SFT), or another study's (``arms.kind=given``)."""
         c = self.cfg
-        initial = initial.hashed(self.stamps.hash)  # the arms' configs name the weights they start from
+        initial = initial.hashed(self.stamps.weights)  # the arms' configs name the weights they start from
         if c.arms.kind == "sft":
-            return policies_of(self._sft_arms(initial.path, initial.weights))
+            return policies_of(self._sft_arms(initial.path))
         if c.arms.kind == "given":
             return policies_of(self._given_arms())
         if c.arms.kind != "grpo":
@@ -164,13 +164,16 @@ class Study:
         strata = self.strata(ipath, weights)
         task = self.configs.train_task()
         jobs = [(plan, plan.config(ipath, weights, task, strata)) for plan in self.plans]
-        fp: dict[str, Any] = {"configs": {plan.name: untracked(cfg) for plan, cfg in jobs}}
+        # the same configs with the initial policy as what the stage reads: its hash by the one rule, in its place
+        fp: dict[str, Any] = {"configs": {
+            plan.name: untracked(plan.config(ipath, Read.weights(ipath), task, strata)) for plan in self.plans}}
         if c.arms.threads is not None and int(c.arms.parallel) == 1:  # other sums, other weights
             fp["threads"] = int(c.arms.threads)
         final = [Path(plan.policy.path) for plan in self.plans]
 
         def train() -> dict[str, Any]:
             arm_jobs.drop_changed_arms(self.stamps, self.plans)  # a final model damaged since: trained again
+            arm_jobs.carry_over_arms(jobs, self.stamps.content(Read.weights(ipath), whole=True))
             results = arm_jobs.train_arms(c, jobs)  # each config was checked when its arm was planned
             missing = [str(p) for p in final if not p.exists()]
             if missing:  # e.g. engine=verl without engine.launch: the launch scripts are ready, not run
@@ -189,14 +192,14 @@ class Study:
             raise ArmsNotTrained(f"arms.kind=given: no checkpoint at {', '.join(missing)} (arms.from_run="
                              f"{self.cfg.arms.from_run}, recipe.updates={int(self.cfg.recipe.updates)}); train them "
                              "with that study first, or set arms.seeds/arms.conventions to the arms it has")
-        arms = [a.hashed(self.stamps.hash) for a in self.configs.given_arms()]  # each a local folder
-        fp = {a.name: a.weights for a in arms}
+        arms = [a.hashed(self.stamps.weights) for a in self.configs.given_arms()]  # each a local folder
+        fp = {a.name: Read.weights(a.path) for a in arms}
         return self.stage("arms", fp, [Path(a.path) for a in arms],
                           lambda: {"arms": {a.name: a.record() for a in arms}})
 
-    def _sft_arms(self, ipath: str, weights: str) -> dict[str, Any]:
+    def _sft_arms(self, ipath: str) -> dict[str, Any]:
         spec = self.configs.sft_arms(ipath)
-        fp = {"spec": untracked(spec), "initial_weights": weights}
+        fp = {"spec": untracked(spec), "initial_weights": Read.weights(ipath)}
         final = self.configs.sft_policies()
 
         def train() -> dict[str, Any]:

@@ -1,7 +1,16 @@
-"""The stage cache: a stage is reused when its config and input hashes match the stamp it left.
+"""The stage cache: one rule for every stage of a study. A stage is fresh when the fingerprint of its inputs equals
+the one its stamp recorded and its outputs still hash to what the stamp recorded; otherwise it runs again.
 
-A stamp (``<run_dir>/stages/<stage>.json``) is written only after the stage finished, so an
-interrupted stage has none and runs again (the stages themselves resume from their partial files).
+A stage declares its inputs once, as settings with a :class:`Read` wherever it reads a file or folder, and
+:func:`fingerprint` (the one function that computes every stage's fingerprint) puts each file's content hash in
+its place: a policy's folder by its weights, tokenizer and config (``files.policy_sha256``; never the timings of
+the run that made it), any other file or folder by all of its bytes. As in ``make`` or Bazel's action keys, what
+a stage reads is named where the stage is, so an input cannot be left out of one stage's freshness and in another's.
+
+A stamp (``<run_dir>/stages/<stage>.json``) is written only after the stage finished, so an interrupted stage has
+none and runs again (the stages themselves resume from their partial files). A stamp written before a policy's
+hash left out its run records is carried over once, when the policy's whole folder still hashes to what it
+recorded (:meth:`StageCache.carried_over`): no stage is redone for that change alone.
 """
 
 from __future__ import annotations
@@ -9,15 +18,49 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.faults import writing
-from crossed_rlvr.files import atomic_write_json, config_sha256, sha256_file, tree_sha256
+from crossed_rlvr.files import atomic_write_json, config_sha256, policy_sha256, sha256_file, tree_sha256
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.machine import machine
 
 digest = config_sha256  # the stages' fingerprints: the project's one config hash
+RULE = 2  # stamps written under the one rule (a policy hashed without its run records) say so
+
+
+@dataclass(frozen=True)
+class Read:
+    """A file or folder a stage reads, standing in its inputs where its content hash goes (:func:`fingerprint`).
+    ``policy``: a policy's folder (or a hub name, which stands as it is: nothing local to hash), hashed by its
+    weights, tokenizer and config, never its run records."""
+
+    path: str
+    policy: bool = False
+
+    @classmethod
+    def weights(cls, path: str | Path) -> Read:
+        return cls(str(path), policy=True)
+
+
+def fingerprint(inputs: dict[str, Any], content: Callable[[Read], str]) -> tuple[dict[str, Any], str]:
+    """The one rule's fingerprint of a stage: its declared ``inputs`` with every :class:`Read` replaced by
+    ``content`` of it (a content hash) and the CPU numerics its process runs (:func:`with_numerics`), and their
+    hash. Returns both: the stamp keeps the inputs, so a stage redone can say which changed."""
+    resolved = with_numerics(_resolve(inputs, content))
+    return resolved, digest(resolved)
+
+
+def _resolve(value: Any, content: Callable[[Read], str]) -> Any:  # Any: the settings' own JSON shape
+    if isinstance(value, Read):
+        return content(value)
+    if isinstance(value, dict):
+        return {k: _resolve(v, content) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_resolve(v, content) for v in value]
+    return value
 
 
 def cpu_seconds() -> float:
@@ -75,6 +118,23 @@ class Stamps:
             self.files.save()
         return self.hashes[key]
 
+    def content(self, read: Read, whole: bool = False) -> str:
+        """The content hash of what a stage reads (:func:`fingerprint`). ``whole``: a policy by every file of its
+        folder, as stamps recorded it before the one rule (:meth:`StageCache.carried_over`)."""
+        if read.policy and not Path(read.path).exists():
+            return read.path  # a hub name: nothing local to hash
+        if not read.policy or whole:
+            return self.hash(read.path)
+        key = f"policy:{read.path}"
+        if key not in self.hashes:
+            self.hashes[key] = policy_sha256(read.path, self.files)
+            self.files.save()
+        return self.hashes[key]
+
+    def weights(self, path: str | Path) -> str:
+        """A policy's hash by the one rule: what the arms' configs and the strata name as the weights they read."""
+        return self.content(Read.weights(path))
+
     def path(self, stage: str) -> Path:
         return self.layout.stage_stamp(stage)
 
@@ -97,7 +157,7 @@ class Stamps:
     def write(self, stage: str, fingerprint: str, outputs: list[Path], seconds: float, info: dict[str, Any],
               inputs: dict[str, Any], cpu: float | None = None) -> None:
         atomic_write_json(self.path(stage), {
-            "stage": stage, "fingerprint": fingerprint, "inputs": inputs, "seconds": round(seconds, 1),
+            "stage": stage, "fingerprint": fingerprint, "rule": RULE, "inputs": inputs, "seconds": round(seconds, 1),
             "cpu_seconds": None if cpu is None else round(cpu, 1),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "outputs_sha256": {str(o): self.hash(o, fresh=True) for o in outputs}, "info": info,
@@ -106,8 +166,8 @@ class Stamps:
 
 
 class StageCache:
-    """Runs a study's stages in order, each only when no stamp with the same inputs (config and input hashes) and
-    intact outputs exists, and says on the console which it did and why."""
+    """Runs a study's stages in order, each only when it is not fresh by the one rule (:func:`fingerprint` of its
+    declared inputs equals its stamp's, its outputs intact), and says on the console which it did and why."""
 
     def __init__(self, run_dir: Path, stages: tuple[str, ...], say: Callable[[str], None]) -> None:
         self.stamps = Stamps(run_dir)
@@ -116,12 +176,17 @@ class StageCache:
         self.say = say
         self.times: dict[str, dict[str, Any]] = {}
 
+    def fingerprint(self, inputs: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """:func:`fingerprint` with this run's content hashes."""
+        return fingerprint(inputs, self.stamps.content)
+
     def __call__(self, name: str, inputs: dict[str, Any], outputs: list[Path], fn: Callable[[], dict[str, Any]]
                  ) -> dict[str, Any]:
+        """Stage ``name``: its ``inputs`` (settings, a :class:`Read` for each file it reads), the ``outputs`` it
+        writes and ``fn``, which makes them and returns what the stamp keeps (the stage's info)."""
         head = f"[bold]\\[{self.stages.index(name) + 1}/{len(self.stages)}] {name}[/bold]"
-        inputs = with_numerics(inputs)
-        fingerprint = digest(inputs)
-        stamp = self.stamps.fresh(name, fingerprint, outputs)
+        resolved, fp = self.fingerprint(inputs)
+        stamp = self.stamps.fresh(name, fp, outputs) or self.carried_over(name, inputs, resolved, fp, outputs)
         if stamp is not None:
             self.say(f"{head}: reused (finished {stamp['finished']}, {stamp['seconds']} s)")
             self.times[name] = {"seconds": 0.0, "reused": True, "first_seconds": stamp["seconds"]}
@@ -129,7 +194,7 @@ class StageCache:
         previous = self.stamps.read(name)
         changed: list[str] = []
         if previous is not None:  # finished before with other inputs, or its outputs changed: say what
-            changed = changed_inputs(previous.get("inputs", {}), inputs) or ["its outputs were changed or removed"]
+            changed = changed_inputs(previous.get("inputs", {}), resolved) or ["its outputs were changed or removed"]
             self.say(f"{head}: redoing, replacing the earlier outputs (changed: {', '.join(changed)})")
         else:
             self.say(f"{head}: running")
@@ -137,11 +202,27 @@ class StageCache:
         with writing(self.run_dir, f"the {name} stage"):  # a full disk or a killed worker: one line (faults.py)
             info = fn()
         seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
-        self.stamps.write(name, fingerprint, outputs, seconds, info, inputs, cpu)
+        self.stamps.write(name, fp, outputs, seconds, info, resolved, cpu)
         self.times[name] = {"seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1), "reused": False,
                             "changed": changed}
         self.say(f"    {name} done in {seconds:.1f} s")
         return info
+
+    def carried_over(self, name: str, inputs: dict[str, Any], resolved: dict[str, Any], fp: str,
+                     outputs: list[Path]) -> dict[str, Any] | None:
+        """A stamp written before the one rule, whose policies then hashed by every file of their folders (their
+        run records too): fresh when those hashes still give the fingerprint it recorded. It is rewritten once with
+        the rule's fingerprint (one line says so), so the stage is not redone for the change of rule alone."""
+        previous = self.stamps.read(name)
+        if previous is None or previous.get("rule") == RULE:
+            return None
+        _old_inputs, old_fp = fingerprint(inputs, lambda read: self.stamps.content(read, whole=True))
+        if old_fp == fp or self.stamps.fresh(name, old_fp, outputs) is None:
+            return None  # not a policy's hash that differs: the stage's inputs changed
+        stamp = {**previous, "fingerprint": fp, "rule": RULE, "inputs": resolved}
+        atomic_write_json(self.stamps.path(name), stamp)
+        self.say(f"    {name}: stamp carried over to the rule that hashes a policy without its run records")
+        return stamp
 
 
 def with_numerics(inputs: dict[str, Any]) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from crossed_rlvr.eval.generate.plan import (
     todo_of,
     unfinished,
 )
-from crossed_rlvr.files import atomic_write_json, tree_sha256
-from crossed_rlvr.layout import SFT_SUMMARY, ArmLayout, EvalLayout
+from crossed_rlvr.files import atomic_write_json, policy_sha256
+from crossed_rlvr.layout import ArmLayout, EvalLayout
 from crossed_rlvr.policies.policy import Policy
 
 if TYPE_CHECKING:
@@ -102,13 +102,8 @@ def gpu_workers(cfg: EvalCommandConf) -> bool | None:
     return cfg.distribute.gpus_per_worker > 0
 
 
-# What a trainer leaves beside the weights that is a record of the run, not the policy: its timings and its
-# pickled arguments (with the run's own paths). Left out of a policy's hash, so the same seeds give the same report.
-RUN_RECORDS = (SFT_SUMMARY, "training_args.bin")
-
-
 def policy_hashes(p: Plan) -> dict[str, dict[str, Any]]:
-    """Each policy as evaluated: the recorded path and the sha256 of its folder (every file), for the report's
+    """Each policy as evaluated: the recorded path and the sha256 of its folder (files.policy_sha256), for the report's
     protocol card (a hub name that is not a local folder is recorded as it is), then its facts
     (``Policy.entry``), so :func:`recorded_policies` reads it back whole."""
 
@@ -117,7 +112,7 @@ def policy_hashes(p: Plan) -> dict[str, dict[str, Any]]:
         here = Path(pol.path)
         facts = {k: v for k, v in pol.entry().items() if k not in ("name", "path")}
         out[pol.name] = {"path": recorded_path(pol.path, p.run_dir),
-                         "weights_sha256": tree_sha256(here, skip=RUN_RECORDS) if here.exists()
+                         "weights_sha256": policy_sha256(here) if here.exists()
                          else "not a local folder", **facts}
         arm = ArmLayout.holding(here)  # a trained arm's checkpoint: the arm's config, for the protocol card
         if arm is not None:
