@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -26,6 +26,9 @@ from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.study.route import ArmRoute, arm_route
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
+
+if TYPE_CHECKING:
+    from crossed_rlvr.study.stamps import Read
 
 
 def plain(node: object) -> Any:
@@ -65,12 +68,13 @@ class ArmPlan:
     def name(self) -> str:
         return self.policy.name
 
-    def config(self, initial_path: str, weights: str, task: dict[str, Any],
+    def config(self, initial_path: str, weights: str | Read, task: dict[str, Any],
                strata: dict[str, Any] | None = None) -> dict[str, Any]:
         """The arm's crossed-train config with the initial policy (path and weights hash), the task as the arms
         see it (frozen training rows) and the frozen strata bound. ``model.weights_sha256`` ties a finished arm
         to the initial weights it started from, so a rebuilt initial policy retrains the arms while an
-        interrupted stage reuses finished ones."""
+        interrupted stage reuses finished ones. ``weights`` a :class:`~crossed_rlvr.study.stamps.Read` where the arms
+        stage declares what it reads (its fingerprint puts the hash in its place)."""
         recipe = dict(self.base["recipe"])
         if strata is not None:  # the frozen strata file and its hash: part of every arm's config
             recipe["proposal"] = {**recipe["proposal"], "strata_file": strata["file"], "strata_sha256": strata["sha256"]}
