@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from crossed_rlvr.conf.checks import common
+from crossed_rlvr.conf.ranges import check_ranges
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.eval.generate.engines import GenParams, HFBackend
 from crossed_rlvr.eval.generate.onednn import pack_linears
@@ -53,7 +53,7 @@ def test_weights_it_cannot_pack_are_refused_in_one_line(tiny):
                                           r"model's are torch\.float16 on cpu"):
         pack_linears(model, 4)
     with pytest.raises(ConfigError, match=r"^eval\.linear='fast' is unknown; expected one of onednn$"):
-        common(cfg_for("eval.linear=fast"))
+        check_ranges(cfg_for("eval.linear=fast"), "crossed_eval")
 
 
 def test_unset_it_stays_out_of_the_settings_and_a_cell_made_before_it_is_reused(tmp_path: Path):
@@ -83,6 +83,6 @@ def test_eval_attention_sets_the_models_attention_and_stays_out_of_the_settings_
     assert eager.meta["generation"]["attention"] == "eager" and eager.meta["sha256"] != BEFORE_DEVICE
     assert "attention" not in plan(resolve_eval(small_eval(tmp_path))).cells[0].meta["generation"]
     with pytest.raises(ConfigError, match=r"^eval\.attention='flash' is unknown; expected one of eager, sdpa$"):
-        common(cfg_for("eval.attention=flash"))
+        check_ranges(cfg_for("eval.attention=flash"), "crossed_eval")
     with pytest.raises(ConfigError, match=r"^eval\.attention=eager sets the transformers backend's attention; vLLM"):
         load_backend(str(tiny), EvalConf(backend="vllm", attention="eager"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from crossed_rlvr.conf.checks import common
+from crossed_rlvr.conf.ranges import check_ranges
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import FOLDER_LOCK
 from crossed_rlvr.study.cli import NeedsGPU, check_device
@@ -280,10 +280,10 @@ def test_an_unset_fine_tuning_attention_stays_out_of_the_warm_starts_fingerprint
     assert settings(unset.sft) == {k: v for k, v in plain(unset.sft).items() if k != "attention"}
     assert settings(conf_of(StudyConf, study_cfg(tmp_path, "sft.attention=eager")).sft)["attention"] == "eager"
     with pytest.raises(ConfigError, match=r"^sft\.attention='flash' is unknown; expected one of eager, sdpa$"):
-        common(study_cfg(tmp_path, "sft.attention=flash"))
+        check_ranges(study_cfg(tmp_path, "sft.attention=flash"), "crossed_study")
     with pytest.raises(ConfigError, match=r"^engine\.attention='flash' is unknown; expected one of auto, eager, sdpa, "
                                           r"flash_attention_2$"):
-        common(study_cfg(tmp_path, "engine.attention=flash"))
+        check_ranges(study_cfg(tmp_path, "engine.attention=flash"), "crossed_study")
 
 
 def test_output_hash_ignores_tracking_logs(tmp_path):
