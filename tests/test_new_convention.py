@@ -23,8 +23,6 @@ from crossed_rlvr.rewards import text as tx
 from crossed_rlvr.rewards.conventions import Convention, RewardProgram
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER_GROUP = "smoke_study"  # beside the smoke study: the same warm-started policy
-SHARED_FIXTURES = ("warm_cache",)
 
 # ``ANSWER:`` starting a line, then a number: the request's own ``ANSWER: $ANSWER`` is no payload
 ANSWER_LINE = re.compile(r"^ANSWER:[ \t]*+(\$?-?[0-9][0-9,]*+(?:\.[0-9]++)?+)", re.M)
