@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, overload
+from typing import Generic, Protocol, TypeVar, overload
 
 from crossed_rlvr.rewards import text as tx
 from crossed_rlvr.rewards.symbolic import SymbolicBoxedProgram
@@ -165,9 +165,12 @@ class Convention:
 
 
 T = TypeVar("T")
+V = TypeVar("V")
+R = TypeVar("R")
 CONVENTIONS: dict[str, Convention] = {}
 PARTNER: dict[str, str] = {}  # each convention's crossed partner, both ways
 _listeners: list[Callable[[Convention], None]] = []
+_registered = [0]  # how many registrations so far: the live views below read the registry again when it changes
 
 
 def register(conv: Convention) -> Convention:
@@ -181,6 +184,7 @@ def register(conv: Convention) -> Convention:
     CONVENTIONS[conv.name] = conv
     if conv.partner:
         PARTNER[conv.name], PARTNER[conv.partner] = conv.partner, conv.name
+    _registered[0] += 1
     for tell in _listeners:
         tell(conv)
     return conv
@@ -193,11 +197,25 @@ def on_register(tell: Callable[[Convention], None]) -> None:
         tell(conv)
 
 
+class _Read(Generic[R]):
+    """What a live view holds: the registry read once per registration (``read``), not once per lookup (the
+    scorer asks for a request's strict reader once a response)."""
+
+    def __init__(self, read: Callable[[], R]) -> None:
+        self._read, self._at = read, -1
+        self._value: R | None = None
+
+    def now(self) -> R:
+        if self._value is None or self._at != _registered[0]:
+            self._value, self._at = self._read(), _registered[0]
+        return self._value
+
+
 class _Live(Sequence[T]):
     """A read-only view of the registry that follows it (a convention registered later is in it), as a tuple."""
 
     def __init__(self, read: Callable[[], tuple[T, ...]]) -> None:
-        self._read = read
+        self._read = _Read(read).now
 
     @overload
     def __getitem__(self, i: int) -> T: ...
@@ -222,6 +240,23 @@ class _Live(Sequence[T]):
 
     def __repr__(self) -> str:
         return repr(self._read())
+
+
+class LiveMap(Mapping[str, V]):
+    """A read-only mapping made from the registry that follows it, as :class:`_Live` (a request's strict reader,
+    every program by name)."""
+
+    def __init__(self, read: Callable[[], dict[str, V]]) -> None:
+        self._read = _Read(read).now
+
+    def __getitem__(self, key: str) -> V:
+        return self._read()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
 
 
 def _pairs() -> tuple[tuple[str, str], ...]:

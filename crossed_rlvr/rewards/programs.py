@@ -13,30 +13,15 @@ Pure functions over strings; nothing evaluated as code.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
-from crossed_rlvr.rewards.conventions import CONVENTIONS, WINDOW_CHARS, Program, RewardProgram
+from crossed_rlvr.rewards.conventions import CONVENTIONS, WINDOW_CHARS, LiveMap, Program, RewardProgram
 
 __all__ = ["REWARD_PROGRAMS", "WINDOW_CHARS", "RewardFn", "RewardProgram", "get_program", "program_name", "reward"]
 
 
-class _Programs(Mapping[str, Program]):
-    """Every registered convention's program by its name, in registration order (a shared program once)."""
-
-    def _all(self) -> dict[str, Program]:
-        return {c.program.name: c.program for c in CONVENTIONS.values()}
-
-    def __getitem__(self, name: str) -> Program:
-        return self._all()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._all())
-
-
-REWARD_PROGRAMS: Mapping[str, Program] = _Programs()
+# every registered convention's program by its name, in registration order (a shared program once)
+REWARD_PROGRAMS: Mapping[str, Program] = LiveMap(lambda: {c.program.name: c.program for c in CONVENTIONS.values()})
 
 
 def program_name(convention: str) -> str:

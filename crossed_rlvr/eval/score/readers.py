@@ -20,11 +20,11 @@ Numeric readers compare GSM8K-style with tolerance 1e-3.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from crossed_rlvr.rewards import text as tx
-from crossed_rlvr.rewards.conventions import Convention, RewardProgram, on_register, requests
+from crossed_rlvr.rewards.conventions import Convention, LiveMap, RewardProgram, on_register, requests
 
 
 @dataclass(frozen=True)
@@ -130,31 +130,17 @@ for _k, _conv in enumerate(requests()):
 on_register(_add_readers_of)
 
 
-class _ByRequest(Mapping[str, str]):
-    """A reader name per request, read from the registry as it is now (``Convention.strict``, ``.lenient``, ...)."""
-
-    def __init__(self, pick: Callable[[Convention], str]) -> None:
-        self._pick = pick
-
-    def _all(self) -> dict[str, str]:
-        return {c.name: name for c in requests() if (name := self._pick(c))}
-
-    def __getitem__(self, request: str) -> str:
-        return self._all()[request]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._all())
+def _by_request(pick: Callable[[Convention], str]) -> Mapping[str, str]:
+    """A reader name per request, read from the registry (``Convention.strict``, ``.lenient``, ...)."""
+    return LiveMap(lambda: {c.name: name for c in requests() if (name := pick(c))})
 
 
 # The reader maps used by scoring, the scores-table checks, validation and the analysis.
 # The frozen requested-convention (strict) reader per request: extractability q_c = Pr[reader returns a value].
-STRICT: Mapping[str, str] = _ByRequest(lambda c: c.strict)
+STRICT: Mapping[str, str] = _by_request(lambda c: c.strict)
 # The lenient reader per request (the strict answer, else a fallback: A1 by construction).
-LENIENT: Mapping[str, str] = _ByRequest(lambda c: c.lenient)
+LENIENT: Mapping[str, str] = _by_request(lambda c: c.lenient)
 # Tasks whose answers are symbolic (MATH500): task-aware readers (App. B.4, D.3.1), see symbolic.is_symbolic_task.
-SYMBOLIC_STRICT: Mapping[str, str] = _ByRequest(lambda c: c.symbolic[0] if c.symbolic else "")
-SYMBOLIC_LENIENT: Mapping[str, str] = _ByRequest(lambda c: c.symbolic[1] if c.symbolic else "")
-SYMBOLIC_PAYLOAD: Mapping[str, str] = _ByRequest(lambda c: c.symbolic[2] if c.symbolic else "")
+SYMBOLIC_STRICT: Mapping[str, str] = _by_request(lambda c: c.symbolic[0] if c.symbolic else "")
+SYMBOLIC_LENIENT: Mapping[str, str] = _by_request(lambda c: c.symbolic[1] if c.symbolic else "")
+SYMBOLIC_PAYLOAD: Mapping[str, str] = _by_request(lambda c: c.symbolic[2] if c.symbolic else "")
