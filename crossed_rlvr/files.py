@@ -22,15 +22,27 @@ from crossed_rlvr.errors import CrossedError
 
 def settings(conf: object) -> Any:  # Any: a dict, a list or a value, as the config holds
     """A config (dataclasses, lists, dicts) as the plain dicts its settings hash and files hold: ``dataclasses.asdict``,
-    less a field marked ``omit_none`` while it is None (so adding such a field keeps every earlier hash)."""
+    less every field left unset (None) whose declared default is unset. An optional setting's None is the behaviour
+    from before the setting existed, so adding one (its field alone) changes no earlier hash; a default with a value
+    stays in every hash, since changing it changes what a run does."""
     if dataclasses.is_dataclass(conf) and not isinstance(conf, type):
-        return {f.name: settings(getattr(conf, f.name)) for f in dataclasses.fields(conf)
-                if not (f.metadata.get("omit_none") and getattr(conf, f.name) is None)}
+        return {f.name: settings(value) for f in dataclasses.fields(conf)
+                if (value := getattr(conf, f.name)) is not None or f.default is not None}
     if isinstance(conf, list | tuple):
         return [settings(x) for x in conf]
     if isinstance(conf, dict):
         return {k: settings(v) for k, v in conf.items()}
     return conf
+
+
+def unset_out(value: Any) -> Any:  # Any: the settings' own JSON shape
+    """``value`` without its unset (None) entries, at every depth: two settings records equal by it differ only in
+    what :func:`settings` leaves out, so a record written before it left unset settings out means the same run."""
+    if isinstance(value, dict):
+        return {k: unset_out(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [unset_out(v) for v in value]
+    return value
 
 
 def config_sha256(obj: object) -> str:

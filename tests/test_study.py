@@ -269,15 +269,18 @@ def test_presets_compose(tmp_path):
 
 
 def test_an_unset_fine_tuning_attention_stays_out_of_the_warm_starts_fingerprint(tmp_path):
-    """``sft.attention`` unset is left out of the recipe the warm start is fingerprinted by, so a study finished
-    before the setting existed reuses its warm start; set, it is part of it."""
+    """``sft.attention`` unset is left out of the recipe the warm start is fingerprinted by (as every unset optional
+    setting, without a mark on its field), so a study finished before the setting existed reuses its warm start;
+    set, it is part of it."""
+    import dataclasses
+
     from crossed_rlvr.conf.schema import StudyConf, conf_of
     from crossed_rlvr.files import settings
-    from crossed_rlvr.study.plan import plain
 
     unset = conf_of(StudyConf, study_cfg(tmp_path))
     assert "attention" not in settings(unset.sft)
-    assert settings(unset.sft) == {k: v for k, v in plain(unset.sft).items() if k != "attention"}
+    assert settings(unset.sft) == {f.name: getattr(unset.sft, f.name) for f in dataclasses.fields(unset.sft)
+                                   if getattr(unset.sft, f.name) is not None}
     assert settings(conf_of(StudyConf, study_cfg(tmp_path, "sft.attention=eager")).sft)["attention"] == "eager"
     with pytest.raises(ConfigError, match=r"^sft\.attention='flash' is unknown; expected one of eager, sdpa$"):
         check_ranges(study_cfg(tmp_path, "sft.attention=flash"), "crossed_study")
@@ -639,3 +642,34 @@ def test_a_stamp_of_the_earlier_rule_is_carried_over_once(tmp_path):
     assert StageCache(tmp_path / "run", ("eval",), lambda _: None)("eval", inputs, [out], lambda: {"n": 2}) == {"n": 1}
     (policy / "model.safetensors").write_bytes(b"other weights")
     assert StageCache(tmp_path / "run", ("eval",), lambda _: None)("eval", inputs, [out], lambda: {"n": 2}) == {"n": 2}
+
+
+def test_a_stamp_that_recorded_unset_settings_as_null_is_carried_over_once(tmp_path):
+    """Before unset settings were left out of every fingerprint (``files.settings``), a stamp recorded them as null:
+    its stage is not redone for that alone, and is redone when a setting that is set differs."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from crossed_rlvr.conf.schema import EvalConf
+    from crossed_rlvr.files import atomic_write_json, tree_sha256
+    from crossed_rlvr.study.stamps import RULE, StageCache, digest, with_numerics
+
+    out = tmp_path / "out.txt"
+    out.write_text("made")
+
+    def stamped(recorded: EvalConf) -> StageCache:
+        cache = StageCache(tmp_path / "run", ("eval",), lambda _: None)
+        old = with_numerics({"eval": OmegaConf.to_container(OmegaConf.structured(recorded))})  # every field, nulls too
+        assert None in old["eval"].values()
+        atomic_write_json(cache.stamps.path("eval"), {"fingerprint": digest(old), "inputs": old, "rule": 2,
+                                                      "outputs_sha256": {str(out): tree_sha256(out)}, "info": {"n": 1},
+                                                      "seconds": 1.0, "finished": "then"})
+        return cache
+
+    now = EvalConf()
+    cache = stamped(now)
+    assert cache("eval", {"eval": now}, [out], lambda: {"n": 2}) == {"n": 1}
+    assert cache.stamps.read("eval")["rule"] == RULE and None not in cache.stamps.read("eval")["inputs"]["eval"].values()
+    cache = stamped(dataclasses.replace(now, batch_size=8))
+    assert cache("eval", {"eval": now}, [out], lambda: {"n": 2}) == {"n": 2}

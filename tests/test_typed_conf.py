@@ -2,7 +2,8 @@
 type the trainer takes (``conf.checks.CheckedTrainConf``). The arm's settings hash is computed from the typed config
 (``conf.schema.settings``), and must be the one the Hydra node gave, so that a finished arm stays finished: the
 same dict for crossed-train's own config, for a study's arm in the study's process and for the same arm read back
-from its JSON spec by a worker process (JSON writes ``task.train_per_stratum``'s int keys as strings)."""
+from its JSON spec by a worker process (JSON writes ``task.train_per_stratum``'s int keys as strings). Unset
+optional settings (None, their default) are out of it: nothing to write for a setting that is not set."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from omegaconf import OmegaConf
 
 from crossed_rlvr.conf.checks import RecipeError, check_train_conf, planned_arm
 from crossed_rlvr.conf.schema import TrainConf, conf_of
+from crossed_rlvr.files import unset_out
 from crossed_rlvr.tracking import untracked
 from crossed_rlvr.train.run import resolved
 
@@ -26,16 +28,9 @@ def composed(*overrides: str) -> Any:
 
 def node_settings(cfg: Any) -> dict[str, Any]:
     """The arm's settings as they were read from the Hydra node before the config was typed: the resolved node less
-    the watching settings, and less validation and eval for a TRL arm that does not validate; the arm's model
-    carries the initial weights' hash only where a study bound one, and each option added later (``eval.linear``,
-    ``engine.sampler`` ...) only where set."""
-    data = untracked(OmegaConf.to_container(cfg, resolve=True))
-    if data["model"].get("weights_sha256") is None:
-        data["model"].pop("weights_sha256", None)
-    for group, key in (("eval", "linear"), ("eval", "attention"), ("eval", "shared_prefix"),
-                       ("engine", "sampler"), ("engine", "prompt_once")):
-        if data.get(group, {}).get(key) is None:  # an option added unset stays out of every hash
-            data.get(group, {}).pop(key, None)
+    the watching settings and every unset setting, and less validation and eval for a TRL arm that does not
+    validate (the arm's model carries the initial weights' hash only where a study bound one)."""
+    data = unset_out(untracked(OmegaConf.to_container(cfg, resolve=True)))
     if data["engine"]["name"] == "trl" and not data["validation"]["every"]:
         data.pop("validation")
         data.pop("eval")
@@ -47,7 +42,10 @@ def test_the_typed_config_holds_the_settings_the_node_held(overrides):
     cfg = composed(*overrides)
     typed = conf_of(TrainConf, cfg)
     assert isinstance(typed, TrainConf) and typed.task.train_per_stratum == {1: 40, 2: 3960}
-    assert resolved(check_train_conf(typed, initial_built=False)) == node_settings(cfg)
+    settings = resolved(check_train_conf(typed, initial_built=False))
+    assert unset_out(settings) == node_settings(cfg)
+    # an unset optional setting is out of the arm's settings, without a mark on its field
+    assert "weights_sha256" not in settings["model"] and "sampler" not in settings["engine"]
 
 
 def test_a_study_arm_has_one_settings_hash_in_the_study_and_in_a_worker():
@@ -56,7 +54,7 @@ def test_a_study_arm_has_one_settings_hash_in_the_study_and_in_a_worker():
     arm["model"]["weights_sha256"] = "0" * 64
     in_process = resolved(planned_arm(arm))
     from_spec = resolved(planned_arm(json.loads(json.dumps(arm))))
-    assert in_process == from_spec == node_settings(OmegaConf.create(arm))
+    assert in_process == from_spec and unset_out(in_process) == node_settings(OmegaConf.create(arm))
     from_node = conf_of(TrainConf, OmegaConf.create(json.loads(json.dumps(arm))))  # a resolved_config.json as a node
     assert from_node.task.train_per_stratum == {1: 40, 2: 3960}
     assert in_process["model"]["weights_sha256"] == "0" * 64
@@ -111,7 +109,8 @@ def test_an_sft_job_is_typed_once_and_records_its_config_as_given():
 def old_evaluation_dict(c: Any, study_name: str, run_dir: str, policies: list[Any]) -> dict[str, Any]:
     """crossed-eval's config as the study built it while it handed over a plain dict (the keys it set, no more): the
     dict every finished eval stage's fingerprint was taken of."""
-    from crossed_rlvr.study.plan import plain
+    def plain(node: Any) -> Any:  # a typed section as the study's dicts held it: every field, unset ones as null
+        return OmegaConf.to_container(OmegaConf.structured(node))
 
     ev = c.evaluation
     task = plain(c.task)
@@ -130,15 +129,14 @@ def old_evaluation_dict(c: Any, study_name: str, run_dir: str, policies: list[An
 @pytest.mark.parametrize("overrides", [(), ("experiment=smoke", "arms.seeds=[83]", "tracking=off"),
                                        ("evaluation.n_items=7", "evaluation.template_subset=null")])
 def test_the_study_hands_crossed_eval_its_schema_with_the_fingerprint_it_always_had(tmp_path, overrides):
-    """The study's evaluation is crossed-eval's schema (``EvalCommandConf``) made of the study's typed parts; the
-    eval stage's fingerprint (``plain`` of it, less tracking) is the one taken of the plain dict the study handed
-    over before, so a finished evaluation is reused."""
+    """The study's evaluation is crossed-eval's schema (``EvalCommandConf``) made of the study's typed parts; its
+    settings (``files.settings``, less tracking) are the plain dict the study handed over before up to the unset
+    settings they leave out, which a stamp of the earlier rule is carried over by (study/stamps.py)."""
     from crossed_rlvr.conf.schema import EvalCommandConf, PolicyConf, StudyConf
     from crossed_rlvr.layout import RunLayout
     from crossed_rlvr.policies.policy import Policy
     from crossed_rlvr.study.configs import StudyConfigs
-    from crossed_rlvr.study.plan import plain
-    from crossed_rlvr.study.stamps import digest
+    from crossed_rlvr.files import settings
 
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         c = conf_of(StudyConf, compose(config_name="crossed_study", overrides=[f"run_dir={tmp_path}", *overrides]))
@@ -148,8 +146,7 @@ def test_the_study_hands_crossed_eval_its_schema_with_the_fingerprint_it_always_
     new = configs.evaluation(initial, arms)
     assert isinstance(new, EvalCommandConf) and all(isinstance(p, PolicyConf) for p in new.policies or [])
     old = old_evaluation_dict(c, "s", str(configs.layout.eval.root), configs.policies(initial, arms))
-    assert plain(new) == old
-    assert digest(untracked(plain(new))) == digest(untracked(old))
+    assert unset_out(settings(new)) == unset_out(old) and None not in settings(new)["task"].values()
 
 
 def test_the_warm_start_gets_its_typed_job_recording_the_config_the_study_gave(tmp_path):

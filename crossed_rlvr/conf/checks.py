@@ -162,18 +162,12 @@ def check_config(cfg: TrainConf, initial_built: bool = True) -> None:
         _initial_built(cfg.model)
 
 
-SAMPLERS = ("stream",)  # engine.sampler's values (null: TRL's own generate)
-
-
 def _sampler(cfg: TrainConf) -> None:
     """engine.sampler=stream replaces TRL's model.generate (train/rollout.py): a TRL arm's full weights, sampled in
     its own process."""
     e = cfg.engine
     if e.sampler is None:
         return
-    if e.sampler not in SAMPLERS:
-        raise RecipeError(f"engine.sampler={e.sampler!r} is unknown; expected one of {', '.join(SAMPLERS)} "
-                          "(or null: TRL's own generate)")
     if e.name != "trl":
         raise RecipeError(f"engine.sampler={e.sampler} is TRL's sampling; engine={e.name} samples with its own "
                           "rollout (leave engine.sampler unset)")

@@ -100,10 +100,10 @@ class ModelConf(ReadOnly):
 
 @dataclass
 class TrainModelConf(ModelConf):
-    """An arm's model: the initial policy, with the hash of its weights where a study bound them (absent from the
-    arm's settings otherwise, so a crossed-train run's settings hash is the same with and without the field)."""
+    """An arm's model: the initial policy, with the hash of its weights where a study bound them (unset otherwise,
+    and so out of the arm's settings: ``files.settings``)."""
 
-    weights_sha256: str | None = field(default=None, metadata={"omit_none": True})
+    weights_sha256: str | None = None
 
 
 @dataclass
@@ -153,15 +153,15 @@ class EvalConf(ReadOnly):
     enforce_eager: bool = False    # vLLM: no CUDA graphs / compilation (the CPU build loads ~3x faster)
     cpu_kvcache_gib: int = num(1, 1, 4096)      # vLLM's CPU build: VLLM_CPU_KVCACHE_SPACE when it is not set
     # the transformers backend's matrix products on the CPU: null, torch's own; onednn, each linear layer's weight
-    # packed once for oneDNN (decoding steps ~2x faster on this project's CPUs, float32 and bfloat16). Unset stays out
-    # of a cell's settings, so every cell made before the option keeps its hash; vLLM packs its own weights.
-    linear: str | None = choice(None, ("onednn",), omit_none=True)
+    # packed once for oneDNN (decoding steps ~2x faster on this project's CPUs, float32 and bfloat16); vLLM packs its
+    # own weights. Unset, as every optional setting, it stays out of a cell's settings (files.settings).
+    linear: str | None = choice(None, ("onednn",))
     # the transformers backend's attention: null, the model's own (sdpa); eager, unfused (a decoding step's one query
-    # a row over a short cache is faster unfused on the CPU). Unset stays out of a cell's settings, as linear.
-    attention: str | None = choice(None, ("eager", "sdpa"), omit_none=True)
+    # a row over a short cache is faster unfused on the CPU).
+    attention: str | None = choice(None, ("eager", "sdpa"))
     # the transformers backend: the prompts' common first tokens (a chat template's system turn) prefilled once a
-    # stream and every prompt prefilled from there; unset, every prompt whole (and out of the settings, as linear)
-    shared_prefix: bool | None = field(default=None, metadata={"omit_none": True})
+    # stream and every prompt prefilled from there; unset, every prompt whole
+    shared_prefix: bool | None = None
 
 
 @dataclass
@@ -256,10 +256,10 @@ class EngineConf(ReadOnly):
     bf16: bool = False             # TRL: bfloat16 autocast over fp32 masters (GPU; CPU with AMX/AVX512-BF16)
     # TRL: where GRPO completions come from. null: TRL's own model.generate; stream: the evaluator's continuous-batching
     # decoder over a packed copy of the current weights, each group's prompt prefilled once (train/rollout.py)
-    sampler: str | None = field(default=None, metadata={"omit_none": True})
+    sampler: str | None = choice(None, ("stream",))
     # TRL: each group's prompt through the model once in the loss's forward, its completions continuing from its cache,
     # and the output layer on completion positions only (train/prompt_once.py); null keeps TRL's forward
-    prompt_once: bool | None = field(default=None, metadata={"omit_none": True})
+    prompt_once: bool | None = None
     # verl
     # cuda: GPU nodes; cpu: verl's trainer on this CPU (train/verl_cpu.py), 1 gloo rank a GPU
     device: str = choice("cuda", ("cuda", "cpu"))
@@ -310,8 +310,8 @@ class SFTRecipeConf(ReadOnly):
     nproc_per_node: int = num(1, 1, 64)  # the study runs each SFT stage on this many processes (torchrun)
     parallel_arms: int = num(1, 1, 64)  # the study trains this many arms side by side, one process (GPU) each
     # the model's attention while fine-tuning: null, its own (sdpa); eager, unfused (a 16-row step of SmolLM2 at
-    # 2 threads: 4.25 s instead of 4.8 s); unset, left out of the recipe's settings
-    attention: str | None = choice(None, ("eager", "sdpa"), omit_none=True)
+    # 2 threads: 4.25 s instead of 4.8 s)
+    attention: str | None = choice(None, ("eager", "sdpa"))
 
 
 @dataclass

@@ -5,14 +5,16 @@ with the arms' training curves and, for a study that validated during training, 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crossed_rlvr.files import settings
 from crossed_rlvr.layout import ArmLayout, EvalLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study import arms as arm_jobs
-from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain
+from crossed_rlvr.study.plan import Policy, eval_fingerprint
 from crossed_rlvr.study.sections import study_sections
 from crossed_rlvr.study.stamps import Read
 from crossed_rlvr.study.steps import StudyState, register_steps
@@ -25,8 +27,8 @@ def evaluate_cells(study: StudyState, initial: Policy, arms: list[Policy]) -> di
     a code task's programs under the code requests), resumed cell by cell, on Ray workers where the study says."""
     eval_cfg = study.configs.evaluation(initial, arms)
     policies = study.configs.policies(initial, arms)
-    spec = {k: v for k, v in untracked(plain(eval_cfg)).items() if k != "policies"}
-    spec["eval"] = eval_fingerprint(eval_cfg.eval)  # what ran: an unset device or dtype as resolved
+    # what ran: an unset device or dtype as resolved; the policies by their weights, below
+    spec = {**untracked(settings(dataclasses.replace(eval_cfg, policies=None))), "eval": eval_fingerprint(eval_cfg.eval)}
     if study.cfg.evaluation.threads is not None:  # sums in another order: other samples
         spec["threads"] = int(study.cfg.evaluation.threads)
     # each policy by its weights, not its folder: the same weights moved elsewhere are the same policy
@@ -108,7 +110,7 @@ class AnswerSteps:
         # a GRPO arm's metrics beside its checkpoints (another study's, for arms.kind=given); SFT arms log none
         metrics = {name: arm.metrics for name, arm in self.arm_folders(study, arms).items() if arm.metrics.exists()}
         conventions = {p.name: p.convention for p in (*(plan.policy for plan in study.plans), *arms)}
-        fp = {"scores": Read(str(scores)), "analysis": plain(a),
+        fp = {"scores": Read(str(scores)), "analysis": a,
               "metrics": {k: Read(str(v)) for k, v in metrics.items()}}
         summary = study.layout.warmstart_summary  # the warm start's figures, when built here
         warm = summary if study.cfg.initial.build == "warmstart" and summary.exists() else None
@@ -132,7 +134,7 @@ class AnswerSteps:
                 from crossed_rlvr.analysis.tracking import log_analysis
 
                 log_analysis(out, tracking, study=study.study_name, scores=scores,
-                             run_dir=study.layout.root, config=plain(study.cfg))
+                             run_dir=study.layout.root, config=settings(study.cfg))
             return {"report": str(study.layout.report)}
 
         return study.stage("analyze", fp, [out], run)

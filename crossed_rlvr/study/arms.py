@@ -81,25 +81,29 @@ def drop_changed_arms(stamps: Stamps, plans: list[ArmPlan]) -> list[str]:
 
 
 def carry_over_arms(jobs: list[Job], whole: str) -> list[str]:
-    """Arms finished before a policy's hash left out its run records name the initial policy by every file of its
-    folder (``whole``): the summary and resolved config of each such arm are rewritten to the config it has now, so
+    """Arms finished under an earlier freshness rule (study/stamps.py): their resolved config named the initial policy
+    by every file of its folder (``whole``) or recorded unset settings as null. Where the config an arm recorded is
+    its config now up to that change, its summary and resolved config are rewritten to the config it has now, so
     crossed-train reuses it (it reuses an arm by its config's hash) rather than training it again for the change of
     rule alone. The names of the arms carried over."""
     from crossed_rlvr.conf.checks import planned_arm
-    from crossed_rlvr.files import atomic_write_text, config_sha256
+    from crossed_rlvr.files import atomic_write_text, config_sha256, unset_out
     from crossed_rlvr.train.run import resolved
 
     carried = []
     for plan, cfg in jobs:
-        path = plan.layout.summary
-        if cfg["model"]["weights_sha256"] == whole or not path.exists():
+        path, config = plan.layout.summary, plan.layout.resolved_config
+        if not path.exists() or not config.exists():
             continue
-        old = json.loads(path.read_text())
-        was = {**cfg, "model": {**cfg["model"], "weights_sha256": whole}}
-        if old.get("config_sha256") != config_sha256(resolved(planned_arm(was))):
-            continue  # trained from other weights or with other settings: crossed-train decides
+        old, recorded = json.loads(path.read_text()), json.loads(config.read_text())
         now = resolved(planned_arm(cfg))
-        atomic_write_text(plan.layout.resolved_config, json.dumps(now, indent=2, sort_keys=True) + "\n")
+        if old.get("config_sha256") in (None, config_sha256(now)) or old["config_sha256"] != config_sha256(recorded):
+            continue  # current already, or a recorded config that is not the one it trained with: crossed-train decides
+        if recorded.get("model", {}).get("weights_sha256") == whole:
+            recorded["model"]["weights_sha256"] = cfg["model"]["weights_sha256"]
+        if unset_out(recorded) != unset_out(json.loads(json.dumps(now, default=str))):
+            continue  # trained from other weights or with other settings: trained again
+        atomic_write_text(config, json.dumps(now, indent=2, sort_keys=True) + "\n")
         atomic_write_text(path, json.dumps({**old, "config_sha256": config_sha256(now)}, indent=2) + "\n")
         carried.append(plan.name)
     return carried

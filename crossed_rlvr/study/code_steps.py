@@ -14,7 +14,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.study.plan import Policy, plain
+from crossed_rlvr.files import settings
+from crossed_rlvr.study.plan import Policy
 from crossed_rlvr.study.stamps import Read
 from crossed_rlvr.study.steps import StepState, StudyState, register_steps
 from crossed_rlvr.task_sources import CODE
@@ -30,7 +31,7 @@ def code_task(state: StepState) -> tuple[CodeDataset, dict[str, Any]]:
     task = state.cfg.task
     if state.cfg.evaluation.n_items is not None:
         task = dataclasses.replace(task, n_items=int(state.cfg.evaluation.n_items))
-    return task_dataset(task), plain(task)
+    return task_dataset(task), settings(task)
 
 
 class CodeSteps:
@@ -82,7 +83,7 @@ class CodeSteps:
 
         ds, _task = self.dataset(study)
         a, scores, out = study.cfg.analysis, study.layout.eval.scores, study.layout.analysis
-        fp = {"scores": Read(str(scores)), "analysis": plain(a)}
+        fp = {"scores": Read(str(scores)), "analysis": a}
 
         def run_stage() -> dict[str, Any]:
             def write(folder: Path) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from crossed_rlvr.conf.schema import EvalCommandConf, PolicyConf, StudyConf, settings
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.layout import RunLayout
-from crossed_rlvr.study.plan import ArmPlan, Policy, arm_pairs, plain, plan_arms, typed
+from crossed_rlvr.study.plan import ArmPlan, Policy, arm_pairs, plan_arms, typed
 from crossed_rlvr.task_sources import freezes_train_rows
 from crossed_rlvr.tasks.training import SFT_ITEM_SEED
 
@@ -42,7 +42,7 @@ class StudyConfigs:
         from crossed_rlvr.files import sha256_file
         from crossed_rlvr.tasks.splits import freeze_train_rows
 
-        task = plain(self.cfg.task)
+        task = settings(self.cfg.task)
         if not freezes_train_rows(task):
             return task
         if task.get("train_rows"):
@@ -65,20 +65,20 @@ class StudyConfigs:
 
         c = self.cfg
         return SFTJob.of(typed("crossed_sft", {
-            "model": {**plain(c.model), "path": str(path)}, "task": plain(c.task), "sft": settings(c.sft),
-            "eval": plain(c.eval),
+            "model": {**settings(c.model), "path": str(path)}, "task": settings(c.task), "sft": settings(c.sft),
+            "eval": settings(c.eval),
             "run_dir": str(self.layout.root), "train_items": {"n": int(c.initial.train_items), "seed": SFT_ITEM_SEED},
-            "tracking": plain(c.tracking), "study": self.study_name,
+            "tracking": settings(c.tracking), "study": self.study_name,
             "warmstart": warm,
         }))
 
     def sft_arms(self, initial_path: str) -> dict[str, Any]:
         """The SFT arms' job (``sft/worker.py``): the marker arm and its control for every seed."""
         c = self.cfg
-        return {"model": {**plain(c.model), "path": initial_path}, "task": self.train_task(), "sft": settings(c.sft),
+        return {"model": {**settings(c.model), "path": initial_path}, "task": self.train_task(), "sft": settings(c.sft),
                 "run_dir": str(self.layout.root), "seeds": [int(s) for s in c.arms.seeds], "arm": c.arms.sft_arm,
                 "control": c.arms.sft_control, "train_items": {"n": int(c.arms.train_items), "seed": SFT_ITEM_SEED},
-                "tracking": plain(c.tracking), "study": self.study_name}
+                "tracking": settings(c.tracking), "study": self.study_name}
 
     def sft_policies(self) -> list[Policy]:
         """The SFT arms' final policies: the marker arm and its control for every seed."""
@@ -105,7 +105,7 @@ class StudyConfigs:
     def evaluation(self, initial: Policy, arms: list[Policy]) -> EvalCommandConf:
         """crossed-eval's config: every policy under every request and wording, into ``<run>/eval``. Made of the
         study's typed parts, so it holds every key of the schema: the same keys the study always set, so the eval
-        stage's fingerprint (``plain`` of it) is the one a finished stage recorded."""
+        stage's fingerprint (its ``settings``) is the one a finished stage recorded."""
         from crossed_rlvr.conf.ranges import check_ranges_of
 
         c, ev = self.cfg, self.cfg.evaluation

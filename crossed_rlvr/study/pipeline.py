@@ -17,6 +17,7 @@ workers in ``arms.py``, the dress rehearsal in ``prepare.py``; every path in ``c
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,7 @@ from crossed_rlvr.study import answer_steps, code_steps  # noqa: F401  (each reg
 from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study import prepare as dress
 from crossed_rlvr.study.configs import StudyConfigs
-from crossed_rlvr.study.plan import Policy, eval_fingerprint, plain, policies_of
+from crossed_rlvr.study.plan import Policy, eval_fingerprint, policies_of
 from crossed_rlvr.study.stamps import Read, StageCache
 from crossed_rlvr.study.steps import steps_for
 from crossed_rlvr.tracking import untracked
@@ -107,14 +108,13 @@ class Study:
         c = self.cfg
         path = self.initial_path()
         if c.initial.build == "given":
-            fp = {"model": plain(c.model), "path": path}
+            fp = {"model": c.model, "path": path}
             outputs = [Path(path)] if Path(path).exists() else []
             return self.stage("initial", fp, outputs, lambda: {"path": path, "built": False})
         if c.initial.build != "warmstart":
             raise ConfigError(f"initial.build must be warmstart or given, not {c.initial.build!r}")
         # where a built policy is kept for other studies does not change it: not part of the fingerprint
-        fp = {"model": plain(c.model), "task": plain(c.task), "sft": settings(c.sft),
-              "initial": {k: v for k, v in plain(c.initial).items() if k != "cache_dir"}}
+        fp = {"model": c.model, "task": c.task, "sft": c.sft, "initial": dataclasses.replace(c.initial, cache_dir=None)}
         warm = {"requests": list(c.initial.requests), "templates": list(c.initial.templates),
                 "seed": int(c.initial.seed), "follow_rate": float(c.initial.follow_rate)}
         if not c.model.tiny:  # a given model (SmolLM2, a hub name) is fine-tuned, not built
@@ -122,7 +122,7 @@ class Study:
 
             warm["base"] = str(resolve_model_path(c.model))
         if int(c.initial.band.every) > 0:  # measured under the evaluation's sampling (sft/band.py)
-            warm["band"] = plain(c.initial.band)
+            warm["band"] = settings(c.initial.band)
             fp["band_sampling"] = eval_fingerprint(c.eval)
 
         def build() -> dict[str, Any]:
@@ -140,7 +140,7 @@ class Study:
             from crossed_rlvr.study.warm_cache import fetch_or_build
 
             # a tiny model's path is where it is built (in this run directory), not an input
-            tiny = {**fp, "model": {k: v for k, v in fp["model"].items() if k != "path"}}
+            tiny = {**fp, "model": dataclasses.replace(c.model, path=None)}
             _inputs, key = self.stage.fingerprint(tiny if c.model.tiny else fp)
             return self.stage("initial", fp, [Path(path)],
                               lambda: fetch_or_build(Path(str(cache)), key, Path(path), build, self.say))

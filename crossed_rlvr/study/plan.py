@@ -13,7 +13,6 @@ with :meth:`Policy.from_record`; nothing rebuilds a policy from a folder name.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from omegaconf import OmegaConf
 
 from crossed_rlvr.conf.schema import EvalConf, StudyConf, TrainConf, conf_of
 from crossed_rlvr.errors import ConfigError
+from crossed_rlvr.files import settings
 from crossed_rlvr.layout import ArmLayout, RunLayout
 from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.study.route import ArmRoute, arm_route
@@ -29,16 +29,6 @@ from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
 
 if TYPE_CHECKING:
     from crossed_rlvr.study.stamps import Read
-
-
-def plain(node: object) -> Any:
-    """A config node or a schema dataclass as plain dicts and lists (what the commands' configs and the fingerprints
-    hold): a dataclass goes through OmegaConf as a node does, so both give the same dict (every field, None kept)."""
-    if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        node = OmegaConf.structured(node)
-    elif isinstance(node, list | tuple) and any(dataclasses.is_dataclass(x) for x in node):
-        return [plain(x) for x in node]
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def eval_fingerprint(gen: EvalConf | Mapping[str, Any]) -> dict[str, Any]:
@@ -117,10 +107,10 @@ def plan_arms(cfg: StudyConf, layout: RunLayout, study_name: str) -> list[ArmPla
         arm = layout.arm(conv, seed)
         policy = Policy.trained("grpo", conv, seed, arm.checkpoint(int(cfg.recipe.updates)))
         base = typed("crossed_train", {
-            "model": plain(cfg.model), "task": plain(cfg.task),
-            "convention": {"name": conv}, "recipe": plain(cfg.recipe), "algorithm": plain(cfg.algorithm),
-            "engine": plain(cfg.engine), "tracking": plain(cfg.tracking),
-            "validation": plain(cfg.validation), "eval": plain(cfg.eval),
+            "model": settings(cfg.model), "task": settings(cfg.task),
+            "convention": {"name": conv}, "recipe": settings(cfg.recipe), "algorithm": settings(cfg.algorithm),
+            "engine": settings(cfg.engine), "tracking": settings(cfg.tracking),
+            "validation": settings(cfg.validation), "eval": settings(cfg.eval),
             "seed": seed, "data_seed": seed, "run_dir": str(arm.root), "arm": policy.name,
             "study": study_name, "overwrite": True, "template": "original",
             "train_items": {"n": int(cfg.arms.train_items), "seed": GRPO_ITEM_SEED},

@@ -13,9 +13,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from crossed_rlvr.conf.schema import TaskConf, conf_of
+from crossed_rlvr.files import settings
 from crossed_rlvr.study.arms import frozen_strata, grpo_items
 from crossed_rlvr.study.configs import StudyConfigs
-from crossed_rlvr.study.plan import Policy, plain
+from crossed_rlvr.study.plan import Policy
 from crossed_rlvr.tasks.training import SFT_ITEM_SEED
 
 NOT_HASHED = "not hashed (stages=prepare)"
@@ -130,8 +131,8 @@ def eval_plan(configs: StudyConfigs, initial: Policy, arms: list[Policy]) -> dic
          "samples": int(cfg.samples)} for p in cfg.policies or [] for r in cfg.requests for t in cfg.templates]
     plan = {"task": cfg.task.name, "split": cfg.task.split, "items_file": str(path), "items_sha256": sha,
             "n_items": len(items), "templates": per_template, "requests": list(cfg.requests),
-            "generation": plain(cfg.eval), "seeds": "item seed = base_seed + item id (row index for "
-            "non-numeric ids) + 10^7 x sample", "policies": plain(cfg.policies), "cells": cells,
+            "generation": settings(cfg.eval), "seeds": "item seed = base_seed + item id (row index for "
+            "non-numeric ids) + 10^7 x sample", "policies": settings(cfg.policies), "cells": cells,
             "responses": sum(x["items"] * x["samples"] for x in cells), **(facts(cfg.task) if facts else {})}
     configs.layout.eval_plan.write_text(json.dumps(plan, indent=2) + "\n")
     configs.say(f"    evaluation plan: {len(plan['policies'])} policies x {len(cfg.requests)} requests x "

@@ -8,13 +8,15 @@ the run that made it), any other file or folder by all of its bytes. As in ``mak
 a stage reads is named where the stage is, so an input cannot be left out of one stage's freshness and in another's.
 
 A stamp (``<run_dir>/stages/<stage>.json``) is written only after the stage finished, so an interrupted stage has
-none and runs again (the stages themselves resume from their partial files). A stamp written before a policy's
-hash left out its run records is carried over once, when the policy's whole folder still hashes to what it
-recorded (:meth:`StageCache.carried_over`): no stage is redone for that change alone.
+none and runs again (the stages themselves resume from their partial files). A stamp written under an earlier
+rule (a policy hashed by its whole folder; unset settings recorded as null) is carried over once when the inputs
+it recorded are the ones read now up to that change (:meth:`StageCache.carried_over`): no stage is redone for a
+change of rule alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -23,12 +25,20 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.faults import writing
-from crossed_rlvr.files import atomic_write_json, config_sha256, policy_sha256, sha256_file, tree_sha256
+from crossed_rlvr.files import (
+    atomic_write_json,
+    config_sha256,
+    policy_sha256,
+    settings,
+    sha256_file,
+    tree_sha256,
+    unset_out,
+)
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.machine import machine
 
 digest = config_sha256  # the stages' fingerprints: the project's one config hash
-RULE = 2  # stamps written under the one rule (a policy hashed without its run records) say so
+RULE = 3  # the rule a stamp was written under: 2, a policy hashed without its run records; 3, unset settings left out
 
 
 @dataclass(frozen=True)
@@ -46,8 +56,8 @@ class Read:
 
 
 def fingerprint(inputs: dict[str, Any], content: Callable[[Read], str]) -> tuple[dict[str, Any], str]:
-    """The one rule's fingerprint of a stage: its declared ``inputs`` with every :class:`Read` replaced by
-    ``content`` of it (a content hash) and the CPU numerics its process runs (:func:`with_numerics`), and their
+    """The one rule's fingerprint of a stage: its declared ``inputs`` (settings, typed configs as
+    :func:`files.settings` gives them) with every :class:`Read` replaced by ``content`` of it (a content hash) and the CPU numerics its process runs (:func:`with_numerics`), and their
     hash. Returns both: the stamp keeps the inputs, so a stage redone can say which changed."""
     resolved = with_numerics(_resolve(inputs, content))
     return resolved, digest(resolved)
@@ -56,6 +66,8 @@ def fingerprint(inputs: dict[str, Any], content: Callable[[Read], str]) -> tuple
 def _resolve(value: Any, content: Callable[[Read], str]) -> Any:  # Any: the settings' own JSON shape
     if isinstance(value, Read):
         return content(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a typed config: its settings' one form
+        return _resolve(settings(value), content)
     if isinstance(value, dict):
         return {k: _resolve(v, content) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -210,19 +222,28 @@ class StageCache:
 
     def carried_over(self, name: str, inputs: dict[str, Any], resolved: dict[str, Any], fp: str,
                      outputs: list[Path]) -> dict[str, Any] | None:
-        """A stamp written before the one rule, whose policies then hashed by every file of their folders (their
-        run records too): fresh when those hashes still give the fingerprint it recorded. It is rewritten once with
-        the rule's fingerprint (one line says so), so the stage is not redone for the change of rule alone."""
+        """A stamp written under an earlier rule, fresh when the inputs it recorded are the ones read now, up to what
+        the rule changed: a policy hashed by every file of its folder, its run records too (before rule 2), and unset
+        settings recorded as null (before rule 3, :func:`files.settings`). Its outputs must be intact. It is rewritten
+        once with this rule's fingerprint (one line says so), so no stage is redone for a change of rule alone."""
         previous = self.stamps.read(name)
-        if previous is None or previous.get("rule") == RULE:
+        if previous is None or previous.get("rule") == RULE or "inputs" not in previous:
             return None
-        _old_inputs, old_fp = fingerprint(inputs, lambda read: self.stamps.content(read, whole=True))
-        if old_fp == fp or self.stamps.fresh(name, old_fp, outputs) is None:
-            return None  # not a policy's hash that differs: the stage's inputs changed
+        if self.stamps.fresh(name, previous["fingerprint"], outputs) is None:
+            return None  # an output changed or went missing: the stage is redone
+        was = unset_out(_as_json(previous["inputs"]))
+        whole, _ = fingerprint(inputs, lambda read: self.stamps.content(read, whole=True))
+        if not any(unset_out(_as_json(now)) == was for now in (resolved, whole)):
+            return None  # the stage's inputs changed
         stamp = {**previous, "fingerprint": fp, "rule": RULE, "inputs": resolved}
         atomic_write_json(self.stamps.path(name), stamp)
-        self.say(f"    {name}: stamp carried over to the rule that hashes a policy without its run records")
+        self.say(f"    {name}: stamp carried over to freshness rule {RULE} (its inputs and outputs unchanged)")
         return stamp
+
+
+def _as_json(value: Any) -> Any:  # Any: the settings' own JSON shape
+    """``value`` as a stamp holds it once read back (keys as text, tuples as lists, other values as text)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
 def with_numerics(inputs: dict[str, Any]) -> dict[str, Any]:
