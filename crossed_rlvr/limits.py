@@ -83,6 +83,38 @@ class Choices:
         return f"{key}: {', '.join(map(repr, bad))} unknown; expected among {shown}" if bad else None
 
 
+@dataclass(frozen=True)
+class Relation:
+    """A rule between settings of one config section, declared on its schema beside its fields (a dataclass's
+    ``relations``) and checked after every field's own range and choices (``conf.ranges.check_relations``): each
+    setting in range, but not together. Keys are the section's own; a rule with an unset setting holds."""
+
+    kind: str  # exceeds | at_most | divides (a divides b) | distinct (no value of list a twice) | some_positive
+    a: str
+    b: str = ""
+    why: str = ""
+    noun: str = ""  # distinct: what a value is called in the refusal ("seed ")
+
+    def refusal(self, get: Callable[[str], Any], prefix: str) -> str | None:  # Any: the settings' values
+        """One line naming both keys and their values where the rule does not hold, else None."""
+        ka, kb, why = prefix + self.a, prefix + self.b, f" ({self.why})" if self.why else ""
+        x, y = get(ka), get(kb) if self.b else None
+        if x is None or (self.b and y is None):
+            return None
+        if self.kind == "exceeds" and x <= y:
+            return f"{ka}={x} must exceed {kb}={y}{why}"
+        if self.kind == "at_most" and x > y:
+            return f"{ka}={x} must not exceed {kb}={y}{why}"
+        if self.kind == "divides" and x and y and y % x:
+            return f"{ka}={x} must divide {kb}={y}{why}"
+        values = list(x) if self.kind in ("distinct", "some_positive") else []
+        if self.kind == "distinct" and (twice := sorted({v for v in values if values.count(v) > 1})):
+            return f"{ka}={values}: {self.noun}{twice[0]} appears twice{why}"
+        if self.kind == "some_positive" and values and not sum(values) > 0:
+            return f"{ka}={values}: the shares must not all be 0"
+        return None
+
+
 # Decoding of a response: the eval schema's fields and the records' optional fields (one definition).
 DECODING: dict[str, Range] = {
     "temperature": Range(0.0, 10.0, why="0 is greedy decoding"),

@@ -812,7 +812,7 @@ def compose_checked(command: str, args: list[str], run_dir: Path) -> object:
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name=HYDRA[command], overrides=[*first, f"run_dir={run_dir}"])
     check_ranges(cfg, HYDRA[command])
-    check_relations(cfg)
+    check_relations(cfg, HYDRA[command])
     return cfg
 
 

@@ -52,7 +52,7 @@ def test_every_numeric_field_of_every_schema_has_a_range():
         steps: int = 3
 
     with pytest.raises(TypeError, match=r"Unranged\.steps: a numeric field without a declared Range"):
-        list(ranges._walk(Unranged, ""))
+        list(ranges._numeric(Unranged, ""))
 
 
 @pytest.mark.parametrize("bad", list(BAD))
@@ -83,6 +83,7 @@ def test_every_numeric_field_refuses_nan_inf_zero_minus_one_and_huge(bad):
 # the settings from a fixed set, each declared beside its field (schema.choice, schema.choices)
 CHOICE_KEYS = {"numerics", "tracking.mode", "model.source", "task.source", "task.split", "eval.backend", "eval.dtype",
                "eval.device", "eval.linear", "eval.attention", "sft.attention", "engine.attention", "engine.device",
+               "engine.sampler",
                "template", "mode", "arm", "control", "stages", "initial.build", "arms.kind", "arms.sft_arm",
                "arms.sft_control", "validation.requests", "validation.templates"}
 
@@ -130,7 +131,7 @@ def test_every_preset_is_within_every_range(preset):
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_study", overrides=[f"experiment={preset}"])
     check_ranges(cfg, "crossed_study")
-    check_relations(cfg)
+    check_relations(cfg, "crossed_study")
 
 
 @pytest.mark.parametrize("config", ["crossed_train", "crossed_eval", "crossed_sft"])
@@ -138,7 +139,7 @@ def test_every_command_default_is_within_every_range(config):
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name=config)
     check_ranges(cfg, config)
-    check_relations(cfg)
+    check_relations(cfg, config)
 
 
 # (command line, exit code, first line of stderr): the real commands, before any work

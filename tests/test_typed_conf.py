@@ -133,10 +133,10 @@ def test_the_study_hands_crossed_eval_its_schema_with_the_fingerprint_it_always_
     settings (``files.settings``, less tracking) are the plain dict the study handed over before up to the unset
     settings they leave out, which a stamp of the earlier rule is carried over by (study/stamps.py)."""
     from crossed_rlvr.conf.schema import EvalCommandConf, PolicyConf, StudyConf
+    from crossed_rlvr.files import settings
     from crossed_rlvr.layout import RunLayout
     from crossed_rlvr.policies.policy import Policy
     from crossed_rlvr.study.configs import StudyConfigs
-    from crossed_rlvr.files import settings
 
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         c = conf_of(StudyConf, compose(config_name="crossed_study", overrides=[f"run_dir={tmp_path}", *overrides]))

@@ -443,5 +443,5 @@ def check_command(command: str, cfg: DictConfig) -> None:
     from crossed_rlvr.conf.ranges import check_ranges, check_relations
 
     check_ranges(cfg, COMMAND_SCHEMA[command])
-    check_relations(cfg)
+    check_relations(cfg, COMMAND_SCHEMA[command])
     CHECKS[command](cfg)

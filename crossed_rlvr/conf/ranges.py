@@ -48,28 +48,34 @@ def _unwrap_optional(tp: object) -> tuple[Any, bool]:
     return tp, False
 
 
-def _walk(cls: type, prefix: str) -> Iterator[NumericField]:
+def _sections(cls: type, prefix: str = "") -> Iterator[tuple[type, str]]:
+    """Every section of a schema (the schema itself, each dataclass field, each element of a list of dataclasses:
+    ``policies[].``) with its dotted prefix: where fields declare their ranges and choices and sections their
+    relations."""
+    yield cls, prefix
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, _optional = _unwrap_optional(hints[f.name])
+        element = typing.get_args(tp)[0] if typing.get_origin(tp) is list else tp
+        if isinstance(element, type) and dataclasses.is_dataclass(element):
+            yield from _sections(element, f"{prefix}{f.name}{'[].' if element is not tp else '.'}")
+
+
+def _numeric(cls: type, prefix: str) -> Iterator[NumericField]:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         tp, optional = _unwrap_optional(hints[f.name])
-        key = f"{prefix}{f.name}"
-        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            yield from _walk(tp, key + ".")
-            continue
         origin = typing.get_origin(tp)
         element, container = tp, None
         if origin is list:
             element, container = typing.get_args(tp)[0], "list"
         elif origin is dict:
             element, container = typing.get_args(tp)[1], "dict"
-        if isinstance(element, type) and dataclasses.is_dataclass(element):  # a list of dataclasses: its own walk
-            yield from _walk(element, key + "[].")
-            continue
         if element in (int, float):
             rng = f.metadata.get("range")
             if rng is None:
                 raise TypeError(f"{cls.__name__}.{f.name}: a numeric field without a declared Range")
-            yield NumericField(key, rng, element is int, container, optional)
+            yield NumericField(f"{prefix}{f.name}", rng, element is int, container, optional)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,26 +84,17 @@ class ChoiceField:
     choices: Choices         # what its value (each value of a list) may be
 
 
-def _choice_walk(cls: type, prefix: str) -> Iterator[ChoiceField]:
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        tp, _optional = _unwrap_optional(hints[f.name])
-        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            yield from _choice_walk(tp, f"{prefix}{f.name}.")
-        elif "choices" in f.metadata:
-            yield ChoiceField(f"{prefix}{f.name}", f.metadata["choices"])
-
-
 @cache
 def choice_fields(command: str) -> tuple[ChoiceField, ...]:
     """Every field of a command's schema whose value comes from a declared set, with that set."""
-    return tuple(_choice_walk(SCHEMAS[command], ""))
+    return tuple(ChoiceField(f"{prefix}{f.name}", f.metadata["choices"]) for cls, prefix in _sections(SCHEMAS[command])
+                 for f in dataclasses.fields(cls) if "choices" in f.metadata)
 
 
 @cache
 def numeric_fields(command: str) -> tuple[NumericField, ...]:
     """Every numeric field of a command's schema (``crossed_study``, ...), with its range."""
-    return tuple(_walk(SCHEMAS[command], ""))
+    return tuple(f for cls, prefix in _sections(SCHEMAS[command]) for f in _numeric(cls, prefix))
 
 
 def _is_number(value: object) -> bool:
@@ -216,19 +213,16 @@ def check_overrides(argv: list[str], command: str) -> None:
                 raise ConfigError(why)
 
 
-def check_relations(cfg: DictConfig) -> None:
-    """Settings that are each in range but impossible together."""
+def check_relations(cfg: DictConfig, command: str) -> None:
+    """Settings that are each in range but impossible together: each section's declared relations (a schema's
+    ``relations``: ``limits.Relation``), then those across sections."""
     def get(key: str) -> Any:
         return _select(cfg, key)
 
-    ctx, resp = get("recipe.max_context_tokens"), get("recipe.max_response_tokens")
-    if ctx is not None and resp is not None and ctx <= resp:
-        raise ConfigError(f"recipe.max_context_tokens={ctx} must exceed recipe.max_response_tokens={resp} "
-                          "(the prompt gets the difference)")
-    ctx, new = get("eval.context_limit"), get("eval.max_new_tokens")
-    if ctx is not None and new is not None and ctx <= new:
-        raise ConfigError(f"eval.context_limit={ctx} must exceed eval.max_new_tokens={new} (the prompt gets the "
-                          "difference)")
+    for cls, prefix in _sections(SCHEMAS[command]):
+        for rule in () if "[]" in prefix else getattr(cls, "relations", ()):
+            if why := rule.refusal(get, prefix):
+                raise ConfigError(why)
     if get("engine.name") == "verl":
         tp, gpus = get("engine.rollout_tp"), get("engine.n_gpus_per_node")
         if tp and gpus and gpus % tp:
@@ -238,31 +232,7 @@ def check_relations(cfg: DictConfig) -> None:
             and get("arms.kind") in (None, "grpo")):
         raise ConfigError("task.dev_items=0 holds no dev items out, but validation.split=dev validates on them; set "
                           "validation.split=test (paper 001 Table 23) or task.dev_items to a positive count")
-    low, high = get("initial.band.low"), get("initial.band.high")
-    if low is not None and high is not None and low > high:
-        raise ConfigError(f"initial.band.low={low} must not exceed initial.band.high={high}")
-    heads, kv, hidden = get("model.tiny.num_attention_heads"), get("model.tiny.num_key_value_heads"), \
-        get("model.tiny.hidden_size")
-    if heads and kv and heads % kv:
-        raise ConfigError(f"model.tiny.num_key_value_heads={kv} must divide model.tiny.num_attention_heads={heads}")
-    if heads and hidden and hidden % heads:
-        raise ConfigError(f"model.tiny.num_attention_heads={heads} must divide model.tiny.hidden_size={hidden}")
-    ebatch, pbatch = get("sft.effective_batch"), get("sft.per_device_batch")
-    if ebatch and pbatch and ebatch % pbatch:
-        raise ConfigError(f"sft.per_device_batch={pbatch} must divide sft.effective_batch={ebatch}")
-    for key in ("recipe.proposal.target", "recipe.proposal.proposal"):
-        shares = list(get(key) or [])
-        if shares and not sum(shares) > 0:
-            raise ConfigError(f"{key}={shares}: the shares must not all be 0")
-    for key in ("arms.seeds", "seeds"):
-        seeds = list(get(key) or [])
-        twice = sorted({s for s in seeds if seeds.count(s) > 1})
-        if twice:
-            raise ConfigError(f"{key}={seeds}: seed {twice[0]} appears twice (one arm per seed)")
     conventions = list(get("arms.conventions") or [])
-    twice = sorted({c for c in conventions if conventions.count(c) > 1})
-    if twice:
-        raise ConfigError(f"arms.conventions={conventions}: {twice[0]} appears twice (one arm per convention)")
     if conventions and get("arms.kind") == "grpo":
         from crossed_rlvr.rewards.conventions import ARM_PARTNER, CROSSED_PAIRS
 

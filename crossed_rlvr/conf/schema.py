@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from omegaconf import MISSING
 
 from crossed_rlvr.files import settings  # noqa: F401  (the settings of a typed config: conf.schema.settings)
-from crossed_rlvr.limits import BIG, DECODING, SEED, Choices, Range
+from crossed_rlvr.limits import BIG, DECODING, SEED, Choices, Range, Relation
 from crossed_rlvr.numerics import MODES
 from crossed_rlvr.rewards.conventions import MARKER_PAIR, REQUESTS, TEMPLATES
 
@@ -80,6 +80,8 @@ def nums(factory: Callable[[], object] | None, low: float, high: float, *, low_o
 class TinyConf(ReadOnly):
     """Sizes of a tiny model; the defaults train in minutes on two CPU cores."""
 
+    relations: ClassVar = (Relation("divides", "num_key_value_heads", "num_attention_heads"),
+                           Relation("divides", "num_attention_heads", "hidden_size"))
     hidden_size: int = num(128, 1, 65_536)
     intermediate_size: int = num(384, 1, 262_144)
     num_hidden_layers: int = num(3, 1, 1024)
@@ -137,6 +139,7 @@ class TaskConf(ReadOnly):
 
 @dataclass
 class EvalConf(ReadOnly):
+    relations: ClassVar = (Relation("exceeds", "context_limit", "max_new_tokens", "the prompt gets the difference"),)
     backend: str = choice("hf", ("hf", "vllm"))
     # null: bfloat16 on a GPU, float32 on the CPU; float32 | bfloat16 | float16 | auto (bfloat16 where computed natively)
     dtype: str | None = choice(None, ("float32", "bfloat16", "float16", "auto"))
@@ -191,6 +194,7 @@ class TrackingConf(ReadOnly):
 
 @dataclass
 class ProposalConf(ReadOnly):
+    relations: ClassVar = (Relation("some_positive", "target"), Relation("some_positive", "proposal"))
     enabled: bool = False
     target: list[float] = nums(list, 0.0, 1e9, why="0: a stratum left out of the target")  # shares or counts per stratum (some positive)
     proposal: list[float] = nums(list, 0.0, 1e9, why="0: a stratum never proposed")
@@ -216,6 +220,8 @@ class LoraConf(ReadOnly):
 
 @dataclass
 class RecipeConf(ReadOnly):
+    relations: ClassVar = (Relation("exceeds", "max_context_tokens", "max_response_tokens",
+                                    "the prompt gets the difference"),)
     group_size: int = num(8, 2, 4096, why="GRPO compares responses within a group")
     prompts_per_update: int = num(32, 1, 65_536)
     updates: int = num(100, 1, 1_000_000)
@@ -297,6 +303,7 @@ class EngineConf(ReadOnly):
 class SFTRecipeConf(ReadOnly):
     """The ``sft`` group: paper 001 App. D.2.1's recipe (the trainer's config adds seed and reporting)."""
 
+    relations: ClassVar = (Relation("divides", "per_device_batch", "effective_batch"),)
     epochs: float = num(2.0, 0.0, 1000.0, low_open=True)
     learning_rate: float = num(1.0e-5, 0.0, 1.0, low_open=True)
     lr_scheduler: str = "cosine"
@@ -399,6 +406,7 @@ class EvalCommandConf(ReadOnly):
 class BandConf(ReadOnly):
     """The warm start stops once every request's sampled payload rate lies in [low, high] (sft/band.py)."""
 
+    relations: ClassVar = (Relation("at_most", "low", "high"),)
     low: float = num(0.3, 0.0, 1.0, why="payload rates: 0 admits a policy that never follows")
     high: float = num(0.8, 0.0, 1.0, why="payload rates: at least band.low")
     every: int = num(0, 0, 1_000_000, why="0: no band, train to the end")  # checked at step 0 and every N optimizer steps; 0: no band (train to the end)
@@ -417,6 +425,7 @@ class WarmstartConf(ReadOnly):
 
 @dataclass
 class SFTCommandConf(ReadOnly):
+    relations: ClassVar = (Relation("distinct", "seeds", why="one arm per seed", noun="seed "),)
     model: ModelConf = MISSING
     task: TaskConf = MISSING
     sft: SFTRecipeConf = MISSING
@@ -448,6 +457,8 @@ class InitialConf(ReadOnly):
 
 @dataclass
 class ArmsConf(ReadOnly):
+    relations: ClassVar = (Relation("distinct", "seeds", why="one arm per seed", noun="seed "),
+                           Relation("distinct", "conventions", why="one arm per convention"))
     kind: str = choice("grpo", ("grpo", "sft", "given"))  # given: the final checkpoints of another study's arms
     from_run: str | None = None    # kind=given: that study's run_dir (its train/<convention>/s<seed>/checkpoints)
     conventions: list[str] = field(default_factory=lambda: list(MARKER_PAIR))
