@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from crossed_rlvr.conf.schema import StudyConf, conf_of
 from crossed_rlvr.errors import RUN_FAILED, RunFailure
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.study.arms import ArmsNotMatched, check_matched, frozen_strata
@@ -25,7 +26,7 @@ def routes(tmp_path, monkeypatch, gpu: bool, *overrides: str) -> set[ArmRoute]:
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
     cfg = study_cfg(tmp_path / "run", *overrides)
-    return {plan.route for plan in plan_arms(cfg, RunLayout(tmp_path / "run"), "routes")}
+    return {plan.route for plan in plan_arms(conf_of(StudyConf, cfg), RunLayout(tmp_path / "run"), "routes")}
 
 
 @pytest.mark.parametrize(("gpu", "overrides", "route"), [
@@ -48,7 +49,7 @@ def test_training_follows_the_planned_route_without_asking_the_machine(tmp_path,
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     cfg = study_cfg(tmp_path / "run", "experiment=smoke", "recipe.updates=1")
-    plans = plan_arms(cfg, RunLayout(tmp_path / "run"), "routes")
+    plans = plan_arms(conf_of(StudyConf, cfg), RunLayout(tmp_path / "run"), "routes")
 
     def asked() -> bool:
         raise AssertionError("the arms stage asked torch for a GPU")
@@ -76,7 +77,7 @@ def test_arms_that_are_not_matched_raise_a_typed_error(tmp_path):
     cfg = study_cfg(tmp_path / "run", "experiment=smoke", "arms.seeds=[83]")
     unmatched_arms(tmp_path / "run")
     with pytest.raises(ArmsNotMatched) as info:
-        check_matched(plan_arms(cfg, RunLayout(tmp_path / "run"), "matched"))
+        check_matched(plan_arms(conf_of(StudyConf, cfg), RunLayout(tmp_path / "run"), "matched"))
     assert isinstance(info.value, RunFailure) and not isinstance(info.value, SystemExit)
     assert str(info.value).startswith("arms grpo-hash/s83 and grpo-boxed/s83 are not matched: [{'key': 'recipe.lr'")
     assert "\n" not in str(info.value)

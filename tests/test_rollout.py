@@ -12,8 +12,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
-from crossed_rlvr.conf.checks import RecipeError, checked_train
+from crossed_rlvr.conf.checks import checked_train
 from crossed_rlvr.conf.schema import EngineConf
+from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.generate.engines import GenParams, HFBackend
 from crossed_rlvr.files import settings
 from crossed_rlvr.policies.loading import load_policy
@@ -117,7 +118,8 @@ def arm_cfg(tmp_path: Any, *extra: str) -> Any:
     (["engine.sampler=stream", "recipe.lora.enabled=true"], "recipe.lora.enabled=true"),
 ])
 def test_a_sampler_trl_cannot_use_is_refused(tmp_path, extra, says):
-    with pytest.raises(RecipeError, match=says):
+    """An unknown sampler by the field's declared choices, the others by the arm's checks: one line each."""
+    with pytest.raises(CrossedError, match=says):
         checked_train(arm_cfg(tmp_path, *extra))
 
 
