@@ -107,7 +107,7 @@ KINDS: dict[str, TaskKind] = {
         "training_rows": "crossed_rlvr.train.recipe:code_training_rows",
         "validation_rows": "crossed_rlvr.train.verl_engine:code_validation_rows",
         "warmstart_rows": "crossed_rlvr.sft.run:code_warmstart_rows",
-        "arm_check": "crossed_rlvr.conf.checks:code_arm"}),
+        "arm_check": "crossed_rlvr.tasks.code:arm_check"}),
 }
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
-from crossed_rlvr.conf.schema import AuditConf, EngineConf, ModelConf, TrainConf, conf_of
+from crossed_rlvr.conf.schema import EngineConf, ModelConf, TrainConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
 from crossed_rlvr.limits import SEED, Choices
 from crossed_rlvr.task_sources import source_of, task_kind
@@ -255,26 +255,6 @@ def _verl_arm(cfg: TrainConf) -> None:
                           f"+ replica, past {SEED[1]:,}; use a seed of at most {(SEED[1] + 1) // replicas - 1:,}")
 
 
-def code_arm(cfg: TrainConf) -> None:
-    """A code arm: a code convention, rewarded by running its programs on the training tasks' tests (paper 001
-    App. D.3; train/code_reward.py), which a file of training tasks gives; no proposal, and no TRL validation
-    during training (its readers are the answer tasks'; verl validates code arms by execution)."""
-    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
-
-    conv = cfg.convention.name
-    if conv not in CODE_CONVENTIONS:
-        raise RecipeError(f"convention={conv!r} on code task {cfg.task.name}: expected a code convention, one of "
-                          f"{', '.join(CODE_CONVENTIONS)}")
-    if not cfg.task.train_path and not cfg.task.generated:
-        raise RecipeError(f"task={cfg.task.name}: a code arm trains on the tasks of task.train_path=<EvalPlus dataset "
-                          "file> (its tests give the execution reward); none is set")
-    if cfg.recipe.proposal.enabled:
-        raise RecipeError("recipe.proposal.enabled=true: code tasks have no difficulty strata; set it to false")
-    if cfg.engine.name == "trl" and cfg.validation.every > 0:
-        raise RecipeError("validation.every > 0 validates a TRL arm with the answer readers; a code arm's checkpoints "
-                          "are evaluated by execution (crossed-eval task=...); set validation.every=0")
-
-
 def check_train(cfg: DictConfig) -> None:
     common(cfg)
     try:
@@ -370,7 +350,7 @@ def check_study(cfg: DictConfig) -> None:
 
 
 def check_audit(cfg: DictConfig) -> None:
-    """``crossed-audit``: the base and at least one convention's policies, under known requests."""
+    """``crossed-audit``: its requests and wordings known; its policies are checked by the audit's own check."""
     from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
 
     common(cfg)
@@ -378,56 +358,7 @@ def check_audit(cfg: DictConfig) -> None:
     check_distribute(cfg)
     if task_kind(cfg.task).audit_templates is None:  # else asked under its own requests (study/audit.py)
         _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates", REQUESTS, TEMPLATES)
-    audit_checkpoints(cfg)
-
-
-def audit_checkpoints(cfg: AuditConf | DictConfig) -> tuple[str | None, dict[str, list[str]]]:
-    """``crossed-audit``'s policies: (the base, each convention's checkpoints in seed order), each a local folder
-    made absolute or a hub name (``org/name``) as given. The base alone is a valid audit (its own cells and
-    formatting gap); trained policies are given by the task's conventions: an answer task's (hash, boxed, ...) or
-    a code task's (fence, begin_done). The base is None where ``from_study`` gives it (the study's initial policy)."""
-    from crossed_rlvr.records import TRAINED
-
-    conventions = task_kind(cfg.task).conventions
-    given = {str(k): v for k, v in cfg.trained.items() if v is not None}
-    if unknown := [conv for conv in given if conv not in TRAINED]:
-        raise ConfigError(f"{unknown[0]}={given[unknown[0]]}: no convention of that name; expected one of "
-                          f"{', '.join(conventions)}")
-    wrong = [conv for conv in given if conv not in conventions]
-    if wrong:
-        raise ConfigError(f"{wrong[0]}={given[wrong[0]]}: task={cfg.task.name} takes policies trained to "
-                          f"{', '.join(conventions)}")
-    if not cfg.initial and not cfg.from_study:  # a study's own initial policy is its base
-        raise ConfigError("initial=PATH is required (or from_study=RUN_DIR): the base the trained policies are "
-                          "compared with")
-    base = _model_location(str(cfg.initial), "initial") if cfg.initial else None
-    paths = {conv: [_model_location(p, f"{conv}[{k}]") for k, p in enumerate(_checkpoints(given.get(conv), conv))]
-             for conv in conventions}
-    return base, {conv: found for conv, found in paths.items() if found}
-
-
-def _checkpoints(value: object, key: str) -> list[str]:
-    """A convention key's checkpoints: one path or hub name, or a list of them."""
-    from omegaconf import ListConfig
-
-    if value is None:
-        return []
-    items = list(value) if isinstance(value, ListConfig | list | tuple) else [value]
-    if not items or not all(isinstance(x, str) and x.strip() for x in items):
-        raise ConfigError(f"{key}={value}: give a model folder or hub name, or a list of them ({key}=[P1,P2])")
-    return [str(x) for x in items]
-
-
-def _model_location(path: str, key: str) -> str:
-    """A local folder as an absolute path; a hub name (``org/name``, not a local path) as given."""
-    from pathlib import Path
-
-    local = Path(path).expanduser()
-    if local.is_dir():
-        return str(local.resolve())
-    if local.is_absolute() or path.startswith(".") or path.count("/") != 1:
-        raise ConfigError(f"{key}={path}: no such model folder (nor a hub name of the form org/name)")
-    return path
+    # the policies given: the audit's own check (study/audit.py: check_given)
 
 
 CHECKS = {"crossed-train": check_train, "crossed-eval": check_eval, "crossed-sft": check_sft,

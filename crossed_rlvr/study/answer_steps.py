@@ -6,12 +6,11 @@ with the arms' training curves and, for a study that validated during training, 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.files import settings
-from crossed_rlvr.layout import ArmLayout, EvalLayout
+from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study.plan import Policy, eval_fingerprint
@@ -40,13 +39,11 @@ def evaluate_cells(study: StudyState, initial: Policy, arms: list[Policy]) -> di
     def run() -> dict[str, Any]:
         from crossed_rlvr.eval.generate.runner import run_eval
 
-        # crossed-eval reuses a finished cell by its settings, not its bytes: a cell edited or truncated by hand
-        # since the stage finished is removed here, so that the stage redone makes it again
-        before = (study.stamps.read("eval") or {}).get("info", {}).get("responses_sha256", {})
-        drop_changed_cells(study.layout.eval, before, study.stamps.files)
+        # a cell edited or truncated by hand since: crossed-eval makes it again (each cell's record keeps its
+        # file's sha256, eval/generate/plan.py), the others are reused
         with torch_threads(study.cfg.evaluation.threads):
             summary = run_eval(eval_cfg)
-        return {"cells": len(summary), "responses_sha256": files_sha256(responses, study.stamps.files)}
+        return {"cells": len(summary)}
 
     return study.stage("eval", fp, [responses], run)
 
@@ -141,20 +138,3 @@ class AnswerSteps:
 
 
 register_steps(ANSWER, AnswerSteps())
-
-
-def files_sha256(folder: Path, sha256: Callable[[Path], str]) -> dict[str, str]:
-    """Each finished response file and cell record under ``folder`` by name, with its sha256."""
-    return {p.name: sha256(p) for p in sorted(folder.glob("*.json*")) if p.is_file()}
-
-
-def drop_changed_cells(layout: EvalLayout, recorded: dict[str, str], sha256: Callable[[Path], str]) -> list[str]:
-    """Remove each cell (its response file and its record) one of whose files differs from what the stage recorded
-    when it finished; cells it never recorded are left alone. The names of the cells removed."""
-    folder = layout.responses
-    changed = {EvalLayout.cell_of(name) for name, digest in recorded.items()
-               if (folder / name).is_file() and sha256(folder / name) != digest}
-    for cell in changed:
-        for path in (layout.response_file(cell), layout.response_meta(cell)):
-            path.unlink(missing_ok=True)
-    return sorted(changed)

@@ -26,7 +26,6 @@ from pathlib import Path
 from omegaconf import DictConfig
 from rich.console import Console
 
-from crossed_rlvr.conf.checks import audit_checkpoints
 from crossed_rlvr.conf.schema import AuditConf, StudyConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
 from crossed_rlvr.layout import ArmLayout, RunLayout
@@ -95,9 +94,57 @@ def given_policies(cfg: AuditConf) -> tuple[Policy, list[Policy]]:
                               for conv, paths in given.items() for seed, path in enumerate(paths))]
 
 
+def audit_checkpoints(cfg: AuditConf | DictConfig) -> tuple[str | None, dict[str, list[str]]]:
+    """``crossed-audit``'s policies: (the base, each convention's checkpoints in seed order), each a local folder
+    made absolute or a hub name (``org/name``) as given. The base alone is a valid audit (its own cells and
+    formatting gap); trained policies are given by the task's conventions: an answer task's (hash, boxed, ...) or
+    a code task's (fence, begin_done). The base is None where ``from_study`` gives it (the study's initial policy)."""
+    from crossed_rlvr.records import TRAINED
+
+    conventions = task_kind(cfg.task).conventions
+    given = {str(k): v for k, v in cfg.trained.items() if v is not None}
+    if unknown := [conv for conv in given if conv not in TRAINED]:
+        raise ConfigError(f"{unknown[0]}={given[unknown[0]]}: no convention of that name; expected one of "
+                          f"{', '.join(conventions)}")
+    wrong = [conv for conv in given if conv not in conventions]
+    if wrong:
+        raise ConfigError(f"{wrong[0]}={given[wrong[0]]}: task={cfg.task.name} takes policies trained to "
+                          f"{', '.join(conventions)}")
+    if not cfg.initial and not cfg.from_study:  # a study's own initial policy is its base
+        raise ConfigError("initial=PATH is required (or from_study=RUN_DIR): the base the trained policies are "
+                          "compared with")
+    base = _model_location(str(cfg.initial), "initial") if cfg.initial else None
+    paths = {conv: [_model_location(p, f"{conv}[{k}]") for k, p in enumerate(_checkpoints(given.get(conv), conv))]
+             for conv in conventions}
+    return base, {conv: found for conv, found in paths.items() if found}
+
+
+def _checkpoints(value: object, key: str) -> list[str]:
+    """A convention key's checkpoints: one path or hub name, or a list of them."""
+    from omegaconf import ListConfig
+
+    if value is None:
+        return []
+    items = list(value) if isinstance(value, ListConfig | list | tuple) else [value]
+    if not items or not all(isinstance(x, str) and x.strip() for x in items):
+        raise ConfigError(f"{key}={value}: give a model folder or hub name, or a list of them ({key}=[P1,P2])")
+    return [str(x) for x in items]
+
+
+def _model_location(path: str, key: str) -> str:
+    """A local folder as an absolute path; a hub name (``org/name``, not a local path) as given."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        return str(local.resolve())
+    if local.is_absolute() or path.startswith(".") or path.count("/") != 1:
+        raise ConfigError(f"{key}={path}: no such model folder (nor a hub name of the form org/name)")
+    return path
+
+
 def check_given(cfg: AuditConf) -> None:
-    """The audit's own check, with conf/checks.py's and before any file is written: ``step`` picks a study's
-    checkpoints, and ``from_study``'s policies are all on disk."""
+    """The audit's own check, with conf/checks.py's and before any file is written: the policies given
+    (:func:`audit_checkpoints`), ``step`` picks a study's checkpoints, and ``from_study``'s policies are all on disk."""
+    audit_checkpoints(cfg)
     if cfg.step is not None and not cfg.from_study:
         raise ConfigError(f"step={cfg.step}: picks each arm's checkpoint of a study; give from_study=RUN_DIR")
     if cfg.from_study:

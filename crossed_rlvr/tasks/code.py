@@ -33,7 +33,7 @@ from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.layout import UserCache
 
 if TYPE_CHECKING:
-    from crossed_rlvr.conf.schema import TaskConf
+    from crossed_rlvr.conf.schema import TaskConf, TrainConf
 
 DATA = Path(__file__).with_name("data")
 HUMANEVAL_PLUS = DATA / "HumanEvalPlus-v0.1.10.jsonl.gz"
@@ -379,3 +379,24 @@ def write_code_dataset(path: str | Path, rows: list[dict[str, Any]]) -> CodeData
 
     atomic_write_jsonl(Path(path), rows)
     return load_code_dataset(path)
+
+
+def arm_check(cfg: TrainConf) -> None:
+    """A code arm: a code convention, rewarded by running its programs on the training tasks' tests (paper 001
+    App. D.3; train/code_reward.py), which a file of training tasks gives; no proposal, and no TRL validation
+    during training (its readers are the answer tasks'; verl validates code arms by execution)."""
+    from crossed_rlvr.conf.checks import RecipeError
+    from crossed_rlvr.rewards.code import CODE_CONVENTIONS
+
+    conv = cfg.convention.name
+    if conv not in CODE_CONVENTIONS:
+        raise RecipeError(f"convention={conv!r} on code task {cfg.task.name}: expected a code convention, one of "
+                          f"{', '.join(CODE_CONVENTIONS)}")
+    if not cfg.task.train_path and not cfg.task.generated:
+        raise RecipeError(f"task={cfg.task.name}: a code arm trains on the tasks of task.train_path=<EvalPlus dataset "
+                          "file> (its tests give the execution reward); none is set")
+    if cfg.recipe.proposal.enabled:
+        raise RecipeError("recipe.proposal.enabled=true: code tasks have no difficulty strata; set it to false")
+    if cfg.engine.name == "trl" and cfg.validation.every > 0:
+        raise RecipeError("validation.every > 0 validates a TRL arm with the answer readers; a code arm's checkpoints "
+                          "are evaluated by execution (crossed-eval task=...); set validation.every=0")
