@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_module
 from hydra.errors import ConfigCompositionException
 
 from crossed_rlvr.conf.checks import ConfigError, check_command
+from crossed_rlvr.conf.schema import StudyConf, conf_of
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.study.plan import plan_arms
@@ -91,7 +92,7 @@ def test_bad_overrides_fail_at_composition_or_check(config, override, first, mon
             with pytest.raises(ConfigError) as info:
                 check_command(COMMAND[config], cfg)
                 if config == "crossed_study":  # each arm's crossed-train config: checked where the study plans it
-                    plan_arms(cfg, RunLayout(Path("not-written")), "check")
+                    plan_arms(conf_of(StudyConf, cfg), RunLayout(Path("not-written")), "check")
             message = str(info.value)
     assert message.startswith(first), message
 

@@ -220,7 +220,7 @@ def hydra_app(command: str, config_name: str, run: Callable[[C], None],
         from crossed_rlvr.conf.ranges import check_overrides
 
         try:  # the command line's numbers, before Hydra's own conversion can stop on them
-            check_overrides(sys.argv[1:], config_name)
+            check_overrides(spelled(command, sys.argv[1:]), config_name)
         except ConfigError as err:
             print(f"{command}: {err}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -260,8 +260,8 @@ def hydra_app(command: str, config_name: str, run: Callable[[C], None],
         from crossed_rlvr.errors import BAD_INPUT
         from crossed_rlvr.interrupt import stops_cleanly
 
-        argv = sys.argv
-        sys.argv = with_checks_first(argv, command)
+        argv = sys.argv  # read as the schema reads it (SPELLINGS), with the checks first; restored after
+        sys.argv = with_checks_first([argv[0], *spelled(command, argv[1:])], command)
         try:
             stops_cleanly(command)(_main)()
         except SystemExit as stop:
@@ -274,21 +274,7 @@ def hydra_app(command: str, config_name: str, run: Callable[[C], None],
         finally:
             sys.argv = argv
 
-    return respelled(command, main)
-
-
-def respelled(command: str, main: Callable[[], None]) -> Callable[[], None]:
-    """``main`` reading the command line as the schema reads it (``SPELLINGS``), restored after."""
-
-    def run() -> None:
-        given = sys.argv
-        sys.argv = [given[0], *spelled(command, given[1:])]
-        try:
-            main()
-        finally:
-            sys.argv = given
-
-    return run
+    return main
 
 
 def swept_dirname(job_overrides: Sequence[object] | None, *exclude: str) -> str:
