@@ -168,3 +168,19 @@ def test_the_warm_start_gets_its_typed_job_recording_the_config_the_study_gave(t
     assert sorted(job.given) == ["eval", "model", "run_dir", "sft", "study", "task", "tracking", "train_items",
                                  "warmstart"]
     assert job.given["warmstart"] == warm
+
+
+def test_a_new_optional_setting_is_one_field_and_changes_no_hash():
+    """An optional setting added to a section (its field alone, default None: the behaviour before it existed)
+    leaves every settings record and hash as it was while unset; set, it is in them. Any section, no mark."""
+    import dataclasses
+
+    from crossed_rlvr.conf.schema import EvalConf, RecipeConf
+    from crossed_rlvr.files import config_sha256, settings
+
+    for section in (EvalConf, RecipeConf):
+        grown = dataclasses.make_dataclass(f"Grown{section.__name__}", [("new_setting", "str | None", None)],
+                                           bases=(section,))
+        assert settings(grown()) == settings(section())
+        assert config_sha256(settings(grown())) == config_sha256(settings(section()))
+        assert settings(grown(new_setting="on"))["new_setting"] == "on"
