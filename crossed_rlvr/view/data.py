@@ -95,11 +95,13 @@ class RunData:
                       key=lambda k: (k[0], k[1], k[2] != INITIAL, k[2], request_order(k[3]), k[3]))
         self.cells: list[tuple[str, str, str, str]] = [tuple(map(str, k)) for k in keys]  # type: ignore[misc]
         self.cell_id = {k: i for i, k in enumerate(self.cells)}
-        self.rows = {self.cell_id[tuple(map(str, k))]: part.sort_values(["item_id", "sample_idx"], kind="stable")
-                     for k, part in df.groupby(list(CELL_KEY))}
+        # items in their natural order (2 before 10), then samples
+        natural = df.assign(_order=df["item_id"].str.zfill(20)).sort_values(["_order", "sample_idx"], kind="stable")
+        self.rows = {self.cell_id[tuple(map(str, k))]: part.drop(columns="_order")
+                     for k, part in natural.groupby(list(CELL_KEY), sort=False)}
         self.cells_csv = pd.read_csv(sources.analysis.cells) if sources.analysis else None
         # read as the analysis wrote them: seeds ("83 84") and checkpoints are text, not numbers
-        text = {c: str for c in ("seeds", "seed", "checkpoint", "template", "arm_h", "arm_b")}
+        text = dict.fromkeys(("seeds", "seed", "checkpoint", "template", "arm_h", "arm_b"), str)
         self.contrasts = None
         if sources.analysis and sources.analysis.contrasts.is_file():
             contrasts = pd.read_csv(sources.analysis.contrasts, dtype=text)
@@ -215,17 +217,18 @@ class RunData:
 
     def response(self, cid: int, row: pd.Series) -> dict[str, Any]:
         """One response as the page shows it: text in marked segments, item, verdicts, finish reason, tokens."""
-        task, template, policy, request = self.cells[cid]
+        task, _, _, request = self.cells[cid]
         key = (str(row["item_id"]), int(row["sample_idx"]))
         rec = self.records(cid).get(key, {})
         item = self.item(task, key[0])
         text = str(rec.get("response", ""))
         conv = CONVENTIONS.get(request)
-        own = {conv.strict, conv.lenient} if conv is not None else set()
+        # shown first: the request's strict and lenient readers, Math-Verify and the request's reward program
+        own = ({conv.strict, conv.lenient, f"reward_{request}"} if conv is not None else set()) | {"math_verify"}
         verdicts = [{"name": r, "answer": _clean(row.get(f"{r}.answer")), "correct": _clean(row.get(f"{r}.correct")),
                      "program": r.startswith("reward_"), "request": r in own} for r in self.readers]
         # the request's own readers first, then Math-Verify, the other readers, and the reward programs last
-        verdicts.sort(key=lambda v: (not v["request"], v["name"] != "math_verify", v["program"]))
+        verdicts.sort(key=lambda v: (not v["request"], v["program"], v["name"] == "math_verify"))
         return {"cell": cid, "item_id": key[0], "sample_idx": key[1],
                 "question": item.get("question", rec.get("question", "")),
                 "reference": _clean(row.get("reference", rec.get("reference"))), "request": request,
