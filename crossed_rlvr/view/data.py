@@ -238,14 +238,16 @@ class RunData:
                 "category": _clean(row.get("category")), "verdicts": verdicts}
 
     def cell_page(self, cid: int, page: int, per_page: int, query: str = "") -> dict[str, Any]:
-        """One page of a cell's responses; ``query``: an item id, or text found in the question or response."""
+        """One page of a cell's responses; ``query``: an item id (that item's responses), else text found in the
+        question or the response (case-insensitive)."""
         rows = self.rows[cid]
-        if query:
+        if query and (rows["item_id"] == query).any():
+            rows = rows[rows["item_id"] == query]
+        elif query:
             q = query.casefold()
             recs = self.records(cid)
             task = self.cells[cid][0]
-            hit = [r.item_id == query or q in str(recs.get((r.item_id, int(r.sample_idx)), {}).get("response", "")
-                                                   ).casefold()
+            hit = [q in str(recs.get((r.item_id, int(r.sample_idx)), {}).get("response", "")).casefold()
                    or q in str(self.item(task, r.item_id).get("question", "")).casefold()
                    for r in rows[["item_id", "sample_idx"]].itertuples()]
             rows = rows[np.asarray(hit, dtype=bool)]
