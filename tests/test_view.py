@@ -23,8 +23,10 @@ from tests.view_fixtures import (
     ViewServer,
     check_flips,
     check_grid,
+    check_study_in_browser,
     gsm8k_sized,
     open_view,
+    rescoring_folder,
     small_study,
 )
 
@@ -179,3 +181,10 @@ def test_a_gsm8k_sized_run_opens_in_time(study, tmp_path):
         key = ("toy", "original")
         check_flips(page, server.url, scores, cells, (*key, "initial", "boxed"), (*key, "grpo-hash/s81", "boxed"))
         browser.close()
+
+
+@pytest.mark.long
+def test_a_rescoring_folder_in_a_real_browser(study, tmp_path):
+    """Imported responses (one file per policy, every request in it), scores.parquet and analysis/ side by side."""
+    run = rescoring_folder(study, tmp_path / "rescoring")
+    check_study_in_browser(run, scores_path=run / "scores.parquet")

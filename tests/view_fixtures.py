@@ -222,13 +222,13 @@ def check_flips(page, url: str, scores: pd.DataFrame, cells: list[dict], a: tupl
     return shown
 
 
-def check_study_in_browser(run: Path, shots: Path | None = None) -> None:
-    """crossed-view on a study's (or an audit's) folder: the grid against cells.csv and the report, a cell's response
-    count, the paired counts of the initial policy and each arm under each request against the scores table and
-    ΔP's lost/gained; screenshots of the grid and a paired view into ``shots`` when given."""
+def check_study_in_browser(run: Path, shots: Path | None = None, scores_path: Path | None = None) -> None:
+    """crossed-view on a study's (or an audit's, or a re-scoring's: ``scores_path``) folder: the grid against cells.csv
+    and the report, a cell's response count, the paired counts of the initial policy and each arm under each request
+    against the scores table and ΔP's lost/gained; screenshots of the grid and a paired view into ``shots``."""
     from playwright.sync_api import sync_playwright
 
-    scores = pd.read_parquet(run / "eval" / "scores.parquet")
+    scores = pd.read_parquet(scores_path or run / "eval" / "scores.parquet")
     cells_csv = pd.read_csv(run / "analysis" / "cells.csv")
     with ViewServer(run) as server, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -242,6 +242,7 @@ def check_study_in_browser(run: Path, shots: Path | None = None) -> None:
             n = len(scores[(scores.task == c["task"]) & (scores.template == c["template"])
                            & (scores.policy == c["policy"]) & (scores.request == c["request"])])
             assert int(page.get_attribute("#total", "data-total")) == n
+            assert "(the response file holds no record" not in page.inner_text("main")  # every response found
         keys = [(c["task"], c["template"], c["policy"], c["request"]) for c in cells]
         shot = None
         for key in keys:
@@ -254,3 +255,20 @@ def check_study_in_browser(run: Path, shots: Path | None = None) -> None:
                     page.wait_for_function("() => document.body.dataset.ready.includes('kind=lost')")
                     page.screenshot(path=str(shots / "view_pair.png"))
         browser.close()
+
+
+def rescoring_folder(small: Path, root: Path) -> Path:
+    """A re-scoring folder as docs/rescoring.md makes one: one imported file per policy in ``resp/`` (every request
+    in it), ``scores.parquet`` and ``analysis/`` beside; made from the small study's files (its scores' manifest
+    names the study's files, so it is left behind: the viewer finds ``resp/`` beside the table)."""
+    from crossed_rlvr.layout import RunLayout
+
+    src = RunLayout(small)
+    (root / "resp").mkdir(parents=True)
+    for policy, _, _ in POLICIES:
+        slug = policy.replace("/", "_")
+        lines = [line for f in sorted(src.eval.responses.glob(f"{slug}__*.jsonl")) for line in f.read_text().splitlines()]
+        (root / "resp" / f"{slug}.jsonl").write_text("\n".join(lines) + "\n")
+    shutil.copy(src.eval.scores, root / "scores.parquet")
+    shutil.copytree(src.analysis, root / "analysis")
+    return root

@@ -2,7 +2,9 @@
 files, the frozen items and the analysis's tables.
 
 A study's and an audit's folder hold ``eval/`` and ``analysis/``; a ``crossed-eval`` folder holds its responses,
-items and (once scored) ``scores.parquet`` at its root, and ``analysis/`` when ``crossed-analyze -o`` wrote one there.
+items and (once scored) ``scores.parquet`` at its root, and ``analysis/`` when ``crossed-analyze -o`` wrote one there;
+a re-scoring folder (docs/rescoring.md: imported responses in a folder, ``scores.parquet`` and ``analysis/`` beside
+it) is read the same way, its responses found through the scores table's manifest.
 Every number the grid shows is the analysis's own: a cell's rates are ``analysis/cells.csv``'s rows and the pair's
 interactions are the report's headline rows with its intervals (paper 001 §3.2). Without an analysis folder the rates
 are the same per-response measures (``derive_measures``) averaged, and no interaction is shown.
@@ -26,7 +28,7 @@ from crossed_rlvr.analysis.report.headline import headline_rows, precision
 from crossed_rlvr.analysis.report.tables import interval
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.checks import ScoresTableError, read_scores
-from crossed_rlvr.layout import AnalysisLayout, EvalLayout, RunLayout
+from crossed_rlvr.layout import AnalysisLayout, EvalLayout, RescoreLayout, RunLayout, ScoresFiles
 from crossed_rlvr.names import INITIAL
 from crossed_rlvr.rewards.conventions import CONVENTIONS, request_order
 from crossed_rlvr.view.marks import segments
@@ -49,26 +51,57 @@ class Sources:
 
     root: Path
     scores: Path
-    responses: Path
+    responses: tuple[Path, ...]  # the response files the scores were read from
     items: Path
     analysis: AnalysisLayout | None
 
 
+def _scored_files(scores: Path, beside: Path) -> tuple[Path, ...]:
+    """The response files a scores table was made from: its manifest's inputs where they still are, else every
+    response file in the folder beside it (``responses/``, or any folder of ``.jsonl`` files there)."""
+    try:
+        inputs = json.loads(ScoresFiles(scores).manifest.read_text(encoding="utf-8")).get("inputs", [])
+        listed = tuple(Path(i["path"]) for i in inputs if Path(i["path"]).is_file())
+    except (OSError, ValueError, TypeError, KeyError):
+        listed = ()
+    if listed:
+        return listed
+    if (beside / "responses").is_dir():
+        return tuple(sorted((beside / "responses").glob("*.jsonl")))
+    return tuple(p for p in sorted(beside.glob("*/*.jsonl")) if p.parent.name != "analysis" and _holds_responses(p))
+
+
+def _holds_responses(path: Path) -> bool:
+    """Whether a JSON Lines file's first record is a response record (an analysis's examples, without a sample
+    index, are not)."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            first = json.loads(fh.readline() or "{}")
+    except (OSError, ValueError):
+        return False
+    return isinstance(first, dict) and {"response", "item_id", "policy", "request", "sample_idx"} <= first.keys()
+
+
 def find_sources(root: Path) -> Sources:
-    """A study's or an audit's folder (``eval/``, ``analysis/``), or a ``crossed-eval`` folder."""
+    """A study's or an audit's folder (``eval/``, ``analysis/``), or a ``crossed-eval`` or re-scoring folder
+    (``scores.parquet`` at its root, the responses it was scored from, ``analysis/`` when analysed there)."""
     root = root.expanduser().resolve()
     if not root.is_dir():
         raise ViewError(f"{root}: no such folder")
     study = RunLayout(root)
     for ev, analysis in ((study.eval, study.analysis_files), (EvalLayout(root), AnalysisLayout(root / "analysis"))):
         if ev.scores.is_file():
-            return Sources(root, ev.scores, ev.responses, ev.items_folder,
+            return Sources(root, ev.scores, _scored_files(ev.scores, ev.root), ev.items_folder,
                            analysis if analysis.cells.is_file() else None)
     for ev in (study.eval, EvalLayout(root)):
         if ev.responses.is_dir():
             raise ViewError(f"{root}: responses but no scores table ({ev.scores}): score them first "
                             f"(crossed-score {ev.responses} --output {ev.scores})")
-    raise ViewError(f"{root}: not a run folder (a study, an audit or a crossed-eval folder, with scores.parquet)")
+    if RescoreLayout(root).comparisons.is_file():
+        raise ViewError(f"{root}: a crossed-rescore output folder holds no responses: score the responses it read "
+                        f"(crossed-score RESPONSES --output FOLDER/scores.parquet) and view that folder")
+    raise ViewError(f"{root}: not a run folder (a study, an audit, a crossed-eval or a re-scoring folder, with "
+                    "scores.parquet)")
 
 
 def _clean(value: Any) -> Any:
@@ -109,7 +142,7 @@ class RunData:
         self.headline = headline_rows(self.contrasts) if self.contrasts is not None else pd.DataFrame()
         self._records: dict[int, dict[tuple[str, int], dict[str, Any]]] = {}
         self._items: dict[tuple[str, str], dict[str, Any]] | None = None
-        self._index: dict[tuple[str, str, str, str], list[Path]] | None = None
+        self._read: set[Path] = set()  # response files read so far
         self._lock = threading.Lock()  # one reader of a response file at a time; later requests use its cache
         self.grid = self._grid()
 
@@ -180,26 +213,32 @@ class RunData:
 
     # ------------------------------------------------------------------ responses
     def _response_files(self, key: tuple[str, str, str, str]) -> list[Path]:
-        """The response files that may hold a cell: its own (``<policy>__<request>__<template>.jsonl``), else any."""
+        """The response files that may hold a cell: its own (``<policy>__<request>__<template>.jsonl``), else all
+        (an imported file holds one policy's every request and wording)."""
         from crossed_rlvr.eval.generate.plan import cell_name
 
-        own = self.sources.responses / f"{cell_name(key[2], key[3], key[1])}.jsonl"
-        return [own] if own.is_file() else sorted(self.sources.responses.glob("*.jsonl"))
+        own = [p for p in self.sources.responses if p.name == f"{cell_name(key[2], key[3], key[1])}.jsonl"]
+        return own or list(self.sources.responses)
 
     def records(self, cid: int) -> dict[tuple[str, int], dict[str, Any]]:
-        """A cell's response records by (item id, sample), read once."""
+        """A cell's response records by (item id, sample); each file is read once, for every cell it holds."""
         with self._lock:
             if cid not in self._records:
-                task, template, policy, request = self.cells[cid]
-                found: dict[tuple[str, int], dict[str, Any]] = {}
                 for path in self._response_files(self.cells[cid]):
+                    if path in self._read:
+                        continue
+                    self._read.add(path)
                     with path.open(encoding="utf-8") as fh:
                         for line in fh:
                             rec = json.loads(line)
-                            if (rec.get("policy"), rec.get("request"), rec.get("template", "original"),
-                                    rec.get("task")) == (policy, request, template, task):
-                                found[(str(rec["item_id"]), int(rec.get("sample_idx", 0)))] = rec
-                self._records[cid] = found
+                            if not isinstance(rec, dict) or "response" not in rec:
+                                continue
+                            key = (str(rec.get("task")), str(rec.get("template", "original")), str(rec.get("policy")),
+                                   str(rec.get("request")))
+                            if key in self.cell_id:
+                                self._records.setdefault(self.cell_id[key], {})[
+                                    (str(rec["item_id"]), int(rec.get("sample_idx", 0)))] = rec
+                self._records.setdefault(cid, {})
             return self._records[cid]
 
     def item(self, task: str, item_id: str) -> dict[str, Any]:
