@@ -142,7 +142,7 @@ def test_the_server_refuses_what_is_not_its_own(study):
     assert files_of(study) == before
     # beyond this machine only when asked; a folder that is not a run is said in one line
     for args, said in (([str(study), "--host", "0.0.0.0"], "--allow-remote"), ([str(study / "analysis")], "not a run")):
-        proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.view", *args, "--port", "0"], capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "crossed_rlvr.view.cli", *args, "--port", "0"], capture_output=True,
                               text=True, timeout=60, check=False)
         assert proc.returncode == 2 and said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 

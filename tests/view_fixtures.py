@@ -117,7 +117,7 @@ class ViewServer:
         import time
 
         start = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "crossed_rlvr.view", str(run), "--port", "0", *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "crossed_rlvr.view.cli", str(run), "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.first = self.proc.stdout.readline()
         self.second = self.proc.stdout.readline()

@@ -66,9 +66,11 @@ def _scored_files(scores: Path, beside: Path) -> tuple[Path, ...]:
         listed = ()
     if listed:
         return listed
-    if (beside / "responses").is_dir():
-        return tuple(sorted((beside / "responses").glob("*.jsonl")))
-    return tuple(p for p in sorted(beside.glob("*/*.jsonl")) if p.parent.name != "analysis" and _holds_responses(p))
+    responses, analysis = EvalLayout(beside).responses, RunLayout(beside).analysis
+    if responses.is_dir():
+        return tuple(p for p in sorted(responses.iterdir()) if p.suffix == ".jsonl")
+    return tuple(p for p in sorted(beside.glob("*/*")) if p.suffix == ".jsonl" and p.parent != analysis
+                 and _holds_responses(p))
 
 
 def _holds_responses(path: Path) -> bool:
@@ -89,7 +91,8 @@ def find_sources(root: Path) -> Sources:
     if not root.is_dir():
         raise ViewError(f"{root}: no such folder")
     study = RunLayout(root)
-    for ev, analysis in ((study.eval, study.analysis_files), (EvalLayout(root), AnalysisLayout(root / "analysis"))):
+    # a study's evaluation is eval/, its analysis analysis/; a crossed-eval or re-scoring folder holds both itself
+    for ev, analysis in ((study.eval, study.analysis_files), (EvalLayout(root), study.analysis_files)):
         if ev.scores.is_file():
             return Sources(root, ev.scores, _scored_files(ev.scores, ev.root), ev.items_folder,
                            analysis if analysis.cells.is_file() else None)
@@ -217,7 +220,7 @@ class RunData:
         (an imported file holds one policy's every request and wording)."""
         from crossed_rlvr.eval.generate.plan import cell_name
 
-        own = [p for p in self.sources.responses if p.name == f"{cell_name(key[2], key[3], key[1])}.jsonl"]
+        own = [p for p in self.sources.responses if EvalLayout.cell_of(p.name) == cell_name(key[2], key[3], key[1])]
         return own or list(self.sources.responses)
 
     def records(self, cid: int) -> dict[tuple[str, int], dict[str, Any]]:
