@@ -114,6 +114,12 @@ def _clean(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _key(group: Any) -> tuple[str, str, str, str]:
+    """A cell's key (task, template, policy, request) as text, from a groupby's key."""
+    task, template, policy, request = (str(v) for v in group)
+    return task, template, policy, request
+
+
 class RunData:
     """One run folder's data, read at start; the response files are read a cell at a time, when asked for."""
 
@@ -129,11 +135,11 @@ class RunData:
         self.payload_columns = [c for c in scores.columns if c.startswith("payload.")]
         keys = sorted(df.groupby(list(CELL_KEY)).groups,
                       key=lambda k: (k[0], k[1], k[2] != INITIAL, k[2], request_order(k[3]), k[3]))
-        self.cells: list[tuple[str, str, str, str]] = [tuple(map(str, k)) for k in keys]  # type: ignore[misc]
+        self.cells: list[tuple[str, str, str, str]] = [_key(k) for k in keys]
         self.cell_id = {k: i for i, k in enumerate(self.cells)}
         # items in their natural order (2 before 10), then samples
         natural = df.assign(_order=df["item_id"].str.zfill(20)).sort_values(["_order", "sample_idx"], kind="stable")
-        self.rows = {self.cell_id[tuple(map(str, k))]: part.drop(columns="_order")
+        self.rows = {self.cell_id[_key(k)]: part.drop(columns="_order")
                      for k, part in natural.groupby(list(CELL_KEY), sort=False)}
         self.cells_csv = pd.read_csv(sources.analysis.cells) if sources.analysis else None
         # read as the analysis wrote them: seeds ("83 84") and checkpoints are text, not numbers
@@ -270,7 +276,8 @@ class RunData:
         verdicts = [{"name": r, "answer": _clean(row.get(f"{r}.answer")), "correct": _clean(row.get(f"{r}.correct")),
                      "program": r.startswith("reward_"), "request": r in own} for r in self.readers]
         # the request's own readers first, then Math-Verify, the other readers, and the reward programs last
-        verdicts.sort(key=lambda v: (not v["request"], v["program"], v["name"] == "math_verify"))
+        strict = conv.strict if conv is not None else ""
+        verdicts.sort(key=lambda v: (not v["request"], v["program"], v["name"] == "math_verify", v["name"] != strict))
         return {"cell": cid, "item_id": key[0], "sample_idx": key[1],
                 "question": item.get("question", rec.get("question", "")),
                 "reference": _clean(row.get("reference", rec.get("reference"))), "request": request,

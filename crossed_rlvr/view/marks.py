@@ -22,7 +22,7 @@ def payload_spans(text: str) -> list[tuple[int, int, str]]:
             continue
         payload = conv.last_payload(text)
         at = text.rfind(payload) if payload else -1
-        if at >= 0:
+        if payload and at >= 0:
             spans.append((at, at + len(payload), conv.name))
     spans.sort()
     kept: list[tuple[int, int, str]] = []
