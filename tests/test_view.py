@@ -31,6 +31,9 @@ from tests.view_fixtures import (
 )
 
 GRID_S, PAGE_S = 2.0, 1.0  # the bounds a GSM8K-sized run must open within
+# one worker builds the small study once for every test here (tests/conftest.py)
+WORKER_GROUP = "view"
+SHARED_FIXTURES = ("study",)
 
 
 @pytest.fixture(scope="module")
