@@ -91,7 +91,7 @@ def test_grid_responses_and_pairs_in_a_real_browser(study):
         assert "<script>window.pwned = 1</script>" in text and 'onerror="window.pwned = 2"' in text
         assert page.evaluate("() => window.pwned === undefined")
         assert page.query_selector(".response img") is None and len(page.query_selector_all("script")) == 1
-        assert HOSTILE.split(">", 1)[0] + ">" in page.content().replace("&lt;", "<").replace("&gt;", ">")
+        assert HOSTILE.split("\n", 1)[0].split(" so the sum")[0] in text  # the markup whole, as written
         # two cells item by item: the initial policy and an arm under one request, one policy under two requests
         key = ("toy", "original")
         for a, b in ((("initial", "hash"), ("grpo-hash/s83", "hash")), (("initial", "boxed"), ("grpo-hash/s83", "boxed")),
