@@ -191,3 +191,20 @@ def test_a_rescoring_folder_in_a_real_browser(study, tmp_path):
     """Imported responses (one file per policy, every request in it), scores.parquet and analysis/ side by side."""
     run = rescoring_folder(study, tmp_path / "rescoring")
     check_study_in_browser(run, scores_path=run / "scores.parquet")
+
+
+def test_each_conventions_last_payload_is_marked_as_text():
+    """The page's segments: each convention's last qualifying payload marked, the requested one flagged; the text
+    rejoined is the response, character for character (nothing added, nothing escaped)."""
+    from crossed_rlvr.view.marks import segments
+
+    text = 'So 5 + 2 = 7, maybe \\boxed{6}\n#### 7\n{"answer": 7} <answer>7</answer> and <b>bold</b>'
+    found = segments(text, "boxed")
+    assert "".join(s["text"] for s in found) == text
+    marked = {s["mark"]: (s["text"], s["requested"]) for s in found if s["mark"]}
+    assert marked == {"boxed": ("\\boxed{6}", True), "hash": ("7", False), "json": ("7", False),
+                      "xml": ("7", False)}
+    assert segments("no payload at all", "hash") == [{"text": "no payload at all", "mark": None}]
+    # a payload inside another's (a hash line that runs on into a box): each keeps its own characters
+    inner = segments("#### 7 and \\boxed{8}", "hash")
+    assert [(s["text"], s["mark"]) for s in inner] == [("#### ", None), ("7 and ", "hash"), ("\\boxed{8}", "boxed")]
