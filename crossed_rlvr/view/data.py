@@ -124,7 +124,12 @@ class RunData:
     """One run folder's data, read at start; the response files are read a cell at a time, when asked for."""
 
     def __init__(self, sources: Sources) -> None:
+        from crossed_rlvr.analysis.report.code import code_scores
+
         self.sources = sources
+        if code_scores(sources.scores):  # programs run in the sandbox: statuses, pass@k and γ, not payload cells
+            raise ViewError(f"{sources.scores}: a code task's scores; crossed-view shows answer tasks' runs (a code "
+                            f"run's cells and gaps are in its report, {RunLayout(sources.root).report})")
         try:
             scores = read_scores(sources.scores)
         except ScoresTableError as err:
