@@ -219,7 +219,8 @@ class RunData:
                     for r in pair["requests"]:
                         key = (task, template, p, r)
                         if key in self.cell_id:
-                            cells[f"{p}\t{r}"] = {"id": self.cell_id[key], **numbers.get(key, {})}
+                            cid = self.cell_id[key]  # n from the scores where cells.csv has no row (a sweep)
+                            cells[f"{p}\t{r}"] = {"id": cid, "n": len(self.rows[cid]), **numbers.get(key, {})}
                 groups.append({"task": task, "template": template, **pair, "policies": shown, "cells": cells})
         return {"root": str(self.sources.root), "analysis": self.sources.analysis is not None,
                 "responses": int(sum(len(p) for p in self.rows.values())), "groups": groups,
