@@ -1,4 +1,4 @@
-"""``crossed-view RUN_DIR``: a study's, an audit's or a crossed-eval folder in the browser, read-only.
+"""``crossed-view RUN_DIR``: a study's, an audit's, a crossed-eval or a re-scoring folder in the browser, read-only.
 
     crossed-view runs/smoke                 # http://127.0.0.1:8766/ : the crossed grid, each cell's responses,
                                             # and any two cells item by item
@@ -21,7 +21,7 @@ DEFAULT_PORT = 8766  # the annotation page's is 8765: both can run at once
 
 def parser() -> Parser:
     p = Parser(prog="crossed-view", description=__doc__.splitlines()[0])
-    p.add_argument("run_dir", help="a study's, an audit's or a crossed-eval folder (with scores.parquet)")
+    p.add_argument("run_dir", help="a study's, an audit's, a crossed-eval or a re-scoring folder (with scores.parquet)")
     add_number(p, "--port", 0, 65_535, default=DEFAULT_PORT, why="0: any free port")
     p.add_argument("--host", default="127.0.0.1", help="the address to serve on (default: this machine only)")
     p.add_argument("--allow-remote", action="store_true", help="let --host be an address other machines reach")
