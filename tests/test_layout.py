@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("train", ("crossed_rlvr.train",)),
     ("analyze", ("crossed_rlvr.analysis",)),
     ("report", ("crossed_rlvr.analysis.report",)),
-    ("reuse", ("crossed_rlvr.rescore", "crossed_rlvr.calibration")),
+    ("reuse", ("crossed_rlvr.rescore", "crossed_rlvr.calibration", "crossed_rlvr.view")),
     ("entry", ("crossed_rlvr.analysis.cli", "crossed_rlvr.study", "crossed_rlvr.cli")),
 ]
 
@@ -432,6 +432,8 @@ OTHER_TOOLS_FILES = {
 NOT_PROJECT_FILES = {
     ("crossed_rlvr/calibration/server.py", "page.html"): "the annotation page: package data beside the module",
     ("crossed_rlvr/calibration/server.py", "/index.html"): "a URL the annotation server answers",
+    ("crossed_rlvr/view/server.py", "page.html"): "crossed-view's page: package data beside the module",
+    ("crossed_rlvr/view/server.py", "/index.html"): "a URL crossed-view's server answers",
     ("crossed_rlvr/conf/__init__.py", "{}.yaml"): "an option of the package's config tree (package data)",
     ("crossed_rlvr/conf/app.py", "{}.yaml"): "a primary config of the package's config tree (package data)",
     ("crossed_rlvr/lm_eval_tasks/__init__.py", "{}.yaml"): "lm-eval's task files, one per task name (shipped ones "

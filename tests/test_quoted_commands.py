@@ -57,6 +57,7 @@ ENTRY = {  # console scripts (pyproject's [project.scripts]) -> the module whose
     "crossed-train": "crossed_rlvr.train.cli", "crossed-match": "crossed_rlvr.train.matched",
     "crossed-study": "crossed_rlvr.study.cli", "crossed-calibrate": "crossed_rlvr.calibration.cli",
     "crossed-rescore": "crossed_rlvr.rescore.cli", "crossed-audit": "crossed_rlvr.study.audit",
+    "crossed-view": "crossed_rlvr.view.cli",
 }
 HYDRA = {"crossed-study": "crossed_study", "crossed-train": "crossed_train", "crossed-eval": "crossed_eval",
          "crossed-sft": "crossed_sft", "crossed-audit": "crossed_audit"}

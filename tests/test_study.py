@@ -53,6 +53,18 @@ def test_each_arm_config_is_checked_once_where_it_is_planned(smoke):
     assert sorted(summary["arm_checks"]) == ["grpo-boxed/s83", "grpo-boxed/s84", "grpo-hash/s83", "grpo-hash/s84"]
 
 
+def test_crossed_view_shows_the_smoke_study_in_a_real_browser(smoke):
+    """crossed-view on the smoke study's folder, in chromium: every grid number is cells.csv's and every interaction
+    the report's; the paired counts are the scores table's and ΔP's lost/gained (tests/view_fixtures.py). The docs'
+    screenshots (docs/img/view_*.png) come from here with CROSSED_VIEW_SCREENSHOTS=docs/img."""
+    import os
+
+    from tests.view_fixtures import check_study_in_browser
+
+    target = os.environ.get("CROSSED_VIEW_SCREENSHOTS")
+    check_study_in_browser(smoke[0], Path(target) if target else None)
+
+
 def test_smoke_study_writes_the_crossed_report(smoke):
     run, summary = smoke
     assert [s for s, t in summary["stages"].items() if t["reused"]] == []

@@ -37,6 +37,7 @@ from crossed_rlvr.analysis.contrasts import (
     used_stats,
 )
 from crossed_rlvr.analysis.coverage import coverage_change, pass_at_k, pass_at_k_items
+from crossed_rlvr.analysis.flips import changes
 from crossed_rlvr.analysis.paired import paired_tests
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.score.checks import ScoresTableError, read_scores
@@ -124,8 +125,7 @@ def cell_rows(df: pd.DataFrame, groups: list[Group]) -> pd.DataFrame:
     if not init.empty:
         merged = df[df["policy"] != "initial"].merge(init, on=key, how="inner")
         for (task, template, policy, request), part in merged.groupby(["task", "template", "policy", "request"]):
-            lost = int((part["p0"] & ~part["requested_payload"]).sum())
-            gained = int((~part["p0"] & part["requested_payload"]).sum())
+            lost, gained = (changes(part["p0"], part["requested_payload"])[k] for k in ("lost", "gained"))
             info = {"task": task, "template": template, "policy": policy, "request": request}
             base = cells[(cells.task == task) & (cells.template == template) & (cells.policy == policy)
                          & (cells.request == request)].iloc[0]

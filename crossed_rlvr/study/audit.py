@@ -203,6 +203,7 @@ def _run(given: DictConfig) -> None:
     console.rule(f"crossed-audit -> {cfg.run_dir}")
     report = Audit(cfg, console).run()
     console.print(f"report: {report}")
+    console.print(f"view: crossed-view {cfg.run_dir}", markup=False, highlight=False)  # responses in a browser
     print(report)
 
 

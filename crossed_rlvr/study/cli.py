@@ -112,6 +112,7 @@ def _run(given: DictConfig) -> None:
     for line in headline(summary["report"]):
         console.print(line, markup=False, highlight=False)
     console.print(f"report: {summary['report']}")
+    console.print(f"view: crossed-view {cfg.run_dir}", markup=False, highlight=False)  # responses in a browser
     print(json.dumps(summary))
 
 
