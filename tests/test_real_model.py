@@ -201,6 +201,10 @@ def test_crossed_audit_reports_the_crossed_interaction_of_checkpoints_given_by_f
     assert second.returncode == 0, second.stderr[-3000:]
     assert "eval: reused" in second.stderr and "crossed-eval" not in second.stderr.replace("eval: reused", "")
     assert {f: f.stat().st_mtime_ns for f in responses} == before
+    from tests.view_fixtures import check_study_in_browser
+
+    check_study_in_browser(out)  # crossed-view on the audit's folder: its grid, cells and pairs, as the analysis's
+
 
 
 def test_crossed_audit_is_the_front_door_for_a_code_task_too(real, tmp_path):
