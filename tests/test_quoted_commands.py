@@ -679,7 +679,7 @@ def code_samples(tmp: Path) -> None:
 
 @scenario("python -m crossed_rlvr.eval.generate.workers slurm --nodes 4 --gpus-per-node 8 -o eval.sbatch -- "
           "crossed-study experiment=qwen2.5-7b-gsm8k-crossed",
-          "python -m crossed_rlvr.conf.ranges > docs/settings.md",
+          "python scripts/settings_table.py > docs/settings.md",
           "python scripts/wandb_runs.py runs/study",
           "scripts/suite_timeline.py DIR")
 def writers(tmp: Path) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.conf.schema import SFTCommandConf, conf_of, given_of, settings
+from crossed_rlvr.conf.schema import SFTCommandConf, conf_of, settings
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.files import json_lines
 from crossed_rlvr.layout import SFT_SUMMARY, RunLayout
@@ -30,6 +30,20 @@ from crossed_rlvr.sft.pairs import target, write_pairs
 from crossed_rlvr.sft.trainer import SFTConfig, train_sft
 from crossed_rlvr.task_sources import task_kind
 from crossed_rlvr.tasks.code import load_code_dataset, train_file
+
+
+def given_of(cfg: object) -> dict[str, Any]:
+    """A command's config as it was given, in plain dicts (a composed Hydra node resolved, a dict as it is), less
+    Hydra's own node: what a run records of its config beside the typed one (crossed-sft's wandb runs and their
+    ids), made at the door as ``conf_of`` is."""
+    from collections.abc import Mapping
+
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a command's config is a mapping, not {type(cfg).__name__}")
+    return {str(k): v for k, v in data.items() if k != "hydra"}
 
 
 @dataclass(frozen=True)
@@ -115,7 +129,7 @@ def band_callbacks(cfg: SFTCommandConf, base: str | Path) -> list[Any]:  # Any: 
     band = cfg.warmstart.band
     if band.every <= 0:
         return []
-    from crossed_rlvr.eval.generate.device import resolved
+    from crossed_rlvr.eval.generate.device import placed
     from crossed_rlvr.eval.generate.engines import GenParams
     from crossed_rlvr.policies.loading import load_tokenizer
     from crossed_rlvr.sft.band import band_callback
@@ -126,7 +140,7 @@ def band_callbacks(cfg: SFTCommandConf, base: str | Path) -> list[Any]:  # Any: 
         raise ConfigError(f"warmstart.band needs dev items; task={cfg.task.name} has none")
     ev = cfg.eval  # sampled as the evaluation samples: greedy decoding overstates request-following
     params = GenParams(float(ev.temperature), float(ev.top_p), int(ev.max_new_tokens), int(ev.context_limit))
-    gen = resolved(ev)
+    gen = placed(ev)
     bf16 = gen.dtype == "bfloat16"  # sampled in the evaluation's precision (unset: bf16 on a GPU)
     snapshot = None
     if ev.linear == "onednn" and gen.device == "cpu":  # and through the evaluation's packed linear layers

@@ -35,9 +35,9 @@ def eval_fingerprint(gen: EvalConf | Mapping[str, Any]) -> dict[str, Any]:
     """The ``eval`` settings as a stage's fingerprint holds them: device and dtype resolved as the evaluation
     resolves them, the device left out where it is the CPU every earlier stage ran on (eval/generate/device.py), so
     a default left unset matches what a finished stage recorded."""
-    from crossed_rlvr.eval.generate.device import hashed_settings, resolved
+    from crossed_rlvr.eval.generate.device import hashed_settings, placed
 
-    return hashed_settings(resolved(conf_of(EvalConf, gen)))  # a crossed-eval config's section (a node) typed here
+    return hashed_settings(placed(conf_of(EvalConf, gen)))  # a crossed-eval config's section (a node) typed here
 
 
 def policies_of(stage_info: dict[str, Any]) -> list[Policy]:

@@ -55,15 +55,9 @@ def resolve_dtype(requested: str | None, device: str) -> str:
     return eval_dtype(str(requested))
 
 
-def settings(gen: EvalConf) -> dict[str, Any]:
-    """The ``eval`` settings as a plain dict (``files.settings``: no OmegaConf, which a bare GPU image lacks)."""
-    from crossed_rlvr.files import settings as plain_settings
-
-    return dict(plain_settings(gen))
-
-
-def resolved(gen: EvalConf, gpu_workers: bool | None = None) -> EvalConf:
-    """A copy of the ``eval`` settings with ``device`` and ``dtype`` resolved (the caller's are left as given)."""
+def placed(gen: EvalConf, gpu_workers: bool | None = None) -> EvalConf:
+    """A copy of the ``eval`` settings placed where they run: ``device`` and ``dtype`` resolved (the caller's are left
+    as given)."""
     device = resolve_device(gen.device, gpu_workers)
     return dataclasses.replace(gen, device=device, dtype=resolve_dtype(gen.dtype, device))
 
@@ -71,6 +65,8 @@ def resolved(gen: EvalConf, gpu_workers: bool | None = None) -> EvalConf:
 def hashed_settings(gen: EvalConf) -> dict[str, Any]:
     """The resolved ``eval`` settings as a cell's meta holds and hashes them: the device only where it is not the CPU
     every earlier cell ran on, and never for vLLM (it places its engine itself)."""
+    from crossed_rlvr.files import settings
+
     out = settings(gen)
     if out.get("device") in (None, "cpu") or out.get("backend") == "vllm":
         out.pop("device", None)

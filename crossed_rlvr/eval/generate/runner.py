@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from crossed_rlvr.conf.schema import EvalCommandConf, EvalConf, conf_of
-from crossed_rlvr.eval.generate.device import resolved
+from crossed_rlvr.eval.generate.device import placed
 from crossed_rlvr.eval.generate.engines import load_backend, release
 from crossed_rlvr.eval.generate.plan import (
     Cell,
@@ -90,7 +90,7 @@ def run_eval(given: EvalCommandConf | DictConfig, progress: bool = True, on_even
 def resolve_eval(cfg: EvalCommandConf) -> EvalCommandConf:
     """A copy of the config with ``eval.device`` and ``eval.dtype`` resolved once, here: the cells record them
     and every worker runs them (a ``cuda`` nothing can run is refused before any file is written)."""
-    gen = resolved(cfg.eval, gpu_workers(cfg))
+    gen = placed(cfg.eval, gpu_workers(cfg))
     return replace(cfg, eval=replace(cfg.eval, device=str(gen.device), dtype=str(gen.dtype)))
 
 
