@@ -113,6 +113,8 @@ def test_help_lists_only_the_commands_own_groups():
     assert "experiment" not in out and "recipe:" not in out and "powered by Hydra" not in out
     study = subprocess.run([str(BIN / "crossed-study"), "--help"], capture_output=True, text=True, check=True).stdout
     assert "  experiment:\n" in study and "   * tiny " in study and "smoke" in study
+    # the description and examples are the primary config's header (conf/crossed_study.yaml), written once
+    assert "Examples:\n  crossed-study                                   # the tiny default\n" in study
 
 
 def test_job_directories_are_named_by_the_swept_overrides(monkeypatch):

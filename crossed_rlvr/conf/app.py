@@ -17,34 +17,6 @@ C = TypeVar("C")  # a command's view of its composed config
 
 CONF = Path(__file__).parent
 
-ABOUT = {
-    "crossed-train": "one GRPO arm (TRL on one machine, or verl data + launch scripts for GPU nodes)",
-    "crossed-eval": "every policy x request x wording x item -> one response file per cell",
-    "crossed-sft": "warm start of a tiny initial policy, or content-matched SFT marker arms",
-    "crossed-study": "the whole crossed design: initial policy -> arms -> crossed evaluation -> scores -> report",
-    "crossed-audit": "your own checkpoints, crossed: each given by its training convention -> crossed report",
-}
-EXAMPLES = {
-    "crossed-train": ["crossed-train convention=boxed seed=84",
-                      "crossed-train -m convention=hash,boxed seed=83,84      # one run directory per job"],
-    "crossed-eval": ["crossed-eval model.path=runs/study/models/initial run_dir=runs/eval1",
-                     "crossed-eval -m eval.temperature=0,0.6 model.path=DIR run_dir=runs/temps"],
-    "crossed-sft": ["crossed-sft mode=warmstart model.path=runs/sft/models/initial",
-                    "crossed-sft mode=arms model.path=DIR seeds=[83,84]"],
-    "crossed-study": ["crossed-study                                   # the tiny default",
-                      "crossed-study experiment=smoke run_dir=/tmp/s",
-                      "crossed-study -m 'arms.seeds=[83],[84]' experiment=smoke run_dir=runs/seeds",
-                      "crossed-study experiment=qwen2.5-7b-gsm8k-crossed stages=prepare"],
-    "crossed-audit": ["crossed-audit initial=BASE hash=HASH_CKPT boxed=BOXED_CKPT task=gsm8k eval=vllm "
-                      "run_dir=runs/audit",
-                      "crossed-audit initial=BASE boxed=[SEED0_CKPT,SEED1_CKPT] task=math500   # one per seed",
-                      "   (any convention's name (crossed_rlvr/rewards/conventions.py): folders or hub names; "
-                      "initial: the base)",
-                      "crossed-audit preset=d3 from_study=RUN_DIR run_dir=runs/d3   # App. D.3: a study's arms on code",
-                      "   (a code task's policies: fence, begin_done; step=N: the study's checkpoints at update N)"],
-}
-
-
 def describe(path: Path) -> str:
     """The first comment line of a config file (its one-line description)."""
     for line in path.read_text().splitlines():
@@ -62,15 +34,24 @@ def groups_of(config_name: str) -> list[tuple[str, str]]:
     return [next(iter(d.items())) for d in defaults if isinstance(d, dict)]
 
 
+def header(path: Path) -> tuple[str, list[str]]:
+    """A primary config's description (its first comment paragraph) and the examples its header lists under
+    ``# examples:``: the command's help is written once, with its config."""
+    comments = [line[1:] for line in path.read_text().splitlines() if line.startswith("#")]
+    k = next((i for i, line in enumerate(comments) if line.strip() == "examples:"), len(comments))
+    return "\n".join(line.strip() for line in comments[:k]), [line[3:] for line in comments[k + 1:]]
+
+
 def help_text(command: str, config_name: str) -> str:
-    lines = [f"{command}: {ABOUT[command]}", "", f"usage: {command} [-m] [key=value ...] [group=option ...]", "",
+    about, examples = header(CONF / f"{config_name}.yaml")
+    lines = [about, "", f"usage: {command} [-m] [key=value ...] [group=option ...]", "",
              "Groups (default marked *):"]
     for group, default in groups_of(config_name):
         lines.append(f"  {group}:")
         for path in sorted((CONF / group).glob("*.yaml")):
             mark = "*" if path.stem == default else " "
             lines.append(f"   {mark} {path.stem:<32} {describe(path)}")
-    lines += ["", "Examples:", *[f"  {e}" for e in EXAMPLES[command]], "",
+    lines += ["", "Examples:", *[f"  {e}" for e in examples], "",
               f"All keys with their values: {command} --cfg job    Hydra's own flags: {command} --hydra-help",
               ("Under -m every job writes to its own run directory <run_dir>/<the job's overrides>, with its "
                "config in hydra/ there.")]
