@@ -40,6 +40,7 @@ IN_PROCESS = [
      "crossed-rescore: {tmp}/bad.jsonl:1: missing field 'item_id'"),
     ("crossed-match", "crossed_rlvr.train.matched", lambda t: [str(t / "a"), str(t / "b")],
      "crossed-match: {tmp}/a/resolved_config.json: no such file or folder"),
+    ("crossed-view", "crossed_rlvr.view.cli", lambda t: [str(t / "none")], "crossed-view: {tmp}/none: no such folder"),
 ]
 
 

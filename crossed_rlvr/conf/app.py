@@ -3,8 +3,9 @@ directory per multirun job, and a ``--help`` that lists only the command's own g
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -90,33 +91,47 @@ def needed_extras(cfg: DictConfig) -> list[str]:
     return names
 
 
+@contextlib.contextmanager
+def one_line(command: str) -> Iterator[None]:
+    """The error contract of a command (crossed_rlvr/errors.py) as one line on stderr and its exit status: a refusal
+    of its input exits 2; a run that failed as its message says (arms not matched, a full disk) or a file the machine
+    could not read or write, its own status. Inside Hydra's job too, whose handler would print a traceback."""
+    from crossed_rlvr.errors import BAD_INPUT, RUN_FAILED, CrossedError, RunFailure
+
+    try:
+        yield
+    except (CrossedError, RunFailure) as err:
+        print(f"{command}: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(BAD_INPUT if isinstance(err, CrossedError) else RUN_FAILED) from None
+    except OSError as err:
+        if err.filename is None:
+            raise
+        from crossed_rlvr.files import describe_os_error
+
+        line, status = describe_os_error(err)
+        print(f"{command}: {line}", file=sys.stderr, flush=True)
+        raise SystemExit(status) from None
+
+
 def refuse_or_pass(command: str, cfg: DictConfig) -> None:
     """Every check of the command's composed config; a refusal is one line on stderr and exit 2."""
     from crossed_rlvr.conf.checks import check_command
-    from crossed_rlvr.errors import BAD_INPUT, CrossedError
     from crossed_rlvr.extras import require
 
-    try:
+    with one_line(command):
         require(*needed_extras(cfg))  # the engines this config loads are installed
         check_command(command, cfg)
         if command in COMMAND_CHECKS:
             COMMAND_CHECKS[command](cfg)
-    except CrossedError as err:
-        print(f"{command}: {err}", file=sys.stderr, flush=True)
-        raise SystemExit(BAD_INPUT) from None
 
 
 def hold_or_refuse(command: str, run_dir: str) -> None:
     """The run folder held for the command's whole run (crossed_rlvr/folder_lock.py), after its config passed and
     before anything is written there: a second run into a held folder is one line and exit 2."""
-    from crossed_rlvr.errors import BAD_INPUT, CrossedError
     from crossed_rlvr.folder_lock import hold
 
-    try:
+    with one_line(command):
         hold(run_dir, command, [a for a in sys.argv[1:] if not a.startswith(CHECKS_KEY)])  # as the user typed it
-    except CrossedError as err:
-        print(f"{command}: {err}", file=sys.stderr, flush=True)
-        raise SystemExit(BAD_INPUT) from None
 
 
 class ChecksFirst:
@@ -197,14 +212,10 @@ def hydra_app(command: str, config_name: str, run: Callable[[C], None],
             return
         import hydra
 
-        from crossed_rlvr.conf.checks import ConfigError
         from crossed_rlvr.conf.ranges import check_overrides
 
-        try:  # the command line's numbers, before Hydra's own conversion can stop on them
+        with one_line(command):  # the command line's numbers, before Hydra's own conversion can stop on them
             check_overrides(spelled(command, sys.argv[1:]), config_name)
-        except ConfigError as err:
-            print(f"{command}: {err}", file=sys.stderr)
-            raise SystemExit(2) from None
 
         started = []
 
@@ -214,29 +225,13 @@ def hydra_app(command: str, config_name: str, run: Callable[[C], None],
             if job_run_dir(cfg):  # a single run was checked by ChecksFirst, before Hydra wrote anything
                 refuse_or_pass(command, cfg)
                 hold_or_refuse(command, str(cfg.run_dir))
-            from crossed_rlvr.errors import BAD_INPUT, RUN_FAILED, CrossedError, RunFailure
             from crossed_rlvr.faults import writing
+            from crossed_rlvr.numerics import apply
 
-            try:
-                from crossed_rlvr.numerics import apply
-
+            with one_line(command):
                 apply(str(cfg.numerics))  # before torch loads: this process's kernels and every one it starts
                 with writing(Path(str(cfg.run_dir)), command):  # a fault of the machine: one line (faults.py)
                     run(cast(C, cfg))  # the node: a command that reads it as its schema types it at its door
-            except CrossedError as err:  # inside Hydra's job: its handler would print a traceback
-                print(f"{command}: {err}", file=sys.stderr, flush=True)
-                raise SystemExit(BAD_INPUT) from None
-            except RunFailure as err:  # a run that failed as its message says (arms not matched, a full disk): one line
-                print(f"{command}: {err}", file=sys.stderr, flush=True)
-                raise SystemExit(RUN_FAILED) from None
-            except OSError as err:  # the same
-                if err.filename is None:
-                    raise
-                from crossed_rlvr.files import describe_os_error
-
-                line, status = describe_os_error(err)
-                print(f"{command}: {line}", file=sys.stderr, flush=True)
-                raise SystemExit(status) from None
 
         from crossed_rlvr.errors import BAD_INPUT
         from crossed_rlvr.interrupt import stops_cleanly
