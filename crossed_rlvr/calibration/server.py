@@ -38,12 +38,13 @@ def content_security_policy(page: str) -> str:
             "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
-SECURITY_HEADERS = {
-    "Content-Security-Policy": content_security_policy(PAGE.read_text()),
-    "Referrer-Policy": "no-referrer",  # the personal link's token never leaves in a Referer
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-}
+def security_headers(page: str) -> dict[str, str]:
+    """The headers every answer of a local page's server carries: its content security policy, no Referer (a
+    personal link's token never leaves in one), no framing, no type sniffing."""
+    return {"Content-Security-Policy": content_security_policy(page), "Referrer-Policy": "no-referrer",
+            "X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff"}
+
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
@@ -51,6 +52,40 @@ class BadRequest(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class LocalPageHandler(BaseHTTPRequestHandler):
+    """A local page's server (this one, crossed-view's): answers with its page's security headers, only to its own
+    Host (DNS rebinding) and to no other origin."""
+
+    headers_sent: dict[str, str]  # the page's security_headers
+    timeout = READ_TIMEOUT_S  # a connection that sends nothing is dropped, never waited on
+
+    def log_message(self, *args: Any) -> None:  # quiet: the page shows progress
+        pass
+
+    def _send(self, code: int, body: object, kind: str = "application/json") -> None:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-store")
+        for name, value in self.headers_sent.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _check_origin(self) -> None:
+        """This server's own Host only (DNS rebinding), and no other origin."""
+        address = self.server.server_address
+        assert isinstance(address, tuple)  # a TCP server's (host, port), never a Unix socket's path
+        host, port = address[:2]
+        allowed = {f"{h}:{port}" for h in (*LOOPBACK, host)} | {f"[::1]:{port}"}
+        if self.headers.get("Host") not in allowed:
+            raise BadRequest(421, f"Host {self.headers.get('Host')!r} is not this server")
+        origin = self.headers.get("Origin")
+        if origin is not None and urlparse(origin).netloc not in allowed:
+            raise BadRequest(403, f"requests from origin {origin!r} are refused")
 
 
 def _pack_gate(store: LabelStore, stage: str) -> None:
@@ -110,38 +145,12 @@ def item_view(store: LabelStore, annotator: str, stage: str, sid: str) -> dict[s
     return item
 
 
-class LabelHandler(BaseHTTPRequestHandler):
+class LabelHandler(LocalPageHandler):
     """The page and its JSON API over one label store (``make_handler`` binds the store)."""
 
     store: LabelStore
     writing: threading.Lock  # one writer of the store at a time
-    timeout = READ_TIMEOUT_S  # a connection that sends nothing is dropped, never waited on
-
-    def log_message(self, *args: Any) -> None:  # quiet: the page shows progress
-        pass
-
-    def _send(self, code: int, body: object, kind: str = "application/json") -> None:
-        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        for name, value in SECURITY_HEADERS.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _check_origin(self) -> None:
-        """This server's own Host only (DNS rebinding), and writes only from its own page's origin."""
-        address = self.server.server_address
-        assert isinstance(address, tuple)  # a TCP server's (host, port), never a Unix socket's path
-        host, port = address[:2]
-        allowed = {f"{h}:{port}" for h in (*LOOPBACK, host)} | {f"[::1]:{port}"}
-        if self.headers.get("Host") not in allowed:
-            raise BadRequest(421, f"Host {self.headers.get('Host')!r} is not this server")
-        origin = self.headers.get("Origin")
-        if origin is not None and urlparse(origin).netloc not in allowed:
-            raise BadRequest(403, f"requests from origin {origin!r} are refused")
+    headers_sent = security_headers(PAGE.read_text())
 
     def _body(self) -> dict[str, Any]:
         raw_length = self.headers.get("Content-Length")

@@ -11,32 +11,18 @@ Every answer is one page of rows (server-side paging): the browser never holds t
 
 from __future__ import annotations
 
-import json
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
-from crossed_rlvr.calibration.server import LOOPBACK, content_security_policy
+from crossed_rlvr.calibration.server import LOOPBACK, BadRequest, LocalPageHandler, security_headers
 from crossed_rlvr.view.data import RunData, ViewError
 
 PAGE = Path(__file__).with_name("page.html")
 PAGE_TEXT = PAGE.read_text(encoding="utf-8")
-SECURITY_HEADERS = {
-    "Content-Security-Policy": content_security_policy(PAGE_TEXT),
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-}
 PER_PAGE = 20  # responses a page of a cell shows
 PAIRS_PER_PAGE = 10  # item pairs a page of the paired view shows
-READ_TIMEOUT_S = 30.0
-
-
-class Refused(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
+Refused = BadRequest  # an answer other than 200: its status and one line
 
 
 def climbs(raw_path: str) -> bool:
@@ -52,37 +38,11 @@ def climbs(raw_path: str) -> bool:
     return True  # encoded more deeply than any page of ours would
 
 
-class ViewHandler(BaseHTTPRequestHandler):
+class ViewHandler(LocalPageHandler):
     """The page and its JSON API over one run's data (``make_handler`` binds it)."""
 
     data: RunData
-    timeout = READ_TIMEOUT_S
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _send(self, code: int, body: object, kind: str = "application/json") -> None:
-        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        for name, value in SECURITY_HEADERS.items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _check_origin(self) -> None:
-        """This server's own Host only (DNS rebinding), and no other origin (the annotation page's rule)."""
-        address = self.server.server_address
-        assert isinstance(address, tuple)
-        host, port = address[:2]
-        allowed = {f"{h}:{port}" for h in (*LOOPBACK, host)} | {f"[::1]:{port}"}
-        if self.headers.get("Host") not in allowed:
-            raise Refused(421, f"Host {self.headers.get('Host')!r} is not this server")
-        origin = self.headers.get("Origin")
-        if origin is not None and urlparse(origin).netloc not in allowed:
-            raise Refused(403, f"requests from origin {origin!r} are refused")
+    headers_sent = security_headers(PAGE_TEXT)
 
     @staticmethod
     def _int(q: dict[str, str], name: str, default: int | None = None, top: int | None = None) -> int:
