@@ -150,10 +150,6 @@ def check_config(cfg: TrainConf, initial_built: bool = True) -> None:
     if cfg.engine.name == "trl" and cfg.engine.nproc_per_node > 1 and cfg.validation.every > 0:
         raise RecipeError("validation.every > 0 runs on one process: with engine.nproc_per_node > 1 validate the "
                           "arm's checkpoints with crossed-eval, or set validation.every=0")
-    if cfg.engine.name not in ("trl", "verl"):
-        raise RecipeError(f"engine={cfg.engine.name!r} is unknown; expected trl or verl")
-    if cfg.algorithm.name not in ("grpo", "reinforce_pp"):
-        raise RecipeError(f"algorithm={cfg.algorithm.name!r} is unknown; expected grpo or reinforce_pp")
     if cfg.engine.name == "trl" and cfg.algorithm.name != "grpo":
         raise RecipeError("algorithm=reinforce_pp runs only with engine=verl")
     if cfg.engine.name == "verl":

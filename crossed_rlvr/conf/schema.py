@@ -253,8 +253,13 @@ class NameConf(ReadOnly):
 
 
 @dataclass
+class AlgorithmConf(ReadOnly):
+    name: str = choice(MISSING, ("grpo", "reinforce_pp"))  # reinforce_pp: verl's REINFORCE++ (engine=verl only)
+
+
+@dataclass
 class EngineConf(ReadOnly):
-    name: str = MISSING            # trl | verl
+    name: str = choice(MISSING, ("trl", "verl"))
     # TRL
     micro_batch: int | None = num(None, 1, 65_536)
     use_vllm: bool = False
@@ -354,7 +359,7 @@ class TrainConf(ReadOnly):
     task: TaskConf = MISSING
     convention: NameConf = MISSING
     recipe: RecipeConf = MISSING
-    algorithm: NameConf = MISSING
+    algorithm: AlgorithmConf = MISSING
     engine: EngineConf = MISSING
     eval: EvalConf = MISSING
     tracking: TrackingConf = MISSING
@@ -501,7 +506,7 @@ class StudyConf(ReadOnly):
     task: TaskConf = MISSING
     sft: SFTRecipeConf = MISSING
     recipe: RecipeConf = MISSING
-    algorithm: NameConf = MISSING
+    algorithm: AlgorithmConf = MISSING
     engine: EngineConf = MISSING
     eval: EvalConf = MISSING
     tracking: TrackingConf = MISSING
