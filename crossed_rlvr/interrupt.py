@@ -5,13 +5,30 @@ and bad input (``crossed_rlvr.errors.CrossedError``: exit 2).
 A terminal's Ctrl-C reaches the whole foreground process group: the command's own worker processes
 ignore it (``ignore_interrupts`` as their initializer) and are stopped by their parent, which prints the
 one line. Exit status 130, the shell's convention for a SIGINT.
+
+A cluster stops a command with SIGTERM instead (SLURM at a time limit, on preemption and on ``scancel``;
+Kubernetes on eviction), often sent to the command's process alone: it is handled as Ctrl-C, and the command
+first stops every process below it (multiprocessing workers, torchrun's ranks, vLLM engines, the local Ray
+cluster it started and Ray's workers: SIGTERM, then SIGKILL to any left after ``GRACE_S``), since nothing else
+would. Exit status 143 (128 + 15).
+
+SIGUSR1 is SLURM's warning before a time limit (``--signal=B:USR1@<s>``): a training arm saves a resumable
+checkpoint at its next update and stops (``save_requested``, read by the arm's trainer), so that the requeued
+job loses at most one update; a command with no arm training stops at once as on SIGTERM. Exit status 138
+(128 + 10). The signal reaches the arm's own processes wherever they run: a process that catches SIGUSR1 passes
+it to each process below it that catches it too (the processes training an arm; others, whose default on
+SIGUSR1 is to die, are left alone).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -25,8 +42,10 @@ RESUME = {
     "crossed-score": "run the same command again: the chunks already scored are kept and the rest scored "
                      "(the table is written only when complete)",
     "crossed-eval": "run the same command again: finished response files are kept, the rest generated",
-    "crossed-study": "run the same command again: every finished stage is reused",
-    "crossed-train": "run the same command again: the arm starts again from its initial policy",
+    "crossed-study": "run the same command again: every finished stage is reused, and an arm in training goes on "
+                     "from its last saved update (recipe.save_every)",
+    "crossed-train": "run the same command again: the arm goes on from its last saved update (recipe.save_every; "
+                     "0: from its initial policy)",
     "crossed-sft": "run the same command again: a model is saved only when complete, so it starts again",
     "crossed-analyze": "run the same command again: nothing is written until the analysis is complete",
     "crossed-import": "run the same command again: the output is written only when complete",
@@ -37,9 +56,170 @@ RESUME = {
 }
 
 
+# how long the processes below a stopped command get to end on SIGTERM before they are killed
+GRACE_S = 10.0
+# the exit status of a command ended by each signal (the shell's 128 + the signal's number)
+STATUS: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGUSR1: 138}
+WHY: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM",
+       signal.SIGUSR1: "stopped by SIGUSR1 (an arm in training saved its checkpoint first)"}
+
+
+class Stopped(KeyboardInterrupt):
+    """A signal that stops the command, raised in its main thread: handled on the same path as Ctrl-C (every
+    ``except KeyboardInterrupt`` and ``finally`` on the way runs), with its own exit status."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    def __reduce__(self) -> tuple[type, tuple[int]]:  # raised in a pool's worker, re-raised in its parent
+        return (Stopped, (self.signum,))
+
+
+class _State:
+    """This process's handling: whose handlers were installed (a forked child inherits them, not the role), whether
+    SIGUSR1 asked for a save, how many arms it is training now."""
+
+    owner: int | None = None
+    save_requested = False
+    training = 0
+
+
+_state = _State()
+
+
+def save_requested() -> bool:
+    """Whether SIGUSR1 asked this process to save a checkpoint at the next update and stop."""
+    return _state.save_requested
+
+
+class training:
+    """Marks the span in which this process trains an arm that reads ``save_requested`` at each update: a SIGUSR1
+    then waits for that save instead of stopping the command at once."""
+
+    def __enter__(self) -> None:
+        _state.training += 1
+
+    def __exit__(self, *exc: object) -> None:
+        _state.training -= 1
+
+
 def ignore_interrupts() -> None:
-    """Initializer of worker processes: the parent handles Ctrl-C and stops them."""
+    """Initializer of worker processes: the parent handles Ctrl-C and stops them; SIGTERM, which the parent sends
+    them, ends them as by default (a forked worker would otherwise inherit the parent's handler)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def training_worker() -> None:
+    """Initializer of a worker process that trains arms: as ``ignore_interrupts``, and SIGUSR1 (passed on by the
+    parent) asks its arm to save at the next update and stop."""
+    ignore_interrupts()
+    _state.owner = os.getpid()
+    signal.signal(signal.SIGUSR1, _on_usr1)
+
+
+def _proc_status(pid: int) -> dict[str, str]:
+    """``/proc/<pid>/status`` as fields (empty where the process is gone, or off Linux)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return dict(line.rstrip("\n").split(":\t", 1) for line in fh if ":\t" in line)
+    except OSError:
+        return {}
+
+
+def descendants(root: int | None = None) -> list[int]:
+    """The live processes below ``root`` (this one by default), parents before their children, read from
+    ``/proc`` (none off Linux)."""
+    children: dict[int, list[int]] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        status = _proc_status(pid)
+        if status and status.get("State", "").split()[:1] != ["Z"]:
+            children.setdefault(int(status.get("PPid", "0")), []).append(pid)
+    found, todo = [], [os.getpid() if root is None else root]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def _alive(pid: int) -> bool:
+    status = _proc_status(pid)
+    return bool(status) and status.get("State", "").split()[:1] != ["Z"]
+
+
+def _send(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signum)
+
+
+def stop_descendants(grace_s: float = GRACE_S) -> None:
+    """SIGTERM (and SIGCONT, for one stopped) to every process below this one, SIGKILL to those left after
+    ``grace_s``: a command ends with nothing of its own left running. Processes that start meanwhile (a pool
+    replacing a worker) are found on a second pass."""
+    for _ in range(2):
+        procs = descendants()
+        if not procs:
+            return
+        for pid in procs:
+            _send(pid, signal.SIGTERM)
+            _send(pid, signal.SIGCONT)
+        deadline = time.monotonic() + grace_s
+        while any(map(_alive, procs)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in filter(_alive, procs):
+            _send(pid, signal.SIGKILL)
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (Linux: ``SigCgt`` in ``/proc/<pid>/status``)."""
+    caught = _proc_status(pid).get("SigCgt")
+    return caught is not None and bool(int(caught, 16) >> (signum - 1) & 1)
+
+
+def _on_term(signum: int, frame: object) -> None:
+    if os.getpid() != _state.owner:  # a forked child that inherited the handler: end as by default
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    stop_descendants()
+    raise Stopped(signum)
+
+
+def _on_usr1(signum: int, frame: object) -> None:
+    if os.getpid() != _state.owner:
+        return  # a forked child (a data loader's, a pool's): the arm's own process reads the request
+    _state.save_requested = True
+    passed = False
+    for pid in descendants():
+        if _catches(pid, signum):
+            _send(pid, signum)
+            passed = True
+    if not passed and not _state.training and threading.current_thread() is threading.main_thread():
+        stop_descendants()  # no arm here or below to save: stop now, as on SIGTERM
+        raise Stopped(signum)
+
+
+def handle_signals() -> None:
+    """SIGTERM and SIGUSR1 handled in this process (its main thread only: Python's rule for handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _state.owner = os.getpid()
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGUSR1, _on_usr1)
+
+
+def stopped_by(returncode: int) -> None:
+    """A worker command's exit status read back by the command that ran it: a worker ended by a signal this
+    command also got (it passes SIGTERM and SIGUSR1 on) stops this command the same way."""
+    for signum, status in STATUS.items():
+        if returncode in (status, -signum) and (signum != signal.SIGUSR1 or _state.save_requested):
+            raise Stopped(signum)
 
 
 def stops_cleanly(command: str, quiet: bool = False) -> Callable[[F], F]:
@@ -49,6 +229,7 @@ def stops_cleanly(command: str, quiet: bool = False) -> Callable[[F], F]:
     def wrap(main: F) -> F:
         @functools.wraps(main)
         def run(*args: Any, **kwargs: Any) -> Any:
+            handle_signals()
             try:
                 return main(*args, **kwargs)
             except CrossedError as err:  # bad input: its one line (errors.py)
@@ -61,11 +242,13 @@ def stops_cleanly(command: str, quiet: bool = False) -> Callable[[F], F]:
                     raise
                 print(f"{command}: {err}", file=sys.stderr, flush=True)
                 raise SystemExit(1) from None
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as err:
+                signum = err.signum if isinstance(err, Stopped) else signal.SIGINT
+                stop_descendants()  # whatever its workers' owners did not stop on the way out
                 if not quiet:
-                    print(f"{command}: interrupted; {RESUME.get(command, 'run the same command again')}.",
+                    print(f"{command}: {WHY[signum]}; {RESUME.get(command, 'run the same command again')}.",
                           file=sys.stderr, flush=True)
-                raise SystemExit(130) from None
+                raise SystemExit(STATUS[signum]) from None
             except OSError as err:  # a file-system error with its path (full or read-only disk, a bad path)
                 if quiet or err.filename is None:
                     raise

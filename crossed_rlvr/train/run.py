@@ -63,7 +63,7 @@ def run_train(cfg: CheckedTrainConf) -> dict[str, Any]:
     if cfg.engine.name == "trl":
         from crossed_rlvr.train.trl_engine import train_trl
 
-        result = train_trl(cfg, rows, run_dir)
+        result = train_trl(cfg, rows, run_dir, digest)
         metrics = [row for row, _where in json_lines(arm.metrics)]
         reward_key = f"rewards/{cfg.convention.name}_reward/mean"
         result["reward_first"] = metrics[0].get(reward_key)

@@ -3,7 +3,8 @@
 The rewarded convention's training reward program is the reward; the requested-payload detector
 is logged as a second reward function with weight 0 (a metric that never moves the policy).
 Importance weights of the frozen prompt proposal scale each sample's advantage. Checkpoints are
-Hugging Face directories at step 0 and at the final step; per-step metrics (reward, payload rate,
+Hugging Face directories at step 0 and at the final step, and resumable ones every ``recipe.save_every`` updates
+from which an interrupted arm goes on (train/resume.py); per-step metrics (reward, payload rate,
 response length, clip fraction, entropy) go to ``metrics.jsonl`` and to wandb.
 """
 
@@ -210,8 +211,9 @@ def stream_sampler(cfg: TrainConf, tokenizer: Any, bf16: bool) -> StreamSampler 
                          context_limit=int(r.max_context_tokens), cpu=not torch.cuda.is_available())
 
 
-def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
-    """Train one GRPO arm on ``rows``; returns time, final checkpoint, metrics file (and what the ranks did)."""
+def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path, digest: str) -> dict[str, Any]:
+    """Train one GRPO arm on ``rows``, from its last saved update where an earlier run of the same config (hashed
+    ``digest``) saved one; returns time, final checkpoint, metrics file (and what the ranks did)."""
     import torch
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig
@@ -242,12 +244,27 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
                     config=resolved_config(cfg)) if first else None
     report = ["wandb"] if run is not None else []
     # the arguments first: on several processes they start the process group (gloo on a CPU)
+    from crossed_rlvr.train.resume import (
+        keep_metrics_until,
+        last_saved,
+        save_and_stop_callback,
+        save_args,
+        saved_step,
+    )
+
+    resume = last_saved(arm.trl_output, digest) if first else None
     args = GRPOConfig(
-        output_dir=str(arm.trl_output), logging_steps=1, save_strategy="no", report_to=report,
+        output_dir=str(arm.trl_output), logging_steps=1, report_to=report, **save_args(cfg),
         run_name=cfg.arm, use_cpu=not gpu, bf16=bf16, reward_weights=[1.0, 0.0],
         log_completions=False, disable_tqdm=not first, ddp_backend="gloo" if world > 1 and not gpu else None,
         **trl_args(cfg, world),
     )
+    if world > 1:  # rank 0 chose (and removed incomplete checkpoints): every rank resumes from the same one
+        import torch.distributed as dist
+
+        box = [str(resume) if resume else None]
+        dist.broadcast_object_list(box, src=0)
+        resume = Path(box[0]) if box[0] else None
     attention = {} if cfg.engine.attention == "auto" else {"attn_implementation": str(cfg.engine.attention)}
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32, **attention)
     step0 = arm.checkpoint(0)
@@ -256,18 +273,25 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
     dataset = training_dataset(rows)
     peft_config = lora_config(cfg)
     validation = validation_callback(cfg, model_path, peft_config is not None)
-    callbacks = [metrics_callback(metrics_path), *([validation] if validation is not None else [])]
+    stopper = save_and_stop_callback()
+    callbacks = [metrics_callback(metrics_path), *([validation] if validation is not None else []), stopper]
     trainer = WeightedGRPOTrainer(
         model=model, reward_funcs=reward_functions(cfg),
         args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks,
         peft_config=peft_config,
     )
+    from crossed_rlvr.interrupt import Stopped, training
+
     start = time.perf_counter()
     if first:
-        metrics_path.unlink(missing_ok=True)
+        if resume is None:
+            metrics_path.unlink(missing_ok=True)
+        else:
+            keep_metrics_until(metrics_path, saved_step(resume))
     trainer.accelerator.wait_for_everyone()
     try:
-        trainer.train()
+        with training():
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     finally:
         if validation is not None:  # its scoring process, also when training failed (else this process never exits)
             validation.scorer.close()
@@ -276,6 +300,10 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
         from crossed_rlvr.train.code_reward import close_programs
 
         close_programs()  # a code arm's execution reward: its sandboxes end with the training that used them
+    if stopper.stopped_at is not None and trainer.state.global_step < int(cfg.recipe.updates):
+        import signal
+
+        raise Stopped(signal.SIGUSR1)  # saved at this update (trl/checkpoint-<K>): a rerun goes on from there
     seconds = time.perf_counter() - start
     final = arm.checkpoint(int(cfg.recipe.updates))
     ranks = across_ranks(trainer, seen) if world > 1 else None
