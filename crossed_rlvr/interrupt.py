@@ -83,6 +83,7 @@ class _State:
     owner: int | None = None
     save_requested = False
     training = 0
+    pass_usr1 = True  # whether SIGUSR1 goes on to the processes below that catch it (else: stop at once)
 
 
 _state = _State()
@@ -196,7 +197,7 @@ def _on_usr1(signum: int, frame: object) -> None:
         return  # a forked child (a data loader's, a pool's): the arm's own process reads the request
     _state.save_requested = True
     passed = False
-    for pid in descendants():
+    for pid in descendants() if _state.pass_usr1 else []:
         if _catches(pid, signum):
             _send(pid, signum)
             passed = True
@@ -205,11 +206,12 @@ def _on_usr1(signum: int, frame: object) -> None:
         raise Stopped(signum)
 
 
-def handle_signals() -> None:
-    """SIGTERM and SIGUSR1 handled in this process (its main thread only: Python's rule for handlers)."""
+def handle_signals(pass_usr1: bool = True) -> None:
+    """SIGTERM and SIGUSR1 handled in this process (its main thread only: Python's rule for handlers).
+    ``pass_usr1=False``: no process below reads a save request (verl's Ray workers), so SIGUSR1 stops at once."""
     if threading.current_thread() is not threading.main_thread():
         return
-    _state.owner = os.getpid()
+    _state.owner, _state.pass_usr1 = os.getpid(), pass_usr1
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGUSR1, _on_usr1)
 

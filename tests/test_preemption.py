@@ -154,3 +154,70 @@ def test_a_trl_arm_saved_on_sigusr1_then_killed_then_terminated_ends_on_the_unin
     assert [s["loss"] for s in steps] == pytest.approx([s["loss"] for s in clean_steps], abs=1e-6)
     assert not trl.exists()  # the resumable checkpoints go once the final one is in place
     assert torch.isfinite(torch.tensor([s["loss"] for s in steps])).all()
+
+
+def header(script: str) -> list[str]:
+    """The ``#SBATCH`` lines of an sbatch script as sbatch reads them: before its first command."""
+    lines = []
+    for line in script.splitlines()[1:]:
+        if line and not line.startswith("#"):
+            break
+        if line.startswith("#SBATCH "):
+            lines.append(line.split(None, 1)[1])
+    return lines
+
+
+def test_the_slurm_scripts_ask_for_a_warning_and_requeue_themselves_after_a_warned_save(tmp_path):
+    """The evaluation's sbatch script (the verl arms' shares its header and block: tests/test_verl_adapter.py) asks
+    SLURM for its warning and the requeue; the block runs in bash with a stand-in ``scontrol`` on the PATH: the
+    warning reaches the command, which saves and stops, then the job requeues itself; SIGTERM reaches the command
+    and ends the job with its status, unrequeued; a command that fails unwarned fails the job."""
+    from crossed_rlvr.cluster import REQUEUE, run_then_settle
+    from crossed_rlvr.eval.generate.workers import main
+
+    out = tmp_path / "eval.sbatch"
+    assert main(["slurm", "--nodes", "1", "--gpus-per-node", "8", "--warning-s", "600", "-o", str(out), "--",
+                 "crossed-eval", "experiment=smoke"]) == 0
+    text = out.read_text()
+    assert {"--signal=B:USR1@600", "--requeue"} <= set(header(text))
+    assert REQUEUE in text and text.rstrip().endswith(" &\nchild=$!\nsettle")
+    subprocess.run(["bash", "-n", str(out)], check=True)
+    quiet = tmp_path / "quiet.sbatch"
+    assert main(["slurm", "--nodes", "1", "--gpus-per-node", "8", "--warning-s", "0", "-o", str(quiet), "--",
+                 "crossed-eval"]) == 0
+    assert not [x for x in header(quiet.read_text()) if x.startswith(("--signal", "--requeue"))]
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol.calls"
+    (bin_dir / "scontrol").write_text(f'#!/bin/bash\necho "$@" >> {calls}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    got = tmp_path / "got"
+    # the command: says it started, then on SIGUSR1 "saves" and stops as a warned arm does (138); 143 on SIGTERM
+    command = (f"bash -c 'trap \"echo USR1 > {got}; exit 138\" USR1; trap \"echo TERM > {got}; exit 143\" TERM; "
+               f"touch {got}.started; while :; do sleep 0.05; done'")
+
+    def job(signum: int | None, body: str = command) -> tuple[int, str]:
+        for path in (got, calls, Path(f"{got}.started")):
+            path.unlink(missing_ok=True)
+        script = tmp_path / "job.sh"
+        script.write_text("set -euo pipefail\n" + REQUEUE + run_then_settle(body) + "echo after\n")
+        proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "4242"})
+        if signum is not None:
+            deadline = time.monotonic() + 30
+            while not Path(f"{got}.started").exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            proc.send_signal(signum)  # to the batch shell alone, as --signal=B: sends it
+        stdout, _err = proc.communicate(timeout=60)
+        return proc.returncode, stdout
+
+    code, stdout = job(signal.SIGUSR1)
+    assert (code, got.read_text(), calls.read_text()) == (0, "USR1\n", "requeue 4242\n")
+    assert "after" not in stdout  # the requeued job does the rest
+    code, stdout = job(signal.SIGTERM)
+    assert (code, got.read_text(), calls.exists()) == (143, "TERM\n", False)
+    code, stdout = job(None, "bash -c 'exit 3'")
+    assert (code, calls.exists(), stdout) == (3, False, "")
+    code, stdout = job(None, "true")
+    assert (code, calls.exists(), stdout) == (0, False, "after\n")

@@ -27,6 +27,8 @@ def resolved(cfg: CheckedTrainConf) -> dict[str, Any]:
     if cfg.engine.name == "trl" and not cfg.validation.every:
         data.pop("validation", None)
         data.pop("eval", None)
+    # when SLURM warns before a time limit: a launch setting, which changes no weights
+    data.get("engine", {}).pop("slurm_warning_s", None)
     return data
 
 

@@ -493,8 +493,17 @@ def main(argv: list[str] | None = None) -> int:
 
         return wait_for_nodes(args.address, args.wait_nodes, args.join_timeout)
     limit = float(os.environ.get("CROSSED_WAIT_LIMIT") or args.wait_limit)
+    from crossed_rlvr.interrupt import STATUS, WHY, Stopped, handle_signals
+
+    # SIGTERM and SLURM's warning (SIGUSR1) stop the launch and every process it started (its local Ray included):
+    # verl's trainer saves only at its cadence, so the requeued launch goes on from its last resumable checkpoint
+    handle_signals(pass_usr1=False)
     try:
         code = run(args.overrides, args.weighted, args.rehearse, limit, not args.no_preflight, args.cpu)
+    except Stopped as err:
+        print(f"verl_launch: {WHY[err.signum].split(' (')[0]}; run the launch script again: verl goes on from its last "
+              "resumable checkpoint (recipe.save_every; 0: from the initial policy)", file=sys.stderr, flush=True)
+        code = STATUS[err.signum]
     finally:
         import contextlib
 
