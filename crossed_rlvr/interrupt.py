@@ -159,12 +159,26 @@ def _send(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
-def stop_descendants(grace_s: float = GRACE_S) -> None:
+def _tracker(pid: int) -> bool:
+    """Whether ``pid`` is multiprocessing's resource tracker: it ignores SIGTERM and ends by itself once this
+    process has ended (removing what its workers left registered); killed first, it is started again at this
+    process's next unregistration and prints a traceback for each."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"multiprocessing.resource_tracker" in fh.read()
+    except OSError:
+        return False
+
+
+def stop_descendants(grace_s: float = GRACE_S, catching: bool = False) -> None:
     """SIGTERM (and SIGCONT, for one stopped) to every process below this one, SIGKILL to those left after
-    ``grace_s``: a command ends with nothing of its own left running. Processes that start meanwhile (a pool
-    replacing a worker) are found on a second pass."""
+    ``grace_s``: a command ends with nothing of its own left running (multiprocessing's resource tracker ends
+    with it: ``_tracker``). Processes that start meanwhile (a pool replacing a worker) are found on a second
+    pass. ``catching``: only the processes that handle SIGTERM themselves (a worker command, torchrun, Ray's
+    daemons, vLLM's engines), each stopping its own; pool workers are left to their pool's shutdown."""
     for _ in range(2):
-        procs = descendants()
+        procs = [pid for pid in descendants() if not _tracker(pid)
+                 and (not catching or _catches(pid, signal.SIGTERM))]
         if not procs:
             return
         for pid in procs:
@@ -188,7 +202,9 @@ def _on_term(signum: int, frame: object) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
-    stop_descendants()
+    # first the processes below that stop themselves (and theirs): the way out then shuts the pools down (each
+    # ``finally`` on it runs), and ``stops_cleanly`` stops whatever is left
+    stop_descendants(catching=True)
     raise Stopped(signum)
 
 
@@ -231,7 +247,13 @@ def stops_cleanly(command: str, quiet: bool = False) -> Callable[[F], F]:
     def wrap(main: F) -> F:
         @functools.wraps(main)
         def run(*args: Any, **kwargs: Any) -> Any:
+            from crossed_rlvr.scratch import own_tmp
+
             handle_signals()
+            with own_tmp():  # the command's temporary files, removed when it ends (scratch.py)
+                return _guarded(main, *args, **kwargs)
+
+        def _guarded(main: F, *args: Any, **kwargs: Any) -> Any:
             try:
                 return main(*args, **kwargs)
             except CrossedError as err:  # bad input: its one line (errors.py)

@@ -185,15 +185,17 @@ def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None
     return WeightedGRPOTrainer
 
 
-def validation_callback(cfg: CheckedTrainConf, model_path: Path, lora: bool) -> Any:  # Any: a TrainerCallback
-    """The crossed validation callback when ``validation.every`` > 0 (full-weight arms only), else None."""
+def validation_callback(cfg: CheckedTrainConf, model_path: Path, lora: bool,
+                        resumed: int | None = None) -> Any:  # Any: a TrainerCallback
+    """The crossed validation callback when ``validation.every`` > 0 (full-weight arms only), else None; ``resumed``:
+    the update training goes on from, whose validation history is kept."""
     if cfg.validation.every <= 0:
         return None
     if lora:
         raise ValueError("validation.every > 0 runs on full-weight arms only (recipe.lora.enabled=false)")
     from crossed_rlvr.train.validation import make_callback
 
-    return make_callback(cfg, model_path)
+    return make_callback(cfg, model_path, resumed)
 
 
 def stream_sampler(cfg: TrainConf, tokenizer: Any, bf16: bool) -> StreamSampler | None:  # Any: a tokenizer
@@ -272,7 +274,8 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path, 
         initial_checkpoint(model, model_path, step0)
     dataset = training_dataset(rows)
     peft_config = lora_config(cfg)
-    validation = validation_callback(cfg, model_path, peft_config is not None)
+    validation = validation_callback(cfg, model_path, peft_config is not None,
+                                     saved_step(resume) if resume is not None else None)
     stopper = save_and_stop_callback()
     callbacks = [metrics_callback(metrics_path), *([validation] if validation is not None else []), stopper]
     trainer = WeightedGRPOTrainer(

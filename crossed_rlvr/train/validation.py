@@ -16,6 +16,7 @@ logged through the trainer's own ``log`` (so to wandb, the console and ``state.l
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -85,8 +86,9 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def make_callback(cfg: TrainConf, tokenizer_dir: Path) -> Any:  # Any: a transformers TrainerCallback
-    """A TrainerCallback that validates the arm crossed at step 0, every N updates and at the end."""
+def make_callback(cfg: TrainConf, tokenizer_dir: Path, resumed: int | None = None) -> Any:  # Any: a TrainerCallback
+    """A TrainerCallback that validates the arm crossed at step 0, every N updates and at the end. ``resumed``: the
+    update training goes on from (train/resume.py), whose validation history is kept (``carry_over``)."""
     from transformers import TrainerCallback
 
     from crossed_rlvr.eval.generate.plan import cell_name
@@ -133,8 +135,40 @@ def make_callback(cfg: TrainConf, tokenizer_dir: Path) -> Any:  # Any: a transfo
             self.scored += self.scorer.collect()
             self.seconds += time.perf_counter() - start
 
+        def step_files(self, step: int) -> list[Path]:
+            vcfg = validation_config(cfg, step, arm.validation_checkpoint(step))
+            assert vcfg.policies  # validation_config names the step's checkpoint, its one policy
+            return [out.response_file(cell_name(vcfg.policies[0].name, r, t)) for r in vcfg.requests
+                    for t in vcfg.templates]
+
+        def carry_over(self, resumed: int) -> None:
+            """Training goes on from update ``resumed``: the steps validated up to it are kept (those whose scores
+            were not yet summarised are scored again from their responses); those after it belong to updates to
+            be trained again, and go."""
+            from crossed_rlvr.files import atomic_write_text, json_lines
+
+            summary = arm.validation_summary
+            rows = [row for row, _where in json_lines(summary)] if summary.exists() else []
+            kept = [row for row in rows if int(row["step"]) <= resumed]
+            if summary.exists():
+                atomic_write_text(summary, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+            self.done = {int(row["step"]) for row in kept}
+            steps = {0, last, *range(every, last + 1, every)}
+            for step in sorted(steps):
+                files = self.step_files(step)
+                if step > resumed:
+                    shutil.rmtree(arm.validation_checkpoint(step), ignore_errors=True)
+                    for path in files:
+                        path.unlink(missing_ok=True)
+                elif step not in self.done and all(path.exists() for path in files):
+                    self.done.add(step)
+                    self.scorer.submit(step, files)
+
         def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                            model: PreTrainedModel | None = None, **kwargs: Any) -> None:
+            if resumed is not None:
+                self.carry_over(resumed)
+                return
             # Training starts from scratch (a finished arm is never retrained): responses, scores and
             # checkpoints of an earlier attempt belong to other weights and would be reused by their names.
             shutil.rmtree(out.root, ignore_errors=True)
