@@ -57,7 +57,7 @@ RESUME = {
 
 
 # how long the processes below a stopped command get to end on SIGTERM before they are killed
-GRACE_S = 10.0
+GRACE_S = 5.0
 # the exit status of a command ended by each signal (the shell's 128 + the signal's number)
 STATUS: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGUSR1: 138}
 WHY: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM",
@@ -230,6 +230,14 @@ def handle_signals(pass_usr1: bool = True) -> None:
     _state.owner, _state.pass_usr1 = os.getpid(), pass_usr1
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGUSR1, _on_usr1)
+
+
+def reclaim() -> None:
+    """This process's handlers again, after a library replaced them: Ray's driver installs its own on SIGTERM at
+    ``ray.init`` (a stack trace, then death by the signal, its workers and the local cluster left to themselves)."""
+    if _state.owner == os.getpid() and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_term)
+        signal.signal(signal.SIGUSR1, _on_usr1)
 
 
 def stopped_by(returncode: int) -> None:

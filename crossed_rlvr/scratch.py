@@ -9,7 +9,8 @@ itself and every process it starts, and removes that folder when it ends (``own_
 the folder in their environment and share it. A folder left by a killed command (kill -9 runs no cleanup) is
 removed by the next command that starts, once its process is gone.
 
-The name is short on purpose: Ray's sockets live under it, and a socket's path may not exceed 107 bytes.
+The name is short on purpose: Ray's sockets live under it, and a socket's path may not exceed 107 bytes (where
+the system's folder is already too long for that, Ray keeps it: ``RAY_TMPDIR``).
 What must outlive a command stays where it was: the sandboxes' per-uid locks (``system_tmp``), shared by every
 command on the machine; torch's compiled kernels go to the user's cache (``TORCHINDUCTOR_CACHE_DIR``).
 """
@@ -75,9 +76,13 @@ def own_tmp() -> Iterator[Path]:
     folder = base / f"{PREFIX}{os.getpid()}"
     shutil.rmtree(folder, ignore_errors=True)  # an earlier process's of the same pid, ended without cleanup
     folder.mkdir(mode=0o700)
-    keys = ("TMPDIR", OWN, SYSTEM, "TORCHINDUCTOR_CACHE_DIR")
+    keys = ("TMPDIR", OWN, SYSTEM, "TORCHINDUCTOR_CACHE_DIR", "RAY_TMPDIR")
     before, cached = {k: os.environ.get(k) for k in keys}, tempfile.tempdir
     os.environ.update({"TMPDIR": str(folder), OWN: str(folder), SYSTEM: str(base)})
+    from crossed_rlvr.train.preflight import RAY_SOCKET_TAIL, SOCKET_PATH_MAX
+
+    if len(str(folder).encode()) + RAY_SOCKET_TAIL > SOCKET_PATH_MAX:  # Ray's sockets would not fit under it
+        os.environ.setdefault("RAY_TMPDIR", str(base))  # Ray where it was (train/preflight.py judges that folder)
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "crossed_rlvr" / "torchinductor"))
     tempfile.tempdir = str(folder)
     try:

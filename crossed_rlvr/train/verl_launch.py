@@ -451,6 +451,7 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     from crossed_rlvr.train.verl_weighted import task_runner_class
 
     runner = task_runner_class(weighted)  # verl's task runner, building our sync trainer (weighted or not)
+    _reclaim_after_ray_init()
     start = time.perf_counter()
     try:
         run_ppo(composed, task_runner_class=runner)
@@ -466,6 +467,26 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
         say("FAILED: verl ran to the end without a GPU, which the rehearsal does not expect")
         return 1
     return 0
+
+
+def _reclaim_after_ray_init() -> None:
+    """``ray.init`` (which verl's ``run_ppo`` calls) followed by the launch's own signal handlers again: Ray's driver
+    installs its own on SIGTERM (crossed_rlvr/interrupt.py: ``reclaim``)."""
+    import ray
+
+    from crossed_rlvr.interrupt import reclaim
+
+    real = ray.init
+    if getattr(real, "reclaims", False):
+        return
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        reclaim()
+        return out
+
+    init.reclaims = True  # type: ignore[attr-defined]
+    ray.init = init
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -122,6 +122,9 @@ def _connect(dist: DistributeConf, need: dict[str, float]) -> bool:
             ray.init(address=str(dist.address), **kw)
         else:  # "local": a new Ray here, never the cluster a leftover /tmp/ray/ray_current_cluster names
             ray.init(address="local", include_dashboard=False, **kw)
+        from crossed_rlvr.interrupt import reclaim
+
+        reclaim()  # SIGTERM is the command's to handle (Ray's driver took it over)
         started = True
     have = ray.cluster_resources()
     short = {k: (v, have.get(k, 0.0)) for k, v in need.items() if v > have.get(k, 0.0)}
