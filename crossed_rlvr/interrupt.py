@@ -12,12 +12,19 @@ first stops every process below it (multiprocessing workers, torchrun's ranks, v
 cluster it started and Ray's workers: SIGTERM, then SIGKILL to any left after ``GRACE_S``), since nothing else
 would. Exit status 143 (128 + 15).
 
+On SIGTERM the processes below that handle it themselves (a worker command, torchrun, Ray's daemons, vLLM's
+engines) are stopped first, each stopping its own; then the way out runs as for Ctrl-C (pools shut down by their
+owners), and whatever is left is stopped last. Ray's driver installs a SIGTERM handler of its own at ``ray.init``:
+the command's is put back after it (``reclaim``).
+
 SIGUSR1 is SLURM's warning before a time limit (``--signal=B:USR1@<s>``): a training arm saves a resumable
 checkpoint at its next update and stops (``save_requested``, read by the arm's trainer), so that the requeued
 job loses at most one update; a command with no arm training stops at once as on SIGTERM. Exit status 138
 (128 + 10). The signal reaches the arm's own processes wherever they run: a process that catches SIGUSR1 passes
 it to each process below it that catches it too (the processes training an arm; others, whose default on
 SIGUSR1 is to die, are left alone).
+
+Each command's temporary files live in a folder of its own, removed when it ends (crossed_rlvr/scratch.py).
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ GRACE_S = 5.0
 # the exit status of a command ended by each signal (the shell's 128 + the signal's number)
 STATUS: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGUSR1: 138}
 WHY: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM",
-       signal.SIGUSR1: "stopped by SIGUSR1 (an arm in training saved its checkpoint first)"}
+       signal.SIGUSR1: "stopped by SIGUSR1 (a time limit's warning)"}
 
 
 class Stopped(KeyboardInterrupt):
@@ -242,9 +249,14 @@ def reclaim() -> None:
 
 def stopped_by(returncode: int) -> None:
     """A worker command's exit status read back by the command that ran it: a worker ended by a signal this
-    command also got (it passes SIGTERM and SIGUSR1 on) stops this command the same way."""
-    for signum, status in STATUS.items():
-        if returncode in (status, -signum) and (signum != signal.SIGUSR1 or _state.save_requested):
+    command also got (it passes SIGTERM and SIGUSR1 on) stops this command the same way. After a SIGUSR1 any
+    failure counts as the stop it asked for (torchrun reports its ranks' saved stop as its own failure)."""
+    if returncode == 0:
+        return
+    if _state.save_requested:
+        raise Stopped(signal.SIGUSR1)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if returncode in (STATUS[signum], -signum):
             raise Stopped(signum)
 
 

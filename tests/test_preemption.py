@@ -92,9 +92,12 @@ def test_a_trl_arm_saved_on_sigusr1_then_killed_then_terminated_ends_on_the_unin
     mark = tmp_path / "held"
     environ = command_env(site, STOP_AT=str(arm / "metrics.jsonl"), STOP_MARK=str(mark), OMP_NUM_THREADS="1")
 
+    systmp = tmp_path / "systmp"  # the system's temporary folder as the commands see it
+    systmp.mkdir()
+
     def start(environ: dict[str, str]) -> subprocess.Popen[str]:
-        return subprocess.Popen(cmd, env=environ, text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        return subprocess.Popen(cmd, env={**environ, "TMPDIR": str(systmp)}, text=True, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)
 
     def when(proc: subprocess.Popen[str], ready: Path) -> None:
         deadline = time.monotonic() + 300
@@ -109,6 +112,8 @@ def test_a_trl_arm_saved_on_sigusr1_then_killed_then_terminated_ends_on_the_unin
             time.sleep(0.1)
         assert session_of(proc.pid) == [], session_of(proc.pid)  # nothing of the command left running
         assert "Traceback" not in err, err[-3000:]
+        if proc.returncode != -signal.SIGKILL:  # its temporary folder removed (a killed one's: by the next command)
+            assert list(systmp.iterdir()) == []
         return err
 
     # SIGUSR1 while update 1 is logged: the arm saves at update 2 (not a cadence update) and stops
@@ -118,7 +123,7 @@ def test_a_trl_arm_saved_on_sigusr1_then_killed_then_terminated_ends_on_the_unin
     os.kill(proc.pid, signal.SIGCONT)
     err = ended(proc)
     assert proc.returncode == 138, err[-3000:]
-    assert said(err) == ["crossed-train: stopped by SIGUSR1 (an arm in training saved its checkpoint first); run the "
+    assert said(err) == ["crossed-train: stopped by SIGUSR1 (a time limit's warning); run the "
                          "same command again: the arm goes on from its last saved update (recipe.save_every; 0: from "
                          "its initial policy)."], err[-3000:]
     assert sorted(p.name for p in trl.glob("checkpoint-*")) == ["checkpoint-2"]
@@ -141,9 +146,10 @@ def test_a_trl_arm_saved_on_sigusr1_then_killed_then_terminated_ends_on_the_unin
     assert lines == ["crossed-train: stopped by SIGTERM; run the same command again: the arm goes on from its "
                          "last saved update (recipe.save_every; 0: from its initial policy)."], err[-3000:]
 
-    done = subprocess.run(cmd, env=command_env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=300,
-                          check=False)
+    done = subprocess.run(cmd, env=command_env(OMP_NUM_THREADS="1", TMPDIR=str(systmp)), capture_output=True,
+                          text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert list(systmp.iterdir()) == []
     clean, resumed = weights(tmp_path / "clean" / "checkpoints" / "step-7"), weights(arm / "checkpoints" / "step-7")
     start_weights = weights(arm / "checkpoints" / "step-0")
     assert max(float((clean[k] - start_weights[k]).abs().max()) for k in clean) > 1e-5  # the weights moved

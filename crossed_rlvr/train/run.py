@@ -28,7 +28,9 @@ def resolved(cfg: CheckedTrainConf) -> dict[str, Any]:
         data.pop("validation", None)
         data.pop("eval", None)
     # when SLURM warns before a time limit: a launch setting, which changes no weights
-    data.get("engine", {}).pop("slurm_warning_s", None)
+    engine = data.get("engine") or {}
+    if "slurm_warning_s" in engine:
+        data["engine"] = {k: v for k, v in engine.items() if k != "slurm_warning_s"}
     return data
 
 

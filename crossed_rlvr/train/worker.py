@@ -22,9 +22,8 @@ def run_arm(cfg: dict[str, Any], spec_file: Path, nproc: int) -> dict[str, Any]:
     from crossed_rlvr.interrupt import stopped_by
 
     done = subprocess.run(launch("crossed_rlvr.train.worker", str(spec_file), nproc=nproc), check=False)
-    if done.returncode:
-        stopped_by(done.returncode)  # ended by a signal this process passed on: stop as it did
-        raise subprocess.CalledProcessError(done.returncode, done.args)
+    stopped_by(done.returncode)  # ended by a signal this process passed on: stop as it did
+    done.check_returncode()
     return json.loads(WorkerFiles(spec_file).result.read_text())
 
 
