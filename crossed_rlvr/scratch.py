@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from pathlib import Path
 OWN = "CROSSED_RLVR_TMP"  # the folder of the command that owns this process tree's temporary files
 SYSTEM = "CROSSED_RLVR_SYSTEM_TMP"  # the system's temporary folder, as it was before a command replaced TMPDIR
 PREFIX = "crossed-"
+WANDB_SERVICE = "WANDB_SERVICE"  # where wandb's service, once started, listens (its socket under TMPDIR)
 
 
 def system_tmp() -> Path:
@@ -76,7 +78,7 @@ def own_tmp() -> Iterator[Path]:
     folder = base / f"{PREFIX}{os.getpid()}"
     shutil.rmtree(folder, ignore_errors=True)  # an earlier process's of the same pid, ended without cleanup
     folder.mkdir(mode=0o700)
-    keys = ("TMPDIR", OWN, SYSTEM, "TORCHINDUCTOR_CACHE_DIR", "RAY_TMPDIR")
+    keys = ("TMPDIR", OWN, SYSTEM, "TORCHINDUCTOR_CACHE_DIR", "RAY_TMPDIR", WANDB_SERVICE)
     before, cached = {k: os.environ.get(k) for k in keys}, tempfile.tempdir
     os.environ.update({"TMPDIR": str(folder), OWN: str(folder), SYSTEM: str(base)})
     from crossed_rlvr.train.preflight import RAY_SOCKET_TAIL, SOCKET_PATH_MAX
@@ -88,6 +90,11 @@ def own_tmp() -> Iterator[Path]:
     try:
         yield folder
     finally:
+        if before[WANDB_SERVICE] is None and os.environ.get(WANDB_SERVICE) and "wandb" in sys.modules:
+            # the service this command started listens on a socket in the folder: it ends with the command, so that
+            # nothing started later connects to a socket that is gone
+            with contextlib.suppress(Exception):
+                sys.modules["wandb"].teardown()
         tempfile.tempdir = cached
         for key, value in before.items():
             if value is None:
