@@ -88,6 +88,7 @@ class _State:
     SIGUSR1 asked for a save, how many arms it is training now."""
 
     owner: int | None = None
+    signum: int | None = None  # the signal that is stopping it (a library may re-raise it as a plain KeyboardInterrupt)
     save_requested = False
     training = 0
     pass_usr1 = True  # whether SIGUSR1 goes on to the processes below that catch it (else: stop at once)
@@ -177,15 +178,28 @@ def _tracker(pid: int) -> bool:
         return False
 
 
+def _ray(pid: int) -> bool:
+    """Whether ``pid`` is one of Ray's processes (its daemons, its workers): a local cluster is stopped by its
+    driver's ``ray.shutdown``, at once, where SIGTERM keeps its daemons for seconds."""
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            comm = fh.read().strip()
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read()
+    except OSError:
+        return False
+    return comm in ("gcs_server", "raylet") or comm.startswith("ray::") or b"/ray/" in cmdline
+
+
 def stop_descendants(grace_s: float = GRACE_S, catching: bool = False) -> None:
     """SIGTERM (and SIGCONT, for one stopped) to every process below this one, SIGKILL to those left after
     ``grace_s``: a command ends with nothing of its own left running (multiprocessing's resource tracker ends
     with it: ``_tracker``). Processes that start meanwhile (a pool replacing a worker) are found on a second
-    pass. ``catching``: only the processes that handle SIGTERM themselves (a worker command, torchrun, Ray's
-    daemons, vLLM's engines), each stopping its own; pool workers are left to their pool's shutdown."""
+    pass. ``catching``: only the processes that handle SIGTERM themselves (a worker command, torchrun, vLLM's
+    engines), each stopping its own; pool workers are left to their pool's shutdown, Ray's to ``ray.shutdown``."""
     for _ in range(2):
         procs = [pid for pid in descendants() if not _tracker(pid)
-                 and (not catching or _catches(pid, signal.SIGTERM))]
+                 and (not catching or (_catches(pid, signal.SIGTERM) and not _ray(pid)))]
         if not procs:
             return
         for pid in procs:
@@ -209,8 +223,9 @@ def _on_term(signum: int, frame: object) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
         return
-    # first the processes below that stop themselves (and theirs): the way out then shuts the pools down (each
-    # ``finally`` on it runs), and ``stops_cleanly`` stops whatever is left
+    # first the processes below that stop themselves (and theirs): the way out then shuts the pools down and Ray's
+    # local cluster (each ``finally`` on it runs), and ``stops_cleanly`` stops whatever is left
+    _state.signum = signum
     stop_descendants(catching=True)
     raise Stopped(signum)
 
@@ -225,7 +240,8 @@ def _on_usr1(signum: int, frame: object) -> None:
             _send(pid, signum)
             passed = True
     if not passed and not _state.training and threading.current_thread() is threading.main_thread():
-        stop_descendants()  # no arm here or below to save: stop now, as on SIGTERM
+        _state.signum = signum  # no arm here or below to save: stop now, as on SIGTERM
+        stop_descendants(catching=True)
         raise Stopped(signum)
 
 
@@ -286,8 +302,8 @@ def stops_cleanly(command: str, quiet: bool = False) -> Callable[[F], F]:
                     raise
                 print(f"{command}: {err}", file=sys.stderr, flush=True)
                 raise SystemExit(1) from None
-            except KeyboardInterrupt as err:
-                signum = err.signum if isinstance(err, Stopped) else signal.SIGINT
+            except KeyboardInterrupt as err:  # Ray's ray.get re-raises a signal's exception as a plain one
+                signum = err.signum if isinstance(err, Stopped) else _state.signum or signal.SIGINT
                 stop_descendants()  # whatever its workers' owners did not stop on the way out
                 if not quiet:
                     print(f"{command}: {WHY[signum]}; {RESUME.get(command, 'run the same command again')}.",
