@@ -251,6 +251,7 @@ def handle_signals(pass_usr1: bool = True) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     _state.owner, _state.pass_usr1 = os.getpid(), pass_usr1
+    _state.signum, _state.save_requested = None, False  # a command's own: none from one run before it in-process
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGUSR1, _on_usr1)
 

@@ -25,10 +25,16 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from crossed_rlvr.layout import UserCache
+
 OWN = "CROSSED_RLVR_TMP"  # the folder of the command that owns this process tree's temporary files
 SYSTEM = "CROSSED_RLVR_SYSTEM_TMP"  # the system's temporary folder, as it was before a command replaced TMPDIR
 PREFIX = "crossed-"
 WANDB_SERVICE = "WANDB_SERVICE"  # where wandb's service, once started, listens (its socket under TMPDIR)
+# Ray's longest socket path below its temporary folder: "/ray/" + "session_2026-12-02_01-46-52_467512_4194304"
+# (42: the date, microseconds and a 7-digit pid) + "/sockets/plasma_store" (21)
+RAY_SOCKET_TAIL = 5 + 42 + 21
+SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX path, as Ray checks them (validate_socket_filename)
 
 
 def system_tmp() -> Path:
@@ -81,11 +87,9 @@ def own_tmp() -> Iterator[Path]:
     keys = ("TMPDIR", OWN, SYSTEM, "TORCHINDUCTOR_CACHE_DIR", "RAY_TMPDIR", WANDB_SERVICE)
     before, cached = {k: os.environ.get(k) for k in keys}, tempfile.tempdir
     os.environ.update({"TMPDIR": str(folder), OWN: str(folder), SYSTEM: str(base)})
-    from crossed_rlvr.train.preflight import RAY_SOCKET_TAIL, SOCKET_PATH_MAX
-
     if len(str(folder).encode()) + RAY_SOCKET_TAIL > SOCKET_PATH_MAX:  # Ray's sockets would not fit under it
         os.environ.setdefault("RAY_TMPDIR", str(base))  # Ray where it was (train/preflight.py judges that folder)
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path.home() / ".cache" / "crossed_rlvr" / "torchinductor"))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(UserCache.default().torchinductor))
     tempfile.tempdir = str(folder)
     try:
         yield folder

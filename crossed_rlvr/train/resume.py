@@ -81,8 +81,23 @@ def saved_step(checkpoint: Path) -> int:
     return int(json.loads((checkpoint / STATE).read_text())["global_step"])
 
 
+def on_every_rank(resume: Path | None, world: int) -> Path | None:
+    """Rank 0's choice (it removed the incomplete checkpoints) on every rank: all resume from the same one."""
+    if world <= 1:
+        return resume
+    import torch.distributed as dist
+
+    box = [str(resume) if resume else None]
+    dist.broadcast_object_list(box, src=0)
+    return Path(box[0]) if box[0] else None
+
+
 def keep_metrics_until(metrics: Path, step: int) -> None:
-    """``metrics.jsonl`` with the lines of updates after ``step`` left out: the rerun writes them again."""
+    """``metrics.jsonl`` with the lines of updates after ``step`` left out: the rerun writes them again (0: a
+    fresh start, none kept)."""
+    if step == 0:
+        metrics.unlink(missing_ok=True)
+        return
     if not metrics.exists():
         return
     kept = [row for row, _where in json_lines(metrics) if int(row.get("step", 0)) <= step]

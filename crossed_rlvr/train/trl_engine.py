@@ -26,6 +26,14 @@ from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.policies.loading import copy_tokenizer_files
 from crossed_rlvr.ranks import rank, world_size
 from crossed_rlvr.train.recipe import chat_prompt
+from crossed_rlvr.train.resume import (
+    keep_metrics_until,
+    last_saved,
+    on_every_rank,
+    save_and_stop_callback,
+    save_args,
+    saved_step,
+)
 from crossed_rlvr.train.translate import trl_args
 from crossed_rlvr.train.trl_reward import make_trl_reward
 
@@ -245,28 +253,15 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path, 
     run = start_run(cfg.tracking, name=str(cfg.arm), job_type="train", run_dir=run_dir, study=cfg.study,
                     config=resolved_config(cfg)) if first else None
     report = ["wandb"] if run is not None else []
-    # the arguments first: on several processes they start the process group (gloo on a CPU)
-    from crossed_rlvr.train.resume import (
-        keep_metrics_until,
-        last_saved,
-        save_and_stop_callback,
-        save_args,
-        saved_step,
-    )
-
     resume = last_saved(arm.trl_output, digest) if first else None
+    # the arguments first: on several processes they start the process group (gloo on a CPU)
     args = GRPOConfig(
         output_dir=str(arm.trl_output), logging_steps=1, report_to=report, **save_args(cfg),
         run_name=cfg.arm, use_cpu=not gpu, bf16=bf16, reward_weights=[1.0, 0.0],
         log_completions=False, disable_tqdm=not first, ddp_backend="gloo" if world > 1 and not gpu else None,
         **trl_args(cfg, world),
     )
-    if world > 1:  # rank 0 chose (and removed incomplete checkpoints): every rank resumes from the same one
-        import torch.distributed as dist
-
-        box = [str(resume) if resume else None]
-        dist.broadcast_object_list(box, src=0)
-        resume = Path(box[0]) if box[0] else None
+    resume = on_every_rank(resume, world)
     attention = {} if cfg.engine.attention == "auto" else {"attn_implementation": str(cfg.engine.attention)}
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32, **attention)
     step0 = arm.checkpoint(0)
@@ -283,30 +278,10 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path, 
         args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks,
         peft_config=peft_config,
     )
-    from crossed_rlvr.interrupt import Stopped, training
-
     start = time.perf_counter()
     if first:
-        if resume is None:
-            metrics_path.unlink(missing_ok=True)
-        else:
-            keep_metrics_until(metrics_path, saved_step(resume))
-    trainer.accelerator.wait_for_everyone()
-    try:
-        with training():
-            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    finally:
-        if validation is not None:  # its scoring process, also when training failed (else this process never exits)
-            validation.scorer.close()
-        if run is not None:
-            run.finish()
-        from crossed_rlvr.train.code_reward import close_programs
-
-        close_programs()  # a code arm's execution reward: its sandboxes end with the training that used them
-    if stopper.stopped_at is not None and trainer.state.global_step < int(cfg.recipe.updates):
-        import signal
-
-        raise Stopped(signal.SIGUSR1)  # saved at this update (trl/checkpoint-<K>): a rerun goes on from there
+        keep_metrics_until(metrics_path, saved_step(resume) if resume is not None else 0)
+    run_trainer(trainer, resume, validation, run, stopper, int(cfg.recipe.updates))
     seconds = time.perf_counter() - start
     final = arm.checkpoint(int(cfg.recipe.updates))
     ranks = across_ranks(trainer, seen) if world > 1 else None
@@ -320,6 +295,31 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path, 
     if validation is not None:
         result.update(validation_steps=sorted(validation.done), validation_seconds=round(validation.seconds, 1))
     return result
+
+
+def run_trainer(trainer: GRPOTrainer, resume: Path | None, validation: Any, run: Any, stopper: Any,
+                updates: int) -> None:  # Any: the callbacks, wandb's run
+    """``trainer.train()``, from ``resume`` where given; then the validation's scorer, the wandb run and a code arm's
+    sandboxes closed, also when training failed. A SIGUSR1 that stopped training before the last update (its
+    checkpoint saved: train/resume.py) stops the command."""
+    from crossed_rlvr.interrupt import Stopped, training
+
+    trainer.accelerator.wait_for_everyone()
+    try:
+        with training():
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    finally:
+        if validation is not None:  # its scoring process, also when training failed (else this process never exits)
+            validation.scorer.close()
+        if run is not None:
+            run.finish()
+        from crossed_rlvr.train.code_reward import close_programs
+
+        close_programs()  # a code arm's execution reward: its sandboxes end with the training that used them
+    if stopper.stopped_at is not None and trainer.state.global_step < updates:
+        import signal
+
+        raise Stopped(signal.SIGUSR1)  # saved at this update (trl/checkpoint-<K>): a rerun goes on from there
 
 
 def across_ranks(trainer: GRPOTrainer, seen: list[list[str]]) -> dict[str, Any]:
