@@ -24,8 +24,50 @@ def say(text: str) -> None:
     sys.stdout.flush()
 
 
-def slurm_header(what: str) -> str:
-    """The sbatch header (a template with job, nodes, gpus, cpus): one task per node, whole nodes."""
+# SLURM's warning before a time limit, by default (engine.slurm_warning_s; the evaluation script's --warning-s)
+WARNING_S = 300
+
+# How a SLURM script survives the cluster's own signals. The command runs in the background of the batch shell
+# (``run_then_settle``), so that the shell's traps run while it works: SLURM's warning (``--signal=B:USR1@<s>``,
+# sent to the batch shell alone, <s> seconds before the time limit) is passed on to the command, which saves (a
+# training arm at its next update, crossed_rlvr/interrupt.py) and stops; the job then puts itself back in the
+# queue (``scontrol requeue``, allowed by ``--requeue``), and the requeued job goes on from that save. SIGTERM
+# (scancel, a preemption, the time limit itself) is passed on too: the command stops its own processes and says
+# what is kept. A command that failed without a warning fails the job: a requeue would fail the same way.
+REQUEUE = """child=
+warned=0
+trap 'warned=1; if [ -n "$child" ]; then kill -USR1 "$child" 2>/dev/null || true; fi' USR1
+trap 'if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || true; fi' TERM
+settle() {  # wait for the command (a trap ends a wait early: wait again), then requeue the job if it was warned
+  local status=0
+  if [ "$warned" = 1 ]; then kill -USR1 "$child" 2>/dev/null || true; fi  # warned before the command started
+  while :; do
+    status=0
+    wait "$child" || status=$?
+    kill -0 "$child" 2>/dev/null || break
+  done
+  child=
+  if [ "$warned" = 1 ] && [ "$status" -ne 0 ]; then
+    echo "crossed-rlvr: SLURM's warning came; the command saved and stopped (exit $status): requeueing job" \
+      "${SLURM_JOB_ID:-?}, which goes on from that save" >&2
+    scontrol requeue "$SLURM_JOB_ID"
+    exit 0
+  fi
+  return "$status"
+}
+"""
+
+
+def run_then_settle(command: str) -> str:
+    """``command`` (a line of the script, continued lines included) run in the background, then ``settle``
+    (``REQUEUE``)."""
+    return f"{command} &\nchild=$!\nsettle\n"
+
+
+def slurm_header(what: str, warning_s: int = WARNING_S) -> str:
+    """The sbatch header (a template with job, nodes, gpus, cpus): one task per node, whole nodes; SLURM's warning
+    ``warning_s`` seconds before the time limit and the requeue after it (``REQUEUE``; 0: neither)."""
+    warn = f"#SBATCH --signal=B:USR1@{int(warning_s)}\n#SBATCH --requeue\n" if warning_s > 0 else ""
     return ('''#!/usr/bin/env bash
 #SBATCH --job-name={job}
 #SBATCH --nodes={nodes}
@@ -33,9 +75,9 @@ def slurm_header(what: str) -> str:
 #SBATCH --gpus-per-node={gpus}
 #SBATCH --cpus-per-task={cpus}
 #SBATCH --exclusive
-''' + f"# A Ray cluster across the allocated nodes, then {what} on its head.\n" + '''# HEAD_IP overrides the head's address; RAY_JOIN_TIMEOUT (s) bounds the wait for every node to join.
+''' + warn + f"# A Ray cluster across the allocated nodes, then {what} on its head.\n" + '''# HEAD_IP overrides the head's address; RAY_JOIN_TIMEOUT (s) bounds the wait for every node to join.
 set -euo pipefail
-''')
+''' + REQUEUE.replace("{", "{{").replace("}", "}}"))
 
 
 # Ray's authentication, decided in this one place for the head, every node and every driver: token auth on,

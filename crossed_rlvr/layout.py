@@ -693,6 +693,11 @@ class UserCache:
         return Path.home() / ".cache"
 
     @property
+    def torchinductor(self) -> Path:
+        """torch's compiled kernels, kept between commands (crossed_rlvr/scratch.py: not in a command's own tmp)."""
+        return self.root / "torchinductor"
+
+    @property
     def smollm2(self) -> Path:
         """SmolLM2-135M-Instruct converted once from its GGUF file (policies/smollm.py)."""
         return self.root / "smollm2-135m-instruct"

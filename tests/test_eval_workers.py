@@ -192,7 +192,7 @@ def test_the_slurm_script_starts_ray_as_the_arms_do_then_drives_every_gpu(tmp_pa
     # one auth decision (cluster.RAY_AUTH) before the head starts
     assert "export RAY_AUTH_MODE=token" in text and text.index("RAY_AUTH_TOKEN_PATH") < text.index("start --head")
     assert text.rstrip().endswith('distribute.address="$head_ip:$port" distribute.workers=16 '
-                                  "distribute.gpus_per_worker=1")
+                                  "distribute.gpus_per_worker=1 &\nchild=$!\nsettle")  # cluster.REQUEUE's
     assert str(Path(sys.executable).parent / "crossed-study") + " experiment=qwen2.5-7b-gsm8k-crossed" in text
     # the driver runs in the batch script on the head, not as a job step that would ask for the GPUs Ray holds
     assert text.split(cluster, 1)[1].lstrip().startswith(str(Path(sys.executable).parent / "crossed-study"))

@@ -4,9 +4,11 @@ command run again once the fault is cleared ends with the files of a clean run.
 
 - **Out of disk space** at a write inside the stage: one line naming the run folder and the stage, exit 1, no
   traceback on the console.
-- **kill -9** at a point inside the stage (the command's whole process group, as a scheduler or the OOM killer
-  would), and while it is held there **a second writer** into the same folder: refused before any work in one line
-  naming the holder, exit 2. The next run takes the dead run's lock over and says so.
+- **kill -9** at a point inside the stage (the command's whole process group, as the OOM killer would), or in the
+  initial, eval and score stages **SIGTERM** to the command alone (as a scheduler stops a job: one line, exit 143,
+  nothing of the command left running), and while it is held there **a second writer** into the same folder:
+  refused before any work in one line naming the holder, exit 2. The next run after a kill takes the dead run's
+  lock over and says so. The commands' temporary folder (crossed_rlvr/scratch.py) is empty once the last has ended.
 - **A truncated or hand-edited output** of each finished stage: the next run redoes that stage (and says why).
 
 After each fault, no file of a stage finished before it changed (not even rewritten: same bytes, same mtime), the
@@ -23,8 +25,9 @@ Cost: one clean study and one chain of faulted runs in one run folder (the fault
 before it finished, which the previous stage's faulted runs leave), at the smallest size with all five stages.
 
 **crossed-eval run alone on Ray workers** goes through the same faults, cut inside its cells: out of disk space at
-a shard's write (the line names the cell), kill -9 of its process group as its last cell is moved into place, with
-a second writer refused meanwhile (and nothing of the killed command, Ray's own processes included, left running),
+a shard's write (the line names the cell), SIGTERM to the command as its last cell is moved into place, with
+a second writer refused meanwhile (one line, exit 143, nothing of the command, Ray's own processes included, left
+running; a killed driver: tests/test_eval_workers.py),
 and finished cells edited or truncated by hand, each said and generated again. After each, the cells finished before are
 untouched and every finished cell equals a clean run's; the last run ends with a clean run's files (the serial
 run's: the workers write its bytes). The serial run and the code tasks' evaluation are checked against damaged
@@ -62,6 +65,12 @@ ARGS = ["experiment=smoke", "initial.train_items=8", "sft.epochs=1", "recipe.upd
         "arms.seeds=[83]", "arms.train_items=8", "validation.every=0", "evaluation.n_items=4",
         "evaluation.templates=[original,para_a]", "analysis.resamples=50", "tracking=off"]
 STAGES = ("initial", "arms", "eval", "score", "analyze")
+# the stages whose held run is sent SIGTERM, as a scheduler stops a job, rather than killed with SIGKILL: those whose
+# work runs in worker processes the command must stop (the warm start's, generation's, scoring's); kill -9 in the
+# others (and the next run's lock takeover after it)
+TERMINATED = ("initial", "eval", "score")
+TERMINATED_LINE = ("crossed-study: stopped by SIGTERM; run the same command again: every finished stage is reused, "
+                   "and an arm in training goes on from its last saved update (recipe.save_every).")
 # what a stage's one line names as being written when the full disk stopped it, where the stage says
 WRITING = {"eval": "the cell grpo-boxed_s83__hash__original"}
 
@@ -143,9 +152,30 @@ def env(site: Path | None = None, **fault: str) -> dict[str, str]:
 
 
 def launch(cmd: list[str], run: Path, environ: dict[str, str]) -> subprocess.Popen[str]:
-    """A command in a session of its own (its process group is what a scheduler would kill), its stderr kept."""
-    return subprocess.Popen(cmd, env=environ, cwd=run.parent, text=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    """A command in a session of its own (its process group is what a scheduler would kill), its stderr kept, and
+    ``systmp(run)`` as the system's temporary folder it and its libraries write to."""
+    systmp(run).mkdir(exist_ok=True)
+    return subprocess.Popen(cmd, env={**environ, "TMPDIR": str(systmp(run))}, cwd=run.parent, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def systmp(run: Path) -> Path:
+    """The temporary folder of the commands run on ``run``: empty once a command ends (crossed_rlvr/scratch.py), or
+    once the next ends after a kill -9. Short, in /tmp (Ray's sockets go under it, 107 bytes at most), named by the
+    run folder; removed with the module (``systmps``)."""
+    folder = Path("/tmp") / f"st-{hashlib.sha256(str(run.resolve()).encode()).hexdigest()[:10]}"
+    SYSTMPS.add(folder)
+    return folder
+
+
+SYSTMPS: set[Path] = set()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def systmps():
+    yield
+    for folder in SYSTMPS:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def study_cmd(run: Path) -> list[str]:
@@ -217,6 +247,7 @@ def clean(tmp_path_factory) -> tuple[Path, dict[str, str], Path]:
     run = root / "run"
     code, err = finish(study(run, env()))
     assert code == 0, err[-3000:]
+    assert list(systmp(run).iterdir()) == []  # nothing the study's libraries wrote there is left (scratch.py)
     return run, digests(run), site
 
 
@@ -235,6 +266,7 @@ def test_each_stage_killed_or_out_of_space_keeps_what_finished_and_resumes_to_th
     run, reference, site = clean
     shutil.rmtree(run)
     mark = run.parent / "stopped"
+    killed = False
     for k, stage in enumerate(STAGES):
         done = STAGES[:k]
         full_at, kill_at = CUTS[stage]
@@ -246,23 +278,32 @@ def test_each_stage_killed_or_out_of_space_keeps_what_finished_and_resumes_to_th
         assert code == 1, (stage, err[-3000:])
         assert "Traceback" not in err and len(lines) == 1, (stage, err[-3000:])
         assert out_of_space(lines[0], "crossed-study", run, f"the {stage} stage", WRITING.get(stage)), (stage, lines)
-        if k > 0:  # the run after a kill
+        if k > 0 and killed:  # the run after a kill -9 (a SIGTERM leaves the lock released)
             assert f"{run.resolve()}: taking over the lock of a run that ended without finishing (pid " in err, stage
         assert "No space left on device" in (run / "crossed-study.log").read_text()
         check_kept(run, stage, done, before, reference)
 
-        # kill -9 inside the stage, a second writer refused while it is held there
+        # kill -9 inside the stage (or SIGTERM to the command, in TERMINATED's stages), a second writer refused
+        # while it is held there
         done_now = untouched(run, done)
+        signum = signal.SIGTERM if stage in TERMINATED else signal.SIGKILL
         code, err = held_then_killed(study_cmd(run), run, env(site, FAULT_ROOT=str(run), FAULT_AT=kill_at,
-                                                               FAULT_KIND="stop", FAULT_MARK=str(mark)))
-        assert code == -signal.SIGKILL, (stage, err[-3000:])
+                                                               FAULT_KIND="stop", FAULT_MARK=str(mark)), signum)
+        if signum == signal.SIGKILL:
+            assert code == -signal.SIGKILL, (stage, err[-3000:])
+        else:  # one line, exit 143, nothing of the command left running (held_then_killed), its folder removed
+            assert code == 143 and "Traceback" not in err, (stage, err[-3000:])
+            assert [x for x in said(err) if "taking over the lock" not in x] == [TERMINATED_LINE], (stage, err[-3000:])
+            assert list(systmp(run).iterdir()) == [], stage
         check_kept(run, stage, done, done_now, reference)
+        killed = signum == signal.SIGKILL
 
     # the fault cleared: the same command ends with the clean run's files
     code, err = finish(study(run, env()))
     assert code == 0, err[-3000:]
     assert f"{run.resolve()}: taking over the lock of a run that ended without finishing (pid " in err
     assert digests(run) == reference, diff(digests(run), reference)
+    assert list(systmp(run).iterdir()) == []  # the killed runs' temporary folders removed by the runs after them
 
 
 def out_of_space(line: str, command: str, run: Path, what: str, written: str | None) -> bool:
@@ -274,10 +315,12 @@ def out_of_space(line: str, command: str, run: Path, what: str, written: str | N
             and line.endswith("then run the same command again (the original error is in the command's log)"))
 
 
-def held_then_killed(cmd: list[str], run: Path, environ: dict[str, str]) -> tuple[int, str]:
+def held_then_killed(cmd: list[str], run: Path, environ: dict[str, str],
+                     signum: int = signal.SIGKILL) -> tuple[int, str]:
     """``cmd`` started with the stop hook (``environ``) and held at its cut; meanwhile the same command, a second
     writer into the same folder, is refused in one line naming the holder, exit 2; then the held command's process
-    group is killed with SIGKILL. Its exit status and stderr."""
+    group is killed with SIGKILL, or (``signum=SIGTERM``) the command's own process alone is sent SIGTERM, as a
+    scheduler sends it, and every held process continued. Its exit status and stderr."""
     mark = Path(environ["FAULT_MARK"])
     mark.unlink(missing_ok=True)
     proc = launch(cmd, run, environ)
@@ -294,7 +337,11 @@ def held_then_killed(cmd: list[str], run: Path, environ: dict[str, str]) -> tupl
             f"{command}: {run.resolve()} is being written by another run (pid {proc.pid} on "), second.stderr
         assert "wait for it to end, or give this run another run_dir" in second.stderr
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        if signum == signal.SIGKILL:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            os.kill(proc.pid, signum)
+            os.killpg(proc.pid, signal.SIGCONT)
     code, err = finish(proc)
     waited = time.monotonic() + 30
     while session_of(proc.pid) and time.monotonic() < waited:  # Ray's own processes end as they find their driver gone
@@ -477,11 +524,11 @@ def check_cells_kept(run: Path, before: dict[str, tuple[str, int]], reference: d
 @pytest.mark.long
 def test_crossed_eval_on_ray_workers_out_of_space_killed_or_damaged_resumes_to_the_clean_files(tmp_path, tiny):
     """crossed-eval on Ray workers, the initial policy's cells finished before by an earlier run: out of disk space
-    at a shard's write (one line naming the folder and the cell, exit 1, the original error in the log), then kill -9
-    of its process group as its last cell is moved into place (a second writer refused meanwhile, exit 2); after
-    each, the cells finished before are untouched and every finished cell is the clean run's. Then one finished cell
-    edited by hand and another truncated: the next run takes the dead run's lock over, says each damaged cell is
-    generated again, and ends with a clean run's files."""
+    at a shard's write (one line naming the folder and the cell, exit 1, the original error in the log), then SIGTERM
+    to the command as its last cell is moved into place (a second writer refused meanwhile, exit 2); after each, the
+    cells finished before are untouched and every finished cell is the clean run's. Then one finished cell edited by
+    hand and another truncated: the next run says each damaged cell is generated again, and ends with a clean run's
+    files. The commands' temporary folder is empty after each."""
     site = site_with(tmp_path, HOOK)
     ref, run = tmp_path / "ref", tmp_path / "run"  # side by side: the records name the model by its relative path
     run_eval(cfg_for(*eval_args(ref, tiny)), progress=False)  # the clean run, serial (the workers write its bytes)
@@ -500,12 +547,18 @@ def test_crossed_eval_on_ray_workers_out_of_space_killed_or_damaged_resumes_to_t
     # one worker takes the shards in the design's order: the arm's first two cells were written, the third not
     assert cells_done(run) == cells_done(ref) - {f"grpo-hash_s1__boxed__{t}" for t in ("original", "para_a")}
 
-    # kill -9 as the last cell is moved into place, a second writer refused meanwhile
+    # SIGTERM to the command (as a scheduler stops a job; kill -9 of the driver: tests/test_eval_workers.py) as the
+    # last cell is moved into place, a second writer refused meanwhile: one line, exit 143, nothing of the command
+    # left running, Ray's processes included (held_then_killed), nothing left in the temporary folder
     before = finished_cells(run)
     fault = env(site, FAULT_ROOT=str(run), FAULT_AT=EVAL_CUTS["stop"], FAULT_KIND="stop",
                 FAULT_MARK=str(tmp_path / "stopped"))
-    code, err = held_then_killed(eval_cmd(run, tiny, workers=2), run, fault)
-    assert code == -signal.SIGKILL, err[-3000:]
+    code, err = held_then_killed(eval_cmd(run, tiny, workers=2), run, fault, signal.SIGTERM)
+    assert code == 143 and "Traceback" not in err, err[-3000:]
+    lines = [x for x in said(err, "crossed-eval: ") if "%|" not in x]  # its progress bar left out
+    assert lines == ["crossed-eval: stopped by SIGTERM; run the same command again: finished response files are kept, "
+                     "the rest generated."], err[-3000:]
+    assert list(systmp(run).iterdir()) == []
     check_cells_kept(run, before, reference)
     # the held cell not in place, its two shards on disk to go on from (the cell before it may be finished or not:
     # one worker may serve both shards of the last cell while the other is still on its first)
@@ -518,8 +571,9 @@ def test_crossed_eval_on_ray_workers_out_of_space_killed_or_damaged_resumes_to_t
         damage(run / rel, how)
     code, err = finish(launch(eval_cmd(run, tiny), run, env()))
     assert code == 0, err[-3000:]
-    assert f"crossed-eval: {run.resolve()}: taking over the lock of a run that ended without finishing (pid " in err
+    assert "taking over the lock" not in err  # the stopped run released it
     check_redone(err, run, EVAL_EDITS, before, reference)
+    assert list(systmp(run).iterdir()) == []
 
 
 def check_redone(err: str, run: Path, edits: dict[str, str], before: dict[str, tuple[str, int]],

@@ -419,6 +419,7 @@ OTHER_TOOLS_FILES = {
     "model.safetensors": "Hugging Face: a model's weights",
     "model.safetensors.index.json": "Hugging Face: a sharded model's map of weights to files",
     "training_args.bin": "transformers' Trainer: its arguments, saved into a checkpoint",
+    "trainer_state.json": "transformers' Trainer: its state, written last into a checkpoint (a complete one has it)",
     "model_world_size_*_rank_*.pt": "verl: one rank's FSDP shard of a checkpoint",
     "samples_*.jsonl": "lm-eval: the samples its --log_samples writes",
     "gsm8k.yaml": "lm-eval: its own GSM8K task, read from the installed package",

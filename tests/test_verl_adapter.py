@@ -57,6 +57,9 @@ def test_overrides_compose_on_verl_config(prepared):
         assert " -m crossed_rlvr.train.verl_launch" in text and "--weighted" not in text
         assert "reward.custom_reward_function.name=compute_score" in text
         assert "verl.model_merger merge --backend fsdp" in text and "checkpoints/step-30" in text
+    slurm = (tmp / "arm" / "launch_slurm_ray.sbatch").read_text()  # SLURM's warning, then the job requeues itself
+    assert "#SBATCH --signal=B:USR1@300\n#SBATCH --requeue\n" in slurm
+    assert slurm.index(" &\nchild=$!\nsettle\n") < slurm.index("verl.model_merger merge")
     assert cfg.trainer.save_freq == 30  # the final step is saved
     from hydra.errors import ConfigCompositionException
 

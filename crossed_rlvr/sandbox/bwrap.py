@@ -56,6 +56,7 @@ from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.layout import SandboxLayout
 from crossed_rlvr.sandbox import harness, seccomp, site
 from crossed_rlvr.sandbox.results import Results, Run
+from crossed_rlvr.scratch import system_tmp
 
 HARNESS = Path(harness.__file__)  # copied into the sandbox's folder: the one file of ours a run sees
 INSIDE = SandboxLayout(Path("/"))  # the sandbox's folder as a run sees it
@@ -416,7 +417,7 @@ def probe(hidden, calls, package_folders):
 
 
 UID_SPAN = 4096
-LOCKS = Path(tempfile.gettempdir())
+LOCKS = system_tmp()  # shared by every command on the machine: never a command's own folder (scratch.py)
 
 
 def claim_uids(n: int, base: int, fds: list[int]) -> list[int]:

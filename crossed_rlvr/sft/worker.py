@@ -32,7 +32,11 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
     spec_file.parent.mkdir(parents=True, exist_ok=True)
     if parallel <= 1:
         spec_file.write_text(json.dumps(spec, indent=2) + "\n")
-        subprocess.run(command(spec_file, nproc), check=True)
+        from crossed_rlvr.interrupt import stopped_by
+
+        done = subprocess.run(command(spec_file, nproc), check=False)
+        stopped_by(done.returncode)  # ended by a signal this process passed on: stop as it did
+        done.check_returncode()
         return json.loads(WorkerFiles(spec_file).result.read_text())
     if nproc > 1:
         raise ValueError("sft.parallel_arms > 1 runs one process per arm: set sft.nproc_per_node=1")
@@ -50,7 +54,12 @@ def run_stage(spec: dict[str, Any], spec_file: Path) -> dict[str, Any]:
             one.write_text(json.dumps({**spec, "only": name}, indent=2) + "\n")
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(slot)}
             running.append((name, one, subprocess.Popen(command(one, 1), env=env)))
-        failed = [name for name, _, proc in running if proc.wait() != 0]
+        codes = {name: proc.wait() for name, _, proc in running}
+        from crossed_rlvr.interrupt import stopped_by
+
+        for code in codes.values():
+            stopped_by(code)  # ended by a signal this process passed on: stop as they did
+        failed = [name for name, code in codes.items() if code != 0]
         if failed:
             raise RuntimeError(f"SFT arm(s) {', '.join(failed)} failed (see their output above)")
         for _name, one, _ in running:

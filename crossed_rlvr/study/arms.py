@@ -253,9 +253,9 @@ def _lines(path: Path) -> int:
 
 
 def _one_thread() -> None:
-    from crossed_rlvr.interrupt import ignore_interrupts
+    from crossed_rlvr.interrupt import training_worker
 
-    ignore_interrupts()  # the study's own process reports Ctrl-C
+    training_worker()  # the study's own process reports Ctrl-C and SIGTERM; SIGUSR1 saves the worker's arm
     os.environ["OMP_NUM_THREADS"] = "1"
     import torch
 

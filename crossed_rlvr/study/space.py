@@ -5,8 +5,9 @@ before anything is written (their parameter counts from the model's shape), so t
 instead, in one line, exit 2. What it counts (fp32 on the CPU, 4 B a parameter): the warm-started initial policy,
 each trained arm's final model, its step-0 weights, the model its crossed validation saves at each validated step
 (train/validation.py: step 0, every ``validation.every`` updates and the last) and, when checkpoints are resumable
-(``recipe.save_every`` > 0: weights and AdamW state, 12 B a parameter), one checkpoint per arm. Responses, scores
-and the report are small beside them.
+(``recipe.save_every`` > 0: weights and AdamW state, 12 B a parameter): verl keeps one per arm; a TRL arm keeps its
+last one until the arm ends and two during a save (train/resume.py), so two for each arm training at once.
+Responses, scores and the report are small beside them.
 """
 
 from __future__ import annotations
@@ -62,9 +63,16 @@ def planned_gb(cfg: StudyConf, run: RunLayout) -> tuple[float, str] | None:
                    for conv in cfg.arms.conventions)
     elif cfg.arms.kind == "sft" and not run.stage_stamp("arms").is_file():
         arms = 2 * len(cfg.arms.seeds)  # the marker arm and its control, a seed each
-    resumable = int(cfg.recipe.save_every) > 0
-    per_arm = 4 * n * (arm_models(cfg) if cfg.arms.kind == "grpo" else 1) + (12 * n if resumable else 0)
-    total = (4 * n * models + arms * per_arm) / 1e9
+    every, updates = int(cfg.recipe.save_every), int(cfg.recipe.updates)
+    resumable = every > 0
+    per_arm = 4 * n * (arm_models(cfg) if cfg.arms.kind == "grpo" else 1)
+    if cfg.engine.name == "trl":  # removed as each arm ends: two (during a save) for each arm training at once
+        at_once = min(arms, max(1, int(cfg.arms.parallel)))
+        resumable = 0 < every < updates and cfg.arms.kind == "grpo" and arms > 0
+        saved = 2 * 12 * n * at_once if resumable else 0
+    else:
+        saved = 12 * n * arms if resumable else 0
+    total = (4 * n * models + arms * per_arm + saved) / 1e9
     what = (f"{'the initial policy and ' if models else ''}{arms} arm(s)' models"
             f"{' and resumable checkpoints' if resumable else ''}, {n / 1e6:.1f}M parameters "
             "at 4 B each")

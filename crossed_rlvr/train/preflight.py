@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 from urllib.parse import urlparse
 
+# Ray's longest socket path below its temporary folder, and the most an AF_UNIX path holds
+from crossed_rlvr.scratch import RAY_SOCKET_TAIL, SOCKET_PATH_MAX
+
 if TYPE_CHECKING:
     from crossed_rlvr.conf.schema import StudyConf
 
@@ -138,10 +141,6 @@ def cache_problem(cfg: RunConfig, command: str = "crossed-study") -> str | None:
             "at a local copy")
 
 
-# Ray's longest socket path below its temporary folder: "/ray/" + "session_2026-12-02_01-46-52_467512_4194304"
-# (42: the date, microseconds and a 7-digit pid) + "/sockets/plasma_store" (21)
-RAY_SOCKET_TAIL = 5 + 42 + 21
-SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX path, as Ray checks them (validate_socket_filename)
 
 
 def socket_path_problem(env: Mapping[str, str] | None = None) -> str | None:

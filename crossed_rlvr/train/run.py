@@ -27,6 +27,10 @@ def resolved(cfg: CheckedTrainConf) -> dict[str, Any]:
     if cfg.engine.name == "trl" and not cfg.validation.every:
         data.pop("validation", None)
         data.pop("eval", None)
+    # when SLURM warns before a time limit: a launch setting, which changes no weights
+    engine = data.get("engine") or {}
+    if "slurm_warning_s" in engine:
+        data["engine"] = {k: v for k, v in engine.items() if k != "slurm_warning_s"}
     return data
 
 
@@ -63,7 +67,7 @@ def run_train(cfg: CheckedTrainConf) -> dict[str, Any]:
     if cfg.engine.name == "trl":
         from crossed_rlvr.train.trl_engine import train_trl
 
-        result = train_trl(cfg, rows, run_dir)
+        result = train_trl(cfg, rows, run_dir, digest)
         metrics = [row for row, _where in json_lines(arm.metrics)]
         reward_key = f"rewards/{cfg.convention.name}_reward/mean"
         result["reward_first"] = metrics[0].get(reward_key)

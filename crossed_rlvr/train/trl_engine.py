@@ -3,7 +3,8 @@
 The rewarded convention's training reward program is the reward; the requested-payload detector
 is logged as a second reward function with weight 0 (a metric that never moves the policy).
 Importance weights of the frozen prompt proposal scale each sample's advantage. Checkpoints are
-Hugging Face directories at step 0 and at the final step; per-step metrics (reward, payload rate,
+Hugging Face directories at step 0 and at the final step, and resumable ones every ``recipe.save_every`` updates
+from which an interrupted arm goes on (train/resume.py); per-step metrics (reward, payload rate,
 response length, clip fraction, entropy) go to ``metrics.jsonl`` and to wandb.
 """
 
@@ -25,6 +26,14 @@ from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.policies.loading import copy_tokenizer_files
 from crossed_rlvr.ranks import rank, world_size
 from crossed_rlvr.train.recipe import chat_prompt
+from crossed_rlvr.train.resume import (
+    keep_metrics_until,
+    last_saved,
+    on_every_rank,
+    save_and_stop_callback,
+    save_args,
+    saved_step,
+)
 from crossed_rlvr.train.translate import trl_args
 from crossed_rlvr.train.trl_reward import make_trl_reward
 
@@ -184,15 +193,17 @@ def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None
     return WeightedGRPOTrainer
 
 
-def validation_callback(cfg: CheckedTrainConf, model_path: Path, lora: bool) -> Any:  # Any: a TrainerCallback
-    """The crossed validation callback when ``validation.every`` > 0 (full-weight arms only), else None."""
+def validation_callback(cfg: CheckedTrainConf, model_path: Path, lora: bool,
+                        resumed: int | None = None) -> Any:  # Any: a TrainerCallback
+    """The crossed validation callback when ``validation.every`` > 0 (full-weight arms only), else None; ``resumed``:
+    the update training goes on from, whose validation history is kept."""
     if cfg.validation.every <= 0:
         return None
     if lora:
         raise ValueError("validation.every > 0 runs on full-weight arms only (recipe.lora.enabled=false)")
     from crossed_rlvr.train.validation import make_callback
 
-    return make_callback(cfg, model_path)
+    return make_callback(cfg, model_path, resumed)
 
 
 def stream_sampler(cfg: TrainConf, tokenizer: Any, bf16: bool) -> StreamSampler | None:  # Any: a tokenizer
@@ -210,8 +221,9 @@ def stream_sampler(cfg: TrainConf, tokenizer: Any, bf16: bool) -> StreamSampler 
                          context_limit=int(r.max_context_tokens), cpu=not torch.cuda.is_available())
 
 
-def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) -> dict[str, Any]:
-    """Train one GRPO arm on ``rows``; returns time, final checkpoint, metrics file (and what the ranks did)."""
+def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path, digest: str) -> dict[str, Any]:
+    """Train one GRPO arm on ``rows``, from its last saved update where an earlier run of the same config (hashed
+    ``digest``) saved one; returns time, final checkpoint, metrics file (and what the ranks did)."""
     import torch
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig
@@ -241,13 +253,15 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
     run = start_run(cfg.tracking, name=str(cfg.arm), job_type="train", run_dir=run_dir, study=cfg.study,
                     config=resolved_config(cfg)) if first else None
     report = ["wandb"] if run is not None else []
+    resume = last_saved(arm.trl_output, digest) if first else None
     # the arguments first: on several processes they start the process group (gloo on a CPU)
     args = GRPOConfig(
-        output_dir=str(arm.trl_output), logging_steps=1, save_strategy="no", report_to=report,
+        output_dir=str(arm.trl_output), logging_steps=1, report_to=report, **save_args(cfg),
         run_name=cfg.arm, use_cpu=not gpu, bf16=bf16, reward_weights=[1.0, 0.0],
         log_completions=False, disable_tqdm=not first, ddp_backend="gloo" if world > 1 and not gpu else None,
         **trl_args(cfg, world),
     )
+    resume = on_every_rank(resume, world)
     attention = {} if cfg.engine.attention == "auto" else {"attn_implementation": str(cfg.engine.attention)}
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32, **attention)
     step0 = arm.checkpoint(0)
@@ -255,8 +269,10 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
         initial_checkpoint(model, model_path, step0)
     dataset = training_dataset(rows)
     peft_config = lora_config(cfg)
-    validation = validation_callback(cfg, model_path, peft_config is not None)
-    callbacks = [metrics_callback(metrics_path), *([validation] if validation is not None else [])]
+    validation = validation_callback(cfg, model_path, peft_config is not None,
+                                     saved_step(resume) if resume is not None else None)
+    stopper = save_and_stop_callback()
+    callbacks = [metrics_callback(metrics_path), *([validation] if validation is not None else []), stopper]
     trainer = WeightedGRPOTrainer(
         model=model, reward_funcs=reward_functions(cfg),
         args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks,
@@ -264,18 +280,8 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
     )
     start = time.perf_counter()
     if first:
-        metrics_path.unlink(missing_ok=True)
-    trainer.accelerator.wait_for_everyone()
-    try:
-        trainer.train()
-    finally:
-        if validation is not None:  # its scoring process, also when training failed (else this process never exits)
-            validation.scorer.close()
-        if run is not None:
-            run.finish()
-        from crossed_rlvr.train.code_reward import close_programs
-
-        close_programs()  # a code arm's execution reward: its sandboxes end with the training that used them
+        keep_metrics_until(metrics_path, saved_step(resume) if resume is not None else 0)
+    run_trainer(trainer, resume, validation, run, stopper, int(cfg.recipe.updates))
     seconds = time.perf_counter() - start
     final = arm.checkpoint(int(cfg.recipe.updates))
     ranks = across_ranks(trainer, seen) if world > 1 else None
@@ -289,6 +295,31 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path) 
     if validation is not None:
         result.update(validation_steps=sorted(validation.done), validation_seconds=round(validation.seconds, 1))
     return result
+
+
+def run_trainer(trainer: GRPOTrainer, resume: Path | None, validation: Any, run: Any, stopper: Any,
+                updates: int) -> None:  # Any: the callbacks, wandb's run
+    """``trainer.train()``, from ``resume`` where given; then the validation's scorer, the wandb run and a code arm's
+    sandboxes closed, also when training failed. A SIGUSR1 that stopped training before the last update (its
+    checkpoint saved: train/resume.py) stops the command."""
+    from crossed_rlvr.interrupt import Stopped, training
+
+    trainer.accelerator.wait_for_everyone()
+    try:
+        with training():
+            trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    finally:
+        if validation is not None:  # its scoring process, also when training failed (else this process never exits)
+            validation.scorer.close()
+        if run is not None:
+            run.finish()
+        from crossed_rlvr.train.code_reward import close_programs
+
+        close_programs()  # a code arm's execution reward: its sandboxes end with the training that used them
+    if stopper.stopped_at is not None and trainer.state.global_step < updates:
+        import signal
+
+        raise Stopped(signal.SIGUSR1)  # saved at this update (trl/checkpoint-<K>): a rerun goes on from there
 
 
 def across_ranks(trainer: GRPOTrainer, seen: list[list[str]]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ logged through the trainer's own ``log`` (so to wandb, the console and ``state.l
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -85,8 +86,46 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def make_callback(cfg: TrainConf, tokenizer_dir: Path) -> Any:  # Any: a transformers TrainerCallback
-    """A TrainerCallback that validates the arm crossed at step 0, every N updates and at the end."""
+def step_files(cfg: TrainConf, step: int) -> list[Path]:
+    """The response files of one validation step (every request and wording of the step's checkpoint)."""
+    from crossed_rlvr.eval.generate.plan import cell_name
+
+    arm = ArmLayout(Path(cfg.run_dir))
+    vcfg = validation_config(cfg, step, arm.validation_checkpoint(step))
+    assert vcfg.policies  # validation_config names the step's checkpoint, its one policy
+    return [arm.validation_eval.response_file(cell_name(vcfg.policies[0].name, r, t)) for r in vcfg.requests
+            for t in vcfg.templates]
+
+
+def carry_over(cfg: TrainConf, resumed: int, scorer: Any) -> set[int]:  # Any: validation_scores.StepScorer
+    """Training goes on from update ``resumed`` (train/resume.py): the steps validated up to it are kept (those whose
+    scores were not yet summarised are scored again from their responses, by ``scorer``); those after it belong to
+    updates to be trained again, and go. The steps kept."""
+    from crossed_rlvr.files import atomic_write_text, json_lines
+
+    arm = ArmLayout(Path(cfg.run_dir))
+    every, last = int(cfg.validation.every), int(cfg.recipe.updates)
+    summary = arm.validation_summary
+    rows = [row for row, _where in json_lines(summary)] if summary.exists() else []
+    kept = [row for row in rows if int(row["step"]) <= resumed]
+    if summary.exists():
+        atomic_write_text(summary, "".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+    done = {int(row["step"]) for row in kept}
+    for step in sorted({0, last, *range(every, last + 1, every)}):
+        files = step_files(cfg, step)
+        if step > resumed:
+            shutil.rmtree(arm.validation_checkpoint(step), ignore_errors=True)
+            for path in files:
+                path.unlink(missing_ok=True)
+        elif step not in done and all(path.exists() for path in files):
+            done.add(step)
+            scorer.submit(step, files)
+    return done
+
+
+def make_callback(cfg: TrainConf, tokenizer_dir: Path, resumed: int | None = None) -> Any:  # Any: a TrainerCallback
+    """A TrainerCallback that validates the arm crossed at step 0, every N updates and at the end. ``resumed``: the
+    update training goes on from (train/resume.py), whose validation history is kept (``carry_over``)."""
     from transformers import TrainerCallback
 
     from crossed_rlvr.eval.generate.plan import cell_name
@@ -135,6 +174,9 @@ def make_callback(cfg: TrainConf, tokenizer_dir: Path) -> Any:  # Any: a transfo
 
         def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                            model: PreTrainedModel | None = None, **kwargs: Any) -> None:
+            if resumed is not None:
+                self.done = carry_over(cfg, resumed, self.scorer)
+                return
             # Training starts from scratch (a finished arm is never retrained): responses, scores and
             # checkpoints of an earlier attempt belong to other weights and would be reused by their names.
             shutil.rmtree(out.root, ignore_errors=True)

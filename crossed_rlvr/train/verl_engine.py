@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
+from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, WARNING_S, run_then_settle, slurm_header
 from crossed_rlvr.conf import hydra_quoted
 from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
 from crossed_rlvr.conf.schema import TrainConf
@@ -246,11 +246,18 @@ if [ -n "${{CROSSED_REHEARSE:-}}" ]; then exit 0; fi
 # The driver runs in the batch script itself, on the head (where sbatch runs it), as Ray's own SLURM template
 # does: an `srun --overlap` step would ask for the job's GPUs, which `ray start --head` holds, and where a SLURM
 # version shares only CPUs between steps it waits forever.
-SLURM = slurm_header("GRPO arm {arm} through verl") + "{exports}\n{attention}\n{finished}\n{ray_auth}" + RAY_CLUSTER + """RAY_ADDRESS="$head_ip:$port" {python} -m crossed_rlvr.train.verl_launch \\
+# The launch runs in the background of the batch shell, which passes SLURM's warning and SIGTERM on to it and
+# requeues the job after a warned stop (crossed_rlvr/cluster.py: REQUEUE); the merge runs once it has finished.
+SLURM_LAUNCH = run_then_settle("""RAY_ADDRESS="$head_ip:$port" {python} -m crossed_rlvr.train.verl_launch \\
   {flags} -- \\
-{args} ${{ATTN[@]+"${{ATTN[@]}}"}}
-{merge}
+{args} ${{ATTN[@]+"${{ATTN[@]}}"}}""") + """{merge}
 """
+
+
+def slurm_script(warning_s: int) -> str:
+    """The SLURM script's template, with SLURM's warning ``warning_s`` seconds before the time limit (0: none)."""
+    return (slurm_header("GRPO arm {arm} through verl", warning_s) + "{exports}\n{attention}\n{finished}\n{ray_auth}"
+            + RAY_CLUSTER + SLURM_LAUNCH)
 
 
 # Overrides that say where files are, not what is trained: a run directory moved, or the package reinstalled
@@ -348,7 +355,8 @@ def prepare_verl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Pat
     single = arm.launch_single_node
     single.write_text(SINGLE_NODE.format(**fields))
     slurm = arm.launch_slurm
-    slurm.write_text(SLURM.format(job=cfg.arm.replace("/", "_"), nodes=int(e.nnodes), **fields))
+    warning = WARNING_S if e.slurm_warning_s is None else int(e.slurm_warning_s)
+    slurm.write_text(slurm_script(warning).format(job=cfg.arm.replace("/", "_"), nodes=int(e.nnodes), **fields))
     single.chmod(0o755)
     slurm.chmod(0o755)
     result = {"train_parquet": str(train_file), "val_parquet": str(val_file), "overrides": len(overrides),

@@ -451,6 +451,7 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
     from crossed_rlvr.train.verl_weighted import task_runner_class
 
     runner = task_runner_class(weighted)  # verl's task runner, building our sync trainer (weighted or not)
+    _reclaim_after_ray_init()
     start = time.perf_counter()
     try:
         run_ppo(composed, task_runner_class=runner)
@@ -466,6 +467,26 @@ def run(overrides: list[str], weighted: bool, rehearse: int | None, wait_limit: 
         say("FAILED: verl ran to the end without a GPU, which the rehearsal does not expect")
         return 1
     return 0
+
+
+def _reclaim_after_ray_init() -> None:
+    """``ray.init`` (which verl's ``run_ppo`` calls) followed by the launch's own signal handlers again: Ray's driver
+    installs its own on SIGTERM (crossed_rlvr/interrupt.py: ``reclaim``)."""
+    import ray
+
+    from crossed_rlvr.interrupt import reclaim
+
+    real = ray.init
+    if getattr(real, "reclaims", False):
+        return
+
+    def init(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        reclaim()
+        return out
+
+    init.reclaims = True  # type: ignore[attr-defined]
+    ray.init = init
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -493,8 +514,27 @@ def main(argv: list[str] | None = None) -> int:
 
         return wait_for_nodes(args.address, args.wait_nodes, args.join_timeout)
     limit = float(os.environ.get("CROSSED_WAIT_LIMIT") or args.wait_limit)
+    from crossed_rlvr.interrupt import handle_signals
+
+    # SIGTERM and SLURM's warning (SIGUSR1) stop the launch and every process it started (its local Ray included):
+    # verl's trainer saves only at its cadence, so the requeued launch goes on from its last resumable checkpoint
+    handle_signals(pass_usr1=False)
+    from crossed_rlvr.scratch import own_tmp
+
+    with own_tmp():  # Ray's session, vLLM's and torch's files: removed when the launch ends (scratch.py)
+        return _launch(args, limit)
+
+
+def _launch(args: Any, limit: float) -> int:  # Any: argparse's namespace
+    from crossed_rlvr.interrupt import STATUS, WHY, Stopped, stop_descendants
+
     try:
         code = run(args.overrides, args.weighted, args.rehearse, limit, not args.no_preflight, args.cpu)
+    except Stopped as err:
+        print(f"verl_launch: {WHY[err.signum].split(' (')[0]}; run the launch script again: verl goes on from its last "
+              "resumable checkpoint (recipe.save_every; 0: from the initial policy)", file=sys.stderr, flush=True)
+        code = STATUS[err.signum]
+        stop_descendants()  # what its own handlers did not stop: nothing of the launch is left running
     finally:
         import contextlib
 

@@ -19,7 +19,11 @@ from crossed_rlvr.ranks import launch, rank
 def run_arm(cfg: dict[str, Any], spec_file: Path, nproc: int) -> dict[str, Any]:
     spec_file.parent.mkdir(parents=True, exist_ok=True)
     spec_file.write_text(json.dumps(cfg, indent=2) + "\n")
-    subprocess.run(launch("crossed_rlvr.train.worker", str(spec_file), nproc=nproc), check=True)
+    from crossed_rlvr.interrupt import stopped_by
+
+    done = subprocess.run(launch("crossed_rlvr.train.worker", str(spec_file), nproc=nproc), check=False)
+    stopped_by(done.returncode)  # ended by a signal this process passed on: stop as it did
+    done.check_returncode()
     return json.loads(WorkerFiles(spec_file).result.read_text())
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from crossed_rlvr.cluster import WARNING_S
 from crossed_rlvr.eval.generate.engines import load_backend, release
 from crossed_rlvr.eval.generate.plan import (
     Cell,
@@ -121,6 +122,9 @@ def _connect(dist: DistributeConf, need: dict[str, float]) -> bool:
             ray.init(address=str(dist.address), **kw)
         else:  # "local": a new Ray here, never the cluster a leftover /tmp/ray/ray_current_cluster names
             ray.init(address="local", include_dashboard=False, **kw)
+        from crossed_rlvr.interrupt import reclaim
+
+        reclaim()  # SIGTERM is the command's to handle (Ray's driver took it over)
         started = True
     have = ray.cluster_resources()
     short = {k: (v, have.get(k, 0.0)) for k, v in need.items() if v > have.get(k, 0.0)}
@@ -336,20 +340,23 @@ def run_distributed(cfg: EvalCommandConf, p: Plan, summary: dict[str, Any], bar:
     return driver.machines
 
 
-# the driver runs in the batch script, on the head: a job step would ask for GPUs that `ray start` holds
+# the driver runs in the batch script, on the head: a job step would ask for GPUs that `ray start` holds; in the
+# background of the batch shell, which passes SLURM's warning and SIGTERM on and requeues the job after a warned
+# stop (crossed_rlvr/cluster.py: REQUEUE)
 EVAL_SLURM_RUN = """{command} \\
-  distribute.address="$head_ip:$port" distribute.workers={workers} distribute.gpus_per_worker={per_worker}
-"""
+  distribute.address="$head_ip:$port" distribute.workers={workers} distribute.gpus_per_worker={per_worker}"""
 
 
-def slurm_script(command: list[str], nodes: int, gpus: int, cpus: int, per_worker: int = 1) -> str:
+def slurm_script(command: list[str], nodes: int, gpus: int, cpus: int, per_worker: int = 1,
+                 warning_s: int = WARNING_S) -> str:
     """An sbatch script: Ray over ``nodes`` nodes of ``gpus`` GPUs, then ``command`` (crossed-eval or
-    crossed-study with its overrides) on the head, with one worker per ``per_worker`` GPUs of the cluster."""
+    crossed-study with its overrides) on the head, with one worker per ``per_worker`` GPUs of the cluster; SLURM's
+    warning ``warning_s`` seconds before the time limit, after which the job requeues itself (0: neither)."""
     import shlex
     import sys
     from pathlib import Path
 
-    from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, slurm_header
+    from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, run_then_settle, slurm_header
 
     if nodes < 1 or gpus < 1 or cpus < 1 or per_worker < 1 or gpus % per_worker:
         raise ValueError(f"--nodes {nodes}, --gpus-per-node {gpus}, --cpus-per-node {cpus}, --gpus-per-worker "
@@ -363,9 +370,9 @@ def slurm_script(command: list[str], nodes: int, gpus: int, cpus: int, per_worke
               "per_worker": per_worker, "job": "crossed-eval",
               "command": " ".join(shlex.quote(x) for x in [head, *command[1:]])}
     header = slurm_header(f"the crossed evaluation driven from its head: {fields['workers']} workers, {per_worker} "
-                          "GPU(s) each (the same cluster start as the verl arms' scripts)")
+                          "GPU(s) each (the same cluster start as the verl arms' scripts)", warning_s)
     token = "${{SLURM_SUBMIT_DIR:-$PWD}}/.ray_auth_token.${{SLURM_JOB_ID:-local}}"  # the submit folder: shared
-    return (header + RAY_AUTH.replace("{token}", token) + RAY_CLUSTER + EVAL_SLURM_RUN).format(**fields)
+    return (header + RAY_AUTH.replace("{token}", token) + RAY_CLUSTER + run_then_settle(EVAL_SLURM_RUN)).format(**fields)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     add_number(parser, "--gpus-per-node", 0, 64, required=True, why="0: CPU nodes")
     add_number(parser, "--cpus-per-node", 1, 4096, default=16)
     add_number(parser, "--gpus-per-worker", 0, 64, default=1, why="0: CPU workers", help="= eval.tensor_parallel_size")
+    add_number(parser, "--warning-s", 0, 86_400, default=WARNING_S, why="0: no warning and no requeue",
+               help=f"SLURM's warning this many seconds before the time limit: the command saves and stops, the job "
+                    f"requeues itself (default {WARNING_S})")
     parser.add_argument("-o", "--output", required=True)
     parser.epilog = "after --: crossed-eval or crossed-study with its overrides"
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -391,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if out.exists():
             raise ValueError(f"{out} exists; refusing to overwrite it")
-        text = slurm_script(command, args.nodes, args.gpus_per_node, args.cpus_per_node, args.gpus_per_worker)
+        text = slurm_script(command, args.nodes, args.gpus_per_node, args.cpus_per_node, args.gpus_per_worker,
+                            args.warning_s)
     except ValueError as err:
         print(f"crossed-eval slurm: {err}", file=sys.stderr)
         return 2
