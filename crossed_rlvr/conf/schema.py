@@ -289,8 +289,7 @@ class EngineConf(ReadOnly):
     wait_limit_s: float = num(300.0, 1.0, 86_400.0)  # a Ray resource wait longer than this ends the launch (train/verl_launch.py)
     # the SLURM scripts' warning before the time limit (--signal=B:USR1@<s>): the arm saves and the job requeues itself
     # (crossed_rlvr/cluster.py); null: 300 s, 0: none. Left out of the arm's config hash: it changes no weights
-    slurm_warning_s: int | None = field(default=None, metadata={
-        "range": Range(0, 86_400, False, "null: 300 s; 0: no warning and no requeue"), "omit_none": True})
+    slurm_warning_s: int | None = num(None, 0, 86_400, why="null: 300 s; 0: no warning and no requeue")
     # verl: auto (flash_attention_2 when flash-attn is installed, else sdpa), flash_attention_2 or sdpa; TRL: auto
     # (the model's own), sdpa, eager (unfused: an update's loss 6.5 s instead of 7.4 s at one CPU thread for SmolLM2)
     # or flash_attention_2
