@@ -83,7 +83,8 @@ def own_tmp() -> Iterator[Path]:
     remove_stale(base)
     folder = base / f"{PREFIX}{os.getpid()}"
     shutil.rmtree(folder, ignore_errors=True)  # an earlier process's of the same pid, ended without cleanup
-    folder.mkdir(mode=0o700)
+    folder.mkdir()
+    os.chmod(folder, 0o711)  # others may pass through, not list it: the code sandbox's uids reach their job folders
     keys = ("TMPDIR", OWN, SYSTEM, "TORCHINDUCTOR_CACHE_DIR", "RAY_TMPDIR", WANDB_SERVICE)
     before, cached = {k: os.environ.get(k) for k in keys}, tempfile.tempdir
     os.environ.update({"TMPDIR": str(folder), OWN: str(folder), SYSTEM: str(base)})

@@ -42,7 +42,7 @@ def settings_table() -> str:
 PARSER_MODULES = ("crossed_rlvr.analysis.cli", "crossed_rlvr.rescore.cli", "crossed_rlvr.calibration.cli",
                   "crossed_rlvr.eval.score.scoring", "crossed_rlvr.eval.ingest.cli", "crossed_rlvr.cli",
                   "crossed_rlvr.train.verl_launch", "crossed_rlvr.cluster", "crossed_rlvr.eval.generate.workers",
-                  "crossed_rlvr.rescore.code")
+                  "crossed_rlvr.rescore.code", "crossed_rlvr.view.cli")
 
 
 def build_parsers() -> None:

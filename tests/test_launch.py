@@ -144,16 +144,15 @@ def test_a_gpu_launch_checks_host_memory_and_free_disk_against_the_prepared_plan
     the tiny model it runs; its plan here is the 7B model's, as prepare writes it for the preset.)"""
     from collections import namedtuple
 
-    from omegaconf import OmegaConf
-
     from crossed_rlvr.train import verl_launch
     from crossed_rlvr.train.memory import KNOWN_SHAPES, check
+    from crossed_rlvr.train.run import read_resolved
 
     arm = tmp_path / "arm"
     shutil.copytree(paper_gsm8k / "train" / "hash" / "s83", arm)
     written = json.loads((arm / "memory_plan.json").read_text())
     assert {"host_gib", "host_peak_gib", "disk_peak_gb"} <= set(written)  # prepare writes the plan's new parts
-    cfg = OmegaConf.create(json.loads((arm / "resolved_config.json").read_text()))
+    cfg = read_resolved(arm / "resolved_config.json")  # typed, as the launch reads it: unset settings at None
     big = check(cfg, KNOWN_SHAPES["Qwen/Qwen2.5-7B-Instruct"])
     (arm / "memory_plan.json").write_text(json.dumps({**written, "host_peak_gib": big.host_peak,
                                                       "disk_peak_gb": big.disk_peak}))

@@ -209,9 +209,9 @@ def test_every_numeric_flag_of_the_argparse_commands_has_a_range():
     progs = " | ".join(FLAGS)
     for prog in ("crossed-analyze", "crossed-rescore", "crossed-calibrate sample", "crossed-calibrate annotate",
                  "crossed-score", "crossed-import", "crossed-rlvr panel", "verl_launch", "crossed_rlvr.cluster",
-                 "crossed_rlvr.eval.generate.workers", "crossed-rescore code"):
+                 "crossed_rlvr.eval.generate.workers", "crossed-rescore code", "crossed-view"):
         assert prog in progs, (prog, progs)
-    assert len(PARSER_MODULES) == 10
+    assert len(PARSER_MODULES) == 11
     for prog, flags in FLAGS.items():
         for flag, (rng, _integer) in flags.items():
             for value in (math.nan, math.inf, -1, 10**30):

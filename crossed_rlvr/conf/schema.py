@@ -582,6 +582,20 @@ def conf_of(schema: type[C], cfg: object) -> C:
     return made
 
 
+def given_of(cfg: object) -> dict[str, Any]:
+    """A command's config as it was given, in plain dicts (a composed Hydra node resolved, a dict as it is), less
+    Hydra's own node: what a run records of its config beside the typed one (crossed-sft's wandb runs and their
+    ids), made at the door as ``conf_of`` is."""
+    from collections.abc import Mapping
+
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    if not isinstance(data, Mapping):
+        raise TypeError(f"a command's config is a mapping, not {type(cfg).__name__}")
+    return {str(k): v for k, v in data.items() if k != "hydra"}
+
+
 def int_keys(schema: type, data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with the keys of every ``dict[int, ...]`` field of ``schema`` as ints again: JSON writes every key as
     a string (``task.train_per_stratum`` read back from an arm's spec or resolved config), and the schema's node

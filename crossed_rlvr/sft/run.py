@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.conf.schema import SFTCommandConf, conf_of, settings
+from crossed_rlvr.conf.schema import SFTCommandConf, conf_of, given_of, settings
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.files import json_lines
 from crossed_rlvr.layout import SFT_SUMMARY, RunLayout
@@ -30,20 +30,6 @@ from crossed_rlvr.sft.pairs import target, write_pairs
 from crossed_rlvr.sft.trainer import SFTConfig, train_sft
 from crossed_rlvr.task_sources import task_kind
 from crossed_rlvr.tasks.code import load_code_dataset, train_file
-
-
-def given_of(cfg: object) -> dict[str, Any]:
-    """A command's config as it was given, in plain dicts (a composed Hydra node resolved, a dict as it is), less
-    Hydra's own node: what a run records of its config beside the typed one (crossed-sft's wandb runs and their
-    ids), made at the door as ``conf_of`` is."""
-    from collections.abc import Mapping
-
-    from omegaconf import OmegaConf
-
-    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
-    if not isinstance(data, Mapping):
-        raise TypeError(f"a command's config is a mapping, not {type(cfg).__name__}")
-    return {str(k): v for k, v in data.items() if k != "hydra"}
 
 
 @dataclass(frozen=True)

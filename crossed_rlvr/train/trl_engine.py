@@ -38,10 +38,12 @@ from crossed_rlvr.train.translate import trl_args
 from crossed_rlvr.train.trl_reward import make_trl_reward
 
 if TYPE_CHECKING:
-    from transformers import TrainerControl, TrainerState, TrainingArguments
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
     from trl import GRPOTrainer
+    from wandb.sdk.wandb_run import Run as WandbRun
 
     from crossed_rlvr.train.rollout import StreamSampler
+    from crossed_rlvr.train.validation import CrossedValidationCallback
 
 
 def payload_metric(request: str) -> Callable[..., list[float]]:
@@ -297,8 +299,8 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path, 
     return result
 
 
-def run_trainer(trainer: GRPOTrainer, resume: Path | None, validation: Any, run: Any, stopper: Any,
-                updates: int) -> None:  # Any: the callbacks, wandb's run
+def run_trainer(trainer: GRPOTrainer, resume: Path | None, validation: CrossedValidationCallback | None,
+                run: WandbRun | None, stopper: TrainerCallback, updates: int) -> None:
     """``trainer.train()``, from ``resume`` where given; then the validation's scorer, the wandb run and a code arm's
     sandboxes closed, also when training failed. A SIGUSR1 that stopped training before the last update (its
     checkpoint saved: train/resume.py) stops the command."""
@@ -316,7 +318,7 @@ def run_trainer(trainer: GRPOTrainer, resume: Path | None, validation: Any, run:
         from crossed_rlvr.train.code_reward import close_programs
 
         close_programs()  # a code arm's execution reward: its sandboxes end with the training that used them
-    if stopper.stopped_at is not None and trainer.state.global_step < updates:
+    if getattr(stopper, "stopped_at", None) is not None and trainer.state.global_step < updates:
         import signal
 
         raise Stopped(signal.SIGUSR1)  # saved at this update (trl/checkpoint-<K>): a rerun goes on from there

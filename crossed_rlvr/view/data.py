@@ -107,14 +107,14 @@ def find_sources(root: Path) -> Sources:
                     "scores.parquet)")
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: object) -> Any:  # Any: the JSON value it returns
     """A table's value as JSON: NaN and NA as null, numpy scalars as Python's."""
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return None
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _key(group: Any) -> tuple[str, str, str, str]:
+def _key(group: tuple[object, ...]) -> tuple[str, str, str, str]:
     """A cell's key (task, template, policy, request) as text, from a groupby's key."""
     task, template, policy, request = (str(v) for v in group)
     return task, template, policy, request
@@ -248,7 +248,7 @@ class RunData:
                             rec = json.loads(line)
                             if not isinstance(rec, dict) or "response" not in rec:
                                 continue
-                            key = (str(rec.get("task")), str(rec.get("template", "original")), str(rec.get("policy")),
+                            key = (str(rec.get("task")), str(rec.get("template")), str(rec.get("policy")),
                                    str(rec.get("request")))
                             if key in self.cell_id:
                                 self._records.setdefault(self.cell_id[key], {})[

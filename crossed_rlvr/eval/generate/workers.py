@@ -380,10 +380,11 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     from pathlib import Path
 
-    parser = Parser(prog="python -m crossed_rlvr.eval.generate.workers",
-                                     description="Write an sbatch script that runs the crossed evaluation on "
-                                                 "every GPU of a SLURM allocation through Ray.")
-    parser.add_argument("kind", choices=["slurm"])
+    top = Parser(prog="python -m crossed_rlvr.eval.generate.workers",
+                 description="The crossed evaluation on Ray workers' batch scripts.")
+    parser = top.add_subparsers(dest="kind", required=True).add_parser(
+        "slurm", description="Write an sbatch script that runs the crossed evaluation on every GPU of a SLURM "
+                             "allocation through Ray.")
     add_number(parser, "--nodes", 1, 4096, required=True)
     add_number(parser, "--gpus-per-node", 0, 64, required=True, why="0: CPU nodes")
     add_number(parser, "--cpus-per-node", 1, 4096, default=16)
@@ -395,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.epilog = "after --: crossed-eval or crossed-study with its overrides"
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)
-    args = parser.parse_args(argv[:cut])
+    args = top.parse_args(argv[:cut])
     command = argv[cut + 1 :]
     out = Path(args.output)
     try:
