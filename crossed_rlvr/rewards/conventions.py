@@ -311,8 +311,10 @@ def request_order(request: str) -> int:
 # hash: ``#### <answer>`` (GSM8K's own convention)
 
 # Delimiters the detector allows between the marker and the number: spaces, Markdown emphasis/code, currency, math
-# openers (``$``, ``\\(``, ``\\[``) and escaped dollars (App. B.2). A possessive class keeps it linear.
-_HASH_PAYLOAD = re.compile(r"[ \t*_~`$\\(\[{€£¥]*+[-+−]?\.?\d[^\n]*+")
+# openers (``$``, ``\\(``, ``\\[``) and escaped dollars (App. B.2). A possessive class keeps it linear; whether a marker
+# qualifies reads only up to its number (reading its rest of line at every marker of a long line is quadratic).
+_HASH_START = re.compile(r"[ \t*_~`$\\(\[{€£¥]*+[-+−]?\.?\d")
+_HASH_PAYLOAD = re.compile(_HASH_START.pattern + r"[^\n]*+")  # the payload: its rest of line, read once
 # the training reward: verl's GSM8K pattern, a signed number right after ``#### `` (App. D.1)
 _HASH_REWARD = re.compile(r"#### (-?[0-9.,]+)")
 
@@ -320,12 +322,12 @@ _HASH_REWARD = re.compile(r"#### (-?[0-9.,]+)")
 def _hash_count(text: str) -> int:
     """Exact four-hash markers followed on the line by a numeric prefix: ``#### $18`` and ``#### **18**`` are
     payloads, a heading (``#### Step 1``) and the quoted request (``after "####".``) are not."""
-    return sum(1 for end in tx.exact_markers(text) if _HASH_PAYLOAD.match(text, end))
+    return sum(1 for end in tx.exact_markers(text) if _HASH_START.match(text, end))
 
 
 def _hash_last(text: str) -> str | None:
     # the last qualifying marker's rest of line, copied once (not once per marker on a long line)
-    at = next((end for end in reversed(tx.exact_markers(text)) if _HASH_PAYLOAD.match(text, end)), None)
+    at = next((end for end in reversed(tx.exact_markers(text)) if _HASH_START.match(text, end)), None)
     line = _HASH_PAYLOAD.match(text, at) if at is not None else None
     return line.group().strip().strip("*_`").strip() if line is not None else None
 
