@@ -43,7 +43,8 @@ def system_tmp() -> Path:
     return Path(os.environ.get(SYSTEM) or tempfile.gettempdir())
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -58,7 +59,7 @@ def remove_stale(base: Path) -> None:
     with contextlib.suppress(OSError):
         for folder in base.glob(f"{PREFIX}*"):
             pid = folder.name[len(PREFIX):]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)) and folder.owner() == _user():
+            if pid.isdigit() and int(pid) != os.getpid() and not alive(int(pid)) and folder.owner() == _user():
                 shutil.rmtree(folder, ignore_errors=True)
 
 

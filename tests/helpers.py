@@ -160,3 +160,18 @@ def small_eval(run_dir: Path, *extra: str) -> Any:
         f"run_dir={run_dir}", "task.n_items=2", "task.n_test=30", "task.n_dev=3", "tracking=off",
         "templates=[original]", "requests=[hash]",
         "policies=[{name: initial, path: org/tiny-policy, training_convention: initial, train_seed: null}]", *extra))
+
+
+def session_of(sid: int) -> list[str]:
+    """The names of the live processes in session ``sid`` (a command started in a session of its own, its children
+    and theirs)."""
+    names = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, _group, session = stat[stat.rindex(")") + 2 :].split()[:4]
+        if int(session) == sid and state != "Z":
+            names.append(stat[stat.index("(") + 1 : stat.rindex(")")])
+    return names

@@ -53,7 +53,7 @@ import pytest
 from crossed_rlvr.eval.generate.plan import RunError
 from crossed_rlvr.eval.generate.runner import run_eval
 from crossed_rlvr.layout import EvalLayout
-from tests.helpers import cfg_for, command_env, overrides, site_with
+from tests.helpers import cfg_for, command_env, overrides, session_of, site_with
 
 # every test here uses the module's run folder: one worker runs them in order (tests/conftest.py)
 WORKER_GROUP = "fault_matrix"
@@ -348,21 +348,6 @@ def held_then_killed(cmd: list[str], run: Path, environ: dict[str, str],
         time.sleep(0.1)
     assert not session_of(proc.pid), session_of(proc.pid)  # nothing of the killed command goes on running
     return code, err
-
-
-def session_of(sid: int) -> list[str]:
-    """The names of the live processes in session ``sid`` (a command started in a session of its own, its children
-    and theirs)."""
-    names = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, _group, session = stat[stat.rindex(")") + 2 :].split()[:4]
-        if int(session) == sid and state != "Z":
-            names.append(stat[stat.index("(") + 1 : stat.rindex(")")])
-    return names
 
 
 def finished(run: Path) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import command_env
+from tests.helpers import command_env, session_of
 
 # the arm: the smallest tiny model, its updates short; an entropy bonus moves the weights at every update although
 # the tiny model earns no reward (a comparison of weights that never moved would prove nothing)
@@ -42,21 +42,6 @@ def _held(file, mode="r", *args, **kwargs):
 import builtins
 builtins.open = io.open = _held
 '''
-
-
-def session_of(sid: int) -> list[str]:
-    """The names of the live processes of session ``sid`` (a command started in a session of its own and all it
-    started)."""
-    names = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        state, _ppid, _group, session = stat[stat.rindex(")") + 2 :].split()[:4]
-        if int(session) == sid and state != "Z":
-            names.append(stat[stat.index("(") + 1 : stat.rindex(")")])
-    return names
 
 
 def said(err: str) -> list[str]:

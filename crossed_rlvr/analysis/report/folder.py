@@ -21,16 +21,7 @@ from pathlib import Path
 from crossed_rlvr.analysis.analyze import DEFAULT_RESAMPLES, DEFAULT_RNG_SEED, compute
 from crossed_rlvr.analysis.report.document import crossing_gaps
 from crossed_rlvr.analysis.report.write import write_outputs
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
+from crossed_rlvr.scratch import alive
 
 
 def clear_abandoned(out: Path) -> None:
@@ -38,7 +29,7 @@ def clear_abandoned(out: Path) -> None:
     no cleanup), never one whose process is still writing."""
     for old in out.parent.glob(f".{out.name}.*"):
         pid = old.name[len(out.name) + 2 :].split(".", 1)[0]
-        if old.is_dir() and pid.isdigit() and not _alive(int(pid)):
+        if old.is_dir() and pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
 
 
