@@ -380,7 +380,7 @@ def test_native_boxed_math_arm_study(tmp_path):
     run = tmp_path / "math"
     Study(study_cfg(run, "experiment=smoke", "task=math500", f"task.path={test}", f"task.train_path={train}",
                     "task.dev_items=8", "arms.conventions=[boxed_math]", "arms.seeds=[83]", "validation.every=0",
-                    "evaluation.templates=[original]", "sft.epochs=24")).run_all()
+                    "evaluation.templates=[original]", "sft.epochs=16")).run_all()
     rows = [json.loads(x) for x in (run / "train" / "boxed_math" / "s83" / "data" / "train.jsonl").read_text().splitlines()]
     assert {r["convention"] for r in rows} == {"boxed_math"} and {r["reference"] for r in rows} == {"\\frac{1}{2}"}
     metrics = [json.loads(x) for x in (run / "train" / "boxed_math" / "s83" / "metrics.jsonl").read_text().splitlines()]
