@@ -4,11 +4,11 @@ command run again once the fault is cleared ends with the files of a clean run.
 
 - **Out of disk space** at a write inside the stage: one line naming the run folder and the stage, exit 1, no
   traceback on the console.
-- **kill -9** at a point inside the stage (the command's whole process group, as the OOM killer would), or in the
-  initial, eval and score stages **SIGTERM** to the command alone (as a scheduler stops a job: one line, exit 143,
-  nothing of the command left running), and while it is held there **a second writer** into the same folder:
-  refused before any work in one line naming the holder, exit 2. The next run after a kill takes the dead run's
-  lock over and says so. The commands' temporary folder (crossed_rlvr/scratch.py) is empty once the last has ended.
+- **SIGTERM** to the command alone at a point inside the stage (as a scheduler stops a job: one line, exit 143,
+  nothing of the command left running), and in the arms stage then **kill -9** there (the command's whole process
+  group, as the OOM killer would); while it is held there, **a second writer** into the same folder: refused before
+  any work in one line naming the holder, exit 2. The next run after a kill -9 takes the dead run's lock over and
+  says so. The commands' temporary folder (crossed_rlvr/scratch.py) is empty once the last has ended.
 - **A truncated or hand-edited output** of each finished stage: the next run redoes that stage (and says why).
 
 After each fault, no file of a stage finished before it changed (not even rewritten: same bytes, same mtime), the
@@ -65,16 +65,17 @@ ARGS = ["experiment=smoke", "initial.train_items=8", "sft.epochs=1", "recipe.upd
         "arms.seeds=[83]", "arms.train_items=8", "validation.every=0", "evaluation.n_items=4",
         "evaluation.templates=[original,para_a]", "analysis.resamples=50", "tracking=off"]
 STAGES = ("initial", "arms", "eval", "score", "analyze")
-# the stages whose held run is sent SIGTERM, as a scheduler stops a job, rather than killed with SIGKILL: those whose
-# work runs in worker processes the command must stop (the warm start's, generation's, scoring's); kill -9 in the
-# others (and the next run's lock takeover after it)
-TERMINATED = ("initial", "eval", "score")
+# how each stage's held run is stopped, in turn: SIGTERM to the command alone, as a scheduler stops a job (the command
+# must stop its worker processes: the warm start's, the arms', generation's, scoring's), and in the arms stage then
+# kill -9 of its whole process group (and the next run's lock takeover after it)
+SIGNALS = {"initial": (signal.SIGTERM,), "arms": (signal.SIGTERM, signal.SIGKILL), "eval": (signal.SIGTERM,),
+           "score": (signal.SIGTERM,), "analyze": (signal.SIGTERM,)}
 TERMINATED_LINE = ("crossed-study: stopped by SIGTERM; run the same command again: every finished stage is reused, "
                    "and an arm in training goes on from its last saved update (recipe.save_every).")
 # what a stage's one line names as being written when the full disk stopped it, where the stage says
 WRITING = {"eval": "the cell grpo-boxed_s83__hash__original"}
 
-# where each stage is cut: (out of disk space from this write on, kill -9 at this write), each a text of the path
+# where each stage is cut: (out of disk space from this write on, SIGTERM or kill -9 at this write), each a text of the path
 # the stage opens for writing (in the order the stage writes them: the kill comes later in the stage, so that
 # the rerun after it goes on from partial files of its own)
 CUTS = {
@@ -259,10 +260,10 @@ def said(err: str, head: str = "crossed-study: ") -> list[str]:
 
 @pytest.mark.long
 def test_each_stage_killed_or_out_of_space_keeps_what_finished_and_resumes_to_the_clean_files(clean):
-    """For each stage in turn: out of disk space inside it, then kill -9 inside it with a second writer refused
-    meanwhile; after each, the stages finished before are untouched and equal the clean run's, the faulted stage is
-    not marked finished; the run after the kill takes the dead run's lock over; the last run ends with the clean
-    run's files."""
+    """For each stage in turn: out of disk space inside it, then SIGTERM (and in the arms stage kill -9) inside it
+    with a second writer refused meanwhile; after each, the stages finished before are untouched and equal the clean
+    run's, the faulted stage is not marked finished; the run after the kill -9 takes the dead run's lock over; the
+    last run ends with the clean run's files."""
     run, reference, site = clean
     shutil.rmtree(run)
     mark = run.parent / "stopped"
@@ -283,27 +284,28 @@ def test_each_stage_killed_or_out_of_space_keeps_what_finished_and_resumes_to_th
         assert "No space left on device" in (run / "crossed-study.log").read_text()
         check_kept(run, stage, done, before, reference)
 
-        # kill -9 inside the stage (or SIGTERM to the command, in TERMINATED's stages), a second writer refused
-        # while it is held there
-        done_now = untouched(run, done)
-        signum = signal.SIGTERM if stage in TERMINATED else signal.SIGKILL
-        code, err = held_then_killed(study_cmd(run), run, env(site, FAULT_ROOT=str(run), FAULT_AT=kill_at,
-                                                               FAULT_KIND="stop", FAULT_MARK=str(mark)), signum)
-        if signum == signal.SIGKILL:
-            assert code == -signal.SIGKILL, (stage, err[-3000:])
-        else:  # one line, exit 143, nothing of the command left running (held_then_killed), its folder removed
-            assert code == 143 and "Traceback" not in err, (stage, err[-3000:])
-            assert [x for x in said(err) if "taking over the lock" not in x] == [TERMINATED_LINE], (stage, err[-3000:])
-            assert list(systmp(run).iterdir()) == [], stage
-        check_kept(run, stage, done, done_now, reference)
-        killed = signum == signal.SIGKILL
+        # SIGTERM to the command inside the stage (then kill -9, where SIGNALS says), a second writer refused while
+        # it is held there
+        for signum in SIGNALS[stage]:
+            done_now = untouched(run, done)
+            code, err = held_then_killed(study_cmd(run), run, env(site, FAULT_ROOT=str(run), FAULT_AT=kill_at,
+                                                                   FAULT_KIND="stop", FAULT_MARK=str(mark)), signum)
+            if signum == signal.SIGKILL:
+                assert code == -signal.SIGKILL, (stage, err[-3000:])
+            else:  # one line, exit 143, nothing of the command left running (held_then_killed), its folder removed
+                assert code == 143 and "Traceback" not in err, (stage, err[-3000:])
+                assert [x for x in said(err) if "taking over the lock" not in x] == [TERMINATED_LINE], (
+                    stage, err[-3000:])
+                assert list(systmp(run).iterdir()) == [], stage
+            check_kept(run, stage, done, done_now, reference)
+            killed = signum == signal.SIGKILL
 
     # the fault cleared: the same command ends with the clean run's files
     code, err = finish(study(run, env()))
     assert code == 0, err[-3000:]
-    assert f"{run.resolve()}: taking over the lock of a run that ended without finishing (pid " in err
+    assert "taking over the lock" not in err  # the last run before it was stopped by SIGTERM, its lock released
     assert digests(run) == reference, diff(digests(run), reference)
-    assert list(systmp(run).iterdir()) == []  # the killed runs' temporary folders removed by the runs after them
+    assert list(systmp(run).iterdir()) == []  # the killed run's temporary folder removed by the run after it
 
 
 def out_of_space(line: str, command: str, run: Path, what: str, written: str | None) -> bool:

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,11 +36,19 @@ def sft(run: Path, model: str, nproc: int, *overrides: str, env: dict | None = N
     args = ["-m", "crossed_rlvr.sft.cli", "mode=arms", "seeds=[83]", "tracking=off", "sft=arms_tiny",
             "sft.per_device_batch=8", "sft.epochs=2", f"train_items.n={N_ITEMS}", f"run_dir={run}",
             f"model.path={model}", *overrides]
+    # torchrun as docs/gpu.md runs it: its own per-rank logs under --log-dir (without it, torchrun itself makes a
+    # torchelastic_* folder in the system's temporary folder before any command of ours starts, and leaves it)
     launcher = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                                    f"--nproc_per_node={nproc}"]
-    proc = subprocess.run([*launcher, *args], capture_output=True, text=True, timeout=1500, check=False, cwd=ROOT,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+                                                    f"--nproc_per_node={nproc}", f"--log-dir={run}.torchrun"]
+    systmp = Path(tempfile.mkdtemp(prefix="st-", dir="/tmp"))  # the system's temporary folder, as the command sees it
+    try:
+        proc = subprocess.run([*launcher, *args], capture_output=True, text=True, timeout=1500, check=False, cwd=ROOT,
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(systmp), **(env or {})})
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+        # nothing left there: DeepSpeed's, torch's and the ranks' own files lived in the command's folder
+        assert sorted(p.name for p in systmp.iterdir()) == []
+    finally:
+        shutil.rmtree(systmp, ignore_errors=True)
     arm = run / "models" / "sft-hash" / "s83"
     assert not list(run.glob("models/*/*.tmp")) and not list(run.glob("models/*/*.trainer"))
     return json.loads((arm / "sft_summary.json").read_text())

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -88,9 +91,17 @@ def verl_study(tmp_path_factory, warm_cache):
     seen["said"] = resume_arm(f"grpo-hash/s{SEED}", folder, UPDATES, weighted=True, limit_s=900, poll_s=0.5,
                               after_kill=relaunch_at_world_size_1, while_resuming=after_first_new_save)
     boxed = arm(run, "boxed")
-    with (boxed / "launch.log").open("w") as log:
-        subprocess.run(["bash", str(boxed / "launch_single_node.sh")], stdout=log, stderr=subprocess.STDOUT,
-                       timeout=900, check=True)
+    # the boxed arm's launch with a system temporary folder of its own (Ray's too: no RAY_TMPDIR), short for Ray's
+    # sockets; what it holds afterwards is checked below
+    systmp = Path(tempfile.mkdtemp(prefix="st-", dir="/tmp"))
+    environ = {**{k: v for k, v in os.environ.items() if k != "RAY_TMPDIR"}, "TMPDIR": str(systmp)}
+    try:
+        with (boxed / "launch.log").open("w") as log:
+            subprocess.run(["bash", str(boxed / "launch_single_node.sh")], stdout=log, stderr=subprocess.STDOUT,
+                           timeout=900, check=True, env=environ)
+        seen["tmp_left"] = sorted(p.name for p in systmp.iterdir())
+    finally:
+        shutil.rmtree(systmp, ignore_errors=True)
     summary = Study(cfg()).run_all()
     seen["logs"] = [(folder / f"resume_{k}.log").read_text(errors="replace") for k in ("first", "second", "third")]
     return run, summary, seen
@@ -285,6 +296,13 @@ def test_the_arms_wandb_runs_hold_the_weights_and_the_studys_settings(verl_study
         assert "actor_rollout_ref" in config  # verl's own config beside it
         # validation before training, then every update; resumed: the resumed step's validation, then 2 and 3
         assert last["steps"] == (STEPS if conv == "hash" else [0, *STEPS]), last["steps"]
+
+
+def test_an_arms_launch_leaves_the_systems_temporary_folder_as_it_was(verl_study):
+    """Ray's session, vLLM's rendezvous files and sockets, torch's and verl's files (its checkpoints' lock files)
+    lived in the launch's own temporary folder, removed when it ended (crossed_rlvr/scratch.py)."""
+    _, _, seen = verl_study
+    assert seen["tmp_left"] == []
 
 
 def test_a_relaunched_finished_arm_does_nothing_and_says_so(verl_study):

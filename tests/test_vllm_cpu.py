@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -40,14 +41,24 @@ def vllm_env():
 
 
 def crossed_eval(env: Path, run: Path, model: Path, other: Path, *extra: str) -> subprocess.CompletedProcess:
+    """crossed-eval on both policies, with a temporary folder of its own (``TMPDIR``; Ray's too: no ``RAY_TMPDIR``)
+    that is empty again when it ends: vLLM's rendezvous files and sockets, Ray's session and torch's files lived in
+    the command's folder, removed with it (crossed_rlvr/scratch.py)."""
     policies = (f"policies=[{{name: initial, path: {model}}}, {{name: grpo-hash/s1, path: {other}, "
                 "training_convention: hash, train_seed: 1}]")
-    return subprocess.run(
-        [str(env / "bin" / "crossed-eval"), "eval=vllm_cpu", "eval.max_new_tokens=12", "eval.context_limit=512",
-         "task=arith_tiny", "task.n_items=6", "requests=[hash,boxed]", "templates=[original]", "tracking=off",
-         f"run_dir={run}", f"model.path={model}", policies, *extra],
-        capture_output=True, text=True, timeout=1200, check=False, cwd=run.parent,
-        env={**os.environ, "OMP_NUM_THREADS": "2"})
+    systmp = Path(tempfile.mkdtemp(prefix="st-", dir="/tmp"))  # short: Ray's sockets go under it
+    environ = {k: v for k, v in os.environ.items() if k != "RAY_TMPDIR"}
+    try:
+        proc = subprocess.run(
+            [str(env / "bin" / "crossed-eval"), "eval=vllm_cpu", "eval.max_new_tokens=12", "eval.context_limit=512",
+             "task=arith_tiny", "task.n_items=6", "requests=[hash,boxed]", "templates=[original]", "tracking=off",
+             f"run_dir={run}", f"model.path={model}", policies, *extra],
+            capture_output=True, text=True, timeout=1200, check=False, cwd=run.parent,
+            env={**environ, "OMP_NUM_THREADS": "2", "TMPDIR": str(systmp)})
+        assert sorted(p.name for p in systmp.iterdir()) == [], proc.stderr[-2000:]
+    finally:
+        shutil.rmtree(systmp, ignore_errors=True)
+    return proc
 
 
 @pytest.mark.timeout(2400)
