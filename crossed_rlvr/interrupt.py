@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from crossed_rlvr.errors import BAD_INPUT, CrossedError
 from crossed_rlvr.faults import MachineFault
@@ -322,3 +322,18 @@ def stops_cleanly(command: str, quiet: bool = False) -> Callable[[F], F]:
         return run  # type: ignore[return-value]
 
     return wrap
+
+
+def end_process(status: int = 0) -> NoReturn:
+    """End a command's process once its work is done: its exit handlers run (logging's, the reward pool's, wandb's),
+    then the process ends without the interpreter's teardown of every object it loaded. After crossed-eval had
+    written its last file, tearing down vLLM's engine and torch took ~3 s of a 33 s command (measured on 2 cores).
+    Only when this is the one thread left: Python's own exit waits for another thread, which may still be writing."""
+    import atexit
+
+    if threading.active_count() > 1:
+        sys.exit(status)
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

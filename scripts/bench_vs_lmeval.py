@@ -1,12 +1,18 @@
-"""crossed-eval beside lm-evaluation-harness's ``hf`` model on the same work: speed, and whether the greedy texts agree.
+"""crossed-eval beside lm-evaluation-harness on the same engine and the same work: speed as whole processes and in
+generation alone, and whether the greedy texts agree.
 
+Each crossed-eval backend is measured against lm-eval's model on the same engine (``PEERS``): the transformers
+backend against lm-eval's ``hf`` model, the vLLM backend against lm-eval's ``vllm`` model on the same vLLM build.
 Both tools get the same policy folders, the same items, the same requests (hash and boxed, original wording, the
 prompts as crossed-eval renders them), greedy decoding in float32 on the CPU, the same max new tokens and the same
 batch size; ``--default-batch-sizes`` adds a second round with each tool at its own default (crossed-eval's
-transformers backend: ``eval=cpu``'s, its vLLM backend: ``eval=vllm_cpu``'s, lm-eval's ``hf``: ``HFLM``'s).
+transformers backend: ``eval=cpu``'s, its vLLM backend: ``eval=vllm_cpu``'s, lm-eval's ``hf``: ``HFLM``'s, its
+``vllm``: ``batch_size=auto``, every request handed to vLLM's scheduler at once). lm-eval's vLLM model runs eagerly
+(``enforce_eager=True``, as crossed-eval's ``eval=vllm_cpu``) with the tools' shared context limit.
 
     .venv/bin/python scripts/bench_vs_lmeval.py                          # SmolLM2-135M-Instruct, 50 items, batch 8
     .venv/bin/python scripts/bench_vs_lmeval.py --items 10 --backends hf vllm --default-batch-sizes
+    .venv/bin/python scripts/bench_vs_lmeval.py --backends vllm --rounds default   # each tool as its users run it
     .venv/bin/python scripts/bench_vs_lmeval.py --models runs/real/models/initial runs/real/arms/hash/s83/final
 
 The items are the real-cpu study's (``task=arith_tiny``, 100 test items: its first ``--items``); the default model
@@ -16,17 +22,19 @@ Each tool runs as its own command, in a process of its own, every policy in that
 
 - crossed-eval: its own command (``crossed-eval`` with Hydra overrides: ``eval.backend`` hf (``hf-onednn``: with ``eval.linear=onednn``) or vllm,
   ``eval.temperature=0``), every policy in its ``policies`` list, into a fresh run directory;
-- lm-eval: what ``scripts/lm_eval_crossed.py`` runs, lm-eval's Python API (``simple_evaluate`` with
+- lm-eval: what ``scripts/lm_eval_crossed.py`` runs, lm-eval's Python API (``simple_evaluate(model="hf"|"vllm")`` with
   ``--log_samples``' tracker, ``apply_chat_template``) on the package's shipped tasks (``crossed_gsm8k_hash_original``
   and ``crossed_gsm8k_boxed_original``, made to read these items by ``lm_eval_tasks.localize``), one
   ``simple_evaluate`` per policy, with ``do_sample=False`` over the tasks' sampled decoding. The ``lm_eval`` command
   would also index every built-in task on each start; the API with the local tasks alone leaves that out.
 
 Per run it prints responses, response tokens, model-load seconds, generation seconds (the time inside the engine's
-generate: crossed-eval's loop that drains the engine's stream into each cell's file, lm-eval's ``HFLM.generate_until``,
-wrapped with a timer in the child process), whole-command seconds (the child process's wall time: imports, loading, generating, writing), responses/s
-and tokens/s over the generation seconds, and each figure's ratio against lm-eval's ``hf`` in the same round (above
-1: faster than lm-eval). Response tokens are counted alike for both tools: each text re-encoded by its policy's
+generate: crossed-eval's loop that drains the engine's stream into each cell's file, lm-eval's model's
+``generate_until``, wrapped with a timer in the child process), whole-process seconds (the child process's wall
+time from its start to its exit: the interpreter, imports, engine start, generating, writing), responses/s and
+tokens/s over the generation seconds, and each figure's ratio against lm-eval's run on the same engine in the same
+round (above 1: faster than lm-eval); then the same as docs/development.md's table, with the CPU model, the numerics
+and the host's loop time (a 10-million-step Python loop, timed before the runs). Response tokens are counted alike for both tools: each text re-encoded by its policy's
 tokenizer (crossed-eval's own count, the generated ids without the stop token, is kept in the JSON).
 
 Agreement: every response of a crossed-eval run against lm-eval's of the same round, by policy, request and item: the
@@ -58,6 +66,14 @@ STUDY_ITEMS = 100
 CONTEXT_LIMIT = 1024  # the real-cpu study's eval.context_limit
 TEMPLATE = "original"
 EVAL_GROUPS = {"hf": "cpu", "hf-onednn": "cpu", "vllm": "vllm_cpu"}  # crossed-eval's eval config of each backend
+# the lm-eval model each backend is measured against: the one on the same engine
+PEERS = {"hf": "hf", "hf-onednn": "hf", "vllm": "vllm"}
+# lm-eval's vLLM model runs as vLLM's defaults have it (its engine core in a process of its own) and, as a second row,
+# with the engine in its own process as crossed-eval runs vLLM's CPU build (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+ALSO = {"vllm": ["vllm-inprocess"]}
+# lm-eval's batch size when none is given on its command line: its hf model's own default, and "auto" for vllm
+# (every request handed to vLLM at once, its scheduler filling the batch: what its documentation runs)
+LM_EVAL_DEFAULT_BATCH: dict[str, Any] = {"vllm": "auto", "vllm-inprocess": "auto"}
 BACKEND_OVERRIDES = {"hf-onednn": ["eval.linear=onednn"]}  # the transformers backend on oneDNN's packed weights
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -101,6 +117,7 @@ def child_crossed_eval(spec: dict[str, Any]) -> None:
     """crossed-eval's own command (its Hydra entry point) with its engines' generate and loading timed."""
     from crossed_rlvr.eval.generate import runner
     from crossed_rlvr.eval.generate.cli import main
+    from crossed_rlvr.interrupt import end_process
 
     timer = Timer()
     # the generation: the loop that drains the engine's stream of a policy's cells and appends each response to its
@@ -112,33 +129,63 @@ def child_crossed_eval(spec: dict[str, Any]) -> None:
         main()
     finally:
         Path(spec["result"]).write_text(json.dumps({"seconds": timer.seconds}))
+    end_process(0)  # as the crossed-eval program ends (cli.entry)
 
 
 def child_lm_eval(spec: dict[str, Any]) -> None:
-    """lm-eval's ``hf`` model on the shipped tasks, every policy in this process (as ``lm_eval_crossed.py`` runs it),
-    with ``HFLM.generate_until`` and ``HFLM.__init__`` timed; the prompts' token counts are read off its encoder."""
+    """lm-eval's ``hf`` or ``vllm`` model (``spec["model"]``) on the shipped tasks, every policy in this process (as
+    ``lm_eval_crossed.py`` runs it), with the model's ``generate_until`` and ``__init__`` timed; the prompts' token
+    counts are read off its encoder. On vLLM's CPU build lm-eval asks ``importlib.metadata.version("vllm")``, which
+    the distribution ``vllm-cpu`` does not answer: answered as vLLM answers it itself (``machine.distribution_version``),
+    lm-eval runs it unchanged."""
+    vllm = spec["model"].startswith("vllm")
+    if vllm:
+        from crossed_rlvr.machine import answer_vllm_as_its_cpu_build
+
+        answer_vllm_as_its_cpu_build()
+        # vLLM's CPU build reserves gpu_memory_utilization (0.9) of the machine's memory unless its KV cache is sized,
+        # and refuses to start when that much is not free: sized as crossed-eval's (eval=vllm_cpu's cpu_kvcache_gib)
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(spec["kv_cache_gib"]))
+        if spec["model"] == "vllm-inprocess":  # the engine in this process, as crossed-eval runs vLLM's CPU build
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from lm_eval import simple_evaluate
     from lm_eval.loggers import EvaluationTracker
-    from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
     timer = Timer()
-    HFLM.generate_until = timer.wrap("generate", HFLM.generate_until)  # type: ignore[method-assign]
-    HFLM.__init__ = timer.wrap("load", HFLM.__init__)  # type: ignore[method-assign]
     prompt_tokens: dict[str, int] = {}
-    encode = HFLM.tok_batch_encode
+    if vllm:
+        from lm_eval.models.vllm_causallms import VLLM as Model
 
-    def counted(self: Any, strings: list[str], *args: Any, **kwargs: Any) -> Any:
-        ids, mask = encode(self, strings, *args, **kwargs)
-        prompt_tokens.update(zip(strings, (int(n) for n in mask.sum(dim=1)), strict=True))
-        return ids, mask
+        encode_vllm = Model.tok_encode
 
-    HFLM.tok_batch_encode = counted  # type: ignore[method-assign]
+        def counted(self: Any, string: Any, *args: Any, **kwargs: Any) -> Any:
+            ids = encode_vllm(self, string, *args, **kwargs)
+            if isinstance(string, list | tuple):  # generate_until encodes its contexts as a tuple
+                prompt_tokens.update(zip(string, (len(x) for x in ids), strict=True))
+            return ids
+
+        Model.tok_encode = counted  # type: ignore[method-assign]
+        model_args = (f"dtype=float32,enforce_eager=True,max_model_len={spec['context']},seed=0")
+    else:
+        from lm_eval.models.huggingface import HFLM as Model
+
+        encode_hf = Model.tok_batch_encode
+
+        def counted_hf(self: Any, strings: list[str], *args: Any, **kwargs: Any) -> Any:
+            ids, mask = encode_hf(self, strings, *args, **kwargs)
+            prompt_tokens.update(zip(strings, (int(n) for n in mask.sum(dim=1)), strict=True))
+            return ids, mask
+
+        Model.tok_batch_encode = counted_hf  # type: ignore[method-assign]
+        model_args = "dtype=float32"
+    Model.generate_until = timer.wrap("generate", Model.generate_until)  # type: ignore[method-assign]
+    Model.__init__ = timer.wrap("load", Model.__init__)  # type: ignore[method-assign]
     tasks = TaskManager(include_path=spec["tasks_dir"], include_defaults=False)
     responses: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for name, path in spec["policies"]:
         tracker = EvaluationTracker(output_path=str(Path(spec["out"]) / name))
-        results = simple_evaluate(model="hf", model_args=f"pretrained={path},dtype=float32", tasks=spec["tasks"],
+        results = simple_evaluate(model="vllm" if vllm else "hf", model_args=f"pretrained={path},{model_args}", tasks=spec["tasks"],
                                   batch_size=spec["batch_size"], device="cpu", log_samples=True,
                                   evaluation_tracker=tracker, apply_chat_template=True, task_manager=tasks,
                                   gen_kwargs=f"do_sample=False,temperature=0,max_gen_toks={spec['max_new_tokens']}")
@@ -202,19 +249,24 @@ def crossed_eval_run(out: Path, label: str, policies: list[tuple[str, str]], bac
             **run}
 
 
-def lm_eval_run(out: Path, label: str, policies: list[tuple[str, str]], batch: int | None, tasks: list[str],
-                args: argparse.Namespace) -> dict[str, Any]:
+def lm_eval_run(out: Path, label: str, model: str, policies: list[tuple[str, str]], batch: int | None,
+                tasks: list[str], args: argparse.Namespace, context: int) -> dict[str, Any]:
     folder = out / "lm_eval" / label
     shutil.rmtree(folder, ignore_errors=True)
     (out / "timers").mkdir(parents=True, exist_ok=True)
-    spec = {"policies": policies, "tasks_dir": str(out / "tasks"), "tasks": tasks, "batch_size": batch,
-            "max_new_tokens": args.max_new_tokens, "out": str(folder), "result": str(out / "timers" / f"{label}.json")}
+    batch_size = batch or lm_eval_default_batch(model)
+    spec = {"model": model, "policies": policies, "tasks_dir": str(out / "tasks"), "tasks": tasks,
+            "kv_cache_gib": crossed_eval_setting("vllm", "cpu_kvcache_gib"),
+            "batch_size": batch_size, "max_new_tokens": args.max_new_tokens, "context": context, "out": str(folder),
+            "result": str(out / "timers" / f"{label}.json")}
     run = run_child("lm-eval", spec, out / "logs" / f"{label}.log")
-    return {"label": label, "tool": "lm-eval", "backend": "hf", "batch_size": batch or lm_eval_default_batch(), **run}
+    return {"label": label, "tool": "lm-eval", "backend": model, "batch_size": batch_size, **run}
 
 
-def lm_eval_default_batch() -> Any:
-    """The batch size lm-eval's ``hf`` model runs when none is given (``HFLM``'s own default)."""
+def lm_eval_default_batch(model: str) -> Any:
+    """The batch size lm-eval runs ``model`` with when none is given (``HFLM``'s own default; "auto" for vLLM)."""
+    if model in LM_EVAL_DEFAULT_BATCH:
+        return LM_EVAL_DEFAULT_BATCH[model]
     import inspect
 
     from lm_eval.models.huggingface import HFLM
@@ -223,11 +275,16 @@ def lm_eval_default_batch() -> Any:
 
 
 def crossed_eval_default_batch(backend: str) -> int:
+    return int(crossed_eval_setting(backend, "batch_size"))
+
+
+def crossed_eval_setting(backend: str, name: str) -> Any:
+    """One of crossed-eval's settings as the backend's eval config gives it."""
     from omegaconf import OmegaConf
 
     from crossed_rlvr.conf import group_file
 
-    return int(OmegaConf.load(group_file("eval", EVAL_GROUPS[backend])).batch_size)
+    return OmegaConf.load(group_file("eval", EVAL_GROUPS[backend]))[name]
 
 
 # ---------------------------------------------------------------------------------------------- the responses
@@ -336,6 +393,19 @@ def ratios(row: dict[str, Any], base: dict[str, Any]) -> dict[str, float | None]
             "command_s": over(base["command_s"], row["command_s"])}
 
 
+BACKEND_NAMES = {"hf": "transformers", "hf-onednn": "transformers, `eval.linear=onednn`", "vllm": "vLLM"}
+LM_EVAL_NAMES = {"vllm": "vllm (vLLM's defaults: engine core in a process of its own)",
+                 "vllm-inprocess": "vllm, engine in process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`)"}
+
+
+def loop_time() -> float:
+    """Seconds of a 10-million-step Python loop: the host's speed now (docs/development.md compares hosts by it)."""
+    start = time.perf_counter()
+    for _ in range(10_000_000):
+        pass
+    return round(time.perf_counter() - start, 3)
+
+
 def num(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -350,15 +420,37 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             print(f"{r['round']:8} {r['tool']:12} {r['backend']:7} {r['batch_size']!s:>5}  failed: {r['error']} "
                   f"(log: {r['log']})")
             continue
-        f, x = r["figures"], r.get("vs_lm_eval_hf") or {}
+        f, x = r["figures"], r.get("vs_lm_eval") or {}
         print(f"{r['round']:8} {r['tool']:12} {r['backend']:7} {r['batch_size']!s:>5} {f['responses']:>5} "
               f"{f['response_tokens']:>7} {num(f['load_s']):>7} {num(f['generation_s']):>7} {num(f['command_s']):>7} "
               f"{num(f['responses_per_s'], 2):>7} {num(f['tokens_per_s']):>7} {num(x.get('responses_per_s'), 2):>8} "
               f"{num(x.get('tokens_per_s'), 2):>8} {num(x.get('command_s'), 2):>6}")
 
 
-def print_agreement(label: str, a: dict[str, Any], shown: int = 10) -> None:
-    print(f"{label}: {a['agree']}/{a['compared']} greedy texts agree with lm-eval hf"
+def markdown_table(rows: list[dict[str, Any]], machine: dict[str, Any]) -> str:
+    """The table of docs/development.md: each run's whole-process and generation seconds, responses/s, its ratios
+    against lm-eval on the same engine, its greedy agreement, the CPU model and the loop time."""
+    lines = ["| tool | backend | batch | whole process s | generation s | responses/s | × lm-eval (whole process) "
+             "| × lm-eval (generation) | × lm-eval, its engine in process (whole process) | greedy texts equal | CPU "
+             "| loop s |", "|" + "---|" * 12]
+    for r in rows:
+        if not r["ok"]:
+            continue
+        f, x, a = r["figures"], r.get("vs_lm_eval") or {}, r.get("agreement")
+        backend = (LM_EVAL_NAMES.get(r["backend"], r["backend"]) if r["tool"] == "lm-eval"
+                   else BACKEND_NAMES[r["backend"]])
+        equal = f"{a['agree']}/{a['compared']}" if a else "—"
+        also = next(iter((r.get("vs_lm_eval_also") or {}).values()), {})
+        lines.append(f"| {r['tool']} | {backend} | {r['batch_size']} | {num(f['command_s'])} | {num(f['generation_s'])} "
+                     f"| {num(f['responses_per_s'], 2)} | {num(x.get('command_s'), 2)} | "
+                     f"{num(x.get('generation_s'), 2)} | {num(also.get('command_s'), 2)} | {equal} "
+                     f"| {machine['cpu']} ({machine['numerics']}) "
+                     f"| {machine['loop_s']} |")
+    return "\n".join(lines)
+
+
+def print_agreement(label: str, peer: str, a: dict[str, Any], shown: int = 10) -> None:
+    print(f"{label}: {a['agree']}/{a['compared']} greedy texts agree with lm-eval {peer}"
           + (f"; {len(a['prompts_differ'])} prompts differ" if a["prompts_differ"] else "; every prompt the same")
           + (f"; {len(a['missing'])} responses in one tool only" if a["missing"] else ""))
     for d in a["texts_differ"][:shown]:
@@ -396,29 +488,51 @@ def context_limit(policies: list[tuple[str, str]]) -> int:
 def run_rounds(args: argparse.Namespace, out: Path, policies: list[tuple[str, str]], context: int
                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every round's runs (lm-eval's first in each round's rows, then crossed-eval's backends) and the items."""
-    rounds = [("equal", dict.fromkeys(args.backends, args.batch_size), args.batch_size)]
-    if args.default_batch_sizes:
+    rounds = []
+    if "equal" in args.rounds:
+        rounds.append(("equal", dict.fromkeys(args.backends, args.batch_size), args.batch_size))
+    if "default" in args.rounds or args.default_batch_sizes:
         rounds.append(("default", {b: crossed_eval_default_batch(b) for b in args.backends}, None))
     rows: list[dict[str, Any]] = []
     items: list[dict[str, Any]] | None = None
     tasks: list[str] = []
     for name, batches, lm_batch in rounds:
-        ours = []
-        for backend, batch in batches.items():
-            run = crossed_eval_run(out, f"{name}-crossed-eval-{backend}", policies, backend, batch, args, context)
-            said(run)
-            ours.append({**run, "round": name})
-            if run["ok"] and items is None:  # the items crossed-eval froze are the ones lm-eval reads
-                items = frozen_items(Path(run["run_dir"]), args.items)
-                tasks = local_tasks(items, out / "tasks")
-        if items is None:
-            raise SystemExit("crossed-eval made no run, so there are no frozen items to give lm-eval; see "
-                             + ", ".join(r["log"] for r in ours))
-        theirs = {**lm_eval_run(out, f"{name}-lm-eval-hf", policies, lm_batch, tasks, args), "round": name}
-        said(theirs)
-        rows += [theirs, *ours]
+        ours: dict[str, dict[str, Any]] = {}
+        theirs: dict[str, dict[str, Any]] = {}
+        peers = dict.fromkeys(m for b in batches for m in (PEERS[b], *ALSO.get(PEERS[b], [])))
+
+        # alternating which tool runs first, so neither always meets a machine whose file cache is cold
+        for attempt in range(args.repeat):
+            for side in ("ours", "theirs") if attempt % 2 == 0 else ("theirs", "ours"):
+                if side == "theirs":
+                    for model in peers:  # each engine's peers once, in the backends' order
+                        run = {**lm_eval_run(out, f"{name}-lm-eval-{model}", model, policies, lm_batch, tasks, args,
+                                             context), "round": name}
+                        said(run)
+                        theirs[model] = best(theirs.get(model), run)
+                    continue
+                for backend, batch in batches.items():
+                    run = {**crossed_eval_run(out, f"{name}-crossed-eval-{backend}", policies, backend, batch, args,
+                                              context), "round": name}
+                    said(run)
+                    ours[backend] = best(ours.get(backend), run)
+                    if run["ok"] and items is None:  # the items crossed-eval froze are the ones lm-eval reads
+                        items = frozen_items(Path(run["run_dir"]), args.items)
+                        tasks = local_tasks(items, out / "tasks")
+                if items is None:
+                    raise SystemExit("crossed-eval made no run, so there are no frozen items to give lm-eval; see "
+                                     + ", ".join(r["log"] for r in ours.values()))
+        rows += [*theirs.values(), *ours.values()]
     assert items is not None
     return rows, items
+
+
+def best(kept: dict[str, Any] | None, run: dict[str, Any]) -> dict[str, Any]:
+    """Of two runs of one tool, the one that finished in fewer whole-process seconds (a failed one only if both
+    failed); the greedy texts are the same run to run, so the files on disk serve either."""
+    if kept is None or (run["ok"] and (not kept["ok"] or run["command_s"] < kept["command_s"])):
+        return {**run, "runs": [*(kept or {}).get("runs", []), run["command_s"]]}
+    return {**kept, "runs": [*kept.get("runs", []), run["command_s"]]}
 
 
 def said(run: dict[str, Any]) -> None:
@@ -427,24 +541,31 @@ def said(run: dict[str, Any]) -> None:
 
 
 def compare(rows: list[dict[str, Any]], items: list[dict[str, Any]], policies: list[tuple[str, str]]) -> None:
-    """Each run's figures, its ratios against lm-eval's run of its round, and crossed-eval's agreement with it."""
+    """Each run's figures, its ratios against lm-eval's run of its round on the same engine (``PEERS``), and
+    crossed-eval's agreement with that run."""
     from transformers import AutoTokenizer
 
     tokenizers = {n: AutoTokenizer.from_pretrained(p) for n, p in policies}
-    base: dict[str, dict[str, Any]] = {}
-    lm: dict[str, dict[Key, dict[str, Any]]] = {}
-    for r in rows:  # lm-eval's run comes first in its round
+    base: dict[tuple[str, str], dict[str, Any]] = {}
+    lm: dict[tuple[str, str], dict[Key, dict[str, Any]]] = {}
+    root = {m: peer for peer, also in ALSO.items() for m in also}  # a second lm-eval row is set against the first
+    for r in rows:  # lm-eval's runs come first in their round
+        lm_eval = r["tool"] == "lm-eval"
+        r["peer"] = root.get(r["backend"], r["backend"]) if lm_eval else PEERS[r["backend"]]
         if r["ok"]:
-            responses = lm_eval_responses(r, items) if r["tool"] == "lm-eval" else crossed_responses(r, policies)
+            responses = lm_eval_responses(r, items) if lm_eval else crossed_responses(r, policies)
             r["figures"] = figures(r, responses, tokenizers)
-            if r["tool"] == "lm-eval":
-                base[r["round"]], lm[r["round"]] = r["figures"], responses
-            elif r["round"] in lm:
-                r["agreement"] = agreement(responses, lm[r["round"]])
+            if lm_eval:
+                base[(r["round"], r["backend"])], lm[(r["round"], r["backend"])] = r["figures"], responses
+            elif (r["round"], r["peer"]) in lm:
+                r["agreement"] = agreement(responses, lm[(r["round"], r["peer"])])
         r.pop("responses", None)
     for r in rows:
-        if r["ok"] and r["round"] in base:
-            r["vs_lm_eval_hf"] = ratios(r["figures"], base[r["round"]])
+        if r["ok"] and (r["round"], r["peer"]) in base:
+            r["vs_lm_eval"] = ratios(r["figures"], base[(r["round"], r["peer"])])
+        if r["ok"] and r["tool"] == "crossed-eval":
+            r["vs_lm_eval_also"] = {m: ratios(r["figures"], base[(r["round"], m)])
+                                    for m in ALSO.get(r["peer"], []) if (r["round"], m) in base}
 
 
 def main() -> int:
@@ -454,6 +575,10 @@ def main() -> int:
     parser.add_argument("--items", type=int, default=50, help="the first N of the real-cpu study's test items")
     parser.add_argument("--max-new-tokens", type=int, default=96, help="both tools' budget (the real-cpu study's)")
     parser.add_argument("--batch-size", type=int, default=8, help="both tools' batch size in the equal round")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs of each tool, alternating which goes first; the fastest whole process is kept")
+    parser.add_argument("--rounds", nargs="+", choices=["equal", "default"], default=["equal"],
+                        help="equal: both tools at --batch-size; default: each at its own default batch size")
     parser.add_argument("--default-batch-sizes", action="store_true",
                         help="a second round, each tool at its own default batch size")
     parser.add_argument("--backends", nargs="+", default=["hf"], choices=sorted(EVAL_GROUPS),
@@ -481,25 +606,31 @@ def main() -> int:
             os.environ.pop(key, None)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    from crossed_rlvr.machine import cpu_model
+
+    # how fast this machine runs plain Python now (a busy or slow host shows here), and what it is
+    here = {"cpu": cpu_model(), "numerics": args.numerics, "loop_s": loop_time(), "cores": len(os.sched_getaffinity(0))}
     policies = policy_names(args.models)
     context = context_limit(policies)
     rows, items = run_rounds(args, out, policies, context)
     compare(rows, items, policies)
 
     print(f"{len(policies)} policies ({', '.join(n for n, _ in policies)}), {len(items)} items x 2 requests, greedy, "
-          f"float32, {args.max_new_tokens} new tokens at most; x: against lm-eval hf in the same round")
+          f"float32, {args.max_new_tokens} new tokens at most; x: against lm-eval on the same engine in the same round; "
+          f"{here['cpu']}, {args.numerics} numerics, {here['cores']} cores, loop {here['loop_s']} s")
     print_table(rows)
+    here["loop_s_after"] = loop_time()
     for r in rows:
         if "agreement" in r:
-            print_agreement(r["label"], r["agreement"])
+            print_agreement(r["label"], r["peer"], r["agreement"])
     report = {"settings": {"models": policies, "items": len(items), "task": TASK, "requests": ["hash", "boxed"],
                            "template": TEMPLATE, "max_new_tokens": args.max_new_tokens, "dtype": "float32",
                            "decoding": "greedy", "batch_size": args.batch_size, "context_limit": context,
-                           "numerics": args.numerics,
-                           "cores": len(os.sched_getaffinity(0))},
-              "runs": rows}
+                           "numerics": args.numerics},
+              "machine": here, "runs": rows}
     path = out / "bench_vs_lmeval.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown_table(rows, here))
     print(path)
     return 0 if all(r["ok"] for r in rows) else 1
 

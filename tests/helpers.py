@@ -120,14 +120,21 @@ def command_env(site: Path | None = None, **extra: str) -> dict[str, str]:
 class FakeVLLMEngine:
     """vLLM's ``LLMEngine`` as ``VLLMBackend.stream`` drives it (add_request, step, abort_request), for tests on a
     machine without the engine: every queued request finishes at the next step with the text ``#### 3``, the k-th
-    with ``reasons[k]`` as its finish reason (``stop`` past the list's end)."""
+    with ``reasons[k]`` as its finish reason (``stop`` past the list's end). Its KV cache holds ``cache_blocks``
+    blocks of 16 tokens (None: unknown, as in an engine core of another process); ``most`` counts the requests it
+    held at once."""
 
-    def __init__(self, reasons: tuple[str, ...] = ()):
+    def __init__(self, reasons: tuple[str, ...] = (), cache_blocks: int | None = None):
+        from types import SimpleNamespace
+
         self.queued: list[str] = []
         self.reasons = reasons
+        self.vllm_config = SimpleNamespace(cache_config=SimpleNamespace(num_gpu_blocks=cache_blocks, block_size=16))
+        self.most = 0
 
     def add_request(self, request_id: str, prompt: Any, params: Any) -> str:
         self.queued.append(request_id)
+        self.most = max(self.most, len(self.queued))
         return request_id
 
     def has_unfinished_requests(self) -> bool:

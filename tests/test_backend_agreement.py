@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -146,14 +147,21 @@ def test_both_backends_record_the_same_stopped_response(both):
 def test_an_aborted_vllm_request_is_refused_not_recorded_as_a_stop(monkeypatch, tmp_path):
     """vLLM's finish reasons beyond stop and length (abort, error, repetition) are not a finished response: the
     error names the prompt and its item seed (vLLM itself replaced by a stand-in)."""
+    from tests.helpers import FakeVLLMEngine
+
+    backend = fake_vllm(monkeypatch, tmp_path, FakeVLLMEngine(reasons=("stop", "abort")))  # the second ends aborted
+    with pytest.raises(CrossedError, match=r"prompt 1 of the batch \(item seed 12\).*'abort'"):
+        backend.generate([[3, 4], [3, 4]], [11, 12], GREEDY)
+
+
+def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, engine: Any) -> VLLMBackend:
+    """A VLLMBackend whose vLLM is a stand-in driving ``engine`` (tests/helpers.py: FakeVLLMEngine)."""
     import sys
     import types
 
-    from tests.helpers import FakeVLLMEngine
-
     class FakeLLM:
         def __init__(self, model, **kwargs):
-            self.llm_engine = FakeVLLMEngine(reasons=("stop", "abort"))  # the second request ends aborted
+            self.llm_engine = engine
 
     fake = types.ModuleType("vllm")
     fake.LLM, fake.SamplingParams = FakeLLM, lambda **kw: kw
@@ -161,6 +169,35 @@ def test_an_aborted_vllm_request_is_refused_not_recorded_as_a_stop(monkeypatch, 
     inputs.TokensPrompt = lambda prompt_token_ids: prompt_token_ids
     monkeypatch.setitem(sys.modules, "vllm", fake)
     monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
-    backend = VLLMBackend(str(build_tiny_model(tmp_path / "m", HEAD32)))
-    with pytest.raises(CrossedError, match=r"prompt 1 of the batch \(item seed 12\).*'abort'"):
-        backend.generate([[3, 4], [3, 4]], [11, 12], GREEDY)
+    return VLLMBackend(str(build_tiny_model(tmp_path / "m", HEAD32)))
+
+
+@pytest.mark.parametrize(("fit", "most"), [(2, 2), (0, 1), (None, 5)])
+def test_vllm_is_handed_as_many_prompts_as_its_kv_cache_holds_at_their_longest(monkeypatch, tmp_path, fit, most):
+    """The engine gets every prompt its KV cache holds at once (each at its prompt and max_new_tokens), more as they
+    end, so it never preempts a request for room (a preempted request restarts its seeded generator): a cache of
+    room for 2 runs 2 at a time, one smaller than a single request runs one at a time, an unknown one gets all 5."""
+    from tests.helpers import FakeVLLMEngine
+
+    per = -(-(10 + GREEDY.max_new_tokens) // 16)  # 16-token blocks a 10-token prompt may take
+    engine = FakeVLLMEngine(cache_blocks=None if fit is None else max(1, fit * per + per - 1))
+    backend = fake_vllm(monkeypatch, tmp_path, engine)
+    out = backend.generate([[3] * 10] * 5, [11, 12, 13, 14, 15], GREEDY)
+    assert [g.text for g in out] == ["#### 3"] * 5 and engine.most == most
+
+
+def test_a_prompt_sharing_cache_blocks_with_an_earlier_one_follows_its_prefill(monkeypatch, tmp_path):
+    """An item's question under two requests: the second prompt is handed to vLLM once the first has been prefilled,
+    so it reads their shared blocks from the prefix cache; the system turn every prompt shares makes no leader."""
+    from crossed_rlvr.eval.generate.engines import prefix_leaders
+    from tests.helpers import FakeVLLMEngine
+
+    system = [1] * 16  # one whole block, in every prompt
+    questions = [[2] * 32, [3] * 32]  # two whole blocks each
+    prompts = [system + q + [suffix] * 8 for suffix in (7, 8) for q in questions]  # hash then boxed, item by item
+    assert prefix_leaders(prompts, 16) == [0, 1, 0, 1]
+    assert prefix_leaders([system + [k] * 20 for k in range(3)], 16) == [0, 1, 2]  # the shared system turn alone
+    assert prefix_leaders(prompts[:1], 16) == [0]
+    engine = FakeVLLMEngine(cache_blocks=None)
+    out = fake_vllm(monkeypatch, tmp_path, engine).generate(prompts, [11, 12, 13, 14], GREEDY)
+    assert len(out) == 4 and engine.most == 2  # the leaders' step, then their followers'

@@ -35,8 +35,14 @@ def test_both_tools_are_measured_on_the_same_prompts_and_their_texts_compared(ti
         f = run["figures"]
         assert set(FIGURES) <= set(f) and f["responses"] == 6, f  # 3 items x 2 requests x 1 policy
         assert 0 < f["generation_s"] < f["command_s"] and f["tokens_per_s"] > 0, f
-        assert set(run["vs_lm_eval_hf"]) == {"responses_per_s", "tokens_per_s", "generation_s", "command_s"}
-    assert runs[("lm-eval", "hf")]["vs_lm_eval_hf"]["tokens_per_s"] == pytest.approx(1.0)
+        assert set(run["vs_lm_eval"]) == {"responses_per_s", "tokens_per_s", "generation_s", "command_s"}
+    assert runs[("lm-eval", "hf")]["vs_lm_eval"]["tokens_per_s"] == pytest.approx(1.0)
+    assert {r["peer"] for r in runs.values()} == {"hf"}  # each backend against lm-eval on its own engine
+    machine = report["machine"]
+    assert machine["cpu"] and machine["loop_s"] > 0 and machine["numerics"] == "portable"
+    table = proc.stdout[proc.stdout.index("| tool | backend |"):].splitlines()
+    assert len([x for x in table if x.startswith("| crossed-eval |") or x.startswith("| lm-eval |")]) == 3
+    assert f"| {machine['cpu']} (portable) | {machine['loop_s']} |" in table[2]
 
     check = runs[("crossed-eval", "hf")]["agreement"]
     assert check["compared"] == 6 and check["missing"] == []

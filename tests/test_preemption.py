@@ -212,3 +212,25 @@ def test_the_slurm_scripts_ask_for_a_warning_and_requeue_themselves_after_a_warn
     assert (code, calls.exists(), stdout) == (3, False, "")
     code, stdout = job(None, "true")
     assert (code, calls.exists(), stdout) == (0, False, "after\n")
+
+
+ENDS = '''
+import atexit, sys, threading, time
+from crossed_rlvr.interrupt import end_process
+atexit.register(lambda: open(sys.argv[1], "a").write("exit handler ran\\n"))
+if sys.argv[2] == "thread":  # a thread still writing: the process waits for it, as Python's own exit does
+    threading.Thread(target=lambda: (time.sleep(0.5), open(sys.argv[1], "a").write("thread finished\\n"))).start()
+end_process(3)
+'''
+
+
+@pytest.mark.parametrize("other", ["none", "thread"])
+def test_a_finished_command_ends_at_once_with_its_exit_handlers_run(tmp_path, other):
+    """interrupt.end_process: the exit handlers run and the status is kept; with another thread still running, the
+    process waits for it (Python's own exit)."""
+    out = tmp_path / "said"
+    proc = subprocess.run([sys.executable, "-c", ENDS, str(out), other], capture_output=True, text=True, timeout=60,
+                          check=False, env=command_env())
+    assert proc.returncode == 3, proc.stderr
+    want = ["exit handler ran"] if other == "none" else ["thread finished", "exit handler ran"]
+    assert out.read_text().splitlines() == want

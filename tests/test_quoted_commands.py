@@ -59,6 +59,8 @@ ENTRY = {  # console scripts (pyproject's [project.scripts]) -> the module whose
     "crossed-rescore": "crossed_rlvr.rescore.cli", "crossed-audit": "crossed_rlvr.study.audit",
     "crossed-view": "crossed_rlvr.view.cli",
 }
+# the programs whose console script ends the process once main() has succeeded (interrupt.end_process)
+ENDS_AT_ONCE = {"crossed-eval": "entry"}
 HYDRA = {"crossed-study": "crossed_study", "crossed-train": "crossed_train", "crossed-eval": "crossed_eval",
          "crossed-sft": "crossed_sft", "crossed-audit": "crossed_audit"}
 LAUNCHERS = ("torchrun", "-m torch.distributed.run")  # their own options, then -m MODULE and its arguments
@@ -887,7 +889,7 @@ def test_the_entry_table_is_pyprojects():
     import tomllib
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {name: f"{module}:main" for name, module in ENTRY.items()}
+    assert scripts == {name: f"{module}:{ENDS_AT_ONCE.get(name, 'main')}" for name, module in ENTRY.items()}
     assert set(HYDRA) < set(ENTRY)
 
 

@@ -112,6 +112,8 @@ VLLM_PROBE = textwrap.dedent("""
         "extension": server.vLLMHttpServer._get_worker_extension_cls(None),
         "server_class_set_in_init": "self.server_class = ray.remote(vLLMHttpServer)"
             in inspect.getsource(server.vLLMReplica.__init__),
+        # lm-evaluation-harness's vllm model asks the same lookup as it is imported (scripts/bench_vs_lmeval.py)
+        "lm_eval_vllm": __import__("lm_eval.models.vllm_causallms", fromlist=["VLLM"]).VLLM.__name__,
     }))
 """)
 
@@ -123,7 +125,8 @@ def test_canary_verls_vllm_rollout_finds_vllms_cpu_build_and_takes_the_seeded_re
     imports its vLLM rollout; the rollout name ``vllm`` gives the seeded replica (train/verl_vllm.py), whose changes
     rest on verl's server passing a request's ``seed`` through to vLLM and on its replica choosing the server class
     in ``__init__``; vLLM's CPU linear layers still drop their weight through the call train/verl_vllm_worker.py
-    replaces. Fails when verl or vLLM changes any of it."""
+    replaces; lm-evaluation-harness's ``vllm`` model, which asks the same lookup, imports. Fails when verl or vLLM
+    changes any of it."""
     import vllm.platforms as vllm_platforms
 
     from crossed_rlvr.train.verl_cpu import ENV
@@ -138,6 +141,7 @@ def test_canary_verls_vllm_rollout_finds_vllms_cpu_build_and_takes_the_seeded_re
     assert out["generate"] == ["self", "prompt_ids", "sampling_params", "request_id"]
     assert out["seed_only_with_full_determinism"] and out["params_passed"] and out["server_class_set_in_init"]
     assert out["extension"] == "verl.workers.rollout.vllm_rollout.utils.vLLMColocateWorkerExtension"
+    assert out["lm_eval_vllm"] == "VLLM"
 
 
 def test_the_cpu_route_composes_verls_vllm_rollout_with_its_cpu_settings(tmp_path):

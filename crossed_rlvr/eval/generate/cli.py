@@ -13,7 +13,9 @@ from crossed_rlvr.eval.generate.runner import run_eval
 def _run(given: DictConfig) -> None:
     """The command's door: Hydra's config typed once (``EvalCommandConf``); everything below reads that."""
     cfg = conf_of(EvalCommandConf, given)
-    summary = run_eval(cfg)  # bad input (RunError, ItemFileError, ContextLengthError): one line, exit 2 (errors.py)
+    # bad input (RunError, ItemFileError, ContextLengthError): one line, exit 2 (errors.py); the last engine is not
+    # shut down: the process ends next (entry), and its memory with it
+    summary = run_eval(cfg, release_last=False)
     for name, s in summary.items():
         print(name, json.dumps(s))
 
@@ -33,5 +35,14 @@ def main() -> None:
     hydra_app("crossed-eval", "crossed_eval", _run, check=check_device)()
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The ``crossed-eval`` program: ``main``, then the process ends at once where it succeeded
+    (``interrupt.end_process``: the engine's teardown is skipped, not its files); an error ends it as before."""
+    from crossed_rlvr.interrupt import end_process
+
     main()
+    end_process(0)
+
+
+if __name__ == "__main__":
+    entry()

@@ -16,6 +16,7 @@ same item seed gives the same response whatever batch it falls in. Both backends
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -229,6 +230,31 @@ def common_prefix(prompt_ids: list[list[int]]) -> list[int]:
     for prompt in prompt_ids[1:]:
         n = next((k for k in range(n) if prompt[k] != first[k]), n)
     return list(first[:n]) if n >= MIN_SHARED_PREFIX else []
+
+
+def prefix_leaders(prompt_ids: list[list[int]], block: int) -> list[int]:
+    """Each prompt's leader: the first prompt holding the same whole KV-cache blocks that it shares with any other
+    prompt, where those are more than every prompt shares (the chat template's system turn); else itself. Prompts
+    sorted by their tokens put each one beside those it shares most with."""
+    order = sorted(range(len(prompt_ids)), key=lambda k: prompt_ids[k])
+
+    def shared(a: list[int], b: list[int]) -> int:
+        n = min(len(a), len(b))
+        return next((k for k in range(n) if a[k] != b[k]), n)
+
+    near = [0] * len(prompt_ids)  # tokens each prompt shares with its nearest neighbour
+    for a, b in itertools.pairwise(order):
+        n = shared(prompt_ids[a], prompt_ids[b])
+        near[a], near[b] = max(near[a], n), max(near[b], n)
+    # what every prompt shares: the first and the last in sorted order share only that
+    everyone = shared(prompt_ids[order[0]], prompt_ids[order[-1]]) // block if len(order) > 1 else 0
+    leaders: dict[tuple[int, ...], int] = {}
+    out = []
+    for k, prompt in enumerate(prompt_ids):
+        whole = near[k] // block
+        key = tuple(prompt[: whole * block])
+        out.append(leaders.setdefault(key, k) if whole > everyone else k)
+    return out
 
 
 def in_order(stream: Iterator[tuple[int, Generation]], n: int) -> list[Generation]:
@@ -478,9 +504,14 @@ class VLLMBackend:
 
     def stream(self, prompt_ids: list[list[int]], seeds: list[int], params: GenParams
                ) -> Iterator[tuple[int, Generation]]:
-        """(index, generation) of each prompt as vLLM finishes it: every prompt is queued at once and the engine keeps
-        up to ``max_num_seqs`` (``eval.batch_size``) running, refilling as requests end; a consumer that stops early
-        leaves no request queued."""
+        """(index, generation) of each prompt as vLLM finishes it. The engine is handed as many prompts as its KV cache
+        holds at their longest (prompt and ``max_new_tokens``), more as requests end, and keeps up to ``max_num_seqs``
+        (``eval.batch_size``) of them running: its scheduler fills the batch from every cell of the policy at once,
+        and never has to preempt a request for room (vLLM recomputes a preempted request with a fresh generator, so
+        a seeded sample would then depend on what else was running). A prompt that shares cache blocks with an
+        earlier one beyond what every prompt shares (an item's question under another request or wording) follows it:
+        it is handed over once that one has been prefilled, so it reads the shared blocks from vLLM's prefix cache
+        (prompts prefilled in the same step share nothing). A consumer that stops early leaves no request queued."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -488,23 +519,62 @@ class VLLMBackend:
         engine = self.llm.llm_engine
         self.streams += 1
         ids: dict[str, int] = {}
+        room, block = self.cache_blocks()
+        held: dict[int, int] = {}  # prompt -> the cache blocks it may take, while the engine has it
+        leader = prefix_leaders(prompt_ids, block)
+        started: set[int] = set()  # prompts the engine has prefilled (it returned their first token)
+        deferred: list[int] = []  # followers waiting for their leader's prefill, in prompt order
+
+        def blocks(k: int) -> int:
+            return -(-(len(prompt_ids[k]) + params.max_new_tokens) // block)
+
+        def fits(k: int) -> bool:  # at least one request runs whatever its length (check_lengths bounds it)
+            return room is None or not held or sum(held.values()) + blocks(k) <= room
+
+        def add(k: int) -> None:
+            sampling = SamplingParams(temperature=params.temperature,
+                                      top_p=params.top_p if params.temperature > 0 else 1.0,
+                                      max_tokens=params.max_new_tokens, seed=int(seeds[k]),
+                                      stop_token_ids=sorted(self.stop_ids))
+            asked = f"s{self.streams}-{k}"
+            ids[asked] = k
+            ids[str(engine.add_request(asked, TokensPrompt(prompt_token_ids=prompt_ids[k]), sampling))] = k
+            held[k] = blocks(k)
+
+        waiting = iter(range(len(prompt_ids)))
+        nxt = next(waiting, None)
+
+        def admit() -> None:
+            nonlocal nxt
+            while deferred and leader[deferred[0]] in started and fits(deferred[0]):
+                add(deferred.pop(0))
+            while nxt is not None and fits(nxt):
+                if leader[nxt] == nxt or leader[nxt] in started:
+                    add(nxt)
+                else:
+                    deferred.append(nxt)
+                nxt = next(waiting, None)
+
         try:
-            for k, (prompt, seed) in enumerate(zip(prompt_ids, seeds, strict=True)):
-                sampling = SamplingParams(temperature=params.temperature,
-                                          top_p=params.top_p if params.temperature > 0 else 1.0,
-                                          max_tokens=params.max_new_tokens, seed=int(seed),
-                                          stop_token_ids=sorted(self.stop_ids))
-                asked = f"s{self.streams}-{k}"
-                ids[asked] = k
-                ids[str(engine.add_request(asked, TokensPrompt(prompt_token_ids=prompt), sampling))] = k
-            while engine.has_unfinished_requests():
+            admit()
+            while engine.has_unfinished_requests() or deferred:
                 for out in engine.step():
+                    k = ids[str(out.request_id)]
+                    started.add(k)
                     if out.finished:
-                        k = ids[str(out.request_id)]
+                        held.pop(k, None)
                         yield k, self._generation(k, int(seeds[k]), prompt_ids[k], out.outputs[0])
+                admit()
         finally:
             if engine.has_unfinished_requests():
                 engine.abort_request(list(ids))
+
+    def cache_blocks(self) -> tuple[int | None, int]:
+        """The blocks of the engine's KV cache and the tokens a block holds, once the engine has sized it (None blocks
+        where this process cannot see them: an engine core in another process keeps its own count)."""
+        cache = getattr(getattr(self.llm.llm_engine, "vllm_config", None), "cache_config", None)
+        blocks = getattr(cache, "num_gpu_blocks", None)
+        return (int(blocks) if blocks else None), int(getattr(cache, "block_size", None) or 16)
 
     def _generation(self, k: int, seed: int, prompt: list[int], out: CompletionOutput) -> Generation:
         """One record's generation from vLLM's ``CompletionOutput``; its ``token_ids`` end with the stop token, which
