@@ -201,3 +201,16 @@ def test_a_prompt_sharing_cache_blocks_with_an_earlier_one_follows_its_prefill(m
     engine = FakeVLLMEngine(cache_blocks=None)
     out = fake_vllm(monkeypatch, tmp_path, engine).generate(prompts, [11, 12, 13, 14], GREEDY)
     assert len(out) == 4 and engine.most == 2  # the leaders' step, then their followers'
+
+
+def test_finished_responses_are_handed_over_for_writing_at_least_every_write_every(monkeypatch, tmp_path):
+    """vLLM runs up to 256 rows at once: the responses it finishes are handed to the cells' files at most
+    ``WRITE_EVERY`` at a time, so a kill loses at most those (and the ones being generated), whatever the batch."""
+    from crossed_rlvr.eval.generate.plan import WRITE_EVERY, Job, generate_jobs
+    from crossed_rlvr.policies.loading import load_tokenizer
+    from tests.helpers import FakeVLLMEngine
+
+    backend = fake_vllm(monkeypatch, tmp_path, FakeVLLMEngine())
+    jobs = [Job("hash", "original", k, {"item_id": str(k), "question": f"What is {k} + 1?"}, 0) for k in range(70)]
+    chunks = [len(c) for c in generate_jobs(backend, load_tokenizer(str(tmp_path / "m")), jobs, None, 7, 256, GREEDY)]
+    assert sum(chunks) == 70 and max(chunks) == WRITE_EVERY == 32

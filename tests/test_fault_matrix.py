@@ -5,7 +5,7 @@ command run again once the fault is cleared ends with the files of a clean run.
 - **Out of disk space** at a write inside the stage: one line naming the run folder and the stage, exit 1, no
   traceback on the console.
 - **SIGTERM** to the command alone at a point inside the stage (as a scheduler stops a job: one line, exit 143,
-  nothing of the command left running), and in the arms stage then **kill -9** there (the command's whole process
+  nothing of the command left running), and in the analyze stage then **kill -9** there (the command's whole process
   group, as the OOM killer would); while it is held there, **a second writer** into the same folder: refused before
   any work in one line naming the holder, exit 2. The next run after a kill -9 takes the dead run's lock over and
   says so. The commands' temporary folder (crossed_rlvr/scratch.py) is empty once the last has ended.
@@ -66,10 +66,11 @@ ARGS = ["experiment=smoke", "initial.train_items=8", "sft.epochs=1", "recipe.upd
         "evaluation.templates=[original,para_a]", "analysis.resamples=50", "tracking=off"]
 STAGES = ("initial", "arms", "eval", "score", "analyze")
 # how each stage's held run is stopped, in turn: SIGTERM to the command alone, as a scheduler stops a job (the command
-# must stop its worker processes: the warm start's, the arms', generation's, scoring's), and in the arms stage then
-# kill -9 of its whole process group (and the next run's lock takeover after it)
-SIGNALS = {"initial": (signal.SIGTERM,), "arms": (signal.SIGTERM, signal.SIGKILL), "eval": (signal.SIGTERM,),
-           "score": (signal.SIGTERM,), "analyze": (signal.SIGTERM,)}
+# must stop its worker processes: the warm start's, the arms', generation's, scoring's), and in the last stage then
+# kill -9 of its whole process group (and the next run's lock takeover after it; kill -9 inside an arm, a cell or a
+# verl arm: tests/test_preemption.py, tests/test_eval_workers.py, tests/test_verl_train.py)
+SIGNALS = {"initial": (signal.SIGTERM,), "arms": (signal.SIGTERM,), "eval": (signal.SIGTERM,),
+           "score": (signal.SIGTERM,), "analyze": (signal.SIGTERM, signal.SIGKILL)}
 TERMINATED_LINE = ("crossed-study: stopped by SIGTERM; run the same command again: every finished stage is reused, "
                    "and an arm in training goes on from its last saved update (recipe.save_every).")
 # what a stage's one line names as being written when the full disk stopped it, where the stage says
@@ -260,7 +261,7 @@ def said(err: str, head: str = "crossed-study: ") -> list[str]:
 
 @pytest.mark.long
 def test_each_stage_killed_or_out_of_space_keeps_what_finished_and_resumes_to_the_clean_files(clean):
-    """For each stage in turn: out of disk space inside it, then SIGTERM (and in the arms stage kill -9) inside it
+    """For each stage in turn: out of disk space inside it, then SIGTERM (and in the analyze stage kill -9) inside it
     with a second writer refused meanwhile; after each, the stages finished before are untouched and equal the clean
     run's, the faulted stage is not marked finished; the run after the kill -9 takes the dead run's lock over; the
     last run ends with the clean run's files."""
@@ -303,7 +304,7 @@ def test_each_stage_killed_or_out_of_space_keeps_what_finished_and_resumes_to_th
     # the fault cleared: the same command ends with the clean run's files
     code, err = finish(study(run, env()))
     assert code == 0, err[-3000:]
-    assert "taking over the lock" not in err  # the last run before it was stopped by SIGTERM, its lock released
+    assert f"{run.resolve()}: taking over the lock of a run that ended without finishing (pid " in err
     assert digests(run) == reference, diff(digests(run), reference)
     assert list(systmp(run).iterdir()) == []  # the killed run's temporary folder removed by the run after it
 

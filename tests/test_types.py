@@ -196,7 +196,7 @@ def test_each_command_hands_its_stages_the_schemas_dataclasses(command, module, 
 
     seen: list[object] = []
 
-    def stand_in(cfg: object, *rest: object) -> None:
+    def stand_in(cfg: object, *rest: object, **named: object) -> None:
         seen.append(cfg)
         raise _Stop
 

@@ -55,6 +55,9 @@ class RunError(CrossedError, ValueError):
     pass
 
 
+# finished responses handed over for writing at least this often: vLLM runs up to 256 rows at once (eval=vllm_cpu), and
+# a kill loses only what was not yet written
+WRITE_EVERY = 32
 # the key of a cell's settings record that holds its response file's sha256 (outside the settings' own hash)
 RECORDS_SHA256 = "records_sha256"
 
@@ -338,16 +341,16 @@ def generate_jobs(backend: Backend, tokenizer: PreTrainedTokenizerBase, jobs: li
                   base_seed: int, batch_size: int, params: GenParams, prompt: Prompt = messages
                   ) -> Iterator[list[tuple[int, int, str, Generation]]]:
     """(position in ``jobs``, item seed, prompt sha256, generation) of each job as the engine finishes it,
-    ``batch_size`` at a time (a kill loses at most the responses being generated). The engine gets every job at once
-    and keeps ``batch_size`` rows decoding, refilling as rows end, whichever cells the jobs belong to. The one
-    generation loop of the serial run and of every distributed worker, for every task kind (``prompt``: its
-    messages; an answer task's by default)."""
+    ``batch_size`` (at most ``WRITE_EVERY``) at a time: a kill loses at most those and the ones being generated. The
+    engine gets every job at once and keeps ``batch_size`` rows decoding, refilling as rows end, whichever cells the
+    jobs belong to. The one generation loop of the serial run and of every distributed worker, for every task kind
+    (``prompt``: its messages; an answer task's by default)."""
     rendered = [render(tokenizer, prompt(j.item["question"], j.request, j.template, system)) for j in jobs]
     seeds = [item_seed(base_seed, j.item, j.index, j.sample) for j in jobs]
     ready: list[tuple[int, int, str, Generation]] = []
     for k, out in backend.stream([r[1] for r in rendered], seeds, params):
         ready.append((k, seeds[k], rendered[k][2], out))
-        if len(ready) >= batch_size:
+        if len(ready) >= min(batch_size, WRITE_EVERY):
             yield ready
             ready = []
     if ready:
