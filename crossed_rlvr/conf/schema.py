@@ -160,11 +160,16 @@ class EvalConf(ReadOnly):
     # own weights. Unset, as every optional setting, it stays out of a cell's settings (files.settings).
     linear: str | None = choice(None, ("onednn",))
     # the transformers backend's attention: null, the model's own (sdpa); eager, unfused (a decoding step's one query
-    # a row over a short cache is faster unfused on the CPU).
-    attention: str | None = choice(None, ("eager", "sdpa"))
+    # a row over a short cache is faster unfused on the CPU); sdpa_gqa, sdpa with grouped key/value heads read in
+    # place instead of copied per query head (eval/generate/attention.py).
+    attention: str | None = choice(None, ("eager", "sdpa", "sdpa_gqa"))
     # the transformers backend: the prompts' common first tokens (a chat template's system turn) prefilled once a
     # stream and every prompt prefilled from there; unset, every prompt whole
     shared_prefix: bool | None = None
+    # the transformers backend: a prompt that shares more with an earlier one than every prompt does (an item's
+    # question under another request or wording) is prefilled past the shared tokens only, on a copy of that prompt's
+    # cache; unset, every prompt whole. vLLM caches prefixes itself.
+    prefix_cache: bool | None = None
 
 
 @dataclass

@@ -17,6 +17,7 @@ same item seed gives the same response whatever batch it falls in. Both backends
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -122,10 +123,12 @@ class HFBackend:
     """transformers forward passes with a KV cache, left padding and per-row seeded sampling."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, batch_size: int = 16,
-                 shared_prefix: bool = False):
+                 shared_prefix: bool = False, prefix_cache: bool = False):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         # the prompts' common first tokens (a chat template's system turn) prefilled once a stream (eval.shared_prefix)
         self.shared_prefix = shared_prefix
+        # a prompt prefilled from the cache of an earlier one it shares more with (eval.prefix_cache)
+        self.prefix_cache = prefix_cache
         self.device = getattr(model, "device", "cpu")  # inputs go where the weights are (eval.device)
         self.stop_ids = stop_token_ids(tokenizer, getattr(model, "generation_config", None))
         self.pad_id = (
@@ -149,9 +152,10 @@ class HFBackend:
         study's items, batches of 8 step ~1.5x as often as refilled ones). Each row still draws one uniform
         per token from its own generator, so its stream never depends on its batch-mates."""
         check_lengths(prompt_ids, params)
-        order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
         run = _Decoding(self, params, seeds, common_prefix(prompt_ids) if self.shared_prefix else [])
-        pending = list(reversed(order))  # popped from the end: shortest first
+        if self.prefix_cache:
+            run.lead_by(prefix_leaders(prompt_ids, MIN_SHARED_PREFIX))
+        pending = list(reversed(join_order(prompt_ids, run.leader)))  # popped from the end
         while pending or run.rows:
             free = self.batch_size - len(run.rows)
             with _inference():  # never around a yield: the consumer's own code runs outside inference mode
@@ -257,6 +261,17 @@ def prefix_leaders(prompt_ids: list[list[int]], block: int) -> list[int]:
     return out
 
 
+def join_order(prompt_ids: list[list[int]], leader: list[int]) -> list[int]:
+    """The order prompts join a transformers stream: shortest first (joiners need little padding), each prompt's
+    followers (``leader``: ``prefix_leaders``) right after it, so its cache is fresh when they join."""
+    followers: dict[int, list[int]] = {}
+    for k, lead in enumerate(leader):
+        if lead != k:
+            followers.setdefault(lead, []).append(k)
+    heads = sorted((k for k, lead in enumerate(leader) if lead == k), key=lambda k: len(prompt_ids[k]))
+    return [j for k in heads for j in (k, *followers.get(k, ()))]
+
+
 def in_order(stream: Iterator[tuple[int, Generation]], n: int) -> list[Generation]:
     """A stream's ``n`` generations in the order of their prompts (each backend's ``generate``)."""
     out = dict(stream)
@@ -298,7 +313,17 @@ class _Decoding:
         self.stops = torch.tensor(sorted(backend.stop_ids), dtype=torch.long, device=backend.device)
         self.prompt_len: dict[int, int] = {}
         self.done: list[tuple[int, Generation]] = []
+        # eval.prefix_cache: each prompt's leader (itself: none), and each leader's prompt cache, one (keys, values)
+        # a layer, kept until its last follower has joined
+        self.leader: list[int] = list(range(len(seeds)))
+        self.following: dict[int, int] = {}  # each leader's followers yet to join
+        self.kept: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._empty()
+
+    def lead_by(self, leader: list[int]) -> None:
+        """Prefill each prompt from its leader's cache (``prefix_leaders``; a leader comes before its followers)."""
+        self.leader = leader
+        self.following = dict(Counter(lead for k, lead in enumerate(leader) if lead != k))
 
     def _empty(self) -> None:
         import torch
@@ -322,6 +347,44 @@ class _Decoding:
         return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 
     def join(self, new: list[int], prompt_ids: list[list[int]]) -> None:
+        """Prefill the prompts ``new`` and add them to the batch: a follower whose leader has been prefilled from its
+        leader's cache, the others left-padded among themselves."""
+        heads = [k for k in new if self.leader[k] == k]
+        if heads:
+            self._join_whole(heads, prompt_ids)
+        rest = [k for k in new if k not in heads]
+        for k in rest:
+            if self.leader[k] != k:
+                self._join_follower(k, prompt_ids)
+        alone = [k for k in rest if self.leader[k] == k]  # followers of a cache that cannot be shared
+        if alone:
+            self._join_whole(alone, prompt_ids)
+
+    def _join_follower(self, k: int, prompt_ids: list[list[int]]) -> None:
+        """Prefill prompt ``k`` past the tokens it shares with its leader, on a copy of the leader's cache of them
+        (the keys carry their positions, which are the same in both prompts), and add it to the batch."""
+        import torch
+        from transformers.cache_utils import DynamicCache
+
+        lead = self.leader[k]
+        prompt, dev = prompt_ids[k], self.b.device
+        kept = self.kept[lead]
+        n = min(len(prompt) - 1, next((j for j, (a, b) in enumerate(zip(prompt, prompt_ids[lead])) if a != b),
+                                      min(len(prompt), len(prompt_ids[lead]))))
+        past = DynamicCache(ddp_cache_data=[(keys[:, :, :n].clone(), values[:, :, :n].clone())
+                                            for keys, values in kept])
+        self.following[lead] -= 1
+        if not self.following[lead]:  # its last follower
+            del self.kept[lead]
+        ids = torch.tensor([prompt[n:]], device=dev)
+        mask = torch.ones((1, len(prompt)), dtype=torch.long, device=dev)
+        positions = torch.arange(n, len(prompt), device=dev)[None]
+        out = self.b.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past,
+                           use_cache=True, **self.b.last_only)
+        self.prompt_len[k] = len(prompt)
+        self._add([k], out.past_key_values, mask, positions, out.logits[:, -1, :])
+
+    def _join_whole(self, new: list[int], prompt_ids: list[list[int]]) -> None:
         """Prefill the prompts ``new`` (left-padded among themselves) and add them to the batch."""
         import torch
 
@@ -354,6 +417,22 @@ class _Decoding:
             rows = torch.tensor(of, device=dev)
             past.batch_select_indices(rows)
             mask, positions, logits = mask[rows], positions[rows], logits[rows]
+        if self.following and not self.joinable_cache(past):  # sliding windows: every prompt prefilled whole
+            self.lead_by(list(range(len(self.leader))))
+        for r, k in enumerate(new):
+            if self.following.get(k):  # a leader: its prompt's cache, the padding left out, for its followers
+                cols = mask[r].nonzero().squeeze(-1)
+                self.kept[k] = [(layer.keys[r:r + 1, :, cols].clone(), layer.values[r:r + 1, :, cols].clone())
+                                for layer in past.layers]
+        self._add(new, past, mask, positions, logits)
+
+    def _add(self, new: list[int], past: Any,  # Any: the model's cache object
+             mask: torch.Tensor, positions: torch.Tensor, logits: torch.Tensor) -> None:
+        """Add the prefilled rows ``new`` (their cache ``past``, attention ``mask``, ``positions`` and last logits)
+        to the batch, and let each pick its first token."""
+        import torch
+
+        dev = self.b.device
         if self.rows:
             self._merge(past, mask)
         else:
@@ -671,6 +750,8 @@ class EngineSettings(Protocol):
     def attention(self) -> str | None: ...
     @property
     def shared_prefix(self) -> bool | None: ...
+    @property
+    def prefix_cache(self) -> bool | None: ...
 
 
 def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTokenizerBase]:
@@ -684,9 +765,10 @@ def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTok
         if gen.attention is not None:
             raise ConfigError(f"eval.attention={gen.attention} sets the transformers backend's attention; vLLM "
                               "chooses its own (leave eval.attention unset with eval.backend=vllm)")
-        if gen.shared_prefix:
-            raise ConfigError("eval.shared_prefix is the transformers backend's; vLLM caches common prefixes itself "
-                              "(leave eval.shared_prefix unset with eval.backend=vllm)")
+        for name in ("shared_prefix", "prefix_cache"):
+            if getattr(gen, name):
+                raise ConfigError(f"eval.{name} is the transformers backend's; vLLM caches common prefixes itself "
+                                  f"(leave eval.{name} unset with eval.backend=vllm)")
         from crossed_rlvr.policies.loading import load_tokenizer
 
         tokenizer = load_tokenizer(path)
@@ -700,6 +782,10 @@ def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTok
 
     model, tokenizer = load_policy(path, dtype=dtype, device=device)
     if gen.attention is not None:
+        if gen.attention == "sdpa_gqa":
+            from crossed_rlvr.eval.generate.attention import register
+
+            register()
         model.set_attn_implementation(gen.attention)
     if gen.linear == "onednn":
         if device != "cpu":
@@ -708,4 +794,5 @@ def load_backend(path: str, gen: EngineSettings) -> tuple[Backend, PreTrainedTok
         from crossed_rlvr.eval.generate.onednn import pack_linears
 
         pack_linears(model, int(gen.batch_size))
-    return HFBackend(model, tokenizer, batch_size=int(gen.batch_size), shared_prefix=bool(gen.shared_prefix)), tokenizer
+    return HFBackend(model, tokenizer, batch_size=int(gen.batch_size), shared_prefix=bool(gen.shared_prefix),
+                     prefix_cache=bool(gen.prefix_cache)), tokenizer
