@@ -82,7 +82,7 @@ def test_eval_attention_sets_the_models_attention_and_stays_out_of_the_settings_
     eager = plan(resolve_eval(small_eval(tmp_path, "eval.attention=eager"))).cells[0]
     assert eager.meta["generation"]["attention"] == "eager" and eager.meta["sha256"] != BEFORE_DEVICE
     assert "attention" not in plan(resolve_eval(small_eval(tmp_path))).cells[0].meta["generation"]
-    with pytest.raises(ConfigError, match=r"^eval\.attention='flash' is unknown; expected one of eager, sdpa$"):
+    with pytest.raises(ConfigError, match=r"^eval\.attention='flash' is unknown; expected one of eager, sdpa, sdpa_gqa$"):
         check_ranges(cfg_for("eval.attention=flash"), "crossed_eval")
     with pytest.raises(ConfigError, match=r"^eval\.attention=eager sets the transformers backend's attention; vLLM"):
         load_backend(str(tiny), EvalConf(backend="vllm", attention="eager"))
