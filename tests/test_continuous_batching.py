@@ -152,7 +152,8 @@ def test_a_follower_is_prefilled_from_its_leaders_cache_and_every_response_stays
         assert [g.token_ids for g in got] == [g.token_ids for g in whole]
         assert [g.prompt_tokens for g in got] == [len(p) for p in ids]
         # each follower prefilled alone, past what it shares with its leader (one token of its own at least)
-        own = [(1, len(ids[k]) - min(shared(ids[k], ids[k - 1]), len(ids[k]) - 1)) for k in range(1, len(ids), 2)]
+        own = [(1, len(ids[k]) - min(engines.shared_length(ids[k], ids[k - 1]), len(ids[k]) - 1))
+               for k in range(1, len(ids), 2)]
         prefills = [c for c in spy.calls if c[1] > 1]
         assert all(c in prefills for c in own), (own, prefills)
         assert sum(r * w for r, w in prefills) < sum(r * w for r, w in whole_spy.calls if w > 1)
@@ -189,11 +190,6 @@ def test_grouped_attention_reads_each_key_value_head_in_place_and_computes_the_s
         assert torch.equal(grouped.model(input_ids=batch, attention_mask=mask).logits, want)
     got = [grouped.generate(ids, seeds, p) for p in (SAMPLED, greedy)]
     assert [[g.token_ids for g in run] for run in got] == [[g.token_ids for g in run] for run in expected]
-
-
-def shared(a: list[int], b: list[int]) -> int:
-    """How many first tokens two prompts share."""
-    return next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 def test_common_prefix_leaves_every_prompt_a_token_and_skips_short_ones():

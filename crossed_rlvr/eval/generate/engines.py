@@ -236,22 +236,23 @@ def common_prefix(prompt_ids: list[list[int]]) -> list[int]:
     return list(first[:n]) if n >= MIN_SHARED_PREFIX else []
 
 
+def shared_length(a: list[int], b: list[int]) -> int:
+    """How many first tokens two prompts share."""
+    n = min(len(a), len(b))
+    return next((k for k in range(n) if a[k] != b[k]), n)
+
+
 def prefix_leaders(prompt_ids: list[list[int]], block: int) -> list[int]:
     """Each prompt's leader: the first prompt holding the same whole KV-cache blocks that it shares with any other
     prompt, where those are more than every prompt shares (the chat template's system turn); else itself. Prompts
     sorted by their tokens put each one beside those it shares most with."""
     order = sorted(range(len(prompt_ids)), key=lambda k: prompt_ids[k])
-
-    def shared(a: list[int], b: list[int]) -> int:
-        n = min(len(a), len(b))
-        return next((k for k in range(n) if a[k] != b[k]), n)
-
     near = [0] * len(prompt_ids)  # tokens each prompt shares with its nearest neighbour
     for a, b in itertools.pairwise(order):
-        n = shared(prompt_ids[a], prompt_ids[b])
+        n = shared_length(prompt_ids[a], prompt_ids[b])
         near[a], near[b] = max(near[a], n), max(near[b], n)
     # what every prompt shares: the first and the last in sorted order share only that
-    everyone = shared(prompt_ids[order[0]], prompt_ids[order[-1]]) // block if len(order) > 1 else 0
+    everyone = shared_length(prompt_ids[order[0]], prompt_ids[order[-1]]) // block if len(order) > 1 else 0
     leaders: dict[tuple[int, ...], int] = {}
     out = []
     for k, prompt in enumerate(prompt_ids):
@@ -368,11 +369,9 @@ class _Decoding:
 
         lead = self.leader[k]
         prompt, dev = prompt_ids[k], self.b.device
-        kept = self.kept[lead]
-        n = min(len(prompt) - 1, next((j for j, (a, b) in enumerate(zip(prompt, prompt_ids[lead])) if a != b),
-                                      min(len(prompt), len(prompt_ids[lead]))))
-        past = DynamicCache(ddp_cache_data=[(keys[:, :, :n].clone(), values[:, :, :n].clone())
-                                            for keys, values in kept])
+        n = min(len(prompt) - 1, shared_length(prompt, prompt_ids[lead]))
+        # the cache copies what it is given (its layers grow by concatenation), so the leader's stays as it is
+        past = DynamicCache(ddp_cache_data=[(keys[:, :, :n], values[:, :, :n]) for keys, values in self.kept[lead]])
         self.following[lead] -= 1
         if not self.following[lead]:  # its last follower
             del self.kept[lead]
@@ -421,9 +420,8 @@ class _Decoding:
             self.lead_by(list(range(len(self.leader))))
         for r, k in enumerate(new):
             if self.following.get(k):  # a leader: its prompt's cache, the padding left out, for its followers
-                cols = mask[r].nonzero().squeeze(-1)
-                self.kept[k] = [(layer.keys[r:r + 1, :, cols].clone(), layer.values[r:r + 1, :, cols].clone())
-                                for layer in past.layers]
+                cols = mask[r].nonzero().squeeze(-1)  # indexing by a tensor copies
+                self.kept[k] = [(layer.keys[r:r + 1, :, cols], layer.values[r:r + 1, :, cols]) for layer in past.layers]
         self._add(new, past, mask, positions, logits)
 
     def _add(self, new: list[int], past: Any,  # Any: the model's cache object
