@@ -122,7 +122,7 @@ TIMES = {
 
 # the test hook: Python's open wrapped in the command and every Python process it starts
 HOOK = '''
-import builtins, errno, io, os, signal
+import builtins, errno, io, os, signal, time
 _open, _root = io.open, os.environ["FAULT_ROOT"]
 _at, _kind, _mark = os.environ["FAULT_AT"], os.environ["FAULT_KIND"], os.environ.get("FAULT_MARK", "")
 _full = []
@@ -138,6 +138,10 @@ def _faulted(file, mode="r", *args, **kwargs):
                 with _open(_mark, "w") as fh:
                     fh.write(path)
                 os.kill(os.getpid(), signal.SIGSTOP)  # held here until the test kills the process group
+                # or sends SIGTERM and continues it: the signal may reach another thread first, and the main
+                # thread (which runs Python's handler) would go on to write what the cut holds back meanwhile
+                for _ in range(250):
+                    time.sleep(0.02)
             else:
                 _full.append(path)  # a disk that filled up stays full
                 raise OSError(errno.ENOSPC, "No space left on device", path)
