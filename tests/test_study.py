@@ -537,26 +537,6 @@ def test_the_console_ends_with_the_studys_result(smoke):
     assert all("(I_P +" in line and "Caveats" not in line for line in lines), lines
 
 
-def _perturbed_warmstart(source: Path):
-    """A stand-in for the warm start (sft.run.warmstart) that writes the smoke's initial policy with other weights:
-    what a changed warm-start setting makes, without training for minutes."""
-    import shutil
-
-    from safetensors.torch import load_file, save_file
-
-    def build(job):
-        dest = Path(str(job.cfg.model.path))
-        shutil.copytree(source, dest, dirs_exist_ok=True)
-        for f in dest.glob("*.safetensors"):
-            tensors = load_file(f)
-            first = sorted(tensors)[0]
-            tensors[first] = tensors[first] + 1e-3
-            save_file(tensors, f, metadata={"format": "pt"})
-        return {}
-
-    return build
-
-
 def _edit_last(path: Path, key: str) -> None:
     """Another value of ``key`` in the last record of a JSON Lines file (a response's text, a step's time)."""
     lines = path.read_text().splitlines()
@@ -565,45 +545,49 @@ def _edit_last(path: Path, key: str) -> None:
     path.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
 
 
-def _rebuilt_identically(run: Path, cache: Path, warm_cache: Path) -> list[str]:
+def _rebuilt_identically(run: Path, cache: Path, built: Path) -> list[str]:
     """The initial policy removed, and the warm-start cache holding the same policy with other run records (the
     seconds of another build, other pickled arguments): what an identical rebuild leaves."""
     import shutil
 
     shutil.rmtree(run / "models" / "initial")
-    shutil.copytree(warm_cache, cache)
+    shutil.copytree(built, cache)
     for summary in cache.rglob("sft_summary.json"):
         summary.write_text(json.dumps({**json.loads(summary.read_text()), "seconds": 12345.6}) + "\n")
         (summary.parent / "training_args.bin").write_bytes(b"another build's arguments")
     return [f"initial.cache_dir={cache}"]
 
 
+# every stage, each of its inputs present, at the smallest size: a warm start of one epoch on 8 items, both
+# conventions' arms of one seed for one update with validation before and after it, two wordings
+ONE_UPDATE = ("experiment=smoke", "initial.train_items=8", "sft.epochs=1", "recipe.updates=1",
+              "recipe.prompts_per_update=2", "arms.seeds=[83]", "arms.train_items=8", "validation.n_items=2",
+              "evaluation.n_items=4", "evaluation.template_subset=2", "analysis.resamples=50", "tracking=off")
+
+
 @pytest.mark.long
-def test_each_input_of_each_stage_redoes_exactly_the_stages_that_read_it(smoke, warm_cache, tmp_path, monkeypatch):
+def test_each_input_of_each_stage_redoes_exactly_the_stages_that_read_it(tmp_path):
     """The one freshness rule (study/stamps.py), input by input: a setting of each stage and a file each stage reads
-    is changed in turn in a copy of the smoke study, and exactly the stages whose inputs then differ are redone (a
+    is changed in turn in a copy of a one-update study, and exactly the stages whose inputs then differ are redone (a
     stage that rewrites a changed output with the same bytes leaves the stages after it fresh). The copy is restored
-    at the smoke study's own path (stamps name absolute paths; file hashes are cached by path, size and mtime)."""
+    at the study's own path (stamps name absolute paths; file hashes are cached by path, size and mtime)."""
     import shutil
 
-    run, _ = smoke
-    base = ("experiment=smoke",)  # no warm-start cache: a changed initial stage must not store its stand-in there
-    Study(study_cfg(run, *base)).run_all()  # the tests before may have left another analysis: settle it
+    run, built = tmp_path / "study", tmp_path / "built"
+    Study(study_cfg(run, *ONE_UPDATE, f"initial.cache_dir={built}")).run_all()  # the warm start also stored there
     pristine = tmp_path / "pristine"
     shutil.copytree(run, pristine, symlinks=True)
     arm = run / "train" / "hash" / "s83"
     responses = sorted((run / "eval" / "responses").glob("*.jsonl"))[0]
     cases = {
         "nothing": (lambda: [], []),
-        "initial setting (initial.follow_rate), other weights": (
-            lambda: monkeypatch.setattr("crossed_rlvr.sft.run.warmstart",
-                                        _perturbed_warmstart(pristine / "models" / "initial"))
-            or ["initial.follow_rate=0.6"], ["initial", "arms", "eval", "score", "analyze"]),
+        "initial setting (sft.epochs), other weights": (
+            lambda: ["sft.epochs=3"], ["initial", "arms", "eval", "score", "analyze"]),
         "initial policy rebuilt identically (other run records)": (
-            lambda: _rebuilt_identically(run, tmp_path / "cache", warm_cache), ["initial", "analyze"]),
-        "arms setting (arms.seeds)": (lambda: ["arms.seeds=[83]"], ["arms", "eval", "score", "analyze"]),
+            lambda: _rebuilt_identically(run, tmp_path / "cache", built), ["initial", "analyze"]),
+        "arms setting (arms.seeds)": (lambda: ["arms.seeds=[84]"], ["arms", "eval", "score", "analyze"]),
         "an arm's checkpoint weights": (
-            lambda: (arm / "checkpoints" / "step-3" / "model.safetensors").write_bytes(b"damaged") and [],
+            lambda: (arm / "checkpoints" / "step-1" / "model.safetensors").write_bytes(b"damaged") and [],
             ["arms", "analyze"]),  # retrained to the same weights; its metrics hold the step times
         "eval setting (evaluation.samples)": (lambda: ["evaluation.samples=2"], ["eval", "score", "analyze"]),
         "a response file": (lambda: _edit_last(responses, "response") or [], ["eval"]),
@@ -611,21 +595,16 @@ def test_each_input_of_each_stage_redoes_exactly_the_stages_that_read_it(smoke, 
             lambda: _edit_last(sorted((arm / "validation" / "responses").glob("*.jsonl"))[0], "response") or [],
             ["score", "analyze"]),
         "the scores": (lambda: (run / "eval" / "scores.parquet").write_bytes(b"not a table") and [], ["score"]),
-        "analysis setting (analysis.resamples)": (lambda: ["analysis.resamples=300"], ["analyze"]),
+        "analysis setting (analysis.resamples)": (lambda: ["analysis.resamples=60"], ["analyze"]),
         "an arm's training metrics": (lambda: _edit_last(arm / "metrics.jsonl", "step_time") or [], ["analyze"]),
     }
     table = {}
-    try:
-        for what, (change, _expected) in cases.items():
-            shutil.rmtree(run)
-            shutil.copytree(pristine, run, symlinks=True)
-            overrides = change()
-            summary = Study(study_cfg(run, *base, *overrides)).run_all()
-            monkeypatch.undo()
-            table[what] = [s for s, t in summary["stages"].items() if not t["reused"]]
-    finally:
-        shutil.rmtree(run, ignore_errors=True)
+    for what, (change, _expected) in cases.items():
+        shutil.rmtree(run)
         shutil.copytree(pristine, run, symlinks=True)
+        overrides = change()
+        summary = Study(study_cfg(run, *ONE_UPDATE, *overrides)).run_all()
+        table[what] = [s for s, t in summary["stages"].items() if not t["reused"]]
     print("\n".join(f"{what} -> {', '.join(redone) or 'none'}" for what, redone in table.items()))
     assert table == {what: expected for what, (_change, expected) in cases.items()}
 
