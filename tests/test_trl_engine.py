@@ -74,3 +74,22 @@ def test_grpo_samples_under_the_autocast_its_loss_runs_under(monkeypatch, bf16):
         assert seen[-1][0] is False
     finally:
         AcceleratorState._reset_state(True)  # the process-wide state: later trainers set their own precision
+
+
+def test_an_arm_without_vllm_imports_trls_trainer_without_vllm():
+    """TRL's trainer module imports vLLM whenever it is installed (~3 CPU-s a process); an arm that does not sample
+    with it imports the trainer with vLLM hidden from TRL, and the same process then refuses ``engine.use_vllm``
+    in one line instead of failing inside TRL."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from crossed_rlvr.train.trl_engine import grpo_trainer\n"
+            "from crossed_rlvr.train.trl_engine import weighted_trainer\n"
+            "assert issubclass(weighted_trainer([]), grpo_trainer(False))\n"
+            "print(sorted(m for m in sys.modules if m == 'vllm' or m.startswith('vllm.')))\n"
+            "try:\n    grpo_trainer(True)\nexcept RuntimeError as err:\n    print(err)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "[]", lines
+    assert lines[1].startswith("engine.use_vllm=true in a process that trained an arm without vLLM before"), lines

@@ -145,13 +145,40 @@ def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool
     trainer.accelerator.wait_for_everyone()  # no rank returns before the checkpoint is in place
 
 
-def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None, prompt_once: bool = False) -> type:
+def grpo_trainer(use_vllm: bool) -> type[GRPOTrainer]:
+    """TRL's GRPOTrainer. TRL's trainer module imports vLLM (its client, its generation) whenever vLLM is installed:
+    ~3 CPU-s in every process that trains an arm, for an engine that only ``engine.use_vllm=true`` samples with. An
+    arm that samples otherwise (the default) imports the trainer with vLLM hidden from TRL; TRL asks only there. A
+    process that imported it so cannot then sample with vLLM, and says so."""
+    import sys
+
+    import trl.import_utils as trl_imports
+
+    if not use_vllm and "trl.trainer.grpo_trainer" not in sys.modules:
+        found = trl_imports.is_vllm_available
+        trl_imports.is_vllm_available = lambda *args, **kwargs: False
+        try:
+            import trl.trainer.grpo_trainer  # noqa: F401 (imported here, with vLLM hidden)
+        finally:
+            trl_imports.is_vllm_available = found
+    from trl import GRPOTrainer
+    from trl.generation import vllm_generation
+
+    if use_vllm and trl_imports.is_vllm_available() and not vllm_generation.is_vllm_available():
+        raise RuntimeError("engine.use_vllm=true in a process that trained an arm without vLLM before: TRL's trainer "
+                           "was imported without it; train this arm in a process of its own")
+    return GRPOTrainer
+
+
+def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None, prompt_once: bool = False,
+                     use_vllm: bool = False) -> type:
     """TRL's GRPOTrainer with each sample's advantage scaled by its prompt's importance weight P_i/Q_i
     (App. D.1); the prompts of every generation batch are appended to ``seen``. With ``sampler``
     (``engine.sampler=stream``, train/rollout.py) the completions come from it instead of ``model.generate``; with
     ``prompt_once`` (``engine.prompt_once``, train/prompt_once.py) each distinct prompt runs once in the loss's forward."""
     import torch
-    from trl import GRPOTrainer
+
+    GRPOTrainer = grpo_trainer(use_vllm)
 
     class WeightedGRPOTrainer(GRPOTrainer):
         """Scales each sample's advantage by its prompt's importance weight P_i/Q_i (App. D.1); samples under
@@ -239,7 +266,8 @@ def train_trl(cfg: CheckedTrainConf, rows: list[dict[str, Any]], run_dir: Path, 
     tokenizer = load_tokenizer(model_path)
 
     bf16 = bf16_autocast(cfg.engine.bf16)
-    WeightedGRPOTrainer = weighted_trainer(seen, stream_sampler(cfg, tokenizer, bf16), bool(cfg.engine.prompt_once))
+    WeightedGRPOTrainer = weighted_trainer(seen, stream_sampler(cfg, tokenizer, bf16), bool(cfg.engine.prompt_once),
+                                           bool(cfg.engine.use_vllm))
 
     arm = ArmLayout(run_dir)
     metrics_path = arm.metrics
