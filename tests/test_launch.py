@@ -238,6 +238,34 @@ def test_the_watchdog_names_a_wait_by_its_id_not_by_rays_map_order(monkeypatch):
                         "actor:cd34": "actor WorkerDict (no CPU free to schedule it)"}
 
 
+def test_the_watchdog_ends_with_the_run_and_never_starts_a_ray_of_its_own(monkeypatch):
+    """Once the run has shut Ray down, the watchdog's next poll ends it: Ray's calls auto-start a local Ray when none
+    is running, which left a second Ray starting and stopping after every launch."""
+    import ray
+
+    from crossed_rlvr.train import verl_launch
+
+    up = iter([True, True, True, False, False, False, False])  # up at the start and for two polls, then down
+    polls: list[bool] = []
+    state = {"up": True}
+
+    def is_initialized() -> bool:
+        state["up"] = next(up)
+        return state["up"]
+
+    monkeypatch.setattr(ray, "is_initialized", is_initialized)
+    def pending_waits() -> dict[str, str]:
+        polls.append(state["up"])
+        if len(polls) > 3:
+            raise RuntimeError("Ray's connection closed")  # the watchdog's other way out: no endless test
+        return {}
+
+    monkeypatch.setattr(verl_launch, "pending_waits", pending_waits)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: pytest.fail("started a Ray"))
+    verl_launch.watchdog(verl_launch.Budget.__new__(verl_launch.Budget), limit=1.0, interval=0.0)
+    assert polls == [True, True]  # and none once Ray was down
+
+
 @pytest.mark.exclusive
 @pytest.mark.timeout(900)
 def test_watchdog_ends_a_wait_that_cannot_be_satisfied(paper_gsm8k):

@@ -301,8 +301,10 @@ def test_the_arms_wandb_runs_hold_the_weights_and_the_studys_settings(verl_study
 def test_an_arms_launch_leaves_the_systems_temporary_folder_as_it_was(verl_study):
     """Ray's session, vLLM's rendezvous files and sockets, torch's and verl's files (its checkpoints' lock files)
     lived in the launch's own temporary folder, removed when it ended (crossed_rlvr/scratch.py)."""
-    _, _, seen = verl_study
+    run, _, seen = verl_study
     assert seen["tmp_left"] == []
+    # one Ray a launch: none started again once the run shut its own down (the launch's watchdog)
+    assert (arm(run, "boxed") / "launch.log").read_text().count("Using address local") == 1
 
 
 def test_a_relaunched_finished_arm_does_nothing_and_says_so(verl_study):

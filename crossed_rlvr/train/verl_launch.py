@@ -321,6 +321,8 @@ def watchdog(budget: Budget, limit: float, interval: float = 1.0) -> None:
     since: dict[str, float] = {}
     while True:
         time.sleep(interval)
+        if not ray.is_initialized():  # the run shut Ray down: Ray's calls below would start a new local Ray
+            return
         try:
             waits = pending_waits()
         except Exception:  # noqa: BLE001  (Ray shutting down: nothing left to watch)
