@@ -145,8 +145,8 @@ def save_final(trainer: GRPOTrainer, final: Path, model_path: Path, merged: bool
     trainer.accelerator.wait_for_everyone()  # no rank returns before the checkpoint is in place
 
 
-def grpo_trainer(use_vllm: bool) -> type[GRPOTrainer]:
-    """TRL's GRPOTrainer. TRL's trainer module imports vLLM (its client, its generation) whenever vLLM is installed:
+def import_trainer(use_vllm: bool) -> None:
+    """Import TRL's GRPOTrainer. TRL's trainer module imports vLLM (its client, its generation) whenever vLLM is installed:
     ~3 CPU-s in every process that trains an arm, for an engine that only ``engine.use_vllm=true`` samples with. An
     arm that samples otherwise (the default) imports the trainer with vLLM hidden from TRL; TRL asks only there. A
     process that imported it so cannot then sample with vLLM, and says so."""
@@ -161,13 +161,11 @@ def grpo_trainer(use_vllm: bool) -> type[GRPOTrainer]:
             import trl.trainer.grpo_trainer  # noqa: F401 (imported here, with vLLM hidden)
         finally:
             trl_imports.is_vllm_available = found
-    from trl import GRPOTrainer
     from trl.generation import vllm_generation
 
     if use_vllm and trl_imports.is_vllm_available() and not vllm_generation.is_vllm_available():
         raise RuntimeError("engine.use_vllm=true in a process that trained an arm without vLLM before: TRL's trainer "
                            "was imported without it; train this arm in a process of its own")
-    return GRPOTrainer
 
 
 def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None, prompt_once: bool = False,
@@ -178,7 +176,8 @@ def weighted_trainer(seen: list[list[str]], sampler: StreamSampler | None = None
     ``prompt_once`` (``engine.prompt_once``, train/prompt_once.py) each distinct prompt runs once in the loss's forward."""
     import torch
 
-    GRPOTrainer = grpo_trainer(use_vllm)
+    import_trainer(use_vllm)
+    from trl import GRPOTrainer
 
     class WeightedGRPOTrainer(GRPOTrainer):
         """Scales each sample's advantage by its prompt's importance weight P_i/Q_i (App. D.1); samples under
