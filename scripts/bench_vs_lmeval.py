@@ -237,7 +237,7 @@ def run_child(kind: str, spec: dict[str, Any], log: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- the runs
 def crossed_eval_overrides(run_dir: Path, policies: list[tuple[str, str]], backend: str, batch: int, items: int,
                            max_new_tokens: int, context: int, numerics: str = "portable") -> list[str]:
-    from crossed_rlvr.conf import hydra_quoted
+    from crossed_rlvr.command import hydra_quoted
 
     entries = ",".join(f"{{name:{hydra_quoted(n)},path:{hydra_quoted(p)},training_convention:initial,train_seed:null}}"
                        for n, p in policies)

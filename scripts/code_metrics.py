@@ -4,7 +4,7 @@ package is not imported, so it runs on any checkout, before or after a change, i
 - parameters typed ``Any`` per subpackage (``*args``/``**kwargs: Any`` and the unannotated parameters apart;
   ``self``/``cls`` not counted);
 - ``DictConfig`` (named, or made by ``OmegaConf.create/merge/structured``) and plain-dict conversions
-  (``plain(...)``, ``OmegaConf.to_container(...)``) below the study, i.e. outside ``study/`` and ``conf/`` (the
+  (``plain(...)``, ``OmegaConf.to_container(...)``) below the study, i.e. outside ``study/``, ``conf/`` and ``command.py`` (the
   study's own count given beside);
 - call sites of the functions that parse a policy's name back into its parts (``PolicyName.parse``,
   ``policy_facts``, ...) outside ``names.py``, and regular expressions written on policy names there too;
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TOP = "(top)"  # the package's own modules, outside any subpackage
 LONG = 60
 # the study's door: configs are composed and checked there, so its DictConfig and plain() uses are expected
-DOOR = ("study", "conf")
+DOOR = ("study", "conf", "command.py")  # command.py: every command's Hydra entry, beside its configs
 # the functions that read a policy's facts back out of its name (crossed_rlvr/names.py)
 NAME_PARSERS = ("PolicyName.parse", "PairName.parse", "policy_facts", "policy_parts", "pair_of", "contrast_parts",
                 "checkpoint_step")
@@ -68,7 +68,7 @@ class Metrics:
 
 
 def subpackage(rel: Path) -> str:
-    return rel.parts[0] if len(rel.parts) > 1 else TOP
+    return rel.parts[0] if len(rel.parts) > 1 else rel.name if rel.name in DOOR else TOP
 
 
 def dotted(node: ast.AST) -> str:

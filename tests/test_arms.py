@@ -85,7 +85,7 @@ def test_arms_that_are_not_matched_raise_a_typed_error(tmp_path):
 
 @pytest.mark.long
 def test_a_study_whose_arms_are_not_matched_exits_1_in_one_line(tmp_path):
-    """Through crossed-study's own handler (conf/app.py): the arms stage's check, on arms trained apart."""
+    """Through crossed-study's own handler (crossed_rlvr/command.py): the arms stage's check, on arms trained apart."""
     unmatched_arms(tmp_path / "run")
     script = ("import sys\n"
               "from crossed_rlvr.study import arms, pipeline\n"

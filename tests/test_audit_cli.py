@@ -18,7 +18,7 @@ def audit_cfg(*overrides: str):
     """The composed ``crossed_audit`` config with these overrides."""
     from hydra import compose, initialize_config_module
 
-    from crossed_rlvr.conf.app import spelled
+    from crossed_rlvr.command import spelled
 
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         return compose(config_name="crossed_audit", overrides=spelled("crossed-audit", list(overrides)))

@@ -118,7 +118,7 @@ def test_help_lists_only_the_commands_own_groups():
 
 
 def test_job_directories_are_named_by_the_swept_overrides(monkeypatch):
-    from crossed_rlvr.conf.app import swept_dirname
+    from crossed_rlvr.command import swept_dirname
 
     monkeypatch.setattr(sys, "argv", ["crossed-eval", "-m", "eval.temperature=0,0.6", "model.path=/a/b",
                                       "templates=[original]"])

@@ -130,8 +130,8 @@ def test_a_distributed_commands_other_ranks_count_as_rank_0s_writer(tmp_path, cl
 
 def test_the_holders_command_is_the_one_the_user_typed(tmp_path, clean_env, monkeypatch):
     """The lock names the command line as typed: the Hydra callback override every command adds to its own
-    arguments (conf/app.py: with_checks_first) is not shown to the user the run refuses."""
-    from crossed_rlvr.conf.app import CHECKS_KEY, hold_or_refuse, with_checks_first
+    arguments (crossed_rlvr/command.py: with_checks_first) is not shown to the user the run refuses."""
+    from crossed_rlvr.command import CHECKS_KEY, hold_or_refuse, with_checks_first
 
     typed = ["crossed-study", "experiment=smoke", f"run_dir={tmp_path / 'run'}"]
     monkeypatch.setattr(sys, "argv", with_checks_first(typed, "crossed-study"))

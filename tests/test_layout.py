@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("crossed_rlvr", "crossed_rlvr.names", "crossed_rlvr.layout", "crossed_rlvr.records", "crossed_rlvr.files",
               "crossed_rlvr.machine", "crossed_rlvr.interrupt", "crossed_rlvr.ranks", "crossed_rlvr.tracking",
               "crossed_rlvr.cluster", "crossed_rlvr.limits", "crossed_rlvr.sandbox")),
-    ("conf", ("crossed_rlvr.conf",)),
+    ("conf", ("crossed_rlvr.conf", "crossed_rlvr.command")),  # the configs and the Hydra entry that reads them
     ("tasks", ("crossed_rlvr.tasks",)),
     ("prompts", ("crossed_rlvr.prompts",)),
     ("policies", ("crossed_rlvr.policies",)),
@@ -436,7 +436,7 @@ NOT_PROJECT_FILES = {
     ("crossed_rlvr/view/server.py", "page.html"): "crossed-view's page: package data beside the module",
     ("crossed_rlvr/view/server.py", "/index.html"): "a URL crossed-view's server answers",
     ("crossed_rlvr/conf/__init__.py", "{}.yaml"): "an option of the package's config tree (package data)",
-    ("crossed_rlvr/conf/app.py", "{}.yaml"): "a primary config of the package's config tree (package data)",
+    ("crossed_rlvr/command.py", "{}.yaml"): "a primary config of the package's config tree (package data)",
     ("crossed_rlvr/lm_eval_tasks/__init__.py", "{}.yaml"): "lm-eval's task files, one per task name (shipped ones "
                                                            "are package data; local ones include them)",
     ("crossed_rlvr/sft/trainer.py", "{}.json"): "a DeepSpeed config shipped with the package (zero2, zero3)",

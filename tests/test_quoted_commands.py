@@ -803,7 +803,7 @@ def compose_checked(command: str, args: list[str], run_dir: Path) -> object:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from crossed_rlvr.conf.app import spelled
+    from crossed_rlvr.command import spelled
     from crossed_rlvr.conf.ranges import check_overrides, check_ranges, check_relations
 
     overrides = spelled(command, [a for a in args if a not in ("-m", "--multirun") and "=" in a

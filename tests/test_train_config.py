@@ -66,7 +66,7 @@ def test_a_path_hydra_would_misread_reaches_verl_as_written_and_a_plain_one_stay
     """A run folder or model path with a comma (unquoted: a sweep), parentheses or a quote (unquoted: a parse error)
     reaches verl's composed config as the same string; a plain path is written as it is, so the overrides of
     finished arms read as before."""
-    from crossed_rlvr.conf import hydra_value
+    from crossed_rlvr.command import hydra_value
 
     odd = Path("/runs/it's (copy),2/study/train/hash/s83")
     arm = VerlArm.of(cfg_for("engine=verl", "model.path='/models/Qwen2.5 (base),v2'"), ArmLayout(odd), "/pkg/r.py")

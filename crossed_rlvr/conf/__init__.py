@@ -1,7 +1,6 @@
-"""Hydra configs of every command; importing the package registers their typed schemas and the
-resolver that names multirun job directories by the overrides a sweep varies."""
+"""Hydra configs of every command; importing the package registers their typed schemas and the resolvers that
+name multirun job directories by the overrides a sweep varies (crossed_rlvr/command.py)."""
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,41 +21,16 @@ def group_file(group: str, option: str) -> Path:
     return CONF_DIR / group / f"{option}.yaml"
 
 
-def hydra_quoted(text: str) -> str:
-    """``text`` as a single-quoted Hydra override value. Hydra reads a backslash literally unless backslashes
-    precede a quote or end the string, so only those runs are doubled."""
-    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", str(text))
-    return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text) + "'"
-
-
-def hydra_value(text: str) -> str:
-    """A path or name as a Hydra override value: as it is where Hydra's grammar reads it back as the same string
-    (every plain path, so the overrides of finished runs read as before), else quoted: unquoted, a comma makes a
-    sweep, parentheses, brackets or a quote fail to parse, and ``2024`` or ``true`` are read as other types."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    try:
-        same = OverridesParser.create().parse_override(f"k={text}").value() == text
-    except HydraException:  # Hydra's grammar refuses it unquoted
-        same = False
-    return text if same else hydra_quoted(text)
-
-
-def _swept(job_overrides: Sequence[object] | None, *exclude: str) -> str:  # imported lazily: the app module imports Hydra's parser
-    from crossed_rlvr.conf.app import swept_dirname
+def _swept(job_overrides: Sequence[object] | None, *exclude: str) -> str:  # lazily: it imports Hydra's parser
+    from crossed_rlvr.command import swept_dirname
 
     return swept_dirname(job_overrides, *exclude)
 
 
 def _given(job_overrides: Sequence[object] | None, key: str, default: object) -> object:
-    """The value of ``key=...`` among a job's command-line overrides, else ``default`` (crossed-train -m:
-    a ``run_dir`` given on the command line is the sweep's root)."""
-    for o in job_overrides or []:
-        name, _, value = str(o).partition("=")
-        if name.lstrip("+~") == key and value:
-            return value
-    return default
+    from crossed_rlvr.command import given_override
+
+    return given_override(job_overrides, key, default)
 
 
 register()

@@ -546,7 +546,7 @@ class AuditConf(ReadOnly):
     initial: str | None = None
     # each given policy by the convention its training rewarded (an answer task's, or a code task's: App. D.3): a
     # path or hub name, or a list of them, one per seed (str | list[str]: OmegaConf has no unions). The command
-    # line spells it ``hash=CKPT`` (conf/app.py: ``as_trained``)
+    # line spells it ``hash=CKPT`` (crossed_rlvr/command.py: ``as_trained``)
     trained: dict[str, Any] = field(default_factory=dict)
     from_study: str | None = None  # a finished study's run_dir: its initial policy and arms join the given ones
     step: int | None = num(None, 0, BIG, why="0 is the initial weights, saved as step-0")  # from_study's checkpoints

@@ -20,7 +20,7 @@ def _run(cfg: DictConfig) -> None:  # DictConfig: Hydra's composed node, typed h
 
 
 def main() -> None:
-    from crossed_rlvr.conf.app import hydra_app
+    from crossed_rlvr.command import hydra_app
 
     hydra_app("crossed-sft", "crossed_sft", _run)()
 

@@ -208,7 +208,7 @@ def _run(given: DictConfig) -> None:
 
 
 def main() -> None:
-    from crossed_rlvr.conf.app import hydra_app
+    from crossed_rlvr.command import hydra_app
 
     hydra_app("crossed-audit", "crossed_audit", _run, check=check_given)()
 

@@ -134,7 +134,7 @@ def headline(report: str) -> list[str]:
 
 
 def main() -> None:
-    from crossed_rlvr.conf.app import hydra_app
+    from crossed_rlvr.command import hydra_app
 
     hydra_app("crossed-study", "crossed_study", _run)()
 

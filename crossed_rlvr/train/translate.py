@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from crossed_rlvr.conf import hydra_value
+from crossed_rlvr.command import hydra_value
 from crossed_rlvr.conf.checks import rollout_seed
 from crossed_rlvr.conf.schema import EngineConf, TrainConf
 from crossed_rlvr.layout import ArmLayout

@@ -116,7 +116,7 @@ def agent_loop_file() -> str:
     """The override naming the agent-loop file, its path quoted where Hydra would misread it. Made at launch, not at
     import: every verl worker process imports this plugin, and the quoting needs the config package and Hydra's
     parser."""
-    from crossed_rlvr.conf import hydra_value
+    from crossed_rlvr.command import hydra_value
 
     return f"actor_rollout_ref.rollout.agent.agent_loop_config_path={hydra_value(str(AGENT_LOOPS))}"
 

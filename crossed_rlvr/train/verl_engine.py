@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, WARNING_S, run_then_settle, slurm_header
-from crossed_rlvr.conf import hydra_quoted
+from crossed_rlvr.command import hydra_quoted
 from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
 from crossed_rlvr.conf.schema import TrainConf
 from crossed_rlvr.files import atomic_write_json, atomic_write_text

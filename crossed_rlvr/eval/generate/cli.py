@@ -30,7 +30,7 @@ def check_device(given: DictConfig) -> None:
 
 
 def main() -> None:
-    from crossed_rlvr.conf.app import hydra_app
+    from crossed_rlvr.command import hydra_app
 
     hydra_app("crossed-eval", "crossed_eval", _run, check=check_device)()
 

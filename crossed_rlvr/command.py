@@ -1,9 +1,11 @@
 """The Hydra entry of every command: typed composition, value checks before any stage, one run
-directory per multirun job, and a ``--help`` that lists only the command's own groups and presets."""
+directory per multirun job, and a ``--help`` that lists only the command's own groups and presets; and the spelling
+of a value on a Hydra command line. The configs themselves (YAML, schemas, checks) are :mod:`crossed_rlvr.conf`."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -16,7 +18,39 @@ if TYPE_CHECKING:
 
 C = TypeVar("C")  # a command's view of its composed config
 
-CONF = Path(__file__).parent
+CONF = Path(__file__).parent / "conf"  # the configs (crossed_rlvr/conf), read without importing their schemas
+
+
+def hydra_quoted(text: str) -> str:
+    """``text`` as a single-quoted Hydra override value. Hydra reads a backslash literally unless backslashes
+    precede a quote or end the string, so only those runs are doubled."""
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", str(text))
+    return "'" + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text) + "'"
+
+
+def hydra_value(text: str) -> str:
+    """A path or name as a Hydra override value: as it is where Hydra's grammar reads it back as the same string
+    (every plain path, so the overrides of finished runs read as before), else quoted: unquoted, a comma makes a
+    sweep, parentheses, brackets or a quote fail to parse, and ``2024`` or ``true`` are read as other types."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        same = OverridesParser.create().parse_override(f"k={text}").value() == text
+    except HydraException:  # Hydra's grammar refuses it unquoted
+        same = False
+    return text if same else hydra_quoted(text)
+
+
+def given_override(job_overrides: Sequence[object] | None, key: str, default: object) -> object:
+    """The value of ``key=...`` among a job's command-line overrides, else ``default`` (the ``crossed_given``
+    resolver; crossed-train -m: a ``run_dir`` given on the command line is the sweep's root)."""
+    for o in job_overrides or []:
+        name, _, value = str(o).partition("=")
+        if name.lstrip("+~") == key and value:
+            return value
+    return default
+
 
 def describe(path: Path) -> str:
     """The first comment line of a config file (its one-line description)."""
@@ -219,7 +253,7 @@ def hydra_app(command: str, config_name: str, run: Callable[[C], None],
 
         started = []
 
-        @hydra.main(version_base="1.3", config_path=".", config_name=config_name)
+        @hydra.main(version_base="1.3", config_path=str(CONF), config_name=config_name)
         def _main(cfg: DictConfig) -> None:
             started.append(True)
             if job_run_dir(cfg):  # a single run was checked by ChecksFirst, before Hydra wrote anything
