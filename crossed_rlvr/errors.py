@@ -22,6 +22,10 @@ class ConfigError(CrossedError, ValueError):
     """A config value that no stage could run with; the message starts with the dotted key."""
 
 
+class RecipeError(CrossedError, ValueError):
+    """A GRPO recipe that cannot train (raised before any model is loaded)."""
+
+
 class RunFailure(Exception):
     """A run that failed in a way its message explains, said in one line: the command exits with ``RUN_FAILED``.
     Library code raises it instead of ``SystemExit``, so a caller (the GPU smoke's stages) can catch it without

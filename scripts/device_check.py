@@ -223,9 +223,9 @@ def tiny_grpo_and_eval(work: Path) -> dict[str, Any]:
         return {"skipped": f"not importable here: {', '.join(missing)} (install them beside the checkout)"}
     from hydra import compose, initialize_config_module
 
-    from crossed_rlvr.conf.checks import checked_train
     from crossed_rlvr.eval.generate.runner import run_eval
     from crossed_rlvr.policies.tiny import TinyConfig, build_tiny_model
+    from crossed_rlvr.train.checks import checked_train
     from crossed_rlvr.train.run import run_train
 
     small = TinyConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

@@ -17,6 +17,7 @@ from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.study.plan import plan_arms
 from crossed_rlvr.tracking import offline_runs
+from crossed_rlvr.train.checks import check_train
 from tests.helpers import SMALL
 
 BIN = Path(sys.executable).parent
@@ -91,6 +92,8 @@ def test_bad_overrides_fail_at_composition_or_check(config, override, first, mon
         else:
             with pytest.raises(ConfigError) as info:
                 check_command(COMMAND[config], cfg)
+                if config == "crossed_train":  # the arm's recipe: crossed-train's own check (train/checks.py)
+                    check_train(cfg)
                 if config == "crossed_study":  # each arm's crossed-train config: checked where the study plans it
                     plan_arms(conf_of(StudyConf, cfg), RunLayout(Path("not-written")), "check")
             message = str(info.value)

@@ -85,7 +85,8 @@ def test_every_hydra_command_refuses_bad_input_in_one_line_with_status_2(tmp_pat
 def test_the_input_errors_share_one_base():
     """Each module's bad-input error is a CrossedError (and still the ValueError it was, for older callers)."""
     from crossed_rlvr.analysis.analyze import AnalysisError
-    from crossed_rlvr.conf.checks import ConfigError, RecipeError
+    from crossed_rlvr.conf.checks import ConfigError
+    from crossed_rlvr.errors import RecipeError
     from crossed_rlvr.eval.generate.plan import RunError
     from crossed_rlvr.eval.score.checks import ScoresTableError
     from crossed_rlvr.records import ResponseFileError

@@ -365,7 +365,7 @@ def test_arm_seed_reaches_every_seed_verl_has(paper_gsm8k):
 
     walk(composed)
     assert set(found) == {*VERL_SEED_KEYS, "data.seed"}  # the list verl 0.9.1 has; a new seed fails here
-    # the rollout's seed is spread over the arm's four vLLM engines (conf.checks.rollout_seed)
+    # the rollout's seed is spread over the arm's four vLLM engines (train.checks.rollout_seed)
     assert found.pop(ROLLOUT_SEED_KEY) == 85 * 4 and set(found.values()) == {85}
 
 

@@ -59,7 +59,7 @@ def test_budget_is_read_from_verls_composed_config(paper_gsm8k):
 
 
 def test_configured_cpus_below_the_budget_are_refused_before_any_script(local, tmp_path):
-    from crossed_rlvr.conf.checks import RecipeError
+    from crossed_rlvr.errors import RecipeError
     from crossed_rlvr.study.pipeline import Study
 
     with pytest.raises(RecipeError, match=r"engine.cpus_per_node=5 offers Ray 5 CPUs .*5 CPUs < 7"):
@@ -443,7 +443,7 @@ def test_a_task_without_strata_gets_one_clear_error(local, online_env, tmp_path)
 def test_strata_estimated_with_the_initial_policy_are_frozen_into_both_arms(local, tmp_path):
     """With the CPU backend the study estimates the strata itself (2 samples per item, Math-Verify), freezes
     them in data/strata.jsonl, and both arms' configs carry its sha256 (so the matched-arm check covers it)."""
-    from crossed_rlvr.conf.checks import RecipeError
+    from crossed_rlvr.errors import RecipeError
     from crossed_rlvr.study.pipeline import Study
     from crossed_rlvr.train.strata import NAMES
 

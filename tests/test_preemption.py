@@ -60,7 +60,7 @@ def test_a_trl_arm_saved_on_sigusr1_then_killed_then_terminated_ends_on_the_unin
     import torch
     from hydra import compose, initialize_config_module
 
-    from crossed_rlvr.conf.checks import checked_train
+    from crossed_rlvr.train.checks import checked_train
     from crossed_rlvr.train.run import run_train
 
     # the arm uninterrupted

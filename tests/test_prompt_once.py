@@ -9,10 +9,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
-from crossed_rlvr.conf.checks import RecipeError, checked_train
 from crossed_rlvr.conf.schema import EngineConf
+from crossed_rlvr.errors import RecipeError
 from crossed_rlvr.files import settings
 from crossed_rlvr.policies.loading import load_policy
+from crossed_rlvr.train.checks import checked_train
 from crossed_rlvr.train.prompt_once import completion_logps, handles
 
 TEMPERATURE = 0.7

@@ -708,8 +708,8 @@ def matched(tmp: Path) -> None:
     and training rows before it trains."""
     from hydra import compose, initialize_config_module
 
-    from crossed_rlvr.conf.checks import checked_train
     from crossed_rlvr.layout import ArmLayout
+    from crossed_rlvr.train.checks import checked_train
     from crossed_rlvr.train.recipe import training_rows, write_rows
     from crossed_rlvr.train.run import resolved
 

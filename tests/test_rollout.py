@@ -12,7 +12,6 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
-from crossed_rlvr.conf.checks import checked_train
 from crossed_rlvr.conf.schema import EngineConf
 from crossed_rlvr.errors import CrossedError
 from crossed_rlvr.eval.generate.engines import GenParams, HFBackend
@@ -20,6 +19,7 @@ from crossed_rlvr.files import settings
 from crossed_rlvr.policies.loading import load_policy
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.tasks.arith import make_splits
+from crossed_rlvr.train.checks import checked_train
 from crossed_rlvr.train.rollout import StreamSampler
 
 SAMPLED = GenParams(temperature=1.0, top_p=1.0, max_new_tokens=20, context_limit=512)

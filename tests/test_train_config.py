@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
-from crossed_rlvr.conf.checks import RecipeError, check_config
-from crossed_rlvr.errors import CrossedError
+from crossed_rlvr.errors import CrossedError, RecipeError
 from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.train.checks import check_config
 from crossed_rlvr.train.matched import check_and_record
 from crossed_rlvr.train.proposal import frozen_proposal
 from crossed_rlvr.train.recipe import training_rows, write_rows
@@ -158,7 +158,7 @@ def _arm(tmp_path, name, *overrides):
     cfg = cfg_for("recipe=tiny", "recipe.updates=3", "train_items.n=200", "model=qwen2.5-7b-instruct", *overrides)
     run = tmp_path / name
     run.mkdir()
-    from crossed_rlvr.conf.checks import checked_train
+    from crossed_rlvr.train.checks import checked_train
 
     (run / "resolved_config.json").write_text(json.dumps(resolved(checked_train(cfg))))
     write_rows(run / "data" / "train.jsonl", training_rows(cfg))

@@ -61,7 +61,8 @@ def test_the_arms_of_a_seed_stay_matched_on_two_ranks(study):
 def test_validation_during_training_is_refused_on_several_ranks(tmp_path):
     from hydra import compose, initialize_config_module
 
-    from crossed_rlvr.conf.checks import RecipeError, check_config
+    from crossed_rlvr.errors import RecipeError
+    from crossed_rlvr.train.checks import check_config
 
     with initialize_config_module(config_module="crossed_rlvr.conf", version_base="1.3"):
         cfg = compose(config_name="crossed_train", overrides=["engine.nproc_per_node=2", "validation.every=5",

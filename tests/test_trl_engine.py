@@ -6,9 +6,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_module
 
-from crossed_rlvr.conf.checks import checked_train
 from crossed_rlvr.policies.loading import load_policy
 from crossed_rlvr.policies.tiny import build_tiny_model
+from crossed_rlvr.train.checks import checked_train
 from crossed_rlvr.train.run import run_train
 from tests.helpers import SMALL
 

@@ -1,5 +1,5 @@
 """crossed-train's config is typed once, at the command's door (``conf.schema.conf_of``), and checked into the one
-type the trainer takes (``conf.checks.CheckedTrainConf``). The arm's settings hash is computed from the typed config
+type the trainer takes (``train.checks.CheckedTrainConf``). The arm's settings hash is computed from the typed config
 (``conf.schema.settings``), and must be the one the Hydra node gave, so that a finished arm stays finished: the
 same dict for crossed-train's own config, for a study's arm in the study's process and for the same arm read back
 from its JSON spec by a worker process (JSON writes ``task.train_per_stratum``'s int keys as strings). Unset
@@ -14,10 +14,11 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from crossed_rlvr.conf.checks import RecipeError, check_train_conf, planned_arm
 from crossed_rlvr.conf.schema import TrainConf, conf_of
+from crossed_rlvr.errors import RecipeError
 from crossed_rlvr.files import unset_out
 from crossed_rlvr.tracking import untracked
+from crossed_rlvr.train.checks import check_train_conf, planned_arm
 from crossed_rlvr.train.run import resolved
 
 

@@ -54,7 +54,7 @@ def test_the_trainer_takes_only_a_checked_config(tmp_path: Path, cache: Path):
     """A crossed-train config reaches the trainer only through the checks: ``run_train`` takes a
     ``CheckedTrainConf``, which the checks make, so a config typed but never checked is refused by the checker."""
     snippet = tmp_path / "train_door.py"
-    snippet.write_text("from crossed_rlvr.conf.checks import checked_train\n"
+    snippet.write_text("from crossed_rlvr.train.checks import checked_train\n"
                        "from crossed_rlvr.conf.schema import TrainConf, conf_of\n"
                        "from crossed_rlvr.train.run import run_train\n\n\n"
                        "def unchecked(cfg: object) -> None:\n"

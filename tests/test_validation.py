@@ -9,10 +9,10 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from crossed_rlvr.conf.checks import checked_train
 from crossed_rlvr.eval.generate.runner import run_eval
 from crossed_rlvr.policies.tiny import build_tiny_model
 from crossed_rlvr.tracking import offline_runs
+from crossed_rlvr.train.checks import checked_train
 from crossed_rlvr.train.run import run_train
 from tests.helpers import SMALL
 

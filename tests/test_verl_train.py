@@ -323,7 +323,7 @@ def test_a_relaunched_finished_arm_does_nothing_and_says_so(verl_study):
 
 def arm_copy(run: Path, folder: Path, tracking: str, **changes):
     """The study's hash arm prepared again in ``folder`` (crossed-train), with ``changes`` to its config."""
-    from crossed_rlvr.conf.checks import checked_train
+    from crossed_rlvr.train.checks import checked_train
     from crossed_rlvr.train.run import run_train
 
     cfg = resolved(arm(run, "hash"))

@@ -52,7 +52,7 @@ def train_arms(cfg: StudyConf, jobs: list[Job]) -> dict[str, dict[str, Any]]:
         nproc = int(cfg.engine.nproc_per_node or 1)
         return _one_by_one(jobs, bar, updates, lambda plan, arm: run_arm(arm, plan.layout.worker_spec, nproc))
     if route is ArmRoute.IN_STUDY:
-        from crossed_rlvr.conf.checks import planned_arm
+        from crossed_rlvr.train.checks import planned_arm
         from crossed_rlvr.train.run import run_train
 
         def in_process(plan: ArmPlan, arm: dict[str, Any]) -> dict[str, Any]:
@@ -86,8 +86,8 @@ def carry_over_arms(jobs: list[Job], whole: str) -> list[str]:
     its config now up to that change, its summary and resolved config are rewritten to the config it has now, so
     crossed-train reuses it (it reuses an arm by its config's hash) rather than training it again for the change of
     rule alone. The names of the arms carried over."""
-    from crossed_rlvr.conf.checks import planned_arm
     from crossed_rlvr.files import atomic_write_text, config_sha256, unset_out
+    from crossed_rlvr.train.checks import planned_arm
     from crossed_rlvr.train.run import resolved
 
     carried = []
@@ -176,7 +176,7 @@ def frozen_strata(proposal: ProposalConf, items: Callable[[], list[dict[str, Any
     ``recipe.proposal.estimate``), else estimated with the ``initial`` policy (its path and weights hash) under the
     evaluation's ``sampling`` (train/strata.py) into ``run.strata``, reused while the policy, items and sampling
     settings are unchanged (``run.strata_meta``). ``prepare``: the dress rehearsal, which estimates on a GPU only."""
-    from crossed_rlvr.conf.checks import RecipeError
+    from crossed_rlvr.errors import RecipeError
     from crossed_rlvr.files import sha256_file as file_sha256
     from crossed_rlvr.train.strata import StrataError, estimate_strata
 
@@ -266,7 +266,7 @@ def _train_worker(arm: ArmLayout, cfg: dict[str, Any]) -> dict[str, Any]:
     """One GRPO arm in a worker process; its console output goes to ``<arm>/train.log``."""
     import contextlib
 
-    from crossed_rlvr.conf.checks import planned_arm
+    from crossed_rlvr.train.checks import planned_arm
     from crossed_rlvr.train.run import run_train
 
     arm.root.mkdir(parents=True, exist_ok=True)

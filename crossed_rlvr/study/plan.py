@@ -5,7 +5,7 @@ policy, folder and crossed-train config), made once from the study config by :fu
 
 Paper 001 §2: the arms of one seed differ only in their convention, so each plan is the study config projected
 into one crossed-train config, checked once, where the plan is made (types, declared ranges, the relations
-``conf.checks.check_config`` holds), before any stage runs. The initial policy's path and hash, the frozen
+``train.checks.check_config`` holds), before any stage runs. The initial policy's path and hash, the frozen
 training rows and the difficulty strata are known only after the first stages: :meth:`ArmPlan.config` binds
 them. The arms stage's stamp stores each policy's record (:meth:`Policy.record`), which later stages read back
 with :meth:`Policy.from_record`; nothing rebuilds a policy from a folder name.
@@ -99,7 +99,8 @@ def plan_arms(cfg: StudyConf, layout: RunLayout, study_name: str) -> list[ArmPla
     """Every GRPO arm of the study, seed by seed, each crossed-train config checked here and nowhere else in the
     study: its types and ranges (the schema), then the relations between its settings (``check_config``; the
     initial policy's path is checked by the stage that makes it)."""
-    from crossed_rlvr.conf.checks import RecipeError, check_config
+    from crossed_rlvr.errors import RecipeError
+    from crossed_rlvr.train.checks import check_config
 
     plans = []
     route = arm_route(cfg)  # the machine read once, here

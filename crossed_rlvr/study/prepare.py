@@ -68,7 +68,7 @@ def rehearse(configs: StudyConfigs, initial_path: str) -> dict[str, Any]:
 def _grpo_arms(configs: StudyConfigs, ipath: str) -> dict[str, Any]:
     """Each arm's inputs from its plan (checked when it was planned): verl's data, overrides and launch scripts, or
     TRL's training rows."""
-    from crossed_rlvr.conf.checks import planned_arm
+    from crossed_rlvr.train.checks import planned_arm
     from crossed_rlvr.train.recipe import training_rows, write_rows
     from crossed_rlvr.train.run import run_train
 

@@ -385,7 +385,7 @@ def arm_check(cfg: TrainConf) -> None:
     """A code arm: a code convention, rewarded by running its programs on the training tasks' tests (paper 001
     App. D.3; train/code_reward.py), which a file of training tasks gives; no proposal, and no TRL validation
     during training (its readers are the answer tasks'; verl validates code arms by execution)."""
-    from crossed_rlvr.conf.checks import RecipeError
+    from crossed_rlvr.errors import RecipeError
     from crossed_rlvr.rewards.code import CODE_CONVENTIONS
 
     conv = cfg.convention.name

@@ -12,7 +12,7 @@ import json
 
 from omegaconf import DictConfig
 
-from crossed_rlvr.conf.checks import checked_train
+from crossed_rlvr.train.checks import check_train, checked_train
 from crossed_rlvr.train.run import run_train
 
 
@@ -26,7 +26,7 @@ def _run(cfg: DictConfig) -> None:  # DictConfig: Hydra's composed node, typed h
 def main() -> None:
     from crossed_rlvr.command import hydra_app
 
-    hydra_app("crossed-train", "crossed_train", _run)()
+    hydra_app("crossed-train", "crossed_train", _run, check=check_train)()  # the recipe, before any file
 
 
 if __name__ == "__main__":

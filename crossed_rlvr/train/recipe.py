@@ -1,6 +1,6 @@
 """The engine-neutral GRPO recipe and the training data of one arm (paper 001 §2.1, App. D.1).
 
-A config is checked before any model is loaded (``conf.checks.check_config``, which every command and
+A config is checked before any model is loaded (``train.checks.check_config``, which every command and
 the study run first).
 
 Training rows are the same for both arms of a pair (same items, same order, same proposal draws);
@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.conf.checks import RecipeError
 from crossed_rlvr.conf.schema import ProposalConf, TrainConf
+from crossed_rlvr.errors import RecipeError
 from crossed_rlvr.files import atomic_write_jsonl
 from crossed_rlvr.prompts import messages, user_content
 from crossed_rlvr.rewards.conventions import get_convention

@@ -12,11 +12,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
 from crossed_rlvr.conf.schema import TrainConf, conf_of, settings
+from crossed_rlvr.errors import RecipeError
 from crossed_rlvr.files import config_sha256, json_lines
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.tracking import untracked
+from crossed_rlvr.train.checks import CheckedTrainConf
 from crossed_rlvr.train.recipe import training_rows, write_rows
 
 
@@ -44,7 +45,7 @@ def read_resolved(path: Path) -> TrainConf:
 
 def run_train(cfg: CheckedTrainConf) -> dict[str, Any]:
     """Train one arm. Its config is checked already: a :class:`CheckedTrainConf` is made only by the checks
-    (``conf.checks.check_train_conf``, or a study's arm plan), so an unchecked one does not type-check."""
+    (``train.checks.check_train_conf``, or a study's arm plan), so an unchecked one does not type-check."""
     run_dir = Path(cfg.run_dir)
     arm = ArmLayout(run_dir)
     config = resolved(cfg)

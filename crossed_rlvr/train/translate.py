@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.command import hydra_value
-from crossed_rlvr.conf.checks import rollout_seed
 from crossed_rlvr.conf.schema import EngineConf, TrainConf
 from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.train.checks import rollout_seed
 
 if TYPE_CHECKING:
     from crossed_rlvr.train.budget import VerlConfig
@@ -93,7 +93,7 @@ class VerlArm:
     tracked: bool           # wandb on: verl logs there too
     seed: int
     data_seed: int
-    rollout_seed: int       # the arm seed spread over the rollout's vLLM engines (conf.checks.rollout_seed)
+    rollout_seed: int       # the arm seed spread over the rollout's vLLM engines (train.checks.rollout_seed)
     adv_estimator: str
     norm_adv_by_std: bool
     kl_reward: bool
@@ -163,7 +163,7 @@ class VerlArm:
 
 
 def verl_seeds(arm: VerlArm) -> list[str]:
-    """The arm seed in every verl seed; the rollout's as ``conf.checks.rollout_seed`` spreads it, since replica r's
+    """The arm seed in every verl seed; the rollout's as ``train.checks.rollout_seed`` spreads it, since replica r's
     vLLM engine is seeded rollout.seed + r and the arm seed itself would share engine seeds between arms."""
     return [f"{key}={arm.rollout_seed if key == ROLLOUT_SEED_KEY else arm.seed}" for key in VERL_SEED_KEYS]
 

@@ -18,13 +18,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crossed_rlvr.conf.checks import CheckedTrainConf
 from crossed_rlvr.conf.schema import TrainConf
 from crossed_rlvr.files import link_files
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import bf16_autocast
 from crossed_rlvr.policies.loading import copy_tokenizer_files
 from crossed_rlvr.ranks import rank, world_size
+from crossed_rlvr.train.checks import CheckedTrainConf
 from crossed_rlvr.train.recipe import chat_prompt
 from crossed_rlvr.train.resume import (
     keep_metrics_until,

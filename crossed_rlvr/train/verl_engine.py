@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.cluster import RAY_AUTH, RAY_CLUSTER, WARNING_S, run_then_settle, slurm_header
 from crossed_rlvr.command import hydra_quoted
-from crossed_rlvr.conf.checks import CheckedTrainConf, RecipeError
 from crossed_rlvr.conf.schema import TrainConf
+from crossed_rlvr.errors import RecipeError
 from crossed_rlvr.files import atomic_write_json, atomic_write_text
 from crossed_rlvr.layout import ArmLayout
+from crossed_rlvr.train.checks import CheckedTrainConf
 from crossed_rlvr.train.recipe import chat_prompt
 from crossed_rlvr.train.translate import VerlArm, verl_overrides
 

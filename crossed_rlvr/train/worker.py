@@ -29,7 +29,7 @@ def run_arm(cfg: dict[str, Any], spec_file: Path, nproc: int) -> dict[str, Any]:
 
 @stops_cleanly("crossed-train", quiet=True)
 def main(argv: list[str] | None = None) -> int:
-    from crossed_rlvr.conf.checks import planned_arm
+    from crossed_rlvr.train.checks import planned_arm
     from crossed_rlvr.train.run import run_train
 
     spec_file = Path((argv or sys.argv[1:])[0])
