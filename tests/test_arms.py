@@ -129,11 +129,16 @@ def test_frozen_strata_takes_the_proposal_the_items_and_the_runs_layout(tmp_path
     run.strata.write_text('{"item_id": "a", "stratum": "s2"}\n')
     args = strata_args(tmp_path, lambda: carried, enabled=True, estimate=True)
     from crossed_rlvr.study.plan import eval_fingerprint
-    from crossed_rlvr.study.stamps import digest
+    from crossed_rlvr.study.stamps import digest, fingerprint
 
-    run.strata_meta.write_text(json.dumps({"policy": "w1", "items": digest(["a"]), "eval": eval_fingerprint(args[2]),
-                                           "samples": args[0].estimate_samples}))
+    inputs = {"policy": "w1", "items": digest(["a"]), "eval": eval_fingerprint(args[2]),
+              "samples": args[0].estimate_samples}
+    run.strata_meta.write_text(json.dumps(inputs))  # as written before the strata followed the stages' one rule
     assert frozen_strata(*args)["file"] == str(run.strata.resolve())  # estimated before from the same inputs
+    assert json.loads(run.strata_meta.read_text()) == fingerprint(inputs, str)[0]  # carried over, once
+    assert args[6].__self__ == ["    strata: carried over to the stages' freshness rule (their inputs unchanged)"]
+    assert frozen_strata(*args)["file"] == str(run.strata.resolve())  # the rule's own record matches as it is
+    assert len(args[6].__self__) == 1
 
 
 def test_the_gpu_smoke_reports_a_failed_step_and_lets_an_interrupt_through(capsys):

@@ -1,6 +1,6 @@
 """crossed-train's config is typed once, at the command's door (``conf.schema.conf_of``), and checked into the one
 type the trainer takes (``train.checks.CheckedTrainConf``). The arm's settings hash is computed from the typed config
-(``conf.schema.settings``), and must be the one the Hydra node gave, so that a finished arm stays finished: the
+(``files.settings``), and must be the one the Hydra node gave, so that a finished arm stays finished: the
 same dict for crossed-train's own config, for a study's arm in the study's process and for the same arm read back
 from its JSON spec by a worker process (JSON writes ``task.train_per_stratum``'s int keys as strings). Unset
 optional settings (None, their default) are out of it: nothing to write for a setting that is not set."""

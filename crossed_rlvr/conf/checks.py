@@ -11,8 +11,9 @@ plans its arms.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from crossed_rlvr.conf.ranges import select
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.limits import Choices
 from crossed_rlvr.task_sources import source_of, task_kind
@@ -20,11 +21,7 @@ from crossed_rlvr.task_sources import source_of, task_kind
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-
-def _get(cfg: DictConfig, key: str) -> Any:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.select(cfg, key, throw_on_missing=False)
+    from crossed_rlvr.conf.schema import EvalCommandConf
 
 
 def _among(cfg: DictConfig, key: str, allowed: Sequence[str]) -> None:
@@ -32,7 +29,7 @@ def _among(cfg: DictConfig, key: str, allowed: Sequence[str]) -> None:
     field's own declared choices are (``limits.Choices``)."""
     from omegaconf import OmegaConf
 
-    value = _get(cfg, key)
+    value = select(cfg, key)
     why = Choices(allowed).refusal(key, OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
     if why:
         raise ConfigError(why)
@@ -41,7 +38,7 @@ def _among(cfg: DictConfig, key: str, allowed: Sequence[str]) -> None:
 def _exists(cfg: DictConfig, key: str) -> None:
     from pathlib import Path
 
-    value = _get(cfg, key)
+    value = select(cfg, key)
     if value and not Path(str(value)).exists():
         raise ConfigError(f"{key}={value!r} does not exist")
 
@@ -62,9 +59,9 @@ def common(cfg: DictConfig) -> None:
 
 def needs_gpu(cfg: DictConfig, what: str) -> None:
     """``eval=vllm`` runs vLLM: refuse it before any stage on a machine where it cannot start."""
-    if _get(cfg, "eval.backend") != "vllm":
+    if select(cfg, "eval.backend") != "vllm":
         return
-    if (_get(cfg, "distribute.workers") or 0) > 0 and _get(cfg, "distribute.address"):
+    if (select(cfg, "distribute.workers") or 0) > 0 and select(cfg, "distribute.address"):
         return  # generation runs on the cluster's workers; the driver (a head node) needs no GPU
     import importlib.util
 
@@ -79,15 +76,13 @@ def needs_gpu(cfg: DictConfig, what: str) -> None:
         raise ConfigError(f"eval.backend=vllm ({what}) needs {' and '.join(missing)}; on a CPU machine use eval=cpu")
 
 
-def check_distribute(cfg: DictConfig) -> None:
-    """Ray workers of the crossed evaluation (eval/generate/workers.py)."""
-    if _get(cfg, "distribute") is None:
-        return
-    if _get(cfg, "eval.backend") == "vllm" and _get(cfg, "distribute.workers") and _get(cfg, "distribute.gpus_per_worker"):
-        tp, gpus = _get(cfg, "eval.tensor_parallel_size"), _get(cfg, "distribute.gpus_per_worker")
-        if int(tp) != gpus:
-            raise ConfigError(f"distribute.gpus_per_worker={gpus:g} but eval.tensor_parallel_size={tp}: each worker's "
-                              "vLLM engine spans exactly its own GPUs")
+def check_distribute(cfg: DictConfig | EvalCommandConf) -> None:
+    """Ray workers of the crossed evaluation (eval/generate/workers.py), of a composed config or a typed one (read by
+    attribute alike: ``run_eval`` checks again for callers that composed no command)."""
+    ev, dist = cfg.eval, cfg.distribute
+    if ev.backend == "vllm" and dist.workers and dist.gpus_per_worker and int(ev.tensor_parallel_size) != dist.gpus_per_worker:
+        raise ConfigError(f"distribute.gpus_per_worker={dist.gpus_per_worker:g} but eval.tensor_parallel_size="
+                          f"{ev.tensor_parallel_size}: each worker's vLLM engine spans exactly its own GPUs")
 
 
 def check_train(cfg: DictConfig) -> None:
@@ -97,13 +92,12 @@ def check_train(cfg: DictConfig) -> None:
 
 
 def check_eval(cfg: DictConfig) -> None:
-    from crossed_rlvr.records import TRAINED
-    from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
+    from crossed_rlvr.records import TRAINED, name_disagreement
 
     common(cfg)
     needs_gpu(cfg, "crossed-eval generates with it")
     check_distribute(cfg)
-    _evaluation_requests(cfg, "requests", "templates", REQUESTS, TEMPLATES)
+    _evaluation_requests(cfg, "requests", "templates")
     names: dict[str, int] = {}
     for k, pol in enumerate(cfg.policies or []):
         _model_path(f"policies[{k}].path", pol.path)
@@ -116,24 +110,18 @@ def check_eval(cfg: DictConfig) -> None:
             raise ConfigError(f"policies[{k}].name={pol.name!r} is also policies[{names[pol.name]}].name; "
                               "every policy needs a name of its own")
         names[pol.name] = k
-        _policy_name_agrees(f"policies[{k}]", pol.name, pol.training_convention, pol.train_seed)
+        if (why := name_disagreement(pol.name, pol.training_convention, pol.train_seed)) is not None:
+            raise ConfigError(f"policies[{k}]: {why}")
 
 
-def _evaluation_requests(cfg: DictConfig, requests: str, templates: str, math_requests: Sequence[str],
-                         wordings: tuple[str, ...]) -> None:
+def _evaluation_requests(cfg: DictConfig, requests: str, templates: str) -> None:
     """A code task is asked for programs in the code delimiters (``fence``, ``begin_done``) in the original wording;
     every other task for answers in the answer conventions."""
+    from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
+
     source = source_of(cfg.task)  # a source asks its items under its own requests and wordings
-    _among(cfg, requests, source.requests if source is not None else math_requests)
-    _among(cfg, templates, source.templates if source is not None else wordings)
-
-
-def _policy_name_agrees(key: str, name: str, convention: str, seed: int | None) -> None:
-    from crossed_rlvr.records import name_disagreement
-
-    why = name_disagreement(name, convention, seed)
-    if why is not None:
-        raise ConfigError(f"{key}: {why}")
+    _among(cfg, requests, source.requests if source is not None else REQUESTS)
+    _among(cfg, templates, source.templates if source is not None else TEMPLATES)
 
 
 def check_sft(cfg: DictConfig) -> None:
@@ -158,7 +146,7 @@ def _warmstart_requests(cfg: DictConfig, key: str) -> None:
 def check_study(cfg: DictConfig) -> None:
     """Every check of the study's own settings, before the first stage starts (the GPU check included); the arms'
     crossed-train configs are checked when the study plans them (``study/plan.py``), also before any stage."""
-    from crossed_rlvr.rewards.conventions import CONVENTIONS, REQUESTS, TEMPLATES
+    from crossed_rlvr.rewards.conventions import CONVENTIONS
 
     common(cfg)
     if cfg.stages == "all" and not cfg.requires_gpu:  # GPU presets: check_device
@@ -174,7 +162,7 @@ def check_study(cfg: DictConfig) -> None:
     if not cfg.arms.seeds:
         raise ConfigError("arms.seeds=[] is empty; give at least one training seed")
     check_distribute(cfg)
-    _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates", REQUESTS, TEMPLATES)
+    _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates")
     if cfg.initial.build == "warmstart" and cfg.model.source == "local" and not cfg.model.get("tiny"):
         _model_path("model.path", cfg.model.path)  # a given local model to warm-start (the tiny one is built)
     if cfg.initial.build == "given" and cfg.model.source == "local":
@@ -184,13 +172,11 @@ def check_study(cfg: DictConfig) -> None:
 
 def check_audit(cfg: DictConfig) -> None:
     """``crossed-audit``: its requests and wordings known; its policies are checked by the audit's own check."""
-    from crossed_rlvr.rewards.conventions import REQUESTS, TEMPLATES
-
     common(cfg)
     needs_gpu(cfg, "crossed-audit generates with it")
     check_distribute(cfg)
     if task_kind(cfg.task).audit_templates is None:  # else asked under its own requests (study/audit.py)
-        _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates", REQUESTS, TEMPLATES)
+        _evaluation_requests(cfg, "evaluation.requests", "evaluation.templates")
     # the policies given: the audit's own check (study/audit.py: check_given)
 
 
@@ -198,14 +184,11 @@ CHECKS = {"crossed-train": check_train, "crossed-eval": check_eval, "crossed-sft
           "crossed-study": check_study, "crossed-audit": check_audit}
 
 
-COMMAND_SCHEMA = {"crossed-train": "crossed_train", "crossed-eval": "crossed_eval", "crossed-sft": "crossed_sft",
-                  "crossed-study": "crossed_study", "crossed-audit": "crossed_audit"}
-
-
 def check_command(command: str, cfg: DictConfig) -> None:
     """Every check of a composed config, in order: ranges, relations, then the command's own value checks."""
     from crossed_rlvr.conf.ranges import check_ranges, check_relations
 
-    check_ranges(cfg, COMMAND_SCHEMA[command])
-    check_relations(cfg, COMMAND_SCHEMA[command])
+    schema = command.replace("-", "_")  # crossed-study's schema is SCHEMAS["crossed_study"]
+    check_ranges(cfg, schema)
+    check_relations(cfg, schema)
     CHECKS[command](cfg)

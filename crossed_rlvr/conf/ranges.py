@@ -106,20 +106,12 @@ def refusal(f: NumericField, value: Any, shown_key: str | None = None) -> str | 
     key = shown_key or f.key
     if value is None:
         return None if f.optional or f.container else f"{key}=null: expected a number in {f.range.text()}"
-    if f.container == "list":
-        if not isinstance(value, list | tuple):
-            return f"{key}={value!r}: expected a list of numbers, each in {f.range.text()}"
-        for k, v in enumerate(value):
-            why = refusal(dataclasses.replace(f, container=None, optional=False), v, f"{key}[{k}]")
-            if why:
-                return why
-        return None
-    if f.container == "dict":
-        for k, v in dict(value).items():
-            why = refusal(dataclasses.replace(f, container=None, optional=False), v, f"{key}[{k}]")
-            if why:
-                return why
-        return None
+    if f.container == "list" and not isinstance(value, list | tuple):
+        return f"{key}={value!r}: expected a list of numbers, each in {f.range.text()}"
+    if f.container:  # each element of a list, each value of a dict
+        one = dataclasses.replace(f, container=None, optional=False)
+        pairs = enumerate(value) if f.container == "list" else dict(value).items()
+        return next((why for k, v in pairs if (why := refusal(one, v, f"{key}[{k}]"))), None)
     kind = "a whole number" if f.integer else "a number"
     if not _is_number(value) or (f.integer and isinstance(value, float) and not value.is_integer()):
         return f"{key}={value!r}: expected {kind} in {f.range.text()}"
@@ -130,7 +122,7 @@ def refusal(f: NumericField, value: Any, shown_key: str | None = None) -> str | 
     return None
 
 
-def _select(cfg: DictConfig, key: str) -> Any:
+def select(cfg: DictConfig, key: str) -> Any:  # Any: the value at key, None where unset or missing
     from omegaconf import OmegaConf
 
     return OmegaConf.select(cfg, key, throw_on_missing=False)
@@ -145,13 +137,13 @@ def check_ranges(cfg: DictConfig, command: str, present_only: bool = False) -> N
     for f in numeric_fields(command):
         if "[]." in f.key:  # fields of each element of a list of dataclasses (crossed-eval's policies)
             head, tail = f.key.split("[].", 1)
-            for k, element in enumerate(_select(cfg, head) or []):
+            for k, element in enumerate(select(cfg, head) or []):
                 why = refusal(f, OmegaConf.select(element, tail), f"{head}[{k}].{tail}")
                 if why:
                     raise ConfigError(why)
             continue
-        value = _select(cfg, f.key)
-        if value is None and (present_only or ("." in f.key and _select(cfg, f.key.rsplit(".", 1)[0]) is None)):
+        value = select(cfg, f.key)
+        if value is None and (present_only or ("." in f.key and select(cfg, f.key.rsplit(".", 1)[0]) is None)):
             continue  # a field of an optional group that is null (model.tiny of a hub model), or one not given
         if OmegaConf.is_config(value):
             value = OmegaConf.to_container(value)
@@ -159,7 +151,7 @@ def check_ranges(cfg: DictConfig, command: str, present_only: bool = False) -> N
         if why:
             raise ConfigError(why)
     for c in choice_fields(command):
-        value = _select(cfg, c.key)
+        value = select(cfg, c.key)
         why = c.choices.refusal(c.key, OmegaConf.to_container(value) if OmegaConf.is_config(value) else value)
         if why:
             raise ConfigError(why)
@@ -217,7 +209,7 @@ def check_relations(cfg: DictConfig, command: str) -> None:
     """Settings that are each in range but impossible together: each section's declared relations (a schema's
     ``relations``: ``limits.Relation``), then those across sections."""
     def get(key: str) -> Any:
-        return _select(cfg, key)
+        return select(cfg, key)
 
     for cls, prefix in _sections(SCHEMAS[command]):
         for rule in () if "[]" in prefix else getattr(cls, "relations", ()):

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from omegaconf import MISSING
 
-from crossed_rlvr.files import settings  # noqa: F401  (the settings of a typed config: conf.schema.settings)
 from crossed_rlvr.limits import BIG, DECODING, SEED, Choices, Range, Relation
 from crossed_rlvr.numerics import MODES
 from crossed_rlvr.rewards.conventions import MARKER_PAIR, REQUESTS, TEMPLATES
@@ -72,8 +71,6 @@ def nums(factory: Callable[[], object] | None, low: float, high: float, *, low_o
     """A list (or dict's values) of numbers, each within the declared range; ``factory`` None: default null."""
     meta = {"range": Range(low, high, low_open, why)}
     return field(default=None, metadata=meta) if factory is None else field(default_factory=factory, metadata=meta)
-
-
 
 
 @dataclass
@@ -618,14 +615,6 @@ def int_keys(schema: type, data: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(value, dict) and typing.get_origin(kind) is dict and typing.get_args(kind)[0] is int:
             out[f.name] = {int(k): v for k, v in value.items()}
     return out
-
-
-def node(conf: object) -> Any:  # Any: the OmegaConf node of a dataclass, read by key
-    """A typed config as an OmegaConf node, the same values typed by the same schema, for the commands' checks
-    (``conf/checks.py``), which read a composed config by key: ``run_eval`` checks its Ray settings again with them."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.structured(conf)
 
 
 def register() -> None:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.conf.schema import SFTCommandConf, conf_of, given_of, settings
+from crossed_rlvr.conf.schema import SFTCommandConf, conf_of, given_of
 from crossed_rlvr.errors import ConfigError
-from crossed_rlvr.files import json_lines
+from crossed_rlvr.files import json_lines, settings
 from crossed_rlvr.layout import SFT_SUMMARY, RunLayout
 from crossed_rlvr.names import policy_name
 from crossed_rlvr.rewards.conventions import PARTNER

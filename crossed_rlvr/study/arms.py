@@ -18,7 +18,7 @@ from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.names import pair_name
 from crossed_rlvr.study.plan import ArmPlan, eval_fingerprint
 from crossed_rlvr.study.route import ArmRoute
-from crossed_rlvr.study.stamps import Stamps, digest
+from crossed_rlvr.study.stamps import Stamps, digest, fingerprint
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
 
 if TYPE_CHECKING:
@@ -175,8 +175,9 @@ def frozen_strata(proposal: ProposalConf, items: Callable[[], list[dict[str, Any
     is on (App. D.1): the user's file (``recipe.proposal.strata_file``), none when the items carry strata (unless
     ``recipe.proposal.estimate``), else estimated with the ``initial`` policy (its path and weights hash) under the
     evaluation's ``sampling`` (train/strata.py) into ``run.strata``, reused while the policy, items and sampling
-    settings are unchanged (``run.strata_meta``). ``prepare``: the dress rehearsal, which estimates on a GPU only."""
+    settings are unchanged (``run.strata_meta``, the stages' one freshness rule: ``stamps.fingerprint``). ``prepare``: the dress rehearsal, which estimates on a GPU only."""
     from crossed_rlvr.errors import RecipeError
+    from crossed_rlvr.files import atomic_write_json
     from crossed_rlvr.files import sha256_file as file_sha256
     from crossed_rlvr.train.strata import StrataError, estimate_strata
 
@@ -191,9 +192,14 @@ def frozen_strata(proposal: ProposalConf, items: Callable[[], list[dict[str, Any
     if rows and all(it.get("stratum") is not None for it in rows) and not proposal.estimate:
         return None
     out, meta_path, (ipath, weights) = run.strata, run.strata_meta, initial
-    meta = {"policy": weights, "items": digest([it["item_id"] for it in rows]), "eval": eval_fingerprint(sampling),
-            "samples": int(proposal.estimate_samples)}
-    if out.exists() and meta_path.exists() and json.loads(meta_path.read_text()) == meta:
+    inputs = {"policy": weights, "items": digest([it["item_id"] for it in rows]), "eval": eval_fingerprint(sampling),
+              "samples": int(proposal.estimate_samples)}  # the policy comes hashed by the one rule (or NOT_HASHED)
+    meta, _ = fingerprint(inputs, lambda read: read.path)  # the stages' one rule, numerics included
+    was = json.loads(meta_path.read_text()) if out.exists() and meta_path.exists() else None
+    if was is not None and was in (meta, inputs):  # inputs alone: written before the strata followed the one rule
+        if was != meta:
+            atomic_write_json(meta_path, meta)
+            say("    strata: carried over to the stages' freshness rule (their inputs unchanged)")
         return {"file": str(out.resolve()), "sha256": file_sha256(out)}
     if prepare and sampling.backend == "vllm":
         import torch
@@ -210,7 +216,7 @@ def frozen_strata(proposal: ProposalConf, items: Callable[[], list[dict[str, Any
         info = estimate_strata(rows, ipath, sampling, int(proposal.estimate_samples), out, system)
     except StrataError as err:
         raise RecipeError(str(err)) from None
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    atomic_write_json(meta_path, meta)
     say(f"    strata: {info['counts']} -> {out}")
     return {"file": str(out.resolve()), "sha256": info["sha256"]}
 

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crossed_rlvr.conf.schema import EvalCommandConf, PolicyConf, StudyConf, settings
+from crossed_rlvr.conf.schema import EvalCommandConf, PolicyConf, StudyConf
 from crossed_rlvr.errors import ConfigError
+from crossed_rlvr.files import settings
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.study.plan import ArmPlan, Policy, arm_pairs, plan_arms, typed
 from crossed_rlvr.task_sources import freezes_train_rows

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from crossed_rlvr.conf.schema import StudyConf, conf_of, settings
+from crossed_rlvr.conf.schema import StudyConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
+from crossed_rlvr.files import settings
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study import answer_steps, code_steps  # noqa: F401  (each registers its task kind's steps)

@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from crossed_rlvr.conf.schema import TrainConf, conf_of, settings
+from crossed_rlvr.conf.schema import TrainConf, conf_of
 from crossed_rlvr.errors import RecipeError
-from crossed_rlvr.files import config_sha256, json_lines
+from crossed_rlvr.files import config_sha256, json_lines, settings
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.tracking import untracked
 from crossed_rlvr.train.checks import CheckedTrainConf

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
-from crossed_rlvr.conf.schema import EvalCommandConf, ModelConf, TrainConf, conf_of, settings
+from crossed_rlvr.conf.schema import EvalCommandConf, ModelConf, TrainConf, conf_of
 from crossed_rlvr.eval.score.payload import detect
 from crossed_rlvr.eval.score.readers import STRICT, get_reader
-from crossed_rlvr.files import link_files
+from crossed_rlvr.files import link_files, settings
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.names import checkpoint_name, step_checkpoint
 from crossed_rlvr.prompts import messages, user_content

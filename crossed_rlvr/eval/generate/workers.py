@@ -139,10 +139,9 @@ def _connect(dist: DistributeConf, need: dict[str, float]) -> bool:
 
 def _check(cfg: EvalCommandConf) -> None:
     from crossed_rlvr.conf.checks import ConfigError, check_distribute
-    from crossed_rlvr.conf.schema import node
 
     try:  # the command's own check, again for callers of run_eval that composed no command
-        check_distribute(node(cfg))  # the checks read a composed config by key
+        check_distribute(cfg)
     except ConfigError as err:
         raise RunError(str(err)) from None
 
