@@ -28,7 +28,7 @@ SHARED_FIXTURES = ("smoke",)
 def smoke(tmp_path_factory, warm_cache):
     from unittest import mock
 
-    import crossed_rlvr.conf.checks as checks
+    import crossed_rlvr.train.checks as checks
 
     run = tmp_path_factory.mktemp("study") / "a"
     checked: list[str] = []
