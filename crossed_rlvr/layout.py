@@ -266,6 +266,11 @@ class EvalLayout:
         return self.root / "responses"
 
     @property
+    def made_with(self) -> Path:
+        """What a study's cells were sampled under that their settings records do not hold (CPU numerics, threads)."""
+        return self.root / "cells_made_with.json"
+
+    @property
     def partial(self) -> Path:
         """Cells still being generated."""
         return self.responses / ".partial"

@@ -635,6 +635,43 @@ def test_a_stamp_of_the_earlier_rule_is_carried_over_once(tmp_path):
     assert StageCache(tmp_path / "run", ("eval",), lambda _: None)("eval", inputs, [out], lambda: {"n": 2}) == {"n": 2}
 
 
+def test_cells_sampled_with_other_numerics_or_threads_are_made_again_when_the_eval_stage_is_redone(tmp_path):
+    """A cell's settings record holds neither the CPU numerics nor the torch threads it was sampled with, which the eval
+    stage's fingerprint holds: the stage redone for either removes the cells made with the others (crossed-eval would
+    reuse them as they are), once; a redo for any other input keeps them. A folder made before the record existed is
+    read from its eval stamp."""
+    from types import SimpleNamespace
+
+    from crossed_rlvr.files import atomic_write_json
+    from crossed_rlvr.layout import RunLayout
+    from crossed_rlvr.study.answer_steps import remake_if_made_otherwise
+    from crossed_rlvr.study.stamps import Stamps
+
+    run = tmp_path / "run"
+    layout, said = RunLayout(run), []
+    study = SimpleNamespace(layout=layout, stamps=Stamps(run), say=said.append)
+    cell = layout.eval.response_file("a")
+
+    def cells_made() -> None:
+        cell.parent.mkdir(parents=True, exist_ok=True)
+        cell.write_text("{}\n")
+
+    portable = {"numerics": "portable", "threads": 1}
+    cells_made()  # a folder from before the record: its eval stamp says what the cells were made with
+    atomic_write_json(Stamps(run).path("eval"), {"inputs": {"numerics": "portable", "eval": {"threads": 1}}})
+    remake_if_made_otherwise(study, portable)
+    assert cell.exists() and said == [] and json.loads(layout.eval.made_with.read_text()) == portable
+    remake_if_made_otherwise(study, portable)  # redone for another input (a new arm): the cells stay
+    assert cell.exists() and said == []
+    remake_if_made_otherwise(study, {"numerics": "portable", "threads": 2})
+    assert not cell.exists() and len(said) == 1 and "every cell is made again" in said[0]
+    cells_made()  # the remake interrupted after a cell: resumed, not started over
+    remake_if_made_otherwise(study, {"numerics": "portable", "threads": 2})
+    assert cell.exists() and len(said) == 1
+    remake_if_made_otherwise(study, {"threads": 2})  # numerics=native
+    assert not cell.exists() and len(said) == 2
+
+
 def test_a_stamp_that_recorded_unset_settings_as_null_is_carried_over_once(tmp_path):
     """Before unset settings were left out of every fingerprint (``files.settings``), a stamp recorded them as null:
     its stage is not redone for that alone, and is redone when a setting that is set differs."""

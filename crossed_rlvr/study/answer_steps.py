@@ -6,6 +6,7 @@ with the arms' training curves and, for a study that validated during training, 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study.plan import Policy, eval_fingerprint
 from crossed_rlvr.study.sections import study_sections
-from crossed_rlvr.study.stamps import Read
+from crossed_rlvr.study.stamps import Read, with_numerics
 from crossed_rlvr.study.steps import StudyState, register_steps
 from crossed_rlvr.task_sources import ANSWER
 from crossed_rlvr.tracking import untracked
@@ -35,10 +36,12 @@ def evaluate_cells(study: StudyState, initial: Policy, arms: list[Policy]) -> di
           "policies": [p.identity() for p in policies]}
 
     responses = study.layout.eval.responses
+    made_with = {**with_numerics({}), **({"threads": spec["threads"]} if "threads" in spec else {})}
 
     def run() -> dict[str, Any]:
         from crossed_rlvr.eval.generate.runner import run_eval
 
+        remake_if_made_otherwise(study, made_with)
         # a cell edited or truncated by hand since: crossed-eval makes it again (each cell's record keeps its
         # file's sha256, eval/generate/plan.py), the others are reused
         with torch_threads(study.cfg.evaluation.threads):
@@ -46,6 +49,33 @@ def evaluate_cells(study: StudyState, initial: Policy, arms: list[Policy]) -> di
         return {"cells": len(summary)}
 
     return study.stage("eval", fp, [responses], run)
+
+
+def remake_if_made_otherwise(study: StudyState, made_with: dict[str, Any]) -> None:
+    """Remove the cells sampled under other CPU numerics or torch threads than the eval stage's now (``made_with``):
+    a cell's settings record (eval/generate/plan.py) holds neither, so crossed-eval would reuse them as they are,
+    while the stage's fingerprint, which holds both, says they are to be made again. What they were made with is
+    ``layout.eval.made_with``, written before the first cell (so a remake that is interrupted resumes), else, for a
+    folder that has none, what the eval stage's stamp recorded."""
+    import shutil
+
+    from crossed_rlvr.files import atomic_write_json
+
+    ev = study.layout.eval
+    if ev.made_with.exists():
+        before: dict[str, Any] | None = json.loads(ev.made_with.read_text())
+    else:
+        stamp = study.stamps.read("eval")
+        inputs = stamp.get("inputs", {}) if stamp is not None else None
+        before = None if inputs is None else {
+            **({"numerics": inputs["numerics"]} if "numerics" in inputs else {}),
+            **({"threads": inputs["eval"]["threads"]} if "threads" in inputs.get("eval", {}) else {})}
+    if before is not None and before != made_with and ev.responses.exists():
+        study.say(f"    eval: the cells were sampled with {before or 'native numerics'}, not {made_with or 'native numerics'}"
+                  ", which their settings records do not hold: every cell is made again")
+        shutil.rmtree(ev.responses)
+    ev.root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(ev.made_with, made_with)
 
 
 class AnswerSteps:
