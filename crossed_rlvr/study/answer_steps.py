@@ -71,8 +71,9 @@ def remake_if_made_otherwise(study: StudyState, made_with: dict[str, Any]) -> No
             **({"numerics": inputs["numerics"]} if "numerics" in inputs else {}),
             **({"threads": inputs["eval"]["threads"]} if "threads" in inputs.get("eval", {}) else {})}
     if before is not None and before != made_with and ev.responses.exists():
-        study.say(f"    eval: the cells were sampled with {before or 'native numerics'}, not {made_with or 'native numerics'}"
-                  ", which their settings records do not hold: every cell is made again")
+        was, now = ({"numerics": "native", **made} for made in (before, made_with))  # numerics unrecorded: native
+        moved = ", ".join(f"{k}: {was.get(k)} -> {now.get(k)}" for k in sorted({*was, *now}) if was.get(k) != now.get(k))
+        study.say(f"    eval: every cell made again ({moved})")
         shutil.rmtree(ev.responses)
     ev.root.mkdir(parents=True, exist_ok=True)
     atomic_write_json(ev.made_with, made_with)
