@@ -69,6 +69,14 @@ def mode() -> str:
     return "portable" if x86() and all(os.environ.get(k) == v for k, v in PORTABLE.items()) else "native"
 
 
+def recorded() -> dict[str, str]:
+    """The numerics as a record of what computed a file (a stage's stamp, an evaluation cell's settings): portable
+    named, the machine's own kernels (native) left out, as every record made before numerics were recorded ran
+    them, so such a record still matches a native run."""
+    now = mode()
+    return {} if now == "native" else {"numerics": now}
+
+
 def in_effect() -> dict[str, Any]:
     """What a run's numbers were computed with (stage stamps, manifests, the report's protocol card)."""
     env = {k: os.environ[k] for k in KEYS if k in os.environ}

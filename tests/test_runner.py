@@ -49,6 +49,42 @@ def test_changed_settings_and_items_are_refused(tmp_path, tiny):
         run_eval(cfg_for(*overrides(run, tiny)), progress=False)
 
 
+def test_a_cell_made_before_records_held_numerics_is_refused_once_or_carried_over(tmp_path, tiny, monkeypatch):
+    """A cell sampled on the CPU records the numerics it ran (``numerics.recorded``: portable named, native left out),
+    so a run under other numerics makes it again instead of reusing it. A cell made before records held them cannot
+    say which it ran: it is refused in one line until ``numerics_before`` says, then rewritten once with them (its
+    response file untouched), and read as current after."""
+    import json
+
+    from crossed_rlvr.numerics import PORTABLE
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as native:  # as every cell was made before: no numerics in its record
+        for key in PORTABLE:
+            native.delenv(key)
+        run_eval(cfg_for(*overrides(run, tiny)), progress=False)
+    metas = sorted((run / "responses").glob("*.meta.json"))
+    before = {p: json.loads(p.read_text()) for p in metas}
+    bytes_before = {p: p.read_bytes() for p in (run / "responses").glob("*.jsonl")}
+    assert metas and all("numerics" not in m for m in before.values())
+    with pytest.raises(RunError, match="sampled before a cell's settings held its CPU numerics: pass "
+                                       "numerics_before=portable"):
+        run_eval(cfg_for(*overrides(run, tiny)), progress=False)
+    again = run_eval(cfg_for(*overrides(run, tiny, extra=["numerics_before=portable"])), progress=False)
+    assert all(v == {"skipped": True} for v in again.values())
+    for p in metas:
+        now = json.loads(p.read_text())
+        assert now["numerics"] == "portable" and now["records_sha256"] == before[p]["records_sha256"]
+        assert now["sha256"] != before[p]["sha256"]
+    assert {p: p.read_bytes() for p in (run / "responses").glob("*.jsonl")} == bytes_before
+    assert all(v == {"skipped": True} for v in run_eval(cfg_for(*overrides(run, tiny)), progress=False).values())
+    with monkeypatch.context() as native:  # the machine's own kernels now: sampled with others, refused as such
+        for key in PORTABLE:
+            native.delenv(key)
+        with pytest.raises(RunError, match="generated with other settings"):
+            run_eval(cfg_for(*overrides(run, tiny)), progress=False)
+
+
 @pytest.mark.long
 def test_killed_run_resumes_to_identical_files(tmp_path, tiny):
     args = overrides(tmp_path / "ref", tiny, n_items=24, extra=["eval.batch_size=2", "eval.max_new_tokens=40"])

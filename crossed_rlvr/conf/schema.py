@@ -410,6 +410,9 @@ class EvalCommandConf(ReadOnly):
     samples: int = num(1, 1, 10_000)
     overwrite: bool = False
     distribute: DistributeConf = field(default_factory=DistributeConf)
+    # the CPU numerics of cells made before a cell's settings recorded them (a study sets it from its eval stage);
+    # unset, such a cell is refused in one line: eval/generate/plan.py
+    numerics_before: str | None = choice(None, MODES)
 
 
 @dataclass

@@ -41,22 +41,24 @@ def evaluate_cells(study: StudyState, initial: Policy, arms: list[Policy]) -> di
     def run() -> dict[str, Any]:
         from crossed_rlvr.eval.generate.runner import run_eval
 
-        remake_if_made_otherwise(study, made_with)
+        before = remake_if_made_otherwise(study, made_with)
+        # cells whose records predate their numerics were made with what the stage recorded (eval/generate/plan.py)
+        cfg = eval_cfg if before is None else dataclasses.replace(eval_cfg, numerics_before=before.get("numerics", "native"))
         # a cell edited or truncated by hand since: crossed-eval makes it again (each cell's record keeps its
         # file's sha256, eval/generate/plan.py), the others are reused
         with torch_threads(study.cfg.evaluation.threads):
-            summary = run_eval(eval_cfg)
+            summary = run_eval(cfg)
         return {"cells": len(summary)}
 
     return study.stage("eval", fp, [responses], run)
 
 
-def remake_if_made_otherwise(study: StudyState, made_with: dict[str, Any]) -> None:
+def remake_if_made_otherwise(study: StudyState, made_with: dict[str, Any]) -> dict[str, Any] | None:
     """Remove the cells sampled under other CPU numerics or torch threads than the eval stage's now (``made_with``):
     a cell's settings record (eval/generate/plan.py) holds neither, so crossed-eval would reuse them as they are,
     while the stage's fingerprint, which holds both, says they are to be made again. What they were made with is
     ``layout.eval.made_with``, written before the first cell (so a remake that is interrupted resumes), else, for a
-    folder that has none, what the eval stage's stamp recorded."""
+    folder that has none, what the eval stage's stamp recorded. Returns that record (None: neither exists)."""
     import shutil
 
     from crossed_rlvr.files import atomic_write_json
@@ -77,6 +79,7 @@ def remake_if_made_otherwise(study: StudyState, made_with: dict[str, Any]) -> No
         shutil.rmtree(ev.responses)
     ev.root.mkdir(parents=True, exist_ok=True)
     atomic_write_json(ev.made_with, made_with)
+    return before
 
 
 class AnswerSteps:

@@ -250,10 +250,9 @@ def with_numerics(inputs: dict[str, Any]) -> dict[str, Any]:
     """A stage's inputs with the CPU numerics its process runs (crossed_rlvr/numerics.py) where they are portable:
     the same seeds give other files under the machine's own kernels, which every stage made before numerics were
     recorded ran (so their stamps, which name none, still match a native run)."""
-    from crossed_rlvr.numerics import mode
+    from crossed_rlvr.numerics import recorded
 
-    now = mode()
-    return inputs if now == "native" else {**inputs, "numerics": now}
+    return {**inputs, **recorded()}
 
 
 def changed_inputs(old: object, new: object, prefix: str = "") -> list[str]:

@@ -37,6 +37,7 @@ from crossed_rlvr.eval.generate.engines import Generation, GenParams
 from crossed_rlvr.faults import at
 from crossed_rlvr.files import atomic_write_json, atomic_write_text, config_sha256, settings, sha256_file
 from crossed_rlvr.layout import EvalLayout
+from crossed_rlvr.numerics import recorded
 from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.task_sources import freezes_train_rows, task_kind
@@ -192,6 +193,7 @@ class Plan:
     system: str | None
     prompt: Prompt  # the task kind's chat turns
     measures: Measures  # a finished cell's rates, by the task kind
+    numerics_before: str | None = None  # what cells made before their records held numerics ran (open_cell)
 
 
 def plan(cfg: EvalCommandConf) -> Plan:
@@ -209,6 +211,7 @@ def plan(cfg: EvalCommandConf) -> Plan:
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
     policies = config_policies(cfg)
     system = cfg.model.system
+    cpu_numerics = recorded() if gen.device == "cpu" else {}  # the kernels sampled with (GPU kernels: no such choice)
     cells = []
     for pol in policies:
         for request in cfg.requests:
@@ -218,13 +221,13 @@ def plan(cfg: EvalCommandConf) -> Plan:
                 meta = {"policy": pol.cell_settings(), "request": request, "template": template,
                         "items_sha256": items_sha,
                         "n_items": len(cell_items), "samples": cfg.samples, "system": system,
-                        "generation": hashed_settings(gen)}
+                        "generation": hashed_settings(gen), **cpu_numerics}
                 meta["sha256"] = config_sha256(meta)
                 cells.append(Cell(name, pol, request, template, cell_items, meta, layout.response_file(name),
                                   layout.response_meta(name), layout.response_file(name, partial=True),
                                   layout.response_meta(name, partial=True), layout.shards(name)))
     return Plan(cells, cfg.task.name, items_sha, items_path.name, run_dir, params, system, kind.step("messages"),
-                kind.step("cell_measures"))
+                kind.step("cell_measures"), cfg.numerics_before)
 
 
 def record_facts(layout: EvalLayout, facts: dict[str, Any]) -> None:
@@ -263,12 +266,37 @@ def say_redone(records: Path) -> None:
                f"{EvalLayout.meta_of(records).name} records); generating it again", file=sys.stderr)
 
 
-def open_cell(cell: Cell, overwrite: bool) -> dict[tuple[str, int], dict[str, Any]] | None:
+def predates_numerics(old: dict[str, Any], meta: dict[str, Any]) -> bool:
+    """Whether a finished cell's record ``old`` is ``meta`` as written before a cell's settings held the CPU numerics it
+    was sampled with: the same settings less those."""
+    rest = {k: v for k, v in meta.items() if k not in ("numerics", "sha256")}
+    return "numerics" in meta and "numerics" not in old and old.get("sha256") == config_sha256(rest)
+
+
+def carry_over(cell: Cell, old: dict[str, Any], numerics_before: str | None, overwrite: bool) -> dict[str, Any]:
+    """A finished cell's record, rewritten once with the numerics it was sampled with where it predates them
+    (:func:`predates_numerics`) and they are the ones sampled with now (``numerics_before``, given: nothing in the
+    record says). Unknown, the cell is refused in one line saying how to go on."""
+    if not predates_numerics(old, cell.meta):
+        return old
+    if numerics_before == cell.meta["numerics"]:
+        new = {**cell.meta, **({RECORDS_SHA256: old[RECORDS_SHA256]} if RECORDS_SHA256 in old else {})}
+        atomic_write_json(cell.meta_path, new)
+        return new
+    if numerics_before is None and not overwrite:
+        raise RunError(f"{cell.final} was sampled before a cell's settings held its CPU numerics: pass "
+                       f"numerics_before=portable (every command's default) or native, as it was made, or "
+                       "overwrite=true to sample it again")
+    return old
+
+
+def open_cell(cell: Cell, overwrite: bool, numerics_before: str | None = None
+              ) -> dict[tuple[str, int], dict[str, Any]] | None:
     """The responses a cell already has (its scratch files read back), or None when it is finished with
     these settings and these bytes. A finished cell of other settings is refused unless ``overwrite``; one whose
     response file changed since it was written is said and removed, so that it is generated again."""
     if cell.final.exists():
-        old = read_meta(cell.meta_path)
+        old = carry_over(cell, read_meta(cell.meta_path), numerics_before, overwrite)
         if old.get("sha256") != cell.meta["sha256"]:
             if not overwrite:
                 why = "was generated with other settings" if old else f"has no readable {cell.meta_path.name}"
@@ -296,7 +324,7 @@ def unfinished(p: Plan, overwrite: bool, bar: tqdm, summary: dict[str, Any]
     bar and summarised as skipped (the serial run and the distributed driver walk the design alike)."""
     for cell in p.cells:
         with cell_writes(cell):
-            done = open_cell(cell, overwrite)
+            done = open_cell(cell, overwrite, p.numerics_before)
         if done is None:
             bar.update(cell.size)
             summary[cell.name] = {"skipped": True}
