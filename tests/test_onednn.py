@@ -14,7 +14,7 @@ from crossed_rlvr.conf.ranges import check_ranges
 from crossed_rlvr.errors import ConfigError
 from crossed_rlvr.eval.generate.engines import GenParams, HFBackend
 from crossed_rlvr.eval.generate.onednn import pack_linears
-from crossed_rlvr.eval.generate.plan import plan
+from crossed_rlvr.eval.generate.plan import plan, predates_numerics
 from crossed_rlvr.eval.generate.runner import resolve_eval, run_eval
 from crossed_rlvr.policies.loading import load_policy
 from crossed_rlvr.prompts import messages, render
@@ -58,16 +58,20 @@ def test_weights_it_cannot_pack_are_refused_in_one_line(tiny):
 
 def test_unset_it_stays_out_of_the_settings_and_a_cell_made_before_it_is_reused(tmp_path: Path):
     unset = plan(resolve_eval(small_eval(tmp_path))).cells[0]
-    assert "linear" not in unset.meta["generation"] and unset.meta["sha256"] == BEFORE_DEVICE
+    # the hash of then, less the CPU numerics records hold since (carried over: test_runner.py)
+    assert "linear" not in unset.meta["generation"] and predates_numerics({"sha256": BEFORE_DEVICE}, unset.meta)
     packed = plan(resolve_eval(small_eval(tmp_path, "eval.linear=onednn"))).cells[0]
-    assert packed.meta["generation"]["linear"] == "onednn" and packed.meta["sha256"] != BEFORE_DEVICE
+    assert packed.meta["generation"]["linear"] == "onednn" and not predates_numerics({"sha256": BEFORE_DEVICE},
+                                                                                      packed.meta)
     # the cell as the code before the option wrote it: its settings under the hash of then, no records hash yet
     unset.final.parent.mkdir(parents=True, exist_ok=True)
     record = {"item_id": "0", "request": "hash", "template": "original", "sample_idx": 0, "response": "#### 1"}
     records = "".join(json.dumps({**record, "item_id": str(k)}) + "\n" for k in range(2))
     unset.final.write_text(records)
-    unset.meta_path.write_text(json.dumps(unset.meta))
-    summary = run_eval(small_eval(tmp_path), progress=False)  # the policy is a hub name never loaded: nothing generates
+    then = {k: v for k, v in unset.meta.items() if k != "numerics"}
+    unset.meta_path.write_text(json.dumps({**then, "sha256": BEFORE_DEVICE}))
+    # the policy is a hub name never loaded: nothing generates
+    summary = run_eval(small_eval(tmp_path, "numerics_before=portable"), progress=False)
     assert summary == {unset.name: {"skipped": True}} and unset.final.read_text() == records
 
 

@@ -83,7 +83,7 @@ def test_every_numeric_field_refuses_nan_inf_zero_minus_one_and_huge(bad):
 # the settings from a fixed set, each declared beside its field (schema.choice, schema.choices)
 CHOICE_KEYS = {"numerics", "tracking.mode", "model.source", "task.source", "task.split", "eval.backend", "eval.dtype",
                "eval.device", "eval.linear", "eval.attention", "sft.attention", "engine.attention", "engine.device",
-               "engine.sampler", "engine.name", "algorithm.name",
+               "engine.sampler", "engine.name", "algorithm.name", "numerics_before",
                "template", "mode", "arm", "control", "stages", "initial.build", "arms.kind", "arms.sft_arm",
                "arms.sft_control", "validation.requests", "validation.templates"}
 
