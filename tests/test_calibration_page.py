@@ -220,7 +220,8 @@ def test_a_personal_link_fixes_the_name_in_a_real_browser(twelve):
             assert headers["content-security-policy"].startswith("default-src 'none'; script-src 'sha256-")
             assert "frame-ancestors 'none'" in headers["content-security-policy"]
             assert headers["referrer-policy"] == "no-referrer" and headers["x-frame-options"] == "DENY"
-            page.wait_for_function("document.getElementById('annotator').value === 'A'")
+            # a function, not a bare expression: polled, an expression is eval'd in the page, which its CSP refuses
+            page.wait_for_function("() => document.getElementById('annotator').value === 'A'")
             assert page.eval_on_selector("#annotator", "x => x.readOnly") is True
             page.select_option("#stage", "stage1")
             page.focus("#stage")
