@@ -13,10 +13,11 @@ from typing import Any
 from crossed_rlvr.files import settings
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import torch_threads
+from crossed_rlvr.numerics import recorded
 from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study.plan import Policy, eval_fingerprint
 from crossed_rlvr.study.sections import study_sections
-from crossed_rlvr.study.stamps import Read, with_numerics
+from crossed_rlvr.study.stamps import Read
 from crossed_rlvr.study.steps import StudyState, register_steps
 from crossed_rlvr.task_sources import ANSWER
 from crossed_rlvr.tracking import untracked
@@ -36,14 +37,15 @@ def evaluate_cells(study: StudyState, initial: Policy, arms: list[Policy]) -> di
           "policies": [p.identity() for p in policies]}
 
     responses = study.layout.eval.responses
-    made_with = {**with_numerics({}), **({"threads": spec["threads"]} if "threads" in spec else {})}
+    made_with = {**recorded(), **({"threads": spec["threads"]} if "threads" in spec else {})}
 
     def run() -> dict[str, Any]:
         from crossed_rlvr.eval.generate.runner import run_eval
 
         before = remake_if_made_otherwise(study, made_with)
         # cells whose records predate their numerics were made with what the stage recorded (eval/generate/plan.py)
-        cfg = eval_cfg if before is None else dataclasses.replace(eval_cfg, numerics_before=before.get("numerics", "native"))
+        cfg = eval_cfg if before is None else dataclasses.replace(eval_cfg,
+                                                                  numerics_before=before.get("numerics", "native"))
         # a cell edited or truncated by hand since: crossed-eval makes it again (each cell's record keeps its
         # file's sha256, eval/generate/plan.py), the others are reused
         with torch_threads(study.cfg.evaluation.threads):

@@ -175,7 +175,8 @@ def frozen_strata(proposal: ProposalConf, items: Callable[[], list[dict[str, Any
     is on (App. D.1): the user's file (``recipe.proposal.strata_file``), none when the items carry strata (unless
     ``recipe.proposal.estimate``), else estimated with the ``initial`` policy (its path and weights hash) under the
     evaluation's ``sampling`` (train/strata.py) into ``run.strata``, reused while the policy, items and sampling
-    settings are unchanged (``run.strata_meta``, the stages' one freshness rule: ``stamps.fingerprint``). ``prepare``: the dress rehearsal, which estimates on a GPU only."""
+    settings are unchanged (``run.strata_meta``, by the stages' one fingerprint: ``stamps.fingerprint``).
+    ``prepare``: the dress rehearsal, which estimates on a GPU only."""
     from crossed_rlvr.errors import RecipeError
     from crossed_rlvr.files import atomic_write_json
     from crossed_rlvr.files import sha256_file as file_sha256
