@@ -95,6 +95,12 @@ class ArmLayout:
         return self.root / "worker.spec.json"
 
     @property
+    def file_hashes(self) -> Path:
+        """The hashes of the arm's final policy's files by size and time (``fingerprint.HashCache``): a reuse does
+        not read a 7B policy again to find it intact."""
+        return self.root / "file_hashes.json"
+
+    @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
 

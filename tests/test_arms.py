@@ -128,8 +128,8 @@ def test_frozen_strata_takes_the_proposal_the_items_and_the_runs_layout(tmp_path
     run.strata.parent.mkdir(parents=True)
     run.strata.write_text('{"item_id": "a", "stratum": "s2"}\n')
     args = strata_args(tmp_path, lambda: carried, enabled=True, estimate=True)
+    from crossed_rlvr.fingerprint import digest, fingerprint
     from crossed_rlvr.study.plan import eval_fingerprint
-    from crossed_rlvr.study.stamps import digest, fingerprint
 
     inputs = {"policy": "w1", "items": digest(["a"]), "eval": eval_fingerprint(args[2]),
               "samples": args[0].estimate_samples}
@@ -157,3 +157,48 @@ def test_the_gpu_smoke_reports_a_failed_step_and_lets_an_interrupt_through(capsy
 
     with pytest.raises(KeyboardInterrupt):
         run_steps([("train", interrupted)])
+
+
+def test_an_arm_records_the_numerics_and_threads_its_study_runs_and_one_recorded_before_is_carried_over(tmp_path, monkeypatch):
+    """An arm trains in the study's process or one the study starts, so under the study's CPU numerics, and in the
+    study's process with its torch threads (other sums, other weights): its config says both, as its own run's would
+    (it held the default numerics before, whatever the study ran, and no threads). An arm finished so is carried over
+    when the arms stage's stamp says the study ran the numerics it runs now and its summary the threads, and trained
+    again otherwise."""
+    from crossed_rlvr.files import config_sha256
+    from crossed_rlvr.fingerprint import fingerprint
+    from crossed_rlvr.study.arms import carry_over_arms
+    from crossed_rlvr.train.checks import planned_arm
+    from crossed_rlvr.train.run import resolved
+
+    monkeypatch.setattr("crossed_rlvr.numerics.mode", lambda: "native")  # this process as a native study's
+    cfg = study_cfg(tmp_path / "run", "experiment=smoke", "numerics=native", "arms.seeds=[83]", "arms.threads=2")
+    plans = plan_arms(conf_of(StudyConf, cfg), RunLayout(tmp_path / "run"), "numerics")
+    assert {plan.base["numerics"] for plan in plans} == {"native"}
+    assert {plan.base["threads"] for plan in plans} == {2}  # TRL in the study's process: its threads
+    (tmp_path / "initial").mkdir()
+    jobs = [(plan, plan.config(str(tmp_path / "initial"), "w" * 64, plan.base["task"])) for plan in plans]
+
+    def written_before() -> None:  # each arm's record as the study wrote it before: the default numerics
+        for plan, arm in jobs:
+            plan.layout.root.mkdir(parents=True, exist_ok=True)
+            recorded = {**resolved(planned_arm(arm)), "numerics": "portable"}
+            recorded.pop("threads")  # nor the threads: its summary did
+            plan.layout.resolved_config.write_text(json.dumps(recorded, default=str))
+            plan.layout.summary.write_text(json.dumps({"config_sha256": config_sha256(recorded), "threads": threads}))
+
+    threads = 1
+    written_before()
+    assert carry_over_arms(jobs, "whole", ran="native") == []  # trained with one thread: trained again
+    threads = 2
+    written_before()
+    assert carry_over_arms(jobs, "whole", ran="portable") == []  # ran other numerics: trained again
+    assert carry_over_arms(jobs, "whole", ran=None) == []  # nothing says what it ran
+    assert carry_over_arms(jobs, "whole", ran="native") == [plan.name for plan in plans]
+    for plan, arm in jobs:
+        now, digest = fingerprint(resolved(planned_arm(arm)))
+        assert json.loads(plan.layout.summary.read_text())["config_sha256"] == digest
+        assert json.loads(plan.layout.resolved_config.read_text())["numerics"] == now["numerics"] == "native"
+    for overrides in (["arms.parallel=2"], ["experiment=smoke-verl"]):  # in processes of their own; verl's
+        cfg = study_cfg(tmp_path / "run", "experiment=smoke", "arms.threads=2", *overrides)
+        assert {plan.base["threads"] for plan in plan_arms(conf_of(StudyConf, cfg), RunLayout(tmp_path), "t")} == {None}

@@ -108,6 +108,7 @@ SKIPPED = {
     "stages/*": "the stage stamps (when each finished, its seconds and CPU seconds, fingerprints over the records "
                 "below) and the hash cache (file mtimes)",
     "study_summary.json": "each stage's seconds and whether it was reused",
+    "train/*/file_hashes.json": "an arm's hashes of its final policy's files, by size and mtime",
     "eval/eval_summary.json": "what this invocation of the evaluation generated, with its seconds: a cell an "
                               "earlier, interrupted run finished is listed as skipped",
 }

@@ -96,3 +96,27 @@ def test_math_verify_limit_counts_cpu_time_not_a_busy_machines_wait(monkeypatch)
     assert mathverify.parse("$18$") == []
     assert time.process_time() - t0 < 2, "the CPU-time limit did not stop the reading"
     assert mathverify.verify(real_parse("$18$"), real_parse("$18$"))  # the timer is off again afterwards
+
+
+def test_closing_the_pool_ends_even_where_pebbles_join_never_returns(monkeypatch):
+    """pebble's join after stop can wait without end on a worker pipe nobody reads (seen once after a Ctrl-C): the
+    scorer's close waits a bounded time, then kills its workers, so the command ends and exits."""
+    import multiprocessing
+    import threading
+
+    from pebble.pool.process import WORKERS_NAME
+
+    from crossed_rlvr.eval.score.panel import Scorer
+
+    scorer = Scorer(workers=2)
+    assert scorer.score([Item("#### 18", "18")])[0]["strict_first_hash.correct"] is True
+    workers = [p for p in multiprocessing.active_children() if p.name == WORKERS_NAME]
+    assert len(workers) == 2 and all(p.is_alive() for p in workers)
+    never = threading.Event()
+    monkeypatch.setattr(scorer.pool, "join", lambda timeout=None: never.wait())  # the hang, as pebble#147 has it
+    closing = threading.Thread(target=scorer.close, kwargs={"join_s": 1.0}, daemon=True)
+    closing.start()
+    closing.join(6)
+    assert not closing.is_alive()
+    assert not any(p.is_alive() for p in workers)
+    assert not [p for p in multiprocessing.active_children() if p.name == WORKERS_NAME]

@@ -614,7 +614,8 @@ def test_a_stamp_of_the_earlier_rule_is_carried_over_once(tmp_path):
     those files are unchanged: it is rewritten once under the one rule and the stage is not redone; a real change of
     the policy's weights redoes the stage."""
     from crossed_rlvr.files import atomic_write_json, tree_sha256
-    from crossed_rlvr.study.stamps import RULE, Read, StageCache, digest, with_numerics
+    from crossed_rlvr.fingerprint import Read, digest, with_numerics
+    from crossed_rlvr.study.stamps import RULE, StageCache
 
     policy, out = tmp_path / "policy", tmp_path / "out.txt"
     policy.mkdir()
@@ -681,7 +682,8 @@ def test_a_stamp_that_recorded_unset_settings_as_null_is_carried_over_once(tmp_p
 
     from crossed_rlvr.conf.schema import EvalConf
     from crossed_rlvr.files import atomic_write_json, tree_sha256
-    from crossed_rlvr.study.stamps import RULE, StageCache, digest, with_numerics
+    from crossed_rlvr.fingerprint import digest, with_numerics
+    from crossed_rlvr.study.stamps import RULE, StageCache
 
     out = tmp_path / "out.txt"
     out.write_text("made")

@@ -15,7 +15,7 @@ from tests.helpers import SMALL
 
 @pytest.mark.parametrize("lora", [False, True])
 @pytest.mark.long
-def test_trl_arm_writes_checkpoints_and_metrics(tmp_path, monkeypatch, lora):
+def test_trl_arm_writes_checkpoints_and_metrics(tmp_path, monkeypatch, capfd, lora):
     """Also: ``engine.attention`` is the attention the arm's model is loaded with (auto: the model's own)."""
     from transformers import AutoModelForCausalLM
 
@@ -44,6 +44,29 @@ def test_trl_arm_writes_checkpoints_and_metrics(tmp_path, monkeypatch, lora):
     assert set(final.state_dict()) == set(start.state_dict())  # same architecture, no adapter weights left
     assert all(v.shape == start.state_dict()[k].shape and torch.isfinite(v).all() for k, v in final.state_dict().items())
     assert run_train(checked_train(cfg))["skipped"] is True  # the same config is not trained twice
+    if not lora:
+        reuse_takes_the_final_policy_as_it_was_made(arm, cfg, capfd)
+
+
+def reuse_takes_the_final_policy_as_it_was_made(arm, cfg, capfd) -> None:
+    """An arm is fresh by the one rule, as a study's stage is: its settings' fingerprint and its final policy's
+    bytes. A summary from before it held them is given them at its first reuse; a final policy truncated since is
+    said in one line and the arm trained again, to the same bytes."""
+    from crossed_rlvr.files import tree_sha256
+
+    path, final = arm / "summary.json", arm / "checkpoints" / "step-2"
+    made = json.loads(path.read_text())
+    assert made["final_sha256"] == tree_sha256(final)
+    path.write_text(json.dumps({k: v for k, v in made.items() if k != "final_sha256"}))  # as written before
+    assert run_train(checked_train(cfg))["skipped"] is True
+    assert json.loads(path.read_text())["final_sha256"] == made["final_sha256"]
+    weights = final / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    capfd.readouterr()
+    again = run_train(checked_train(cfg))
+    line = capfd.readouterr().err
+    assert f"crossed-train: {final}: changed or removed since the arm finished" in line and "training the arm again" in line
+    assert "skipped" not in again and again["final_sha256"] == made["final_sha256"] == tree_sha256(final)
 
 
 @pytest.mark.parametrize("bf16", [False, True])

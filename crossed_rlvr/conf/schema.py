@@ -372,6 +372,7 @@ class TrainConf(ReadOnly):
     seed: int = num(83, *SEED)
     data_seed: int = num(83, *SEED)
     numerics: str = choice("portable", MODES)  # CPU kernels held to AVX2, or the machine's own (numerics.py)
+    threads: int | None = num(None, 1, 1024)  # torch threads of TRL's training (other sums); null: torch's default
     run_dir: str = MISSING
     arm: str = MISSING
     study: str | None = None

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.files import settings
+from crossed_rlvr.fingerprint import Read
 from crossed_rlvr.layout import ArmLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.numerics import recorded
 from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study.plan import Policy, eval_fingerprint
 from crossed_rlvr.study.sections import study_sections
-from crossed_rlvr.study.stamps import Read
 from crossed_rlvr.study.steps import StudyState, register_steps
 from crossed_rlvr.task_sources import ANSWER
 from crossed_rlvr.tracking import untracked

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from crossed_rlvr.conf.schema import EvalConf, ProposalConf, StudyConf, TaskConf, conf_of
 from crossed_rlvr.errors import RunFailure
+from crossed_rlvr.fingerprint import digest, fingerprint
 from crossed_rlvr.layout import ArmLayout, RunLayout
-from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.names import pair_name
 from crossed_rlvr.study.plan import ArmPlan, eval_fingerprint
 from crossed_rlvr.study.route import ArmRoute
-from crossed_rlvr.study.stamps import Stamps, digest, fingerprint
+from crossed_rlvr.study.stamps import Stamps
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
 
 if TYPE_CHECKING:
@@ -55,37 +55,36 @@ def train_arms(cfg: StudyConf, jobs: list[Job]) -> dict[str, dict[str, Any]]:
         from crossed_rlvr.train.checks import planned_arm
         from crossed_rlvr.train.run import run_train
 
-        def in_process(plan: ArmPlan, arm: dict[str, Any]) -> dict[str, Any]:
-            with torch_threads(cfg.arms.threads):
-                return run_train(planned_arm(arm))
-
-        return _one_by_one(jobs, bar, updates, in_process)
+        return _one_by_one(jobs, bar, updates, lambda plan, arm: run_train(planned_arm(arm)))  # with its threads
     return _in_workers(jobs, bar, updates, max(1, int(cfg.arms.parallel)))
 
 
-def drop_changed_arms(stamps: Stamps, plans: list[ArmPlan]) -> list[str]:
-    """Remove the folder of each arm whose final model is gone or differs from what the arms stage recorded when it
-    finished (edited, truncated): crossed-train reuses a finished arm by its summary, not its weights, so the stage
-    redone would keep the damaged model. The names of the arms removed, to be trained again."""
-    import shutil
+def recorded_finals(stamps: Stamps, plans: list[ArmPlan]) -> list[str]:
+    """Arms finished before their summary recorded their final policy's bytes (``train/run.py``): each such summary
+    takes the hash the arms stage recorded of that policy when it finished, so crossed-train finds a final policy
+    changed since (edited, truncated, removed) and trains the arm again, rather than taking it as it is now. The
+    names of the arms whose summary was given it."""
+    from crossed_rlvr.files import atomic_write_json
+    from crossed_rlvr.train.run import FINAL_SHA256
 
     recorded = (stamps.read("arms") or {}).get("outputs_sha256", {})
+    given = []
+    for plan in plans:
+        path, final = plan.layout.summary, str(plan.policy.path)
+        if final in recorded and path.exists() and FINAL_SHA256 not in (summary := json.loads(path.read_text())):
+            atomic_write_json(path, {**summary, FINAL_SHA256: recorded[final]})
+            given.append(plan.name)
+    return given
 
-    def damaged(path: Path) -> bool:
-        return str(path) in recorded and (not path.exists() or stamps.hash(path, fresh=True) != recorded[str(path)])
 
-    changed = [plan for plan in plans if damaged(Path(plan.policy.path))]
-    for plan in changed:
-        shutil.rmtree(plan.layout.root, ignore_errors=True)
-    return [plan.name for plan in changed]
-
-
-def carry_over_arms(jobs: list[Job], whole: str) -> list[str]:
+def carry_over_arms(jobs: list[Job], whole: str, ran: str | None) -> list[str]:
     """Arms finished under an earlier freshness rule (study/stamps.py): their resolved config named the initial policy
-    by every file of its folder (``whole``) or recorded unset settings as null. Where the config an arm recorded is
-    its config now up to that change, its summary and resolved config are rewritten to the config it has now, so
-    crossed-train reuses it (it reuses an arm by its config's hash) rather than training it again for the change of
-    rule alone. The names of the arms carried over."""
+    by every file of its folder (``whole``), recorded unset settings as null, held the default numerics whatever the
+    study ran (``ran``: the numerics its arms stage recorded, None without a stamp), or left out the torch threads
+    the study trained it with (which its summary records). Where the config an arm
+    recorded is its config now up to that change, its summary and resolved config are rewritten to the config it has
+    now, so crossed-train reuses it (it reuses an arm by its config's fingerprint) rather than training it again for
+    the change of rule alone. The names of the arms carried over."""
     from crossed_rlvr.files import atomic_write_text, config_sha256, unset_out
     from crossed_rlvr.train.checks import planned_arm
     from crossed_rlvr.train.run import resolved
@@ -96,15 +95,19 @@ def carry_over_arms(jobs: list[Job], whole: str) -> list[str]:
         if not path.exists() or not config.exists():
             continue
         old, recorded = json.loads(path.read_text()), json.loads(config.read_text())
-        now = resolved(planned_arm(cfg))
-        if old.get("config_sha256") in (None, config_sha256(now)) or old["config_sha256"] != config_sha256(recorded):
+        now, digest_now = fingerprint(resolved(planned_arm(cfg)))
+        if old.get("config_sha256") in (None, digest_now) or old["config_sha256"] != config_sha256(recorded):
             continue  # current already, or a recorded config that is not the one it trained with: crossed-train decides
         if recorded.get("model", {}).get("weights_sha256") == whole:
             recorded["model"]["weights_sha256"] = cfg["model"]["weights_sha256"]
+        if ran is not None:  # what its process ran, which the study's stamp records
+            recorded["numerics"] = ran
+        if "threads" in now and "threads" not in recorded and old.get("threads") == now["threads"]:
+            recorded["threads"] = now["threads"]  # held by the study, recorded by the arm's summary
         if unset_out(recorded) != unset_out(json.loads(json.dumps(now, default=str))):
             continue  # trained from other weights or with other settings: trained again
         atomic_write_text(config, json.dumps(now, indent=2, sort_keys=True) + "\n")
-        atomic_write_text(path, json.dumps({**old, "config_sha256": config_sha256(now)}, indent=2) + "\n")
+        atomic_write_text(path, json.dumps({**old, "config_sha256": digest_now}, indent=2) + "\n")
         carried.append(plan.name)
     return carried
 
@@ -175,7 +178,7 @@ def frozen_strata(proposal: ProposalConf, items: Callable[[], list[dict[str, Any
     is on (App. D.1): the user's file (``recipe.proposal.strata_file``), none when the items carry strata (unless
     ``recipe.proposal.estimate``), else estimated with the ``initial`` policy (its path and weights hash) under the
     evaluation's ``sampling`` (train/strata.py) into ``run.strata``, reused while the policy, items and sampling
-    settings are unchanged (``run.strata_meta``, by the stages' one fingerprint: ``stamps.fingerprint``).
+    settings are unchanged (``run.strata_meta``, by the one fingerprint: ``crossed_rlvr/fingerprint.py``).
     ``prepare``: the dress rehearsal, which estimates on a GPU only."""
     from crossed_rlvr.errors import RecipeError
     from crossed_rlvr.files import atomic_write_json
@@ -195,7 +198,7 @@ def frozen_strata(proposal: ProposalConf, items: Callable[[], list[dict[str, Any
     out, meta_path, (ipath, weights) = run.strata, run.strata_meta, initial
     inputs = {"policy": weights, "items": digest([it["item_id"] for it in rows]), "eval": eval_fingerprint(sampling),
               "samples": int(proposal.estimate_samples)}  # the policy comes hashed by the one rule (or NOT_HASHED)
-    meta, _ = fingerprint(inputs, lambda read: read.path)  # the stages' one rule, numerics included
+    meta, _ = fingerprint(inputs)  # the stages' one rule, numerics included
     was = json.loads(meta_path.read_text()) if out.exists() and meta_path.exists() else None
     if was is not None and was in (meta, inputs):  # inputs alone: written before the strata followed the one rule
         if was != meta:

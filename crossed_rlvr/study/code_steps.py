@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.files import settings
+from crossed_rlvr.fingerprint import Read
 from crossed_rlvr.study.plan import Policy
-from crossed_rlvr.study.stamps import Read
 from crossed_rlvr.study.steps import StepState, StudyState, register_steps
 from crossed_rlvr.task_sources import CODE
 from crossed_rlvr.tasks.code import CodeDataset

@@ -27,6 +27,7 @@ from omegaconf import OmegaConf
 from crossed_rlvr.conf.schema import StudyConf, conf_of
 from crossed_rlvr.errors import ConfigError, CrossedError
 from crossed_rlvr.files import settings
+from crossed_rlvr.fingerprint import Read
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.machine import torch_threads
 from crossed_rlvr.study import answer_steps, code_steps  # noqa: F401  (each registers its task kind's steps)
@@ -34,7 +35,7 @@ from crossed_rlvr.study import arms as arm_jobs
 from crossed_rlvr.study import prepare as dress
 from crossed_rlvr.study.configs import StudyConfigs
 from crossed_rlvr.study.plan import Policy, eval_fingerprint, policies_of
-from crossed_rlvr.study.stamps import Read, StageCache
+from crossed_rlvr.study.stamps import StageCache
 from crossed_rlvr.study.steps import steps_for
 from crossed_rlvr.tracking import untracked
 
@@ -168,13 +169,13 @@ class Study:
         # the same configs with the initial policy as what the stage reads: its hash by the one rule, in its place
         fp: dict[str, Any] = {"configs": {
             plan.name: untracked(plan.config(ipath, Read.weights(ipath), task, strata)) for plan in self.plans}}
-        if c.arms.threads is not None and int(c.arms.parallel) == 1:  # other sums, other weights
-            fp["threads"] = int(c.arms.threads)
         final = [Path(plan.policy.path) for plan in self.plans]
 
         def train() -> dict[str, Any]:
-            arm_jobs.drop_changed_arms(self.stamps, self.plans)  # a final model damaged since: trained again
-            arm_jobs.carry_over_arms(jobs, self.stamps.content(Read.weights(ipath), whole=True))
+            arm_jobs.recorded_finals(self.stamps, self.plans)  # arms finished before summaries held it
+            stamp = self.stamps.read("arms")  # a stamp without numerics ran the machine's own (numerics.recorded)
+            ran = None if stamp is None else stamp.get("inputs", {}).get("numerics", "native")
+            arm_jobs.carry_over_arms(jobs, self.stamps.content(Read.weights(ipath), whole=True), ran)
             results = arm_jobs.train_arms(c, jobs)  # each config was checked when its arm was planned
             missing = [str(p) for p in final if not p.exists()]
             if missing:  # e.g. engine=verl without engine.launch: the launch scripts are ready, not run

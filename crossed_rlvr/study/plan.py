@@ -28,7 +28,7 @@ from crossed_rlvr.study.route import ArmRoute, arm_route
 from crossed_rlvr.tasks.training import GRPO_ITEM_SEED
 
 if TYPE_CHECKING:
-    from crossed_rlvr.study.stamps import Read
+    from crossed_rlvr.fingerprint import Read
 
 
 def eval_fingerprint(gen: EvalConf | Mapping[str, Any]) -> dict[str, Any]:
@@ -63,7 +63,7 @@ class ArmPlan:
         """The arm's crossed-train config with the initial policy (path and weights hash), the task as the arms
         see it (frozen training rows) and the frozen strata bound. ``model.weights_sha256`` ties a finished arm
         to the initial weights it started from, so a rebuilt initial policy retrains the arms while an
-        interrupted stage reuses finished ones. ``weights`` a :class:`~crossed_rlvr.study.stamps.Read` where the arms
+        interrupted stage reuses finished ones. ``weights`` a :class:`~crossed_rlvr.fingerprint.Read` where the arms
         stage declares what it reads (its fingerprint puts the hash in its place)."""
         recipe = dict(self.base["recipe"])
         if strata is not None:  # the frozen strata file and its hash: part of every arm's config
@@ -115,6 +115,9 @@ def plan_arms(cfg: StudyConf, layout: RunLayout, study_name: str) -> list[ArmPla
             "seed": seed, "data_seed": seed, "run_dir": str(arm.root), "arm": policy.name,
             "study": study_name, "overwrite": True, "template": "original",
             "train_items": {"n": int(cfg.arms.train_items), "seed": GRPO_ITEM_SEED},
+            "numerics": cfg.numerics,  # what its process runs (the study's): the arm's record says so
+            # an arm in the study's process trains with its threads; one in a process of its own, with that one's
+            "threads": cfg.arms.threads if route is ArmRoute.IN_STUDY and cfg.engine.name == "trl" else None,
         })
         try:
             check_config(conf_of(TrainConf, base), initial_built=False)

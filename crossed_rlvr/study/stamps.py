@@ -1,11 +1,11 @@
 """The stage cache: one rule for every stage of a study. A stage is fresh when the fingerprint of its inputs equals
 the one its stamp recorded and its outputs still hash to what the stamp recorded; otherwise it runs again.
 
-A stage declares its inputs once, as settings with a :class:`Read` wherever it reads a file or folder, and
-:func:`fingerprint` (the one function that computes every stage's fingerprint) puts each file's content hash in
-its place: a policy's folder by its weights, tokenizer and config (``files.policy_sha256``; never the timings of
-the run that made it), any other file or folder by all of its bytes. As in ``make`` or Bazel's action keys, what
-a stage reads is named where the stage is, so an input cannot be left out of one stage's freshness and in another's.
+A stage declares its inputs once, as settings with a :class:`~crossed_rlvr.fingerprint.Read` wherever it reads a
+file or folder, and :func:`~crossed_rlvr.fingerprint.fingerprint` (the one function that computes every stage's
+fingerprint, and an arm's and an evaluation cell's) puts each file's content hash in its place: a policy's folder by
+its weights, tokenizer and config (``files.policy_sha256``; never the timings of the run that made it), any other
+file or folder by all of its bytes.
 
 A stamp (``<run_dir>/stages/<stage>.json``) is written only after the stage finished, so an interrupted stage has
 none and runs again (the stages themselves resume from their partial files). A stamp written under an earlier
@@ -16,63 +16,19 @@ change of rule alone.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.faults import writing
-from crossed_rlvr.files import (
-    atomic_write_json,
-    config_sha256,
-    policy_sha256,
-    settings,
-    sha256_file,
-    tree_sha256,
-    unset_out,
-)
+from crossed_rlvr.files import atomic_write_json, policy_sha256, tree_sha256, unset_out
+from crossed_rlvr.fingerprint import HashCache, Read, fingerprint
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.machine import machine
 
-digest = config_sha256  # the stages' fingerprints: the project's one config hash
 RULE = 3  # the rule a stamp was written under: 2, a policy hashed without its run records; 3, unset settings left out
-
-
-@dataclass(frozen=True)
-class Read:
-    """A file or folder a stage reads, standing in its inputs where its content hash goes (:func:`fingerprint`).
-    ``policy``: a policy's folder (or a hub name, which stands as it is: nothing local to hash), hashed by its
-    weights, tokenizer and config, never its run records."""
-
-    path: str
-    policy: bool = False
-
-    @classmethod
-    def weights(cls, path: str | Path) -> Read:
-        return cls(str(path), policy=True)
-
-
-def fingerprint(inputs: dict[str, Any], content: Callable[[Read], str]) -> tuple[dict[str, Any], str]:
-    """The one rule's fingerprint of a stage: its declared ``inputs`` (settings, typed configs as
-    :func:`files.settings` gives them) with every :class:`Read` replaced by ``content`` of it (a content hash) and the CPU numerics its process runs (:func:`with_numerics`), and their
-    hash. Returns both: the stamp keeps the inputs, so a stage redone can say which changed."""
-    resolved = with_numerics(_resolve(inputs, content))
-    return resolved, digest(resolved)
-
-
-def _resolve(value: Any, content: Callable[[Read], str]) -> Any:  # Any: the settings' own JSON shape
-    if isinstance(value, Read):
-        return content(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a typed config: its settings' one form
-        return _resolve(settings(value), content)
-    if isinstance(value, dict):
-        return {k: _resolve(v, content) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_resolve(v, content) for v in value]
-    return value
 
 
 def cpu_seconds() -> float:
@@ -82,36 +38,6 @@ def cpu_seconds() -> float:
 
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-class HashCache:
-    """File hashes keyed by (path, size, mtime): a file is read again only when one of those changed, so a
-    rerun of a study over 7B checkpoints does not re-read ~90 GB to find every stage unchanged."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            self.entries: dict[str, list] = json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            self.entries = {}
-        self.dirty = False
-
-    def __call__(self, f: Path) -> str:
-        st = f.stat()
-        key, stamp = str(f.resolve()), [st.st_size, st.st_mtime_ns]
-        hit = self.entries.get(key)
-        if hit is not None and hit[:2] == stamp:
-            return hit[2]
-        digest_ = sha256_file(f)
-        self.entries[key] = [*stamp, digest_]
-        self.dirty = True
-        return digest_
-
-    def save(self) -> None:
-        if self.dirty:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(self.path, self.entries)
-            self.dirty = False
 
 
 class Stamps:
@@ -244,15 +170,6 @@ class StageCache:
 def _as_json(value: Any) -> Any:  # Any: the settings' own JSON shape
     """``value`` as a stamp holds it once read back (keys as text, tuples as lists, other values as text)."""
     return json.loads(json.dumps(value, sort_keys=True, default=str))
-
-
-def with_numerics(inputs: dict[str, Any]) -> dict[str, Any]:
-    """A stage's inputs with the CPU numerics its process runs (crossed_rlvr/numerics.py) where they are portable:
-    the same seeds give other files under the machine's own kernels, which every stage made before numerics were
-    recorded ran (so their stamps, which name none, still match a native run)."""
-    from crossed_rlvr.numerics import recorded
-
-    return {**inputs, **recorded()}
 
 
 def changed_inputs(old: object, new: object, prefix: str = "") -> list[str]:

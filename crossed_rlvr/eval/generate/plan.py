@@ -36,8 +36,8 @@ from crossed_rlvr.eval.generate.device import hashed_settings
 from crossed_rlvr.eval.generate.engines import Generation, GenParams
 from crossed_rlvr.faults import at
 from crossed_rlvr.files import atomic_write_json, atomic_write_text, config_sha256, settings, sha256_file
+from crossed_rlvr.fingerprint import fingerprint
 from crossed_rlvr.layout import EvalLayout
-from crossed_rlvr.numerics import recorded
 from crossed_rlvr.policies.policy import Policy
 from crossed_rlvr.prompts import messages, render
 from crossed_rlvr.task_sources import freezes_train_rows, task_kind
@@ -211,18 +211,18 @@ def plan(cfg: EvalCommandConf) -> Plan:
     params = GenParams(float(gen.temperature), float(gen.top_p), int(gen.max_new_tokens), int(gen.context_limit))
     policies = config_policies(cfg)
     system = cfg.model.system
-    cpu_numerics = recorded() if gen.device == "cpu" else {}  # the kernels sampled with (GPU kernels: no such choice)
     cells = []
     for pol in policies:
         for request in cfg.requests:
             for template in cfg.templates:
                 cell_items = template_items(items, template, cfg.template_subset, cfg.template_subset_seed)
                 name = cell_name(pol.name, request, template)
-                meta = {"policy": pol.cell_settings(), "request": request, "template": template,
-                        "items_sha256": items_sha,
-                        "n_items": len(cell_items), "samples": cfg.samples, "system": system,
-                        "generation": hashed_settings(gen), **cpu_numerics}
-                meta["sha256"] = config_sha256(meta)
+                inputs = {"policy": pol.cell_settings(), "request": request, "template": template,
+                          "items_sha256": items_sha, "n_items": len(cell_items), "samples": cfg.samples,
+                          "system": system, "generation": hashed_settings(gen)}
+                # the one fingerprint, with the CPU kernels sampled with (a GPU's have no such choice)
+                meta, sha = fingerprint(inputs, numerics=gen.device == "cpu")
+                meta["sha256"] = sha
                 cells.append(Cell(name, pol, request, template, cell_items, meta, layout.response_file(name),
                                   layout.response_meta(name), layout.response_file(name, partial=True),
                                   layout.response_meta(name, partial=True), layout.shards(name)))

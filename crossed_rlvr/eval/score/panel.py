@@ -121,6 +121,9 @@ def warm() -> None:
     mathverify.verify_text("$1$", "1")
 
 
+CLOSE_S = 10.0  # how long closing the pool waits for pebble's own join before it kills the workers
+
+
 def _worker_start() -> None:
     from crossed_rlvr.interrupt import ignore_interrupts
 
@@ -144,9 +147,24 @@ class Scorer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
+    def close(self, join_s: float = CLOSE_S) -> None:
+        """Stop the workers, in at most about ``join_s``: pebble's ``join`` after ``stop`` can wait without end on a
+        worker pipe nobody reads any more (noxdafox/pebble#147; seen once after a Ctrl-C), so past it the workers are
+        killed and the pool's threads, daemons, end with the process."""
+        import multiprocessing
+        import threading
+
+        from pebble.pool.process import WORKERS_NAME
+
         self.pool.stop()
-        self.pool.join()
+        joining = threading.Thread(target=self.pool.join, name="scorer-close", daemon=True)
+        joining.start()
+        joining.join(join_s)
+        if joining.is_alive():
+            for child in multiprocessing.active_children():
+                if child.name == WORKERS_NAME:
+                    child.kill()
+                    child.join(1.0)
 
     def score(self, items: Sequence[Item], progress: tqdm | None = None) -> list[dict[str, Any]]:
         """Rows for ``items`` in input order; ``progress`` (a tqdm bar) advances per finished row. Identical items
