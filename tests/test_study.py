@@ -416,6 +416,7 @@ def test_verl_arms_stop_until_their_launch_scripts_have_run(tmp_path):
 
 
 def test_output_hashes_are_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
+    from crossed_rlvr import fingerprint
     from crossed_rlvr.study import stamps
 
     out = tmp_path / "ckpt"
@@ -423,8 +424,8 @@ def test_output_hashes_are_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
     for k in range(3):
         (out / f"shard-{k}.bin").write_bytes(bytes([k]) * 1000)
     reads = []
-    real = stamps.sha256_file
-    monkeypatch.setattr(stamps, "sha256_file", lambda p: reads.append(p.name) or real(p))
+    real = fingerprint.sha256_file
+    monkeypatch.setattr(fingerprint, "sha256_file", lambda p: reads.append(p.name) or real(p))
     first = stamps.Stamps(tmp_path).hash(out)
     assert len(reads) == 3
     reads.clear()

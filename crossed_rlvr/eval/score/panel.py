@@ -151,20 +151,18 @@ class Scorer:
         """Stop the workers, in at most about ``join_s``: pebble's ``join`` after ``stop`` can wait without end on a
         worker pipe nobody reads any more (noxdafox/pebble#147; seen once after a Ctrl-C), so past it the workers are
         killed and the pool's threads, daemons, end with the process."""
-        import multiprocessing
         import threading
 
-        from pebble.pool.process import WORKERS_NAME
-
+        # this pool's own workers (pebble keeps them in its manager; no public API names them), not another pool's
+        workers = list(self.pool._pool_manager.worker_manager.workers.values())
         self.pool.stop()
         joining = threading.Thread(target=self.pool.join, name="scorer-close", daemon=True)
         joining.start()
         joining.join(join_s)
         if joining.is_alive():
-            for child in multiprocessing.active_children():
-                if child.name == WORKERS_NAME:
-                    child.kill()
-                    child.join(1.0)
+            for worker in workers:
+                worker.kill()
+                worker.join(1.0)
 
     def score(self, items: Sequence[Item], progress: tqdm | None = None) -> list[dict[str, Any]]:
         """Rows for ``items`` in input order; ``progress`` (a tqdm bar) advances per finished row. Identical items
