@@ -202,3 +202,26 @@ def test_an_arm_records_the_numerics_and_threads_its_study_runs_and_one_recorded
     for overrides in (["arms.parallel=2"], ["experiment=smoke-verl"]):  # in processes of their own; verl's
         cfg = study_cfg(tmp_path / "run", "experiment=smoke", "arms.threads=2", *overrides)
         assert {plan.base["threads"] for plan in plan_arms(conf_of(StudyConf, cfg), RunLayout(tmp_path), "t")} == {None}
+
+
+def test_an_arm_finished_before_summaries_held_its_final_policy_takes_the_hash_its_stage_recorded(tmp_path):
+    """An arm a study trained before its summary recorded its final policy's bytes takes the hash the arms stage
+    recorded when it finished, so crossed-train finds a final policy changed since rather than taking it as it is
+    now; an arm whose summary holds one, or that the stamp does not name, is left as it is."""
+    from crossed_rlvr.files import atomic_write_json
+    from crossed_rlvr.study.arms import recorded_finals
+    from crossed_rlvr.study.stamps import Stamps
+
+    run = tmp_path / "run"
+    cfg = study_cfg(run, "experiment=smoke", "arms.seeds=[83]")
+    hashed, boxed = plan_arms(conf_of(StudyConf, cfg), RunLayout(run), "finals")
+    stamps = Stamps(run)
+    assert recorded_finals(stamps, [hashed, boxed]) == []  # no stamp: nothing to take
+    for plan in (hashed, boxed):
+        plan.layout.root.mkdir(parents=True)
+        plan.layout.summary.write_text(json.dumps({"config_sha256": "c"}))
+    atomic_write_json(stamps.path("arms"), {"outputs_sha256": {str(hashed.policy.path): "a" * 64}})
+    assert recorded_finals(stamps, [hashed, boxed]) == [hashed.name]
+    assert json.loads(hashed.layout.summary.read_text()) == {"config_sha256": "c", "final_sha256": "a" * 64}
+    assert json.loads(boxed.layout.summary.read_text()) == {"config_sha256": "c"}
+    assert recorded_finals(stamps, [hashed, boxed]) == []  # once
