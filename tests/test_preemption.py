@@ -234,3 +234,18 @@ def test_a_finished_command_ends_at_once_with_its_exit_handlers_run(tmp_path, ot
     assert proc.returncode == 3, proc.stderr
     want = ["exit handler ran"] if other == "none" else ["thread finished", "exit handler ran"]
     assert out.read_text().splitlines() == want
+
+
+def test_a_checkpoint_whose_state_a_kill_cut_is_not_resumed_from(tmp_path):
+    """Trainer writes a checkpoint's state last and not atomically: a kill -9 as the file appears leaves it empty
+    (or cut). That checkpoint is incomplete: the arm goes on from the one before, and the cut ones are removed."""
+    from crossed_rlvr.train.resume import STAMP, STATE, last_saved
+
+    out = tmp_path / "trl"
+    for step, state in ((2, json.dumps({"global_step": 2})), (3, ""), (4, '{"global_st')):
+        (out / f"checkpoint-{step}").mkdir(parents=True)
+        (out / f"checkpoint-{step}" / STATE).write_text(state)
+    (out / "checkpoint-5").mkdir()  # killed before its state was begun
+    (out / STAMP).write_text("d\n")  # written under this config
+    assert last_saved(out, "d") == out / "checkpoint-2"
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from crossed_rlvr.conf.schema import TrainConf
 
-STATE = "trainer_state.json"  # written last into a checkpoint folder by Trainer: present once it is complete
+STATE = "trainer_state.json"  # written last into a checkpoint folder by Trainer: whole once it is complete
 STAMP = "config_sha256"
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
@@ -68,12 +68,22 @@ def last_saved(output: Path, digest: str) -> Path | None:
     atomic_write_text(stamp, digest + "\n")
     last = None
     for _step, folder in sorted(checkpoint_steps(output).items()):
-        if (folder / STATE).is_file():
+        if complete(folder):
             last = folder
     for step, folder in checkpoint_steps(output).items():
         if last is None or step > saved_step(last):
             shutil.rmtree(folder)
     return last
+
+
+def complete(checkpoint: Path) -> bool:
+    """Whether a checkpoint folder was saved whole: Trainer writes its state last, and not atomically, so a save
+    killed while writing it leaves the file empty or cut (seen: a kill -9 right as it appeared)."""
+    try:
+        saved_step(checkpoint)
+    except (OSError, ValueError, KeyError):
+        return False
+    return True
 
 
 def saved_step(checkpoint: Path) -> int:
