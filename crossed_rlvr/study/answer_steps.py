@@ -57,8 +57,9 @@ def evaluate_cells(study: StudyState, initial: Policy, arms: list[Policy]) -> di
 
 def remake_if_made_otherwise(study: StudyState, made_with: dict[str, Any]) -> dict[str, Any] | None:
     """Remove the cells sampled under other CPU numerics or torch threads than the eval stage's now (``made_with``):
-    a cell's settings record (eval/generate/plan.py) holds neither, so crossed-eval would reuse them as they are,
-    while the stage's fingerprint, which holds both, says they are to be made again. What they were made with is
+    the stage's fingerprint holds both, while a cell's settings record (eval/generate/plan.py) holds the numerics
+    alone, so crossed-eval would reuse a cell made with other threads and refuse one made with other numerics (a
+    study passes no ``overwrite``). What they were made with is
     ``layout.eval.made_with``, written before the first cell (so a remake that is interrupted resumes), else, for a
     folder that has none, what the eval stage's stamp recorded. Returns that record (None: neither exists)."""
     import shutil

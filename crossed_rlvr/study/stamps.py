@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from crossed_rlvr.faults import writing
-from crossed_rlvr.files import atomic_write_json, policy_sha256, tree_sha256, unset_out
-from crossed_rlvr.fingerprint import HashCache, Read, fingerprint
+from crossed_rlvr.files import atomic_write_json, tree_sha256, unset_out
+from crossed_rlvr.fingerprint import HashCache, Read, content_sha256, fingerprint
 from crossed_rlvr.layout import RunLayout
 from crossed_rlvr.machine import machine
 
@@ -57,15 +57,14 @@ class Stamps:
         return self.hashes[key]
 
     def content(self, read: Read, whole: bool = False) -> str:
-        """The content hash of what a stage reads (:func:`fingerprint`). ``whole``: a policy by every file of its
-        folder, as stamps recorded it before the one rule (:meth:`StageCache.carried_over`)."""
-        if read.policy and not Path(read.path).exists():
-            return read.path  # a hub name: nothing local to hash
-        if not read.policy or whole:
-            return self.hash(read.path)
-        key = f"policy:{read.path}"
+        """The content hash of what a stage reads (``fingerprint.content_sha256``, once per invocation and through
+        the hash cache). ``whole``: a policy by every file of its folder, as stamps recorded it before the one rule
+        (:meth:`StageCache.carried_over`)."""
+        if whole and Path(read.path).exists():
+            read = Read(read.path)
+        key = f"policy:{read.path}" if read.policy else str(read.path)  # an output's key too (:meth:`hash`)
         if key not in self.hashes:
-            self.hashes[key] = policy_sha256(read.path, self.files)
+            self.hashes[key] = content_sha256(read, self.files)
             self.files.save()
         return self.hashes[key]
 
